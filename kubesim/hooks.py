@@ -1,0 +1,84 @@
+"""The seam between kubesim's API-server core and its simulators (kubelet, Job controller, Ray dashboard).
+
+The core implements :class:`Store`; simulators are :class:`Controller` objects that the server starts and
+stops with itself, and they act on objects only through the store, so every change they make gets a
+resourceVersion, reaches watchers and goes through the same admission as a client's write.
+The service/pod proxy asks :class:`ProxyResolver` objects where a Service or Pod port really listens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Literal, NamedTuple, Protocol
+
+
+class GVR(NamedTuple):
+    """A resource: API group ("" for core), version and plural name."""
+
+    group: str
+    version: str
+    plural: str
+
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class StoreEvent(NamedTuple):
+    """One committed change, in resourceVersion order."""
+
+    type: EventType
+    gvr: GVR
+    object: dict[str, Any]
+
+
+class Store(Protocol):
+    """In-process access to the API server's objects (same semantics as the HTTP API)."""
+
+    def get(self, gvr: GVR, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """Return a deep copy of the object, or None."""
+        ...
+
+    def list(
+        self, gvr: GVR, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Return deep copies of matching objects (namespace None = all namespaces)."""
+        ...
+
+    def create(self, gvr: GVR, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create (generateName honoured); raises KeyError-like errors of the core on conflict."""
+        ...
+
+    def update(
+        self, gvr: GVR, obj: dict[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        """Replace the object (or only its status with subresource="status"); last write wins
+        when obj carries no metadata.resourceVersion."""
+        ...
+
+    def delete(self, gvr: GVR, namespace: str | None, name: str) -> None:
+        """Delete as a client would (finalizers and graceful deletion honoured)."""
+        ...
+
+    def subscribe(self) -> AsyncIterator[StoreEvent]:
+        """Every change from now on, in order, never dropped."""
+        ...
+
+
+class Controller(Protocol):
+    """A simulator loop; the server runs it as a task and cancels it on stop."""
+
+    async def run(self, store: Store) -> None:
+        """Run until cancelled."""
+        ...
+
+
+class ProxyResolver(Protocol):
+    """Where the service proxy and the pod proxy forward to."""
+
+    def resolve_service(self, namespace: str, service: str, port: str) -> str | None:
+        """Base URL (``http://127.0.0.1:PORT``) behind ``<service>:<port>``, or None."""
+        ...
+
+    def resolve_pod(self, namespace: str, pod: str, port: str) -> str | None:
+        """Base URL behind ``<pod>:<port>``, or None."""
+        ...

@@ -1,0 +1,278 @@
+"""Everything that crosses the bus: inputs (watch events, observations, timer ticks), command batches,
+command results with confirmed transitions, and dead letters.
+
+Evolution rules (msgspec's): a new field gets a default, a field never changes type, decoders ignore
+unknown fields, and a breaking change bumps ``SCHEMA_VERSION``. Tags are explicit snake_case wire names,
+never class names, so a rename is safe. Objects from Kubernetes stay free-form ``dict`` on the bus: the
+typed ray.io views live in ``schema.ray`` and are decoded where they are read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+from schema.keys import KeyKind, ReconcileKey
+
+SCHEMA_VERSION = 1
+
+WatchEventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A Kubernetes object by apiVersion, kind, namespace and name (uid when known)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+class DashboardRef(msgspec.Struct, frozen=True, kw_only=True):
+    """How to reach a RayCluster's dashboard: its head Service and port, and its auth Secret if any.
+
+    Only the watcher turns this into a URL (direct, or through the API server's service proxy) and
+    reads the token from the Secret, so no credential ever travels on the bus.
+    """
+
+    namespace: str
+    service: str
+    port: int
+    cluster: str
+    auth_secret: str = ""
+
+
+class Transition(msgspec.Struct, frozen=True, kw_only=True):
+    """A state-machine step of a custom resource, decided by ``reconcile`` and confirmed by the applier.
+
+    ``resource_version`` is the custom resource's version the decision was made on; together with uid,
+    field, from and to it identifies the transition, so a redelivered result never duplicates a row.
+    ``attributes`` carries step details (cluster names, traffic percentages, ...).
+    """
+
+    kind: KeyKind
+    uid: str
+    namespace: str
+    name: str
+    field: str
+    from_value: str
+    to_value: str
+    at: datetime
+    reason: str = ""
+    message: str = ""
+    resource_version: str = ""
+    attributes: dict[str, str] = {}
+
+
+class _Input(msgspec.Struct, tag_field="type", frozen=True, kw_only=True):
+    schema_version: int = SCHEMA_VERSION
+    key: ReconcileKey
+
+
+class WatchEvent(_Input, tag="watch_event", frozen=True, kw_only=True):
+    """A change of a Kubernetes object that belongs to ``key``; ``object`` is the full object.
+
+    ``kv_revision`` is the revision of the projection write that preceded this event, so a reader of
+    the KV can wait until its snapshot includes the change.
+    """
+
+    event_type: WatchEventType
+    entry_kind: str
+    object: dict[str, Any]
+    resource_version: str
+    observed_at: datetime
+    kv_revision: int = 0
+
+
+class Observation(_Input, tag="observation", frozen=True, kw_only=True):
+    """Something the dashboard prober saw change (a Ray job, Serve applications, a proxy's health)."""
+
+    source: str
+    entry_name: str
+    data: dict[str, Any]
+    observed_at: datetime
+    kv_revision: int = 0
+
+
+class TimerTick(_Input, tag="timer", frozen=True, kw_only=True):
+    """A wake-up requested by a Decision, delivered by a JetStream message schedule."""
+
+    due_at: datetime
+    reason: str = ""
+
+
+BusInput = WatchEvent | Observation | TimerTick
+
+
+class _Command(msgspec.Struct, tag_field="type", frozen=True, kw_only=True):
+    id: str = ""
+
+
+class CreateObject(_Command, tag="create_object", frozen=True, kw_only=True):
+    """Create ``body``; AlreadyExists on the (deterministic) name counts as done."""
+
+    target: ObjectRef
+    body: dict[str, Any]
+
+
+PatchType = Literal["merge", "json", "strategic"]
+
+
+class PatchObject(_Command, tag="patch_object", frozen=True, kw_only=True):
+    """Patch an object; with ``resource_version`` a Conflict is dropped (a newer event is coming)."""
+
+    target: ObjectRef
+    patch: dict[str, Any] | list[dict[str, Any]]
+    patch_type: PatchType = "merge"
+    resource_version: str = ""
+
+
+Propagation = Literal["Background", "Foreground", "Orphan"]
+
+
+class DeleteObject(_Command, tag="delete_object", frozen=True, kw_only=True):
+    """Delete an object; NotFound counts as done. ``target.uid`` becomes a precondition when set."""
+
+    target: ObjectRef
+    propagation: Propagation | None = None
+
+
+class DeleteCollection(_Command, tag="delete_collection", frozen=True, kw_only=True):
+    """Delete every object of a kind in a namespace matching a label selector."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    label_selector: str
+
+
+class PatchStatus(_Command, tag="patch_status", frozen=True, kw_only=True):
+    """Merge-patch ``.status`` through the status subresource; carries the transitions it confirms."""
+
+    target: ObjectRef
+    status: dict[str, Any]
+    resource_version: str = ""
+    transitions: tuple[Transition, ...] = ()
+
+
+EventKind = Literal["Normal", "Warning"]
+
+
+class EmitEvent(_Command, tag="emit_event", frozen=True, kw_only=True):
+    """Record a Kubernetes Event on ``regarding`` with KubeRay's reason."""
+
+    regarding: ObjectRef
+    event_type: EventKind
+    reason: str
+    message: str
+
+
+class SubmitRayJob(_Command, tag="submit_ray_job", frozen=True, kw_only=True):
+    """POST /api/jobs/; a 500 "Please use a different submission_id" counts as already submitted."""
+
+    dashboard: DashboardRef
+    request: dict[str, Any]
+
+
+class StopRayJob(_Command, tag="stop_ray_job", frozen=True, kw_only=True):
+    """POST /api/jobs/<id>/stop; errors are reported, never retried forever."""
+
+    dashboard: DashboardRef
+    job_id: str
+
+
+class PutServeConfig(_Command, tag="put_serve_config", frozen=True, kw_only=True):
+    """PUT /api/serve/applications/ with a Serve config (already JSON, not YAML)."""
+
+    dashboard: DashboardRef
+    config: dict[str, Any]
+
+
+Command = (
+    CreateObject
+    | PatchObject
+    | DeleteObject
+    | DeleteCollection
+    | PatchStatus
+    | EmitEvent
+    | SubmitRayJob
+    | StopRayJob
+    | PutServeConfig
+)
+
+
+class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen=True, kw_only=True):
+    """The commands of one decision, applied in order by one applier.
+
+    ``id`` is a digest of the key, the input sequences and the commands, so a redelivered input that
+    yields the same decision is de-duplicated by JetStream (Nats-Msg-Id).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    key: ReconcileKey
+    issued_at: datetime
+    commands: tuple[Command, ...]
+    inputs: tuple[int, ...] = ()
+    logic_version: int = 1
+
+
+Outcome = Literal["applied", "already_done", "dropped", "failed"]
+
+
+class CommandResult(msgspec.Struct, tag_field="type", tag="command_result", frozen=True, kw_only=True):
+    """What the applier did with one command; published whether it succeeded or not."""
+
+    schema_version: int = SCHEMA_VERSION
+    batch_id: str
+    command_id: str
+    key: ReconcileKey
+    verb: str
+    target: str
+    outcome: Outcome
+    at: datetime
+    error: str = ""
+    status_code: int = 0
+    resource_version: str = ""
+    transitions: tuple[Transition, ...] = ()
+    trace_id: str = ""
+    batch_seq: int = 0
+
+
+class DeadLetter(msgspec.Struct, tag_field="type", tag="dead_letter", frozen=True, kw_only=True):
+    """A message that could not be processed, with the reason; the original bytes are kept."""
+
+    schema_version: int = SCHEMA_VERSION
+    stream: str
+    subject: str
+    sequence: int
+    deliveries: int
+    error: str
+    payload: bytes
+    at: datetime
+    headers: dict[str, str] = {}
+
+
+def command_verb(command: Command) -> str:
+    """The wire tag of a command (``create_object``, ``patch_status``, ...)."""
+    info = msgspec.inspect.type_info(type(command))
+    assert isinstance(info, msgspec.inspect.StructType)
+    return str(info.tag)
+
+
+def command_target(command: Command) -> str:
+    """A short human-readable target: ``Kind ns/name`` or the dashboard's cluster."""
+    match command:
+        case CreateObject() | PatchObject() | DeleteObject() | PatchStatus():
+            t = command.target
+            return f"{t.kind} {t.namespace}/{t.name}"
+        case DeleteCollection():
+            return f"{command.kind} {command.namespace} -l {command.label_selector}"
+        case EmitEvent():
+            r = command.regarding
+            return f"Event {r.kind} {r.namespace}/{r.name}"
+        case SubmitRayJob() | StopRayJob() | PutServeConfig():
+            return f"dashboard {command.dashboard.namespace}/{command.dashboard.cluster}"
