@@ -14,8 +14,23 @@ import msgspec
 RAYBUS_VERSION = "raybus-0.1.0"
 
 
-class FeatureGates(msgspec.Struct, frozen=True, kw_only=True, rename="pascal"):
-    """KubeRay's feature gates with KubeRay's defaults (SPEC §9)."""
+_GATE_NAMES = {
+    "ray_cluster_status_conditions": "RayClusterStatusConditions",
+    "ray_job_deletion_policy": "RayJobDeletionPolicy",
+    "ray_multi_host_indexing": "RayMultiHostIndexing",
+    "ray_service_incremental_upgrade": "RayServiceIncrementalUpgrade",
+    "ray_cron_job": "RayCronJob",
+    "sidecar_submitter_restart": "SidecarSubmitterRestart",
+    "ray_cluster_network_policy": "RayClusterNetworkPolicy",
+    "gcs_fault_tolerance_embedded_storage": "GCSFaultToleranceEmbeddedStorage",
+    "ray_cluster_mtls": "RayClusterMTLS",
+    "ray_cluster_history_server": "RayClusterHistoryServer",
+    "kubernetes_was": "KubernetesWAS",
+}
+
+
+class FeatureGates(msgspec.Struct, frozen=True, kw_only=True, rename=_GATE_NAMES):
+    """KubeRay's feature gates with KubeRay's defaults (SPEC §9); encoded with KubeRay's gate names."""
 
     ray_cluster_status_conditions: bool = True
     ray_job_deletion_policy: bool = True

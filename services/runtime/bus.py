@@ -1,0 +1,82 @@
+"""NATS connection and publishing with trace context (the only place services open a NATS connection).
+
+Credentials come from settings and are handed to nats-py only; URLs are logged without userinfo.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+
+from services.runtime.errors import RetryableError
+from services.runtime.settings import NatsSettings
+from services.runtime.tracing import inject_headers
+
+log = logging.getLogger(__name__)
+
+
+def redact_url(url: str) -> str:
+    """A server URL without user info, safe to log."""
+    parts = []
+    for one in url.split(","):
+        split = urlsplit(one.strip())
+        netloc = split.hostname or ""
+        if split.port:
+            netloc = f"{netloc}:{split.port}"
+        parts.append(urlunsplit((split.scheme, netloc, split.path, "", "")))
+    return ",".join(parts)
+
+
+async def connect(settings: NatsSettings, *, name: str) -> Client:
+    """Connect to NATS with the configured credentials, retrying the first connect briefly.
+
+    Raises:
+        RetryableError: no server answered.
+    """
+    options: dict[str, Any] = {
+        "servers": [u.strip() for u in settings.url.split(",")],
+        "name": name,
+        "connect_timeout": settings.connect_timeout,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "allow_reconnect": True,
+    }
+    if settings.creds_file:
+        options["user_credentials"] = settings.creds_file
+    if settings.user:
+        options["user"] = settings.user
+        options["password"] = settings.password or ""
+
+    async def _error_cb(exc: Exception) -> None:
+        log.warning("nats error: %s", exc)
+
+    options["error_cb"] = _error_cb
+    try:
+        nc = await nats.connect(**options)
+    except Exception as exc:  # nats-py raises several unrelated types here
+        raise RetryableError(f"cannot connect to NATS at {redact_url(settings.url)}: {exc}") from exc
+    log.info("connected to NATS %s (server %s)", redact_url(settings.url), nc.connected_server_version)
+    return nc
+
+
+async def publish(
+    js: JetStreamContext,
+    subject: str,
+    payload: bytes,
+    *,
+    msg_id: str | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> PubAck:
+    """Publish to JetStream with the current trace context and an optional de-duplication id."""
+    all_headers = dict(headers or {})
+    inject_headers(all_headers)
+    if msg_id:
+        all_headers["Nats-Msg-Id"] = msg_id
+    return await js.publish(subject, payload, headers=all_headers or None, timeout=timeout)

@@ -1,0 +1,224 @@
+"""``RaybusSettings``: one documented tree of settings for every service (kopf's OperatorSettings).
+
+Every field has a default chosen for ``raybus up`` on a laptop and a docstring giving its unit and why.
+Environment parsing happens only in :func:`load_settings`; command-line flags are applied on top by the
+CLI; tests build settings directly. KubeRay's own operator switches (``ENABLE_*``, ``CLUSTER_DOMAIN``,
+...) and ``--feature-gates`` end up in :class:`schema.config.OperatorConfig`, which reconcile reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from schema.config import FeatureGates, OperatorConfig, OperatorSwitches, PodDefaults
+from schema.subjects import DEFAULT_PARTITIONS
+from services.runtime.errors import PermanentError
+
+
+@dataclass(frozen=True, kw_only=True)
+class NatsSettings:
+    url: str = "nats://127.0.0.1:4222"
+    """Comma-separated server URLs."""
+    creds_file: str | None = None
+    """NATS credentials file (JWT + nkey); never logged."""
+    user: str | None = None
+    """User name for user/password auth (password from ``RAYBUS_NATS_PASSWORD``)."""
+    password: str | None = dataclasses.field(default=None, repr=False)
+    """Password; ``repr=False`` keeps it out of logs and tracebacks."""
+    connect_timeout: float = 5.0
+    """Seconds per connection attempt."""
+    ensure_topology: bool = True
+    """Create/update streams and buckets at start (off when an admin provisions them)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BusSettings:
+    partitions: int = DEFAULT_PARTITIONS
+    """Partitions of the events stream: the unit of ownership among reconciler workers."""
+    max_age: float = 7 * 24 * 3600.0
+    """Seconds the streams keep history: the window of ``raybus replay``."""
+    max_deliver: int = 5
+    """Deliveries before a message goes to the dead-letter stream."""
+    ack_wait: float = 30.0
+    """Seconds before an unacknowledged message is redelivered."""
+    replicas: int = 1
+    """Stream replicas (3 on a NATS cluster)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionSettings:
+    lease_ttl: float = 10.0
+    """Seconds a partition lease lives without renewal; a dead worker's partitions move after this."""
+    renew_interval: float = 3.0
+    """Seconds between lease renewals and membership heartbeats."""
+    worker_id: str = ""
+    """Stable worker identity; empty means hostname + pid."""
+    exit_timeout: float = 20.0
+    """Seconds in-flight reconciles get to finish on shutdown or partition hand-over."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeSettings:
+    kubeconfig: str | None = None
+    """Path to a kubeconfig; None means in-cluster config, then ``~/.kube/config``."""
+    watch_namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty means all."""
+    use_kubernetes_proxy: bool = False
+    """Reach Ray dashboards through the API server's service proxy (needed outside the cluster)."""
+    qps: float = 100.0
+    """API requests per second the applier may send (KubeRay's ``--qps``)."""
+    applier_concurrency: int = 32
+    """Command batches applied in parallel (one per key at a time)."""
+    dashboard_poll_interval: float = 3.0
+    """Seconds between dashboard polls of one Running RayJob / RayService."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusSettings:
+    db_url: str = "sqlite+aiosqlite:///.raybus/raybus.db"
+    """SQLAlchemy async URL; PostgreSQL in production (``postgresql+asyncpg://...``)."""
+    migrate: bool = True
+    """Run Alembic migrations to head at start."""
+    http_host: str = "127.0.0.1"
+    http_port: int = 8090
+    """The read-only history API."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TelemetrySettings:
+    health_host: str = "127.0.0.1"
+    health_port: int = 0
+    """/healthz, /readyz and /metrics; 0 picks a free port (printed at start)."""
+    log_level: str = "INFO"
+    service_name: str = "raybus"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaybusSettings:
+    nats: NatsSettings = field(default_factory=NatsSettings)
+    bus: BusSettings = field(default_factory=BusSettings)
+    partitions: PartitionSettings = field(default_factory=PartitionSettings)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    status: StatusSettings = field(default_factory=StatusSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    operator: OperatorConfig = field(default_factory=OperatorConfig)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise PermanentError(f"{name}={value!r}: expected true or false")
+
+
+def parse_feature_gates(text: str, base: FeatureGates | None = None) -> FeatureGates:
+    """Parse KubeRay's ``--feature-gates Name=bool,...`` (unknown names are an error, as in KubeRay).
+
+    Raises:
+        PermanentError: an unknown gate or a value that is not a boolean.
+    """
+    gates = msgspec.to_builtins(base or FeatureGates())
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or name not in gates:
+            known = ", ".join(sorted(gates))
+            raise PermanentError(f"unknown feature gate {name!r} (known: {known})")
+        gates[name] = _bool(name, value)
+    return msgspec.convert(gates, FeatureGates)
+
+
+# KubeRay operator environment switches → OperatorSwitches fields.
+_SWITCH_ENV: Mapping[str, str] = {
+    "ENABLE_INIT_CONTAINER_INJECTION": "enable_init_container_injection",
+    "ENABLE_PROBES_INJECTION": "enable_probes_injection",
+    "ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE": "enable_ray_head_cluster_ip_service",
+    "CLUSTER_DOMAIN": "cluster_domain",
+    "RAYCLUSTER_DEFAULT_REQUEUE_SECONDS_ENV": "raycluster_default_requeue_seconds",
+    "ENABLE_GCS_FT_REDIS_CLEANUP": "enable_gcs_ft_redis_cleanup",
+    "ENABLE_ZERO_DOWNTIME": "enable_zero_downtime",
+    "DELETE_RAYJOB_CR_AFTER_JOB_FINISHES": "delete_rayjob_cr_after_job_finishes",
+    "ENABLE_DETERMINISTIC_HEAD_POD_NAME": "enable_deterministic_head_pod_name",
+    "ENABLE_LOGIN_SHELL": "enable_login_shell",
+    "ENABLE_RANDOM_POD_DELETE": "enable_random_pod_delete",
+    "RAYJOB_DEPLOYMENT_STATUS_TRANSITION_GRACE_PERIOD_SECONDS": (
+        "rayjob_deployment_status_transition_grace_period_seconds"
+    ),
+    "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS": "rayjob_status_check_timeout_seconds",
+}
+
+
+def parse_switches(env: Mapping[str, str]) -> OperatorSwitches:
+    """KubeRay's operator environment switches from ``env`` (KubeRay's defaults otherwise)."""
+    values: dict[str, Any] = {}
+    defaults = OperatorSwitches()
+    for env_name, attr in _SWITCH_ENV.items():
+        if env_name not in env:
+            continue
+        raw = env[env_name]
+        default = getattr(defaults, attr)
+        if isinstance(default, bool):
+            values[attr] = _bool(env_name, raw)
+        elif isinstance(default, float):
+            try:
+                values[attr] = float(raw)
+            except ValueError as exc:
+                raise PermanentError(f"{env_name}={raw!r}: expected a number") from exc
+        else:
+            values[attr] = raw
+    return msgspec.structs.replace(defaults, **values)
+
+
+def load_pod_defaults(path: str | Path) -> PodDefaults:
+    """Read the operator config file (KubeRay's ``Configuration``: defaultContainerEnvs, ...).
+
+    Raises:
+        PermanentError: unreadable file or unknown fields.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        return msgspec.convert(data, PodDefaults)
+    except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
+        raise PermanentError(f"operator config {path}: {exc}") from exc
+
+
+def load_settings(env: Mapping[str, str]) -> RaybusSettings:
+    """Build settings from ``RAYBUS_*`` variables and KubeRay's operator switches; flags come later.
+
+    Raises:
+        PermanentError: a variable that does not parse.
+    """
+    s = RaybusSettings()
+    nats = dataclasses.replace(
+        s.nats,
+        url=env.get("RAYBUS_NATS_URL", s.nats.url),
+        creds_file=env.get("RAYBUS_NATS_CREDS") or None,
+        user=env.get("RAYBUS_NATS_USER") or None,
+        password=env.get("RAYBUS_NATS_PASSWORD") or None,
+    )
+    kube = dataclasses.replace(
+        s.kube,
+        kubeconfig=env.get("RAYBUS_KUBECONFIG") or env.get("KUBECONFIG") or None,
+        watch_namespaces=tuple(n for n in env.get("RAYBUS_WATCH_NAMESPACE", "").split(",") if n),
+        use_kubernetes_proxy=_bool("RAYBUS_USE_KUBERNETES_PROXY", env.get("RAYBUS_USE_KUBERNETES_PROXY", "false")),
+    )
+    status = dataclasses.replace(s.status, db_url=env.get("RAYBUS_DB_URL", s.status.db_url))
+    gates = parse_feature_gates(env.get("RAYBUS_FEATURE_GATES", ""))
+    pod_defaults = (
+        load_pod_defaults(env["RAYBUS_OPERATOR_CONFIG"]) if env.get("RAYBUS_OPERATOR_CONFIG") else PodDefaults()
+    )
+    operator = OperatorConfig(gates=gates, switches=parse_switches(env), pod_defaults=pod_defaults)
+    telemetry = dataclasses.replace(s.telemetry, log_level=env.get("RAYBUS_LOG_LEVEL", s.telemetry.log_level))
+    return dataclasses.replace(s, nats=nats, kube=kube, status=status, operator=operator, telemetry=telemetry)

@@ -1,0 +1,246 @@
+"""Streams, consumers and KV buckets, created idempotently at start-up from this one module.
+
+Limits retention with a max age keeps history replayable (``raybus replay``); S2 compression keeps it
+small. Creating is idempotent: an existing stream is updated to this configuration (JetStream refuses
+changes it cannot make, e.g. a different partition count on a live stream; that surfaces as a
+``TopologyError`` naming the stream rather than a silent mismatch).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    StorageType,
+    StoreCompression,
+    StreamConfig,
+    SubjectTransform,
+)
+from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.kv import KeyValue
+
+from schema import subjects
+from services.runtime.errors import TopologyError
+from services.runtime.settings import BusSettings, PartitionSettings
+
+log = logging.getLogger(__name__)
+
+MIN_SERVER_VERSION = (2, 12, 0)
+"""Message schedules (bus timers) need nats-server 2.12; 2.15 is what raybus is tested with."""
+
+DUPLICATE_WINDOW = 120.0
+"""Seconds JetStream remembers Nats-Msg-Id: covers watcher HA races and publish retries."""
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """The KV buckets a service uses."""
+
+    objects: KeyValue
+    leases: KeyValue
+    watcher: KeyValue
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``"2.15.1"`` → ``(2, 15, 1)``; pre-release suffixes are ignored."""
+    numbers: list[int] = []
+    for part in text.split("-")[0].split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        numbers.append(int(digits or 0))
+    while len(numbers) < 3:
+        numbers.append(0)
+    return numbers[0], numbers[1], numbers[2]
+
+
+def require_server_version(found: str) -> None:
+    """Refuse a server without the features raybus needs.
+
+    Raises:
+        TopologyError: the server is older than 2.12 (no message schedules).
+    """
+    if parse_version(found) < MIN_SERVER_VERSION:
+        need = ".".join(map(str, MIN_SERVER_VERSION))
+        raise TopologyError(
+            f"nats-server {found} is too old: raybus needs >= {need} with JetStream "
+            "(message schedules carry its timers)"
+        )
+
+
+def stream_configs(bus: BusSettings) -> list[StreamConfig]:
+    """The four streams."""
+
+    def stream(**fields: Any) -> StreamConfig:
+        return StreamConfig(
+            max_age=bus.max_age,
+            storage=StorageType.FILE,
+            compression=StoreCompression.S2,
+            num_replicas=bus.replicas,
+            duplicate_window=DUPLICATE_WINDOW,
+            **fields,
+        )
+
+    return [
+        stream(
+            name=subjects.EVENTS_STREAM,
+            description="watch events, observations and timer ticks, partitioned by reconcile key",
+            subjects=[subjects.EVENTS_WILDCARD, subjects.TIMERS_WILDCARD],
+            subject_transform=SubjectTransform(
+                src=subjects.EVENTS_WILDCARD,
+                dest=subjects.partition_transform_destination(bus.partitions),
+            ),
+            allow_msg_schedules=True,
+            allow_direct=True,
+        ),
+        stream(
+            name=subjects.COMMANDS_STREAM,
+            description="command batches decided by reconcile",
+            subjects=[subjects.COMMANDS_WILDCARD],
+            allow_direct=True,
+        ),
+        stream(
+            name=subjects.RESULTS_STREAM,
+            description="command outcomes and confirmed transitions",
+            subjects=[subjects.RESULTS_WILDCARD],
+            allow_direct=True,
+        ),
+        stream(
+            name=subjects.DEADLETTER_STREAM,
+            description="messages that could not be processed, with the reason",
+            subjects=[subjects.DEADLETTER_WILDCARD],
+        ),
+    ]
+
+
+def partition_consumer_config(partition: int, bus: BusSettings) -> ConsumerConfig:
+    """Durable pull consumer of one events partition."""
+    return ConsumerConfig(
+        durable_name=subjects.partition_consumer(partition),
+        filter_subject=subjects.partition_filter(partition),
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=bus.ack_wait,
+        max_deliver=bus.max_deliver + 1,  # one more than the worker's own limit: it dead-letters first
+        max_ack_pending=10_000,
+    )
+
+
+def work_consumer_config(durable: str, filter_subject: str, bus: BusSettings) -> ConsumerConfig:
+    """Durable pull consumer shared by the replicas of a service (applier, status)."""
+    return ConsumerConfig(
+        durable_name=durable,
+        filter_subject=filter_subject,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=bus.ack_wait,
+        max_deliver=bus.max_deliver + 1,
+        max_ack_pending=20_000,
+    )
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    assert config.name is not None
+    try:
+        await js.stream_info(config.name)
+    except NotFoundError:
+        await js.add_stream(config)
+        log.info("created stream %s", config.name)
+        return
+    try:
+        await js.update_stream(config)
+    except BadRequestError as exc:
+        raise TopologyError(f"stream {config.name} exists with an incompatible configuration: {exc}") from exc
+
+
+async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
+    assert config.durable_name is not None
+    try:
+        await js.consumer_info(stream, config.durable_name)
+    except NotFoundError:
+        await js.add_consumer(stream, config)
+        return
+    try:
+        await js.add_consumer(stream, config)  # same name: an update of the mutable fields
+    except BadRequestError as exc:
+        raise TopologyError(f"consumer {stream}/{config.durable_name} is incompatible: {exc}") from exc
+
+
+async def _ensure_bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    try:
+        return await js.key_value(config.bucket)
+    except Exception:  # nats-py raises BucketNotFoundError or NotFoundError depending on the path
+        return await js.create_key_value(config)
+
+
+async def ensure_topology(
+    nc: Client, *, bus: BusSettings, partitions: PartitionSettings, with_consumers: bool = True
+) -> Buckets:
+    """Create or update every stream, consumer and bucket raybus uses; return the buckets.
+
+    Raises:
+        TopologyError: the server cannot host raybus or a stream conflicts.
+    """
+    require_server_version(str(nc.connected_server_version))
+    js = nc.jetstream()
+    for config in stream_configs(bus):
+        await _ensure_stream(js, config)
+    if with_consumers:
+        for partition in range(bus.partitions):
+            await _ensure_consumer(js, subjects.EVENTS_STREAM, partition_consumer_config(partition, bus))
+        await _ensure_consumer(
+            js,
+            subjects.COMMANDS_STREAM,
+            work_consumer_config(subjects.APPLIER_CONSUMER, subjects.COMMANDS_WILDCARD, bus),
+        )
+        await _ensure_consumer(
+            js,
+            subjects.RESULTS_STREAM,
+            work_consumer_config(subjects.STATUS_CONSUMER, subjects.RESULTS_WILDCARD, bus),
+        )
+    return await open_buckets(nc, bus=bus, partitions=partitions)
+
+
+async def open_buckets(nc: Client, *, bus: BusSettings, partitions: PartitionSettings) -> Buckets:
+    """Open (creating if needed) the KV buckets."""
+    js = nc.jetstream()
+    objects = await _ensure_bucket(
+        js,
+        KeyValueConfig(
+            bucket=subjects.OBJECTS_BUCKET,
+            description="latest version of every object, stored under its reconcile key",
+            history=1,
+            storage=StorageType.FILE,
+            replicas=bus.replicas,
+            direct=True,
+        ),
+    )
+    leases = await _ensure_bucket(
+        js,
+        KeyValueConfig(
+            bucket=subjects.LEASES_BUCKET,
+            description="partition leases and worker heartbeats",
+            history=1,
+            ttl=partitions.lease_ttl,
+            storage=StorageType.FILE,
+            replicas=bus.replicas,
+            direct=True,
+        ),
+    )
+    watcher = await _ensure_bucket(
+        js,
+        KeyValueConfig(
+            bucket=subjects.WATCHER_BUCKET,
+            description="informer resume points",
+            history=1,
+            storage=StorageType.FILE,
+            replicas=bus.replicas,
+        ),
+    )
+    return Buckets(objects=objects, leases=leases, watcher=watcher)

@@ -1,0 +1,64 @@
+"""OpenTelemetry tracing: provider set-up from the standard ``OTEL_*`` variables and W3C trace context
+carried in NATS headers, so watch event → reconcile → command → API call → persisted transition form one
+trace (DESIGN §4). Spans never carry secrets: only kinds, keys, resourceVersions and verbs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+_configured = False
+
+
+def setup_tracing(service_name: str) -> None:
+    """Install a tracer provider once per process.
+
+    Exporters follow ``OTEL_TRACES_EXPORTER`` (``console`` or ``none``; ``otlp`` when the OTLP exporter
+    package is installed). Tests install their own provider with an in-memory exporter first.
+    """
+    global _configured
+    if _configured or isinstance(trace.get_tracer_provider(), TracerProvider):
+        return
+    _configured = True
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "none")
+    if exporter_name == "console":
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    elif exporter_name == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:  # optional dependency: say why nothing is exported
+            import logging
+
+            logging.getLogger(__name__).warning("OTEL_TRACES_EXPORTER=otlp but the OTLP exporter is not installed")
+        else:
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
+def inject_headers(headers: dict[str, str]) -> None:
+    """Write the current span's W3C ``traceparent`` (and ``tracestate``) into ``headers``."""
+    propagate.inject(headers)
+
+
+def extract_context(headers: Mapping[str, str] | None) -> otel_context.Context:
+    """The trace context a message carried (empty context when none)."""
+    return propagate.extract(dict(headers or {}))
+
+
+def current_trace_id() -> str:
+    """Hex trace id of the current span, or "" outside a trace."""
+    ctx = trace.get_current_span().get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
+
+
+def tracer(name: str) -> trace.Tracer:
+    """The tracer of a module."""
+    return trace.get_tracer(name)

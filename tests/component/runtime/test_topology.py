@@ -1,0 +1,67 @@
+"""Topology creation and snapshot reads against a real nats-server."""
+
+from __future__ import annotations
+
+import msgspec
+import nats
+import pytest
+
+from schema import subjects
+from schema.keys import ReconcileKey
+from services.runtime.errors import TopologyError
+from services.runtime.settings import BusSettings, PartitionSettings
+from services.runtime.snapshots import SnapshotReader
+from services.runtime.topology import ensure_topology, parse_version, require_server_version
+from tests.fixtures.nats import NatsServer
+
+KEY = ReconcileKey(kind="RayCluster", namespace="default", name="demo.cluster")
+
+
+async def test_topology_is_idempotent_and_partitions_events(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        bus = BusSettings(partitions=4)
+        await ensure_topology(nc, bus=bus, partitions=PartitionSettings())
+        await ensure_topology(nc, bus=bus, partitions=PartitionSettings())
+        js = nc.jetstream()
+        await js.publish(subjects.events_subject(KEY), b"{}")
+        info = await js.stream_info(subjects.EVENTS_STREAM, subjects_filter=">")
+        stored = list((info.state.subjects or {}).keys())
+        assert len(stored) == 1
+        assert stored[0].startswith("raybus.part.")
+        assert subjects.key_from_stored_subject(stored[0]) == KEY
+    finally:
+        await nc.close()
+
+
+async def test_snapshot_reads_entries_of_one_key_only(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=PartitionSettings())
+        other = ReconcileKey(kind="RayCluster", namespace="default", name="other")
+        await buckets.objects.put(subjects.entry_key(KEY, "RayCluster", KEY.name), msgspec.json.encode({"a": 1}))
+        await buckets.objects.put(subjects.entry_key(KEY, "Pod", "p.1"), msgspec.json.encode({"p": 1}))
+        await buckets.objects.put(subjects.entry_key(KEY, "Pod", "p2"), msgspec.json.encode({"p": 2}))
+        rev = await buckets.objects.delete(subjects.entry_key(KEY, "Pod", "p2"))
+        await buckets.objects.put(subjects.entry_key(other, "Pod", "x"), b"{}")
+        snap = await SnapshotReader(nc).read(KEY, min_revision=rev)
+        assert snap.owner() == {"a": 1}
+        assert snap.entries["Pod"] == {"p.1": {"p": 1}}
+        assert snap.revision >= rev
+        empty = await SnapshotReader(nc).read(ReconcileKey(kind="RayJob", namespace="x", name="y"))
+        assert empty.entries == {}
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("2.15.1", (2, 15, 1)), ("2.9", (2, 9, 0)), ("2.12.0-beta.1", (2, 12, 0))]
+)
+def test_parse_version(text: str, expected: tuple[int, int, int]) -> None:
+    assert parse_version(text) == expected
+
+
+def test_old_server_is_refused() -> None:
+    with pytest.raises(TopologyError, match=r"2\.9\.25 is too old"):
+        require_server_version("2.9.25")
+    require_server_version("2.15.1")

@@ -1,0 +1,24 @@
+"""Project-wide test configuration: server fixtures and hygiene guards (STYLE §1, house rule 10)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.fixtures.nats import _ensure_nats_server_binary, nats_server  # noqa: F401
+from tests.fixtures.postgres import db_url, pg_url  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+async def _no_leaked_tasks() -> AsyncIterator[None]:
+    """Fail any async test that leaves asyncio tasks running."""
+    before = asyncio.all_tasks()
+    yield
+    leaked = [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()]
+    if leaked:
+        for task in leaked:
+            task.cancel()
+        await asyncio.gather(*leaked, return_exceptions=True)
+        pytest.fail(f"test left {len(leaked)} asyncio task(s) running: {[t.get_coro() for t in leaked]}")

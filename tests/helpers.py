@@ -1,0 +1,75 @@
+"""Test helpers shared by every tier: polling instead of sleeping, and where ../shared lives."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shared_dir() -> Path:
+    """The workplace's shared/ folder (beside the repository), or fail loudly."""
+    for candidate in (REPO.parent / "shared", REPO / "shared"):
+        if (candidate / "kuberay" / "SPEC.md").exists():
+            return candidate
+    raise RuntimeError(f"shared/ not found beside {REPO}: the conformance samples live there")
+
+
+def samples_dir() -> Path:
+    """KubeRay's sample manifests."""
+    return shared_dir() / "kuberay" / "samples"
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]] | Callable[[], T],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    message: str = "condition not met",
+) -> T:
+    """Poll ``probe`` until it returns a truthy value (which is returned) or raise AssertionError.
+
+    Exceptions from the probe count as "not yet" until the timeout, when the last one is chained.
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            result = probe()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result  # type: ignore[return-value]
+            last_exc = None
+        except AssertionError as exc:
+            last_exc = exc
+        except Exception as exc:
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s: {message}") from last_exc
+        await asyncio.sleep(interval)
+
+
+def eventually_sync(
+    probe: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.05, message: str = "condition not met"
+) -> T:
+    """Blocking variant of :func:`eventually` for synchronous tests."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            result = probe()
+            if result:
+                return result
+            last_exc = None
+        except Exception as exc:
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s: {message}") from last_exc
+        time.sleep(interval)
