@@ -1,0 +1,197 @@
+"""RayJob (ray.io/v1): a Ray job with the cluster it runs on (SPEC §1.3, §1.4).
+
+Role: the typed view of a RayJob; :class:`RayJobSpec` is also the ``jobTemplate`` of a RayCronJob.
+
+Invariants: ``submissionMode``, ``jobStatus`` and ``jobDeploymentStatus`` are plain strings, as in
+KubeRay's CRD (no enum), so an unknown value reaches the reconciler's validation (SPEC §8) instead of
+failing to decode; the known values are the constants below. Deletion-rule enums and the CEL rules
+of ``deletionStrategy`` are KubeRay's.
+
+Not here: the job state machine (``services/reconciler/rayjob``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+from msgspec import Meta
+
+from schema.ray.common import (
+    API_VERSION,
+    Int32,
+    Int64,
+    ManagedBy,
+    PodTemplateSpec,
+    RayStruct,
+    StringMap,
+    Time,
+)
+from schema.ray.raycluster import RayClusterSpec, RayClusterStatus
+
+K8S_JOB_MODE: Final = "K8sJobMode"
+HTTP_MODE: Final = "HTTPMode"
+INTERACTIVE_MODE: Final = "InteractiveMode"
+SIDECAR_MODE: Final = "SidecarMode"
+SUBMISSION_MODES: Final = (K8S_JOB_MODE, HTTP_MODE, INTERACTIVE_MODE, SIDECAR_MODE)
+
+DeletionPolicyType = Literal["DeleteCluster", "DeleteWorkers", "DeleteSelf", "DeleteNone"]
+
+
+class SubmitterConfig(RayStruct, frozen=True, kw_only=True):
+    """Settings of the submitter (K8s Job backoffLimit, or sidecar restarts)."""
+
+    backoff_limit: Annotated[Int32 | None, Meta(description="Operator default: 2.")] = None
+
+
+class DeletionPolicy(RayStruct, frozen=True, kw_only=True):
+    """Legacy ``onSuccess`` / ``onFailure`` policy."""
+
+    policy: DeletionPolicyType | None = None
+
+
+class DeletionCondition(RayStruct, frozen=True, kw_only=True):
+    """When a deletion rule fires: a terminal job status or deployment status, plus a delay."""
+
+    job_status: Literal["SUCCEEDED", "FAILED"] | None = None
+    job_deployment_status: Literal["Failed"] | None = None
+    ttl_seconds: Annotated[Int32, Meta(ge=0)] = 0
+
+
+_CONDITION_RULES: Final = [
+    {
+        "rule": "!(has(self.jobStatus) && has(self.jobDeploymentStatus))",
+        "message": "JobStatus and JobDeploymentStatus cannot be used together within the same deletion condition.",
+    },
+    {
+        "rule": "has(self.jobStatus) || has(self.jobDeploymentStatus)",
+        "message": "the deletion condition requires either the JobStatus or the JobDeploymentStatus field.",
+    },
+]
+
+
+class DeletionRule(RayStruct, frozen=True, kw_only=True):
+    """One step of the deletion policy: what to delete, and when."""
+
+    policy: DeletionPolicyType
+    condition: Annotated[DeletionCondition, Meta(extra_json_schema={"x-kubernetes-validations": _CONDITION_RULES})]
+
+
+_STRATEGY_RULES: Final = [
+    {
+        "rule": "!((has(self.onSuccess) || has(self.onFailure)) && has(self.deletionRules))",
+        "message": (
+            "legacy policies (onSuccess/onFailure) and deletionRules cannot be used together "
+            "within the same deletionStrategy"
+        ),
+    },
+    {
+        "rule": "((has(self.onSuccess) && has(self.onFailure)) || has(self.deletionRules))",
+        "message": (
+            "deletionStrategy requires either BOTH onSuccess and onFailure, OR the deletionRules field "
+            "(cannot be empty)"
+        ),
+    },
+]
+
+
+class DeletionStrategy(RayStruct, frozen=True, kw_only=True):
+    """What to delete after the job ends: legacy per-outcome policies, or ordered rules."""
+
+    on_success: DeletionPolicy | None = None
+    on_failure: DeletionPolicy | None = None
+    deletion_rules: (
+        Annotated[tuple[DeletionRule, ...], Meta(min_length=1, extra_json_schema={"x-kubernetes-list-type": "atomic"})]
+        | None
+    ) = None
+
+
+class RayJobSpec(RayStruct, frozen=True, kw_only=True):
+    """The desired Ray job: what to run, on which cluster, and what happens afterwards."""
+
+    active_deadline_seconds: Annotated[Int32 | None, Meta(description="Measured from status.startTime.")] = None
+    backoff_limit: Annotated[Int32, Meta(description="Retries; each one builds a new RayCluster.")] = 0
+    ray_cluster_spec: RayClusterSpec | None = None
+    submitter_pod_template: PodTemplateSpec | None = None
+    metadata: StringMap | None = None
+    cluster_selector: Annotated[
+        StringMap | None, Meta(description="ray.io/cluster: name of an existing RayCluster to use.")
+    ] = None
+    submitter_config: SubmitterConfig | None = None
+    managed_by: ManagedBy | None = None
+    deletion_strategy: Annotated[
+        DeletionStrategy | None, Meta(extra_json_schema={"x-kubernetes-validations": _STRATEGY_RULES})
+    ] = None
+    entrypoint: str = ""
+    runtime_env_yaml: Annotated[str, Meta(description="Runtime environment as a YAML document.")] = msgspec.field(
+        default="", name="runtimeEnvYAML"
+    )
+    job_id: str = ""
+    submission_mode: Annotated[str, Meta(description="K8sJobMode, HTTPMode, InteractiveMode or SidecarMode.")] = (
+        K8S_JOB_MODE
+    )
+    entrypoint_resources: Annotated[str, Meta(description="JSON object of custom resources.")] = ""
+    entrypoint_num_cpus: float = 0.0
+    entrypoint_num_gpus: float = 0.0
+    ttl_seconds_after_finished: Int32 = 0
+    shutdown_after_job_finishes: bool = False
+    suspend: bool = False
+    pre_running_deadline_seconds: Annotated[Int32, Meta(ge=1)] | None = None
+
+
+# JobDeploymentStatus values (SPEC §1.4); "" is New.
+JOB_DEPLOYMENT_INITIALIZING: Final = "Initializing"
+JOB_DEPLOYMENT_RUNNING: Final = "Running"
+JOB_DEPLOYMENT_COMPLETE: Final = "Complete"
+JOB_DEPLOYMENT_FAILED: Final = "Failed"
+JOB_DEPLOYMENT_VALIDATION_FAILED: Final = "ValidationFailed"
+JOB_DEPLOYMENT_SUSPENDING: Final = "Suspending"
+JOB_DEPLOYMENT_SUSPENDED: Final = "Suspended"
+JOB_DEPLOYMENT_RETRYING: Final = "Retrying"
+JOB_DEPLOYMENT_WAITING: Final = "Waiting"
+
+# JobStatus values reported by Ray (SPEC §1.4); "" is New.
+JOB_STATUS_PENDING: Final = "PENDING"
+JOB_STATUS_RUNNING: Final = "RUNNING"
+JOB_STATUS_STOPPED: Final = "STOPPED"
+JOB_STATUS_SUCCEEDED: Final = "SUCCEEDED"
+JOB_STATUS_FAILED: Final = "FAILED"
+
+
+class RayJobInfo(RayStruct, frozen=True, kw_only=True):
+    """Start and end of the job as Ray reports them (converted from epoch milliseconds)."""
+
+    start_time: Time | None = None
+    end_time: Time | None = None
+
+
+class RayJobStatus(RayStruct, frozen=True, kw_only=True):
+    """What the operator observed about the job and its cluster (SPEC §1.4)."""
+
+    ray_job_info: Annotated[RayJobInfo | None, Meta(description="Times reported by Ray.")] = None
+    job_id: str = ""
+    ray_cluster_name: str = ""
+    dashboard_url: Annotated[str, Meta(description="host:port of the dashboard, no scheme.")] = msgspec.field(
+        default="", name="dashboardURL"
+    )
+    job_status: str = ""
+    job_deployment_status: str = ""
+    reason: str = ""
+    message: str = ""
+    start_time: Time | None = None
+    end_time: Time | None = None
+    job_status_check_failure_start_time: Time | None = None
+    succeeded: Int32 = 0
+    failed: Int32 = 0
+    ray_cluster_status: RayClusterStatus | None = None
+    observed_generation: Int64 = 0
+
+
+class RayJob(RayStruct, frozen=True, kw_only=True, omit_defaults=False):
+    """A RayJob object. ``apiVersion``/``kind`` are always encoded; ``metadata`` is free-form."""
+
+    api_version: str = API_VERSION
+    kind: str = "RayJob"
+    metadata: dict[str, Any] = {}
+    spec: RayJobSpec
+    status: RayJobStatus = RayJobStatus()
