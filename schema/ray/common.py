@@ -38,6 +38,15 @@ PRESERVE: Final[dict[str, Any]] = {"type": "object", "x-kubernetes-preserve-unkn
 """Schema fragment of an embedded Kubernetes object: kept whole, validated by the API server elsewhere."""
 
 
+def crd_default(value: str | int) -> Meta:
+    """Mark a field's Python default as also being the CRD default, which the API server fills in.
+
+    Fields whose default is only Go's zero value (``omitempty``) carry no mark, so the API server
+    stores nothing for them, as with KubeRay. The generator checks that both defaults agree.
+    """
+    return Meta(extra_json_schema={"default": value})
+
+
 class RayStruct(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     """Base of every ray.io/v1 struct (options inherited by subclasses)."""
 

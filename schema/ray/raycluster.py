@@ -39,6 +39,7 @@ from schema.ray.common import (
     StringMap,
     Time,
     VolumeMount,
+    crd_default,
 )
 
 UpscalingMode = Literal["Default", "Aggressive", "Conservative"]
@@ -64,8 +65,8 @@ class IngressOptions(RayStruct, frozen=True, kw_only=True):
     """The head Ingress created when ``enableIngress`` is true."""
 
     host: str | None = None
-    path: Annotated[str, Meta(description="Path of the Ingress rule.")] = "/"
-    path_type: PathType = "Prefix"
+    path: Annotated[str, crd_default("/"), Meta(description="Path of the Ingress rule.")] = "/"
+    path_type: Annotated[PathType, crd_default("Prefix")] = "Prefix"
     tls: tuple[IngressTLS, ...] | None = None
 
 
@@ -96,16 +97,16 @@ class WorkerGroupSpec(RayStruct, frozen=True, kw_only=True):
     group_name: str
     template: Annotated[PodTemplateSpec, Meta(description="Pod template of the group; containers[0] runs Ray.")]
     suspend: Annotated[bool | None, Meta(description="Internal: delete every pod of the group.")] = None
-    replicas: Int32 = 0
-    min_replicas: Int32 = 0
-    max_replicas: Int32 = MAX_INT32
+    replicas: Annotated[Int32, crd_default(0)] = 0
+    min_replicas: Annotated[Int32, crd_default(0)] = 0
+    max_replicas: Annotated[Int32, crd_default(MAX_INT32)] = MAX_INT32
     idle_timeout_seconds: Int32 | None = None
-    priority: Annotated[Int32, Meta(description="Autoscaler v2 priority (Ray >= 2.56).")] = 0
+    priority: Annotated[Int32, crd_default(0), Meta(description="Autoscaler v2 priority (Ray >= 2.56).")] = 0
     resources: RayResources | None = None
     labels: RayLabels | None = None
     ray_start_params: RayStartParams | None = None
     scale_strategy: ScaleStrategy | None = None
-    num_of_hosts: Annotated[Int32, Meta(description="Pods per replica (multi-host groups).")] = 1
+    num_of_hosts: Annotated[Int32, crd_default(1), Meta(description="Pods per replica (multi-host groups).")] = 1
 
 
 class AutoscalerOptions(RayStruct, frozen=True, kw_only=True):
@@ -195,7 +196,7 @@ class WorkerGroupNetworkPolicy(RayStruct, frozen=True, kw_only=True):
 class NetworkPolicyOptions(RayStruct, frozen=True, kw_only=True):
     """NetworkPolicies generated for the cluster (gate RayClusterNetworkPolicy)."""
 
-    mode: NetworkPolicyMode = "DenyAll"
+    mode: Annotated[NetworkPolicyMode, crd_default("DenyAll")] = "DenyAll"
     head: NetworkPolicyRules | None = None
     worker: NetworkPolicyRules | None = None
     worker_groups: Annotated[
@@ -280,7 +281,10 @@ class RayClusterStatus(RayStruct, frozen=True, kw_only=True):
 
 
 class RayCluster(RayStruct, frozen=True, kw_only=True, omit_defaults=False):
-    """A RayCluster object. ``apiVersion``/``kind`` are always encoded; ``metadata`` is free-form."""
+    """A Ray cluster: a head pod and groups of worker pods, managed as one unit (ray.io/v1).
+
+    In Python, ``apiVersion``, ``kind``, ``metadata`` and ``status`` are always encoded.
+    """
 
     api_version: str = API_VERSION
     kind: str = "RayCluster"

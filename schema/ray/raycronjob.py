@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from schema.ray.common import API_VERSION, Int32, RayStruct, Time
+from schema.ray.common import API_VERSION, Int32, RayStruct, Time, crd_default
 from schema.ray.rayjob import RayJobSpec
 
 ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace"]
@@ -31,6 +31,7 @@ class RayCronJobSpec(RayStruct, frozen=True, kw_only=True):
     suspend: bool | None = None
     concurrency_policy: Annotated[
         ConcurrencyPolicy,
+        crd_default("Allow"),
         Meta(
             description=(
                 "raybus extension. Allow: start a RayJob at every tick; Forbid: skip a tick while one is "
@@ -61,7 +62,10 @@ class RayCronJobStatus(RayStruct, frozen=True, kw_only=True):
 
 
 class RayCronJob(RayStruct, frozen=True, kw_only=True, omit_defaults=False):
-    """A RayCronJob object. ``apiVersion``/``kind`` are always encoded; ``metadata`` is free-form."""
+    """RayJobs created on a cron schedule (ray.io/v1).
+
+    In Python, ``apiVersion``, ``kind``, ``metadata`` and ``status`` are always encoded.
+    """
 
     api_version: str = API_VERSION
     kind: str = "RayCronJob"

@@ -26,6 +26,7 @@ from schema.ray.common import (
     RayStruct,
     StringMap,
     Time,
+    crd_default,
 )
 from schema.ray.raycluster import RayClusterSpec, RayClusterStatus
 
@@ -55,7 +56,7 @@ class DeletionCondition(RayStruct, frozen=True, kw_only=True):
 
     job_status: Literal["SUCCEEDED", "FAILED"] | None = None
     job_deployment_status: Literal["Failed"] | None = None
-    ttl_seconds: Annotated[Int32, Meta(ge=0)] = 0
+    ttl_seconds: Annotated[Int32, Meta(ge=0), crd_default(0)] = 0
 
 
 _CONDITION_RULES: Final = [
@@ -110,7 +111,7 @@ class RayJobSpec(RayStruct, frozen=True, kw_only=True):
     """The desired Ray job: what to run, on which cluster, and what happens afterwards."""
 
     active_deadline_seconds: Annotated[Int32 | None, Meta(description="Measured from status.startTime.")] = None
-    backoff_limit: Annotated[Int32, Meta(description="Retries; each one builds a new RayCluster.")] = 0
+    backoff_limit: Annotated[Int32, crd_default(0), Meta(description="Retries; each one builds a new RayCluster.")] = 0
     ray_cluster_spec: RayClusterSpec | None = None
     submitter_pod_template: PodTemplateSpec | None = None
     metadata: StringMap | None = None
@@ -127,13 +128,13 @@ class RayJobSpec(RayStruct, frozen=True, kw_only=True):
         default="", name="runtimeEnvYAML"
     )
     job_id: str = ""
-    submission_mode: Annotated[str, Meta(description="K8sJobMode, HTTPMode, InteractiveMode or SidecarMode.")] = (
-        K8S_JOB_MODE
-    )
+    submission_mode: Annotated[
+        str, crd_default(K8S_JOB_MODE), Meta(description="K8sJobMode, HTTPMode, InteractiveMode or SidecarMode.")
+    ] = K8S_JOB_MODE
     entrypoint_resources: Annotated[str, Meta(description="JSON object of custom resources.")] = ""
     entrypoint_num_cpus: float = 0.0
     entrypoint_num_gpus: float = 0.0
-    ttl_seconds_after_finished: Int32 = 0
+    ttl_seconds_after_finished: Annotated[Int32, crd_default(0)] = 0
     shutdown_after_job_finishes: bool = False
     suspend: bool = False
     pre_running_deadline_seconds: Annotated[Int32, Meta(ge=1)] | None = None
@@ -181,14 +182,17 @@ class RayJobStatus(RayStruct, frozen=True, kw_only=True):
     start_time: Time | None = None
     end_time: Time | None = None
     job_status_check_failure_start_time: Time | None = None
-    succeeded: Int32 = 0
-    failed: Int32 = 0
+    succeeded: Annotated[Int32, crd_default(0)] = 0
+    failed: Annotated[Int32, crd_default(0)] = 0
     ray_cluster_status: RayClusterStatus | None = None
     observed_generation: Int64 = 0
 
 
 class RayJob(RayStruct, frozen=True, kw_only=True, omit_defaults=False):
-    """A RayJob object. ``apiVersion``/``kind`` are always encoded; ``metadata`` is free-form."""
+    """A Ray job and the RayCluster it runs on, from submission to cleanup (ray.io/v1).
+
+    In Python, ``apiVersion``, ``kind``, ``metadata`` and ``status`` are always encoded.
+    """
 
     api_version: str = API_VERSION
     kind: str = "RayJob"

@@ -26,6 +26,7 @@ from schema.ray.common import (
     RayStruct,
     Service,
     Time,
+    crd_default,
 )
 from schema.ray.raycluster import RayClusterSpec, RayClusterStatus
 
@@ -38,7 +39,7 @@ UPGRADE_TYPES: Final = (NEW_CLUSTER, NEW_CLUSTER_WITH_INCREMENTAL_UPGRADE, NO_UP
 class ClusterUpgradeOptions(RayStruct, frozen=True, kw_only=True):
     """Incremental upgrade: how fast traffic moves to the new cluster (through Gateway API)."""
 
-    max_surge_percent: Int32 = 100
+    max_surge_percent: Annotated[Int32, crd_default(100)] = 100
     step_size_percent: Int32
     interval_seconds: Int32
     gateway_class_name: str
@@ -108,7 +109,10 @@ class RayServiceStatuses(RayStruct, frozen=True, kw_only=True):
 
 
 class RayService(RayStruct, frozen=True, kw_only=True, omit_defaults=False):
-    """A RayService object. ``apiVersion``/``kind`` are always encoded; ``metadata`` is free-form."""
+    """Ray Serve applications on a RayCluster, upgraded without downtime (ray.io/v1).
+
+    In Python, ``apiVersion``, ``kind``, ``metadata`` and ``status`` are always encoded.
+    """
 
     api_version: str = API_VERSION
     kind: str = "RayService"
