@@ -1,0 +1,341 @@
+"""The HTTP face of the store: CRUD, list (with chunking and Table output), watch and DeleteOptions.
+
+One aiohttp handler serves every resource URL (:mod:`kubesim.routing` decodes it). Errors leave as
+``Status`` bodies. Watches stream ``application/json`` lines: initial ADDED events (no or ``0``
+resourceVersion) or replayed history, then live events; an expired resourceVersion yields one ERROR
+line carrying a 410 Status, as the real server does; BOOKMARKs go out every ``bookmark_interval``
+when allowed; ``timeoutSeconds`` ends the stream.
+
+The service/pod proxy is :mod:`kubesim.proxy`; discovery is :mod:`kubesim.discovery`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from kubesim import codec, tables
+from kubesim.deletion import DeleteOptions
+from kubesim.errors import ApiError, bad_request, method_not_allowed, not_found, page_not_found, too_large
+from kubesim.resources import ResourceInfo
+from kubesim.routing import Target
+from kubesim.selectors import combine, parse_field_selector, parse_label_selector
+from kubesim.settings import KubeSimSettings
+from kubesim.store import ObjectStore, present
+from kubesim.watchhub import Watcher, event_line
+
+Obj = dict[str, Any]
+
+log = logging.getLogger(__name__)
+
+_JSON = "application/json"
+# Immediate deletions of these return the object; others return a Success Status (as kube-apiserver).
+_DELETE_RETURNS_OBJECT = frozenset({("", "pods"), ("", "services"), ("", "namespaces")})
+
+
+def json_response(body: object, status: int = 200) -> web.Response:
+    """A JSON response."""
+    return web.Response(body=codec.encode(body), status=status, content_type=_JSON)
+
+
+def error_response(error: ApiError) -> web.Response:
+    """The ``Status`` response of an error."""
+    return json_response(error.status(), error.code)
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("1", "true", "yes")
+
+
+def _int_param(query: Any, name: str) -> int | None:
+    value = query.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise bad_request(f"invalid {name}: {value!r}") from exc
+
+
+def _encode_continue(rv: int, namespace: str, name: str) -> str:
+    raw = codec.encode({"rv": rv, "start": [namespace, name]})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[str, str]:
+    try:
+        data = codec.decode(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        ns, name = data["start"]
+        return str(ns), str(name)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise bad_request(f"invalid continue token: {exc}") from exc
+
+
+class ResourceApi:
+    """Request handling for every resource endpoint."""
+
+    def __init__(self, *, store: ObjectStore, settings: KubeSimSettings) -> None:
+        self._store = store
+        self._settings = settings
+        self._watch_queues: set[Watcher] = set()
+
+    def close_watches(self) -> None:
+        """End every open watch stream (server shutdown)."""
+        for watcher in self._watch_queues:
+            watcher.queue.put_nowait(b"")
+
+    def resolve(self, target: Target) -> ResourceInfo:
+        """The served resource a URL names.
+
+        Raises:
+            ApiError: 404 when the resource is not served.
+        """
+        info = self._store.registry.lookup(target.group, target.version, target.plural)
+        if info is None or (target.namespace is not None and not info.namespaced):
+            raise page_not_found()
+        return info
+
+    async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """Serve a (non-proxy) resource request."""
+        info = self.resolve(target)
+        method = request.method
+        if target.subresource is not None and (target.subresource != "status" or not info.status):
+            raise page_not_found()
+        watch = target.watch_prefix or _flag(request.query.get("watch"))
+        namespace = target.namespace
+        if info.namespaced is False:
+            namespace = None
+        if target.name is None:
+            if method == "GET":
+                if watch:
+                    return await self._watch(request, info, namespace, None)
+                return self._list(request, info, namespace)
+            if method == "POST":
+                body = await self._body(request)
+                created = self._store.create_object(info, namespace, body)
+                return json_response(present(info, created), 201)
+            if method == "DELETE":
+                return await self._delete_collection(request, info, namespace)
+            raise method_not_allowed(method)
+        name = target.name
+        if method == "GET":
+            if watch:
+                return await self._watch(request, info, namespace, name)
+            return self._get(request, info, namespace, name)
+        if method == "PUT":
+            body = await self._body(request)
+            updated = self._store.update_object(
+                info, namespace, name, body, subresource=target.subresource, require_rv=info.custom
+            )
+            return json_response(present(info, updated))
+        if method == "PATCH":
+            raw = await self._raw(request)
+            patched, was_created = self._store.patch_object(
+                info, namespace, name, request.headers.get("Content-Type", ""), raw, subresource=target.subresource
+            )
+            return json_response(present(info, patched), 201 if was_created else 200)
+        if method == "DELETE" and target.subresource is None:
+            return await self._delete(request, info, namespace, name)
+        raise method_not_allowed(method)
+
+    # -- bodies --------------------------------------------------------------------------------
+
+    async def _raw(self, request: web.Request) -> bytes:
+        limit = self._settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large()
+        raw = await request.read()
+        if len(raw) > limit:
+            raise too_large()
+        return raw
+
+    async def _body(self, request: web.Request) -> Obj:
+        raw = await self._raw(request)
+        try:
+            body = codec.decode(raw)
+        except codec.DecodeError as exc:
+            raise bad_request(f"the object provided is unrecognized or malformed JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise bad_request("the object provided must be a JSON object")
+        return body
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _get(self, request: web.Request, info: ResourceInfo, namespace: str | None, name: str) -> web.Response:
+        obj = present(info, self._store.require(info, namespace or "", name))
+        if tables.wants_table(request.headers.get("Accept", "")):
+            return json_response(tables.to_table(info, [obj], resource_version=str(self._store.rv), now=time.time()))
+        return json_response(obj)
+
+    def _matcher(self, request: web.Request, info: ResourceInfo, name: str | None = None) -> Any:
+        label = parse_label_selector(request.query.get("labelSelector"))
+        field = parse_field_selector(request.query.get("fieldSelector"), info.storage_key)
+        by_name = parse_field_selector(f"metadata.name={name}", info.storage_key) if name else None
+        return combine(label, field, by_name)
+
+    def _list(self, request: web.Request, info: ResourceInfo, namespace: str | None) -> web.Response:
+        matcher = self._matcher(request, info)
+        objs = self._store.select(info.storage_key, namespace, matcher)
+        rv = self._store.rv
+        limit = _int_param(request.query, "limit")
+        token = request.query.get("continue")
+        if token:
+            start = _decode_continue(token)
+            objs = [o for o in objs if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > start]
+        list_meta: Obj = {"resourceVersion": str(rv)}
+        if limit and limit > 0 and len(objs) > limit:
+            remaining = len(objs) - limit
+            objs = objs[:limit]
+            last = objs[-1]["metadata"]
+            list_meta["continue"] = _encode_continue(rv, last.get("namespace", ""), last["name"])
+            list_meta["remainingItemCount"] = remaining
+        items = [present(info, o) for o in objs]
+        if tables.wants_table(request.headers.get("Accept", "")):
+            table = tables.to_table(info, items, resource_version=str(rv), now=time.time())
+            table["metadata"] = list_meta
+            return json_response(table)
+        return json_response(
+            {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta, "items": items}
+        )
+
+    # -- watch ---------------------------------------------------------------------------------
+
+    async def _watch(
+        self, request: web.Request, info: ResourceInfo, namespace: str | None, name: str | None
+    ) -> web.StreamResponse:
+        store = self._store
+        watcher = Watcher(info.storage_key, namespace, self._matcher(request, info, name), info.api_version)
+        rv_param = request.query.get("resourceVersion") or "0"
+        timeout = _int_param(request.query, "timeoutSeconds")
+        bookmarks = _flag(request.query.get("allowWatchBookmarks"))
+        expired: ApiError | None = None
+        # Initial state and registration happen without an await in between, so no event is missed.
+        if rv_param == "0":
+            for obj in store.select(info.storage_key, namespace, watcher.matcher):
+                watcher.queue.put_nowait(event_line("ADDED", codec.encode(present(info, obj))))
+        else:
+            try:
+                since = int(rv_param)
+            except ValueError as exc:
+                raise bad_request(f'invalid resource version "{rv_param}"') from exc
+            try:
+                for change in store.hub.changes_since(info.storage_key, since):
+                    watcher.offer(change)
+            except ApiError as exc:
+                expired = exc
+        response = web.StreamResponse(status=200, headers={"Content-Type": _JSON, "Cache-Control": "no-cache"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        if expired is not None:
+            await response.write(event_line("ERROR", codec.encode(expired.status())))
+            await response.write_eof()
+            return response
+        store.hub.add(watcher)
+        self._watch_queues.add(watcher)
+        try:
+            await self._pump(response, watcher, info, timeout=timeout, bookmarks=bookmarks)
+        except (ConnectionResetError, ConnectionError):
+            pass
+        finally:
+            store.hub.remove(watcher)
+            self._watch_queues.discard(watcher)
+        return response
+
+    async def _pump(
+        self,
+        response: web.StreamResponse,
+        watcher: Watcher,
+        info: ResourceInfo,
+        *,
+        timeout: int | None,
+        bookmarks: bool,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout if timeout is not None and timeout > 0 else self._settings.watch_timeout)
+        interval = self._settings.bookmark_interval
+        next_bookmark = loop.time() + interval
+        queue = watcher.queue
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                break
+            if bookmarks and now >= next_bookmark and queue.empty():
+                await response.write(self._bookmark(info))
+                next_bookmark = now + interval
+                continue
+            wait = min(deadline, next_bookmark) - now if bookmarks else deadline - now
+            try:
+                async with asyncio.timeout(wait):
+                    line = await queue.get()
+            except TimeoutError:
+                continue
+            chunks = [line]
+            while not queue.empty():
+                chunks.append(queue.get_nowait())
+            if not all(chunks):
+                await response.write(b"".join(c for c in chunks if c))
+                break
+            await response.write(b"".join(chunks))
+        await response.write_eof()
+
+    def _bookmark(self, info: ResourceInfo) -> bytes:
+        obj = {"kind": info.kind, "apiVersion": info.api_version, "metadata": {"resourceVersion": str(self._store.rv)}}
+        return event_line("BOOKMARK", codec.encode(obj))
+
+    # -- deletes -------------------------------------------------------------------------------
+
+    async def _delete_options(self, request: web.Request) -> DeleteOptions:
+        raw = await self._raw(request) if request.can_read_body else b""
+        body: Obj = {}
+        if raw.strip():
+            try:
+                decoded = codec.decode(raw)
+            except codec.DecodeError as exc:
+                raise bad_request(f"malformed DeleteOptions: {exc}") from exc
+            if isinstance(decoded, dict):
+                body = decoded
+        query = request.query
+        grace = _int_param(query, "gracePeriodSeconds")
+        if grace is None and isinstance(body.get("gracePeriodSeconds"), int):
+            grace = body["gracePeriodSeconds"]
+        policy = query.get("propagationPolicy") or body.get("propagationPolicy")
+        orphan = query.get("orphanDependents")
+        if policy is None and (_flag(orphan) or body.get("orphanDependents") is True):
+            policy = "Orphan"
+        if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
+            raise bad_request(f'propagationPolicy: Unsupported value: "{policy}"')
+        pre = body.get("preconditions") or {}
+        return DeleteOptions(
+            grace_period_seconds=grace,
+            propagation_policy=policy,
+            precondition_uid=pre.get("uid"),
+            precondition_rv=pre.get("resourceVersion"),
+        )
+
+    async def _delete(self, request: web.Request, info: ResourceInfo, namespace: str | None, name: str) -> web.Response:
+        options = await self._delete_options(request)
+        obj, gone = self._store.deletion.delete_object(info, namespace or "", name, options)
+        if gone and not info.custom and info.storage_key not in _DELETE_RETURNS_OBJECT:
+            details: Obj = {"name": name, "kind": info.plural, "uid": obj["metadata"]["uid"]}
+            if info.group:
+                details["group"] = info.group
+            return json_response(
+                {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+            )
+        return json_response(present(info, obj))
+
+    async def _delete_collection(self, request: web.Request, info: ResourceInfo, namespace: str | None) -> web.Response:
+        options = await self._delete_options(request)
+        objs = self._store.select(info.storage_key, namespace, self._matcher(request, info))
+        self._store.deletion.delete_collection(info, namespace, objs, options)
+        return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+
+
+def missing(info: ResourceInfo, name: str) -> ApiError:
+    """404 for an object of ``info`` (used by the proxy)."""
+    return not_found(info.group, info.plural, name)
