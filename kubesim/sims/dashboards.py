@@ -1,0 +1,269 @@
+"""Ray head wiring: one dashboard simulator per running head pod, and where the kubesim proxies forward.
+
+The kubelet starts a dashboard (``kubesim.dashboard``) on a loopback port just before it reports a head pod
+(``ray.io/node-type=head``) Running, so anyone who sees the pod Running can reach it; it stops it when the
+head's Ray container dies or the pod goes away. A new head pod gets a fresh dashboard: jobs and serve apps
+are lost, as with a real head restart without GCS fault tolerance.
+
+Token auth: when the head's Ray container has ``RAY_AUTH_MODE=token``, the token is its ``RAY_AUTH_TOKEN``
+(usually a secretKeyRef, read from the store) and the dashboard demands it.
+
+As a :class:`~kubesim.hooks.ProxyResolver`, a Service port resolves to the dashboard of the cluster whose
+pods its selector picks (Ready pods, or any running one with ``publishNotReadyAddresses``), and a Pod port to
+its cluster's dashboard. Every Ray HTTP port (dashboard 8265, agent 52365, serve 8000, metrics, any port
+named in the container) maps to the same simulated server, because one app answers all their paths;
+GCS (6379) and Ray client (10001) ports resolve to nothing, as they do not speak HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubesim.dashboard import Clock, DashboardServer, DashboardState, new_state
+from kubesim.hooks import Store
+from kubesim.sims.annotations import pod_faults
+from kubesim.sims.envresolve import resolve_env
+from kubesim.sims.objects import (
+    PODS,
+    SERVICES,
+    is_terminating,
+    labels_of,
+    name_of,
+    namespace_of,
+    selector_matches,
+    spec_of,
+    status_of,
+    uid_of,
+)
+from kubesim.sims.options import SimOptions
+
+logger = logging.getLogger(__name__)
+
+CLUSTER_LABEL = "ray.io/cluster"
+NODE_TYPE_LABEL = "ray.io/node-type"
+NON_HTTP_PORTS = frozenset({6379, 10001})
+NON_HTTP_PORT_NAMES = frozenset({"gcs-server", "gcs", "client", "redis"})
+_VERSION = re.compile(r"(\d+\.\d+\.\d+)")
+
+
+@dataclass
+class _Head:
+    pod_uid: str
+    pod_name: str
+    server: DashboardServer
+
+
+def is_head_pod(pod: Mapping[str, Any]) -> bool:
+    """True for a Ray head pod."""
+    return labels_of(pod).get(NODE_TYPE_LABEL) == "head"
+
+
+def cluster_key(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, cluster) of a Ray pod; a pod without the label is its own cluster."""
+    return namespace_of(pod), labels_of(pod).get(CLUSTER_LABEL) or name_of(pod)
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status_of(pod).get("conditions") or [])
+
+
+class RayDashboards:
+    """Registry of simulated Ray heads; also the kubesim :class:`~kubesim.hooks.ProxyResolver`."""
+
+    def __init__(self, *, options: SimOptions, clock: Clock) -> None:
+        self._options = options
+        self._clock = clock
+        self._store: Store | None = None
+        self._heads: dict[tuple[str, str], _Head] = {}
+
+    def attach(self, store: Store) -> None:
+        """Give the registry the store it reads Secrets, Services and Pods from."""
+        self._store = store
+
+    # --- lifecycle, driven by the kubelet ------------------------------------------------------
+
+    async def start_for(self, pod: Mapping[str, Any]) -> DashboardServer:
+        """Start a fresh dashboard for a head pod (replacing any previous head of its cluster)."""
+        key = cluster_key(pod)
+        previous = self._heads.pop(key, None)
+        if previous is not None:
+            await previous.server.stop()
+        state = new_state(
+            clock=self._clock,
+            token=self._token_for(pod),
+            default_run_seconds=self._options.job_run_seconds,
+            serve_deploy_seconds=self._options.serve_deploy_seconds,
+            ray_version=_ray_version(pod),
+        )
+        state.labels = {"namespace": key[0], "cluster": key[1], "pod": name_of(pod)}
+        self.apply_faults(pod, state)
+        server = DashboardServer(state)
+        await server.start()
+        self._heads[key] = _Head(uid_of(pod), name_of(pod), server)
+        logger.info("kubesim: Ray dashboard of %s/%s serving at %s", key[0], key[1], server.url)
+        return server
+
+    async def stop_for(self, pod: Mapping[str, Any]) -> None:
+        """Stop the dashboard of a head pod, if that pod still owns it."""
+        key = cluster_key(pod)
+        head = self._heads.get(key)
+        if head is not None and head.pod_uid == uid_of(pod):
+            del self._heads[key]
+            await head.server.stop()
+
+    async def stop_all(self) -> None:
+        """Stop every dashboard (simulator shutdown)."""
+        heads, self._heads = list(self._heads.values()), {}
+        for head in heads:
+            await head.server.stop()
+
+    def refresh(self, pod: Mapping[str, Any]) -> None:
+        """Re-read a live head pod's failure annotations into its dashboard."""
+        head = self._heads.get(cluster_key(pod))
+        if head is not None and head.pod_uid == uid_of(pod):
+            self.apply_faults(pod, head.server.state)
+
+    @staticmethod
+    def apply_faults(pod: Mapping[str, Any], state: DashboardState) -> None:
+        """Copy the ``serve-unhealthy`` / ``gcs-unhealthy`` annotations into a dashboard state."""
+        faults = pod_faults(pod)
+        state.serve_proxy_healthy = not faults.serve_unhealthy
+        state.gcs_healthy = not faults.gcs_unhealthy
+
+    def _token_for(self, pod: Mapping[str, Any]) -> str | None:
+        containers = spec_of(pod).get("containers") or []
+        if not containers or self._store is None:
+            return None
+        env, _ = resolve_env(self._store, pod, containers[0])
+        if env.get("RAY_AUTH_MODE", "").lower() != "token":
+            return None
+        return env.get("RAY_AUTH_TOKEN") or None
+
+    # --- lookups for tests and the submitter ---------------------------------------------------
+
+    def has_dashboard(self, namespace: str, cluster: str) -> bool:
+        """True while the cluster's head dashboard runs."""
+        return (namespace, cluster) in self._heads
+
+    def dashboard_url(self, namespace: str, cluster: str) -> str | None:
+        """Loopback base URL of a cluster's dashboard, or None."""
+        head = self._heads.get((namespace, cluster))
+        return head.server.url if head is not None and head.server.running else None
+
+    def dashboard_state(self, namespace: str, cluster: str) -> DashboardState | None:
+        """The live state of a cluster's dashboard (tests may inspect or poke it), or None."""
+        head = self._heads.get((namespace, cluster))
+        return head.server.state if head is not None else None
+
+    def resolve_address(self, pod: Mapping[str, Any], host: str, port: int) -> str | None:
+        """Where ``http://host:port`` seen from inside ``pod`` really goes (a dashboard URL), or None."""
+        store = self._store
+        if store is None:
+            return None
+        if host in ("127.0.0.1", "localhost", "0.0.0.0", "::1") or host == status_of(pod).get("podIP"):
+            return self._url_for_pod(pod, str(port))
+        if _is_ip(host):
+            for service in store.list(SERVICES):
+                if spec_of(service).get("clusterIP") == host:
+                    return self.resolve_service(namespace_of(service), name_of(service), str(port))
+            for other in store.list(PODS):
+                if status_of(other).get("podIP") == host:
+                    return self._url_for_pod(other, str(port))
+            return None
+        parts = host.split(".")
+        namespace = parts[1] if len(parts) > 1 and parts[1] != "svc" else namespace_of(pod)
+        return self.resolve_service(namespace, parts[0], str(port))
+
+    # --- ProxyResolver ---------------------------------------------------------------------
+
+    def resolve_service(self, namespace: str, service: str, port: str) -> str | None:
+        """Base URL behind ``<service>:<port>`` (port name or number), or None."""
+        if self._store is None:
+            return None
+        svc = self._store.get(SERVICES, namespace, service)
+        if svc is None:
+            return None
+        spec = spec_of(svc)
+        selector = spec.get("selector") or {}
+        if spec.get("type") == "ExternalName" or not selector:
+            return None
+        target = _service_target(spec.get("ports") or [], port)
+        if target is None:
+            return None
+        publish = bool(spec.get("publishNotReadyAddresses"))
+        candidates = [
+            pod
+            for pod in self._store.list(PODS, namespace)
+            if selector_matches(selector, labels_of(pod))
+            and status_of(pod).get("phase") == "Running"
+            and not is_terminating(pod)
+            and (publish or _pod_ready(pod))
+        ]
+        # Prefer Ready pods, then heads, so a serve Service spanning head and workers lands deterministically.
+        candidates.sort(key=lambda p: (not _pod_ready(p), not is_head_pod(p), name_of(p)))
+        for pod in candidates:
+            url = self._url_for_pod(pod, target)
+            if url is not None:
+                return url
+        return None
+
+    def resolve_pod(self, namespace: str, pod: str, port: str) -> str | None:
+        """Base URL behind ``<pod>:<port>`` (port name or number), or None."""
+        if self._store is None:
+            return None
+        obj = self._store.get(PODS, namespace, pod)
+        if obj is None or status_of(obj).get("phase") != "Running":
+            return None
+        return self._url_for_pod(obj, port)
+
+    def _url_for_pod(self, pod: Mapping[str, Any], port: str) -> str | None:
+        head = self._heads.get(cluster_key(pod))
+        if head is None or not head.server.running or not _is_http_port(pod, port):
+            return None
+        return head.server.url
+
+
+def _is_ip(host: str) -> bool:
+    return bool(re.fullmatch(r"\d+\.\d+\.\d+\.\d+", host))
+
+
+def _service_target(ports: list[Any], port: str) -> str | None:
+    """The targetPort (name or number, as text) of the service port named or numbered ``port``."""
+    if not ports:
+        # A headless Service without ports: the client's port goes to the pod as is.
+        return port or None
+    chosen: Mapping[str, Any] | None = None
+    for entry in ports:
+        if not isinstance(entry, dict):
+            continue
+        if not port or port in (str(entry.get("name", "")), str(entry.get("port", ""))):
+            chosen = entry
+            break
+    if chosen is None:
+        return None
+    target = chosen.get("targetPort", chosen.get("port"))
+    return None if target is None else str(target)
+
+
+def _is_http_port(pod: Mapping[str, Any], port: str) -> bool:
+    if port.isdigit():
+        return int(port) not in NON_HTTP_PORTS
+    if port in NON_HTTP_PORT_NAMES:
+        return False
+    for container in spec_of(pod).get("containers") or []:
+        for entry in container.get("ports") or []:
+            if entry.get("name") == port:
+                return int(entry.get("containerPort", 0)) not in NON_HTTP_PORTS
+    # An unknown name: accept the Ray HTTP names even when the container does not declare them.
+    return port in ("dashboard", "serve", "metrics", "dashboard-agent") or port.startswith("serve-")
+
+
+def _ray_version(pod: Mapping[str, Any]) -> str:
+    containers = spec_of(pod).get("containers") or []
+    image = str(containers[0].get("image", "")) if containers else ""
+    match = _VERSION.search(image.rsplit(":", 1)[-1]) if ":" in image else None
+    return match.group(1) if match else "2.52.0"

@@ -1,0 +1,191 @@
+"""The EndpointSlice controller simulator: one ``discovery.k8s.io/v1`` slice per selector Service.
+
+Each Service with a selector gets a slice named ``<service>-<5 hex of its uid>``, labelled
+``kubernetes.io/service-name`` and ``endpointslice.kubernetes.io/managed-by``, owned by the Service (so the
+core's garbage collector removes it with the Service). Endpoints are the selected pods that have a podIP
+and are not finished, with the real controller's conditions: ``ready`` = pod Ready (always true with
+``publishNotReadyAddresses``, false while terminating unless so), ``serving`` = pod Ready (or publish),
+``terminating`` = deletionTimestamp set; ``targetRef`` names the Pod. Ports come from the Service, named
+targetPorts resolved against the first selected pod's container ports.
+
+A slice is rewritten only when its content changes. Services without a selector (user-managed slices)
+and ExternalName Services are left alone. Legacy ``v1/Endpoints`` objects are not produced, and a Service
+never gets more than one slice (no 100-endpoint split).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+from kubesim.dashboard import Clock
+from kubesim.hooks import Store, StoreEvent
+from kubesim.sims.loop import WorkQueue, consume, process
+from kubesim.sims.objects import (
+    ENDPOINTSLICES,
+    PODS,
+    SERVICES,
+    is_terminating,
+    labels_of,
+    name_of,
+    namespace_of,
+    selector_matches,
+    spec_of,
+    status_of,
+    uid_of,
+)
+
+ServiceKey = tuple[str, str]
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+MANAGED_BY = "endpointslice-controller.k8s.io"
+
+
+def slice_name(service: dict[str, Any]) -> str:
+    """The slice name of a Service."""
+    return f"{name_of(service)}-{hashlib.sha1(uid_of(service).encode()).hexdigest()[:5]}"
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status_of(pod).get("conditions") or [])
+
+
+def _endpoint(pod: dict[str, Any], *, publish: bool) -> dict[str, Any]:
+    terminating = is_terminating(pod)
+    ready_pod = _pod_ready(pod)
+    serving = publish or ready_pod
+    ready = publish or (ready_pod and not terminating)
+    endpoint: dict[str, Any] = {
+        "addresses": [str(status_of(pod)["podIP"])],
+        "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
+        "targetRef": {"kind": "Pod", "namespace": namespace_of(pod), "name": name_of(pod), "uid": uid_of(pod)},
+    }
+    node = spec_of(pod).get("nodeName")
+    if node:
+        endpoint["nodeName"] = node
+    return endpoint
+
+
+def _container_port(pod: dict[str, Any] | None, name: str) -> int | None:
+    if pod is None:
+        return None
+    for container in spec_of(pod).get("containers") or []:
+        for entry in container.get("ports") or []:
+            if entry.get("name") == name and isinstance(entry.get("containerPort"), int):
+                return int(entry["containerPort"])
+    return None
+
+
+def _ports(service: dict[str, Any], first_pod: dict[str, Any] | None) -> list[dict[str, Any]]:
+    ports: list[dict[str, Any]] = []
+    for entry in spec_of(service).get("ports") or []:
+        target = entry.get("targetPort", entry.get("port"))
+        number = target if isinstance(target, int) else None
+        if isinstance(target, str):
+            number = int(target) if target.isdigit() else _container_port(first_pod, target)
+        if number is None:
+            continue
+        port: dict[str, Any] = {"name": entry.get("name", ""), "port": number, "protocol": entry.get("protocol", "TCP")}
+        if entry.get("appProtocol"):
+            port["appProtocol"] = entry["appProtocol"]
+        ports.append(port)
+    return ports
+
+
+class EndpointSliceController:
+    """Keeps each selector Service's EndpointSlice in step with its pods."""
+
+    def __init__(self, *, clock: Clock) -> None:
+        self._clock = clock
+        self._store: Store | None = None
+        self._queue: WorkQueue[ServiceKey] = WorkQueue()
+        self._members: dict[ServiceKey, set[str]] = {}
+
+    async def run(self, store: Store) -> None:
+        """Run until cancelled."""
+        self._store = store
+        worker = asyncio.ensure_future(process(self._queue, self._reconcile, what="endpointslice controller"))
+        try:
+            await consume(store, self._on_event, initial=[SERVICES])
+        finally:
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+
+    def _on_event(self, event: StoreEvent) -> None:
+        obj = event.object
+        namespace = namespace_of(obj)
+        if event.gvr == SERVICES:
+            key = (namespace, name_of(obj))
+            if event.type == "DELETED":
+                self._members.pop(key, None)
+            else:
+                self._queue.add(key)
+        elif event.gvr == PODS and self._store is not None:
+            name, labels = name_of(obj), labels_of(obj)
+            for service in self._store.list(SERVICES, namespace):
+                key = (namespace, name_of(service))
+                selector = spec_of(service).get("selector") or {}
+                if selector_matches(selector, labels) or name in self._members.get(key, set()):
+                    self._queue.add(key)
+
+    def _reconcile(self, key: ServiceKey) -> None:
+        store = self._store
+        if store is None:
+            return
+        namespace, name = key
+        service = store.get(SERVICES, namespace, name)
+        if service is None:
+            return
+        spec = spec_of(service)
+        selector = spec.get("selector") or {}
+        if not selector or spec.get("type") == "ExternalName":
+            return
+        publish = bool(spec.get("publishNotReadyAddresses"))
+        pods = sorted(
+            (
+                pod
+                for pod in store.list(PODS, namespace)
+                if selector_matches(selector, labels_of(pod))
+                and status_of(pod).get("podIP")
+                and status_of(pod).get("phase") not in ("Succeeded", "Failed")
+            ),
+            key=name_of,
+        )
+        self._members[key] = {name_of(p) for p in pods}
+        labels = {**labels_of(service), SERVICE_NAME_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY}
+        wanted: dict[str, Any] = {
+            "addressType": "IPv4",
+            "endpoints": [_endpoint(p, publish=publish) for p in pods],
+            "ports": _ports(service, pods[0] if pods else None),
+        }
+        existing = store.get(ENDPOINTSLICES, namespace, slice_name(service))
+        if existing is None:
+            body = {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": slice_name(service),
+                    "namespace": namespace,
+                    "labels": labels,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Service",
+                            "name": name,
+                            "uid": uid_of(service),
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                **wanted,
+            }
+            store.create(ENDPOINTSLICES, body)
+            return
+        current = {k: existing.get(k) for k in wanted}
+        if current == wanted and labels_of(existing) == labels:
+            return
+        existing.update(wanted)
+        existing["metadata"]["labels"] = labels
+        store.update(ENDPOINTSLICES, existing)

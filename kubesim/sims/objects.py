@@ -1,0 +1,106 @@
+"""Resource identities and small accessors shared by the simulators.
+
+Objects cross the store seam as plain dicts (``kubesim.hooks``); these helpers read them without
+repeating ``obj.get("metadata", {}).get(...)`` everywhere and turn the core's errors into HTTP codes,
+so a simulator can treat "already gone" and "already exists" as done without importing the core.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from kubesim.hooks import GVR
+
+Obj = dict[str, Any]
+
+PODS = GVR("", "v1", "pods")
+SERVICES = GVR("", "v1", "services")
+SECRETS = GVR("", "v1", "secrets")
+CONFIGMAPS = GVR("", "v1", "configmaps")
+JOBS = GVR("batch", "v1", "jobs")
+ENDPOINTSLICES = GVR("discovery.k8s.io", "v1", "endpointslices")
+GATEWAYS = GVR("gateway.networking.k8s.io", "v1", "gateways")
+GATEWAYCLASSES = GVR("gateway.networking.k8s.io", "v1", "gatewayclasses")
+HTTPROUTES = GVR("gateway.networking.k8s.io", "v1", "httproutes")
+
+
+def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object's metadata (empty dict when absent)."""
+    value = obj.get("metadata")
+    return value if isinstance(value, dict) else {}
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    """metadata.name."""
+    return str(meta(obj).get("name", ""))
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """metadata.namespace."""
+    return str(meta(obj).get("namespace", ""))
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    """metadata.uid."""
+    return str(meta(obj).get("uid", ""))
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    """metadata.labels (empty dict when absent)."""
+    value = meta(obj).get("labels")
+    return value if isinstance(value, dict) else {}
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    """metadata.annotations (empty dict when absent)."""
+    value = meta(obj).get("annotations")
+    return value if isinstance(value, dict) else {}
+
+
+def spec_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object's spec (empty dict when absent)."""
+    value = obj.get("spec")
+    return value if isinstance(value, dict) else {}
+
+
+def status_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object's status (empty dict when absent)."""
+    value = obj.get("status")
+    return value if isinstance(value, dict) else {}
+
+
+def is_terminating(obj: Mapping[str, Any]) -> bool:
+    """True once metadata.deletionTimestamp is set."""
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """Equality-based selector (a Service's ``spec.selector``); an empty selector matches nothing."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def label_selector_text(selector: Mapping[str, str]) -> str:
+    """The ``k=v,k2=v2`` form of an equality selector, for ``Store.list``."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+def controller_owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
+    """The uid of the controlling owner of ``kind``, if any."""
+    for ref in meta(obj).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("kind") == kind and ref.get("controller"):
+            return str(ref.get("uid", ""))
+    return None
+
+
+def rfc3339(epoch_seconds: float) -> str:
+    """Kubernetes' timestamp format (second precision, UTC, ``Z``)."""
+    moment = datetime.datetime.fromtimestamp(int(epoch_seconds), tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def api_error_code(error: BaseException) -> int | None:
+    """The HTTP code of a core store error (``ApiError.code``), or None for anything else."""
+    code = getattr(error, "code", None)
+    return code if isinstance(code, int) else None

@@ -1,0 +1,69 @@
+"""Settings of the simulators: one frozen dataclass with documented defaults, one preset per kubelet mode.
+
+``instant`` is what tests use: pods go Running/Ready in the same pass they are seen, only scripted Ray
+work (a job's run, a serve deploy) takes its short default time. ``realistic`` spaces the steps out
+(scheduling, image pull, readiness, graceful termination) so a client sees every intermediate state;
+the delays are still well under a second by default so end-to-end runs stay quick. Tests override single
+fields with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+KubeletMode = Literal["off", "instant", "realistic"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimOptions:
+    """Every tunable of the simulators (float seconds unless said otherwise)."""
+
+    schedule_delay: float = 0.0
+    """Pending → scheduled (``spec.nodeName`` set, PodScheduled True)."""
+    image_pull_delay: float = 0.0
+    """Scheduled → containers started (per init-container step too)."""
+    readiness_delay: float = 0.0
+    """Container started → Ready (stand-in for the first passing readiness probe)."""
+    termination_delay: float = 0.0
+    """deletionTimestamp seen → pod removed; also capped by the pod's terminationGracePeriodSeconds."""
+    crash_loop_interval: float = 1.0
+    """Time between restartCount increments of a ``crash-loop`` pod."""
+    batch_container_run_seconds: float = 0.2
+    """Run length of a container of a batch Job pod that is not a Ray job submitter (it then exits 0)."""
+    job_backoff_delay: float = 0.0
+    """Batch Job: wait after a failed pod before creating the next one."""
+    submitter_poll_interval: float = 0.05
+    """How often a simulated ``ray job`` CLI polls the dashboard (health wait, ``logs --follow``)."""
+    wait_gcs_ready: bool = True
+    """Workers' ``wait-gcs-ready`` init container waits for the head's dashboard, like the real one."""
+    job_run_seconds: float = 0.2
+    """Default run length of a Ray job without a ``KUBESIM_RUN_SECONDS`` marker."""
+    serve_deploy_seconds: float = 0.2
+    """Time a serve application spends DEPLOYING before RUNNING / DEPLOY_FAILED."""
+    node_name: str = "kubesim-node"
+    """The one simulated node pods are bound to."""
+    host_ip: str = "10.0.0.10"
+    """``status.hostIP`` of that node."""
+    endpoint_slices: bool = True
+    """Run the EndpointSlice controller."""
+    batch_jobs: bool = True
+    """Run the batch/v1 Job controller."""
+    gateway_status: bool = True
+    """Run the Gateway API status controller."""
+
+
+INSTANT = SimOptions()
+
+REALISTIC = replace(
+    INSTANT,
+    schedule_delay=0.05,
+    image_pull_delay=0.2,
+    readiness_delay=0.3,
+    termination_delay=0.2,
+)
+
+
+def options_for(mode: KubeletMode) -> SimOptions:
+    """The preset of a kubelet mode ("off" gets the instant values; nothing runs anyway)."""
+    return REALISTIC if mode == "realistic" else INSTANT

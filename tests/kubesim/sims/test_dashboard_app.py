@@ -1,0 +1,220 @@
+"""The Ray dashboard simulator over HTTP (aiohttp test server), with a manual clock: no sleeping."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from kubesim.dashboard import DashboardServer, ManualClock, build_app, new_state
+from kubesim.dashboard.app import DashboardState
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def state(clock: ManualClock) -> DashboardState:
+    return new_state(clock=clock, default_run_seconds=1.0, serve_deploy_seconds=2.0)
+
+
+@pytest.fixture
+async def client(state: DashboardState) -> AsyncIterator[TestClient[object, object]]:
+    test_client: TestClient[object, object] = TestClient(TestServer(build_app(state)))
+    await test_client.start_server()
+    try:
+        yield test_client
+    finally:
+        await test_client.close()
+
+
+async def _job(client: TestClient[object, object], job_id: str) -> dict[str, object]:
+    response = await client.get(f"/api/jobs/{job_id}")
+    assert response.status == 200
+    body: dict[str, object] = await response.json()
+    return body
+
+
+async def test_health_and_version(client: TestClient[object, object]) -> None:
+    for path in ("/api/gcs_healthz", "/api/local_raylet_healthz", "/api/healthz", "/-/healthz"):
+        response = await client.get(path)
+        assert response.status == 200, path
+        assert await response.text() == "success"
+    version = await (await client.get("/api/version")).json()
+    assert version["ray_version"] == "2.52.0"
+
+
+async def test_job_lifecycle_follows_the_clock(client: TestClient[object, object], clock: ManualClock) -> None:
+    body = {
+        "entrypoint": "python /home/ray/samples/sample_code.py",
+        "submission_id": "job-a",
+        "metadata": {"owner": "test"},
+        "runtime_env": {"pip": ["requests"]},
+        "entrypoint_num_cpus": 1,
+        "entrypoint_resources": {"Custom": 1},
+    }
+    response = await client.post("/api/jobs/", json=body)
+    assert response.status == 200
+    assert await response.json() == {"job_id": "job-a", "submission_id": "job-a"}
+
+    job = await _job(client, "job-a")
+    assert job["status"] == "RUNNING"
+    assert job["metadata"] == {"owner": "test"}
+    assert job["entrypoint_num_cpus"] == 1.0
+    assert job["end_time"] is None
+    assert isinstance(job["start_time"], int)
+
+    clock.advance(1.5)
+    job = await _job(client, "job-a")
+    assert job["status"] == "SUCCEEDED"
+    assert job["message"] == "Job finished successfully."
+    assert job["end_time"] == int(job["start_time"]) + 1000  # type: ignore[call-overload]
+
+    listed = await (await client.get("/api/jobs/")).json()
+    assert [j["submission_id"] for j in listed] == ["job-a"]
+    logs = await (await client.get("/api/jobs/job-a/logs")).json()
+    assert "exited with code 0" in logs["logs"]
+
+
+async def test_scripted_failure_and_pending(client: TestClient[object, object], clock: ManualClock) -> None:
+    entrypoint = "KUBESIM_PENDING_SECONDS=1 KUBESIM_RUN_SECONDS=2 KUBESIM_EXIT_CODE=3 python fail.py"
+    await client.post("/api/jobs/", json={"entrypoint": entrypoint, "submission_id": "job-f"})
+    job = await _job(client, "job-f")
+    assert job["status"] == "PENDING"
+    assert job["job_id"] is None
+    clock.advance(1.0)
+    assert (await _job(client, "job-f"))["status"] == "RUNNING"
+    clock.advance(2.0)
+    job = await _job(client, "job-f")
+    assert job["status"] == "FAILED"
+    assert "exit code 3" in str(job["message"])
+    assert job["driver_exit_code"] == 3
+
+
+async def test_unknown_job_is_404_and_reuse_is_500(client: TestClient[object, object]) -> None:
+    assert (await client.get("/api/jobs/nope")).status == 404
+    assert (await client.post("/api/jobs/nope/stop")).status == 404
+    await client.post("/api/jobs/", json={"entrypoint": "echo hi", "submission_id": "dup"})
+    response = await client.post("/api/jobs/", json={"entrypoint": "echo hi", "submission_id": "dup"})
+    assert response.status == 500
+    assert "Please use a different submission_id" in await response.text()
+    assert (await client.post("/api/jobs/", json={"submission_id": "x"})).status == 400
+
+
+async def test_stop_and_delete(client: TestClient[object, object], clock: ManualClock) -> None:
+    await client.post("/api/jobs/", json={"entrypoint": "KUBESIM_RUN_SECONDS=inf serve", "submission_id": "s"})
+    assert (await client.delete("/api/jobs/s")).status == 400  # still running
+    clock.advance(100)
+    assert (await _job(client, "s"))["status"] == "RUNNING"
+    assert await (await client.post("/api/jobs/s/stop")).json() == {"stopped": True}
+    assert (await _job(client, "s"))["status"] == "STOPPED"
+    assert await (await client.post("/api/jobs/s/stop")).json() == {"stopped": False}
+    assert await (await client.delete("/api/jobs/s")).json() == {"deleted": True}
+    assert (await client.get("/api/jobs/s")).status == 404
+
+
+async def test_generated_submission_id(client: TestClient[object, object]) -> None:
+    body = await (await client.post("/api/jobs/", json={"entrypoint": "echo"})).json()
+    assert body["submission_id"].startswith("raysubmit_")
+    assert (await client.get(f"/api/jobs/{body['submission_id']}")).status == 200
+
+
+SERVE_CONFIG = {
+    "applications": [
+        {
+            "name": "fruit_app",
+            "import_path": "fruit.deployment_graph",
+            "route_prefix": "/fruit",
+            "deployments": [{"name": "MangoStand", "num_replicas": 2}, {"name": "FruitMarket"}],
+        },
+        {"name": "math_app", "import_path": "conditional_dag.serve_dag", "route_prefix": "/calc"},
+    ]
+}
+
+
+async def _apps(client: TestClient[object, object]) -> dict[str, dict[str, object]]:
+    response = await client.get("/api/serve/applications/?api_type=declarative")
+    assert response.status == 200
+    body = await response.json()
+    assert "target_capacity" in body
+    apps: dict[str, dict[str, object]] = body["applications"]
+    return apps
+
+
+async def test_serve_deploying_then_running(client: TestClient[object, object], clock: ManualClock) -> None:
+    assert await _apps(client) == {}
+    assert (await client.put("/api/serve/applications/", json=SERVE_CONFIG)).status == 200
+    apps = await _apps(client)
+    assert {name: app["status"] for name, app in apps.items()} == {"fruit_app": "DEPLOYING", "math_app": "DEPLOYING"}
+    fruit_deployments = apps["fruit_app"]["deployments"]
+    assert isinstance(fruit_deployments, dict)
+    assert fruit_deployments["MangoStand"]["status"] == "UPDATING"
+    clock.advance(2.0)
+    apps = await _apps(client)
+    assert {name: app["status"] for name, app in apps.items()} == {"fruit_app": "RUNNING", "math_app": "RUNNING"}
+    fruit_deployments = apps["fruit_app"]["deployments"]
+    assert isinstance(fruit_deployments, dict)
+    assert set(fruit_deployments) == {"MangoStand", "FruitMarket"}
+    assert fruit_deployments["MangoStand"]["status"] == "HEALTHY"
+    assert await (await client.get("/fruit/buy")).text() == "kubesim serve application fruit_app\n"
+
+    # Re-PUT: math_app unchanged keeps RUNNING, fruit_app removed, a new app deploys.
+    config = {
+        "target_capacity": 50,
+        "applications": [SERVE_CONFIG["applications"][1], {"name": "new", "import_path": "n.app"}],
+    }
+    await client.put("/api/serve/applications/", json=config)
+    body = await (await client.get("/api/serve/applications/?api_type=declarative")).json()
+    assert body["target_capacity"] == 50
+    assert {n: a["status"] for n, a in body["applications"].items()} == {"math_app": "RUNNING", "new": "DEPLOYING"}
+
+
+async def test_serve_deploy_failed_marker(client: TestClient[object, object], clock: ManualClock) -> None:
+    config = {"applications": [{"name": "bad", "import_path": "kubesim-deploy-fail.app", "route_prefix": "/b"}]}
+    await client.put("/api/serve/applications/", json=config)
+    clock.advance(5)
+    app = (await _apps(client))["bad"]
+    assert app["status"] == "DEPLOY_FAILED"
+    assert "failed" in str(app["message"])
+    assert (await client.put("/api/serve/applications/", json={"nope": 1})).status == 400
+
+
+async def test_serve_proxy_failure_injection(client: TestClient[object, object], state: DashboardState) -> None:
+    state.serve_proxy_healthy = False
+    assert (await client.get("/-/healthz")).status == 503
+    state.gcs_healthy = False
+    assert (await client.get("/api/gcs_healthz")).status == 503
+
+
+async def test_token_auth() -> None:
+    state = new_state(token="s3cret")
+    test_client: TestClient[object, object] = TestClient(TestServer(build_app(state)))
+    await test_client.start_server()
+    try:
+        assert (await test_client.get("/api/jobs/")).status == 401
+        wrong = {"x-ray-authorization": "Bearer nope"}
+        assert (await test_client.get("/api/jobs/", headers=wrong)).status == 401
+        good = {"x-ray-authorization": "Bearer s3cret"}
+        assert (await test_client.get("/api/jobs/", headers=good)).status == 200
+        assert (await test_client.get("/api/gcs_healthz", headers=good)).status == 200
+        # The serve proxy is a separate server in Ray; token auth does not cover it.
+        assert (await test_client.get("/-/healthz")).status == 200
+    finally:
+        await test_client.close()
+
+
+async def test_standalone_server_on_loopback() -> None:
+    import aiohttp
+
+    server = DashboardServer(new_state())
+    url = await server.start()
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/api/gcs_healthz") as response:
+            assert await response.text() == "success"
+    finally:
+        await server.stop()
+    assert not server.running
