@@ -98,6 +98,9 @@ async def finish_pod_deletion(store: Store, namespace: str, name: str) -> None:
 class Kubelet:
     """The kubelet simulator controller."""
 
+    handles_pod_termination = True
+    """Read by the server: with a kubelet, deleting a scheduled pod marks it terminating first."""
+
     def __init__(self, *, options: SimOptions, clock: Clock, dashboards: RayDashboards) -> None:
         self.options = options
         self.clock = clock

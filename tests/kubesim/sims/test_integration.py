@@ -1,0 +1,316 @@
+"""The simulators inside a real kubesim server, driven through the official kubernetes client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes import client
+
+from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, start_kubesim
+from tests.helpers import eventually, shared_dir
+from tests.kubesim.sims.harness import head_pod, head_service, pod
+
+A = "kubesim.raybus.io/"
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]:
+    """A kubesim with the instant kubelet and the Gateway API CRDs."""
+    handle = start_kubesim(
+        kubelet="instant",
+        crd_paths=[*default_crd_paths(), shared_dir() / "gateway-api"],
+        workdir=tmp_path_factory.mktemp("kubesim-sims"),
+    )
+    try:
+        yield handle
+        assert not handle.sim.controller_errors, handle.sim.controller_errors
+    finally:
+        handle.close()
+
+
+@pytest.fixture
+def ns(kube: KubeSimHandle, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace."""
+    import secrets
+
+    name = f"sims-{request.node.name[5:30].replace('_', '-').strip('-')}-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(kube.api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+def _core(kube: KubeSimHandle) -> client.CoreV1Api:
+    return client.CoreV1Api(kube.api_client)
+
+
+def _ready(kube: KubeSimHandle, ns: str, name: str) -> bool:
+    status = _core(kube).read_namespaced_pod(name, ns).status
+    return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+
+async def _proxy(kube: KubeSimHandle, path: str, *, method: str = "GET", body: Any = None) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.request(method, f"{kube.url}{path}", json=body) as response:
+        return response.status, await response.text()
+
+
+def _get(kube: KubeSimHandle, path: str) -> str:
+    """GET through the API server (the client's connect_* helpers encode "/" in the proxied path)."""
+    response = kube.api_client.rest_client.pool_manager.request("GET", f"{kube.url}{path}")
+    assert response.status == 200, (path, response.status, response.data)
+    return str(response.data.decode())
+
+
+def _job_script(address: str, job_id: str, entrypoint: str) -> str:
+    """KubeRay's K8sJobMode submitter script (SPEC §5.3), as the operator renders it."""
+    health = (
+        'python -c "import sys, urllib.request; r=urllib.request.urlopen(sys.argv[1], timeout=10); '
+        f'exit(0 if b\'success\' in r.read() else 1)" "{address}/api/gcs_healthz"'
+    )
+    return (
+        f'until {health} >/dev/null 2>&1 ; do echo "Waiting for Ray Dashboard GCS to become healthy at {address} ..." '
+        f"; sleep 2 ; done ; if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ; then ray job submit "
+        f'--address {address} --no-wait --runtime-env-json "{{\\"pip\\":[\\"requests\\"]}}" --submission-id {job_id} '
+        f"-- {entrypoint} ; fi ; ray job logs --address {address} --follow {job_id}"
+    )
+
+
+def _submitter_job(ns: str, name: str, *, script: str, backoff_limit: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/created-by": "kuberay-operator"}},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": {
+                "metadata": {"labels": {"ray.io/originated-from-cr-name": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "ray-job-submitter",
+                            "image": "rayproject/ray:2.52.0",
+                            "command": ["/bin/bash", "-ce", "--"],
+                            "args": [script],
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+async def _start_cluster(kube: KubeSimHandle, ns: str, cluster: str) -> None:
+    _core(kube).create_namespaced_service(ns, head_service(cluster, namespace=ns))
+    _core(kube).create_namespaced_pod(ns, head_pod(f"{cluster}-head-x1y2z", cluster, namespace=ns))
+    await eventually(lambda: _ready(kube, ns, f"{cluster}-head-x1y2z"), timeout=10)
+
+
+async def test_head_dashboard_through_service_proxy(kube: KubeSimHandle, ns: str) -> None:
+    await _start_cluster(kube, ns, "rc")
+    text = _get(kube, f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy/api/gcs_healthz")
+    assert text == "success"
+    base = f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy"
+    status, _ = await _proxy(
+        kube, f"{base}/api/jobs/", method="POST", body={"entrypoint": "echo", "submission_id": "j1"}
+    )
+    assert status == 200
+    await eventually(
+        lambda: '"SUCCEEDED"'
+        in _get(kube, f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy/api/jobs/j1"),
+        timeout=10,
+    )
+    status, _ = await _proxy(kube, f"{base}/api/jobs/nope")
+    assert status == 404
+    # The pod proxy reaches the serve proxy health of the head.
+    assert _get(kube, f"/api/v1/namespaces/{ns}/pods/rc-head-x1y2z:8000/proxy/-/healthz") == "success"
+
+
+async def test_failure_annotations(kube: KubeSimHandle, ns: str) -> None:
+    core = _core(kube)
+    core.create_namespaced_pod(
+        ns,
+        pod(
+            "dies",
+            namespace=ns,
+            annotations={A + "fail-after-seconds": "0.05", A + "exit-code": "7"},
+            restart_policy="Never",
+        ),
+    )
+    core.create_namespaced_pod(ns, pod("stuck", namespace=ns, annotations={A + "stay-pending": "true"}))
+    await eventually(lambda: core.read_namespaced_pod("dies", ns).status.phase == "Failed", timeout=10)
+    state = core.read_namespaced_pod("dies", ns).status.container_statuses[0].state
+    assert state.terminated.exit_code == 7
+    stuck = await eventually(lambda: (p := core.read_namespaced_pod("stuck", ns)).status.conditions and p, timeout=10)
+    assert stuck.status.phase == "Pending"
+    assert stuck.status.conditions[0].reason == "Unschedulable"
+    # Deleting a running pod goes through graceful termination and then the pod is gone.
+    core.delete_namespaced_pod("stuck", ns)
+
+
+async def test_batch_job_with_kuberay_submitter_succeeds(kube: KubeSimHandle, ns: str) -> None:
+    await _start_cluster(kube, ns, "rc")
+    address = f"http://rc-head-svc.{ns}.svc.cluster.local:8265"
+    script = _job_script(address, "rayjob-abcde", "python /home/ray/samples/sample_code.py")
+    batch = client.BatchV1Api(kube.api_client)
+    batch.create_namespaced_job(ns, _submitter_job(ns, "rayjob", script=script))
+    job = await eventually(
+        lambda: (j := batch.read_namespaced_job("rayjob", ns)).status.conditions
+        and any(c.type == "Complete" and c.status == "True" for c in j.status.conditions)
+        and j,
+        timeout=15,
+    )
+    assert job.status.succeeded == 1
+    assert job.status.completion_time is not None
+    pods = _core(kube).list_namespaced_pod(ns, label_selector="batch.kubernetes.io/job-name=rayjob").items
+    assert len(pods) == 1
+    assert pods[0].metadata.name.startswith("rayjob-")
+    assert pods[0].metadata.owner_references[0].kind == "Job"
+    assert pods[0].status.phase == "Succeeded"
+    assert pods[0].status.container_statuses[0].state.terminated.exit_code == 0
+    info = _get(kube, f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy/api/jobs/rayjob-abcde")
+    assert '"SUCCEEDED"' in info
+    assert '"requests"' in info  # the runtime env made it through the script
+
+
+async def test_batch_job_with_failing_entrypoint_fails(kube: KubeSimHandle, ns: str) -> None:
+    await _start_cluster(kube, ns, "rc")
+    address = f"http://rc-head-svc.{ns}.svc.cluster.local:8265"
+    script = _job_script(address, "failing-1", "KUBESIM_EXIT_CODE=1 python main.py")
+    batch = client.BatchV1Api(kube.api_client)
+    batch.create_namespaced_job(ns, _submitter_job(ns, "failing", script=script, backoff_limit=1))
+    job = await eventually(
+        lambda: (j := batch.read_namespaced_job("failing", ns)).status.conditions
+        and any(c.type == "Failed" and c.status == "True" for c in j.status.conditions)
+        and j,
+        timeout=15,
+    )
+    failed = next(c for c in job.status.conditions if c.type == "Failed")
+    assert failed.reason == "BackoffLimitExceeded"
+    assert job.status.failed == 2
+    # The retry followed the existing job instead of resubmitting it.
+    jobs = _get(kube, f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy/api/jobs/")
+    assert jobs.count('"failing-1"') == 1
+    assert '"FAILED"' in jobs
+
+
+async def test_sidecar_submitter_in_head_pod(kube: KubeSimHandle, ns: str) -> None:
+    address = "http://127.0.0.1:8265"
+    sidecar = {
+        "name": "ray-job-submitter",
+        "image": "rayproject/ray:2.52.0",
+        "command": ["/bin/bash", "-ce", "--"],
+        "args": [
+            f"until true ; do sleep 2 ; done ; ray job submit --address {address} --submission-id side-1 -- echo hi ;"
+        ],
+    }
+    head = head_pod("side-head", "side", namespace=ns)
+    head["spec"]["containers"].append(sidecar)
+    head["spec"]["restartPolicy"] = "Never"
+    core = _core(kube)
+    core.create_namespaced_pod(ns, head)
+
+    def submitter_exit() -> int | None:
+        statuses = core.read_namespaced_pod("side-head", ns).status.container_statuses or []
+        state = next((s.state for s in statuses if s.name == "ray-job-submitter"), None)
+        return state.terminated.exit_code if state and state.terminated else None
+
+    assert await eventually(lambda: submitter_exit() == 0, timeout=10)
+    assert core.read_namespaced_pod("side-head", ns).status.phase == "Running"
+
+
+def _slice(kube: KubeSimHandle, ns: str, service: str) -> Any:
+    slices = (
+        client.DiscoveryV1Api(kube.api_client)
+        .list_namespaced_endpoint_slice(ns, label_selector=f"kubernetes.io/service-name={service}")
+        .items
+    )
+    return slices[0] if slices else None
+
+
+async def test_endpoint_slices_follow_readiness(kube: KubeSimHandle, ns: str) -> None:
+    core = _core(kube)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }
+    core.create_namespaced_service(ns, service)
+    container = {"name": "web", "image": "nginx", "ports": [{"name": "http", "containerPort": 8080}]}
+    core.create_namespaced_pod(
+        ns,
+        pod(
+            "web-1",
+            namespace=ns,
+            labels={"app": "web"},
+            annotations={A + "never-ready": "true"},
+            containers=[container],
+        ),
+    )
+    first = await eventually(lambda: (s := _slice(kube, ns, "web")) and s.endpoints and s, timeout=10)
+    (endpoint,) = first.endpoints
+    assert endpoint.conditions.ready is False
+    assert endpoint.target_ref.name == "web-1"
+    assert first.ports[0].port == 8080
+    core.patch_namespaced_pod("web-1", ns, {"metadata": {"annotations": {A + "never-ready": "false"}}})
+    await eventually(lambda: _slice(kube, ns, "web").endpoints[0].conditions.ready is True, timeout=10)
+    core.delete_namespaced_pod("web-1", ns)
+    await eventually(lambda: not _slice(kube, ns, "web").endpoints, timeout=10)
+
+
+async def test_gateway_and_httproute_status(kube: KubeSimHandle, ns: str) -> None:
+    custom = client.CustomObjectsApi(kube.api_client)
+    group, version = "gateway.networking.k8s.io", "v1"
+    gateway = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "Gateway",
+        "metadata": {"name": "rs-gateway", "namespace": ns},
+        "spec": {"gatewayClassName": "istio", "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]},
+    }
+    route = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "rs-httproute", "namespace": ns},
+        "spec": {
+            "parentRefs": [{"name": "rs-gateway", "namespace": ns}],
+            "rules": [{"backendRefs": [{"name": "rc-serve-svc", "port": 8000, "weight": 100}]}],
+        },
+    }
+    custom.create_namespaced_custom_object(group, version, ns, "gateways", gateway)
+    custom.create_namespaced_custom_object(group, version, ns, "httproutes", route)
+
+    def conditions(plural: str, name: str) -> dict[str, str]:
+        obj = custom.get_namespaced_custom_object(group, version, ns, plural, name)
+        status = obj.get("status") or {}
+        found = status.get("conditions") or [c for p in status.get("parents") or [] for c in p.get("conditions") or []]
+        return {c["type"]: c["status"] for c in found}
+
+    await eventually(
+        lambda: conditions("gateways", "rs-gateway") == {"Accepted": "True", "Programmed": "True"}, timeout=10
+    )
+    gw = custom.get_namespaced_custom_object(group, version, ns, "gateways", "rs-gateway")
+    assert gw["status"]["addresses"][0]["value"]
+    assert gw["status"]["conditions"][0]["observedGeneration"] == gw["metadata"]["generation"]
+    await eventually(
+        lambda: conditions("httproutes", "rs-httproute") == {"Accepted": "True", "ResolvedRefs": "False"}, timeout=10
+    )
+    _core(kube).create_namespaced_service(
+        ns,
+        {"metadata": {"name": "rc-serve-svc"}, "spec": {"selector": {"x": "y"}, "ports": [{"port": 8000}]}},
+    )
+    await eventually(
+        lambda: conditions("httproutes", "rs-httproute") == {"Accepted": "True", "ResolvedRefs": "True"}, timeout=10
+    )
+    await eventually(
+        lambda: custom.get_namespaced_custom_object(group, version, ns, "gateways", "rs-gateway")["status"][
+            "listeners"
+        ][0]["attachedRoutes"]
+        == 1,
+        timeout=10,
+    )
+    await asyncio.sleep(0)
