@@ -31,7 +31,9 @@ class FakeApiError(Exception):
         self.code = code
 
 
-class _Subscription:
+class Subscription:
+    """Every change after the call, queued (tests may drain ``queue`` directly)."""
+
     def __init__(self, store: FakeStore) -> None:
         self._store = store
         self.queue: asyncio.Queue[StoreEvent] = asyncio.Queue()
@@ -53,7 +55,7 @@ class FakeStore:
 
     def __init__(self, *, known: set[GVR] | None = None) -> None:
         self.objects: dict[GVR, dict[tuple[str, str], Obj]] = {}
-        self.subscriptions: list[_Subscription] = []
+        self.subscriptions: list[Subscription] = []
         self.known = known
         self.handles_pod_termination = False
         self._rv = itertools.count(1)
@@ -148,5 +150,5 @@ class FakeStore:
                 if any(r.get("uid") == uid for r in refs):
                     self.delete(other_gvr, ns, other_name)
 
-    def subscribe(self) -> AsyncIterator[StoreEvent]:
-        return _Subscription(self)
+    def subscribe(self) -> Subscription:
+        return Subscription(self)
