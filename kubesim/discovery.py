@@ -2,15 +2,18 @@
 
 Only the legacy (unaggregated) discovery format is served: clients that ask for aggregated discovery
 get the legacy documents with ``application/json`` and fall back, as they do with older servers.
-The OpenAPI documents are deliberately minimal — enough for ``kubectl apply`` to run (v3 lists each
-group-version; v2 an empty spec), not schemas for client-side validation.
+The OpenAPI v3 documents are deliberately minimal: enough for ``kubectl apply`` to leave validation
+to the server (and build strategic merge patches from its own types), no schemas. ``/openapi/v2`` is
+not served (kubectl asks for it in protobuf and copes with a 404).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
+from kubesim import codec
 from kubesim.resources import ALL_VERBS, Registry, ResourceInfo
 
 Obj = dict[str, Any]
@@ -112,33 +115,42 @@ def resource_list(registry: Registry, group: str, version: str) -> Obj | None:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
+def _gv_paths(registry: Registry, group: str, version: str) -> dict[str, Obj]:
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    paths: dict[str, Obj] = {}
+    for info in registry.all():
+        if info.group != group or info.version != version:
+            continue
+        scope = "/namespaces/{namespace}" if info.namespaced else ""
+        # Just enough for kubectl: the PATCH operation names its kind and the path accepts
+        # ``fieldValidation``, so kubectl leaves validation to the server instead of needing schemas.
+        # No requestBody: kubectl then builds strategic merge patches from its compiled-in types.
+        paths[f"{prefix}{scope}/{info.plural}/{{name}}"] = {
+            "patch": {
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": info.kind},
+                "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "OK"}},
+            },
+        }
+    return paths
+
+
+def openapi_v3_document(registry: Registry, group: str, version: str) -> Obj | None:
+    """One group-version's OpenAPI v3 document (paths only, no schemas), or None when not served."""
+    paths = _gv_paths(registry, group, version)
+    if not paths:
+        return None
+    title = f"{group}/{version}" if group else version
+    return {"openapi": "3.0.0", "info": {"title": title, "version": "kubesim"}, "paths": paths}
+
+
 def openapi_v3_index(registry: Registry) -> Obj:
-    """``/openapi/v3``: one entry per served group-version."""
-    paths: dict[str, Obj] = {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=kubesim"}}
+    """``/openapi/v3``: one entry per served group-version, addressed by a content hash."""
+    entries: dict[str, Obj] = {}
     for name, versions in registry.group_versions().items():
-        if name:
-            for version in versions:
-                paths[f"apis/{name}/{version}"] = {
-                    "serverRelativeURL": f"/openapi/v3/apis/{name}/{version}?hash=kubesim"
-                }
-    return {"paths": paths}
-
-
-def openapi_v3_document(title: str) -> Obj:
-    """A group-version's OpenAPI v3 document, with no paths or schemas."""
-    return {
-        "openapi": "3.0.0",
-        "info": {"title": title, "version": "kubesim"},
-        "paths": {},
-        "components": {"schemas": {}},
-    }
-
-
-def openapi_v2() -> Obj:
-    """``/openapi/v2``: an empty Swagger document."""
-    return {
-        "swagger": "2.0",
-        "info": {"title": "Kubernetes (kubesim)", "version": "v1.34.0"},
-        "paths": {},
-        "definitions": {},
-    }
+        for version in versions:
+            key = f"apis/{name}/{version}" if name else f"api/{version}"
+            doc = codec.encode(_gv_paths(registry, name, version))
+            digest = hashlib.sha256(doc).hexdigest()[:16].upper()
+            entries[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"}
+    return {"paths": entries}

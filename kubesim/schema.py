@@ -35,7 +35,8 @@ def prune(schema: Schema | None, value: Any, *, root: bool = False) -> None:
         props: dict[str, Schema] = schema.get("properties") or {}
         additional = schema.get("additionalProperties")
         for key in list(value):
-            if embedded and key in _ROOT_KEEP and key not in props:
+            if embedded and key in _ROOT_KEEP:
+                # apiVersion/kind/metadata of a resource are ObjectMeta's business, never the schema's.
                 continue
             sub = props.get(key)
             if sub is not None:

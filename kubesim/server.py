@@ -32,6 +32,8 @@ from kubesim.watchhub import WatchHub
 
 log = logging.getLogger(__name__)
 
+# The C loader when available: CRD files are large and the pure-Python loader takes seconds.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -41,7 +43,7 @@ def crd_documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
     for path in paths:
         files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
         for file in files:
-            for doc in yaml.safe_load_all(file.read_text()):
+            for doc in yaml.load_all(file.read_text(), Loader=_YAML_LOADER):
                 if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                     docs.append(doc)
     return docs
@@ -209,12 +211,12 @@ class KubeSim:
             doc = discovery.api_group(registry, parts[2])
         elif len(parts) == 4 and parts[1] == "apis":
             doc = discovery.resource_list(registry, parts[2], parts[3])
-        elif path == "/openapi/v2":
-            doc = discovery.openapi_v2()
         elif path == "/openapi/v3":
             doc = discovery.openapi_v3_index(registry)
-        elif path.startswith("/openapi/v3/"):
-            doc = discovery.openapi_v3_document(path.removeprefix("/openapi/v3/"))
+        elif path.startswith("/openapi/v3/api/") and len(parts) == 5:
+            doc = discovery.openapi_v3_document(registry, "", parts[4])
+        elif path.startswith("/openapi/v3/apis/") and len(parts) == 6:
+            doc = discovery.openapi_v3_document(registry, parts[4], parts[5])
         else:
             return None
         if doc is None:

@@ -16,7 +16,8 @@ from typing import Any
 from kubesim.resources import ResourceInfo
 
 Obj = dict[str, Any]
-Column = tuple[str, str, Callable[[Obj, float], Any]]
+Column = tuple[str, str, Callable[[Obj, float], Any], int]
+"""(name, type, render(obj, now), priority): priority > 0 columns only show with ``-o wide``."""
 
 
 def _path(obj: Any, json_path: str) -> Any:
@@ -89,7 +90,7 @@ def _job_completions(obj: Obj, _: float) -> str:
     return f"{(obj.get('status') or {}).get('succeeded', 0)}/{(obj.get('spec') or {}).get('completions', 1)}"
 
 
-_BUILTIN: dict[tuple[str, str], list[Column]] = {
+_BUILTIN: dict[tuple[str, str], list[tuple[str, str, Callable[[Obj, float], Any]]]] = {
     ("", "pods"): [
         ("Ready", "string", _pod_ready),
         ("Status", "string", _pod_status),
@@ -106,30 +107,35 @@ _BUILTIN: dict[tuple[str, str], list[Column]] = {
 }
 
 
-def _path_column(json_path: str) -> Callable[[Obj, float], Any]:
+def _path_column(json_path: str, type_: str) -> Callable[[Obj, float], Any]:
+    if type_ == "date":
+        # Like the real CRD table convertor, dates are shown as ages.
+        return lambda obj, now: age(_path(obj, json_path), now) if _path(obj, json_path) else None
     return lambda obj, _: _path(obj, json_path)
 
 
 def _columns(info: ResourceInfo) -> list[Column]:
     if info.custom and info.printer_columns:
-        cols: list[Column] = [("Name", "string", _name)]
+        cols: list[Column] = [("Name", "string", _name, 0)]
         for spec in info.printer_columns:
-            json_path = str(spec.get("jsonPath", ""))
-            cols.append((str(spec.get("name", "")), str(spec.get("type", "string")), _path_column(json_path)))
+            type_ = str(spec.get("type", "string"))
+            render = _path_column(str(spec.get("jsonPath", "")), type_)
+            cols.append((str(spec.get("name", "")), type_, render, int(spec.get("priority", 0))))
         return cols
-    return [("Name", "string", _name), *_BUILTIN.get(info.storage_key, []), ("Age", "string", _age)]
+    builtin = [(name, type_, render, 0) for name, type_, render in _BUILTIN.get(info.storage_key, [])]
+    return [("Name", "string", _name, 0), *builtin, ("Age", "string", _age, 0)]
 
 
 def to_table(info: ResourceInfo, objs: list[Obj], *, resource_version: str, now: float) -> Obj:
     """A ``meta.k8s.io/v1`` Table of ``objs``."""
     columns = _columns(info)
     definitions = [
-        {"name": name, "type": type_, "format": "name" if name == "Name" else "", "description": name, "priority": 0}
-        for name, type_, _ in columns
+        {"name": name, "type": type_, "format": "name" if name == "Name" else "", "description": name, "priority": prio}
+        for name, type_, _, prio in columns
     ]
     rows = [
         {
-            "cells": [render(obj, now) for _, _, render in columns],
+            "cells": [render(obj, now) for _, _, render, _ in columns],
             "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]},
         }
         for obj in objs

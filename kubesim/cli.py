@@ -1,0 +1,83 @@
+"""``kubesim`` command line: run the emulated API server in the foreground until Ctrl-C or SIGTERM.
+
+``raybus kubesim`` calls :func:`main`. CRDs from ``--crds DIR`` (default: the project's
+``deploy/crds`` when it exists) are registered before the port opens, so the first client already
+sees them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from kubesim.server import KubeSim, simulators_for
+from kubesim.settings import KubeSimSettings
+
+log = logging.getLogger(__name__)
+
+
+def default_crds_dir() -> Path | None:
+    """``deploy/crds`` of the project (current directory first, then the source tree)."""
+    for base in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        candidate = base / "deploy" / "crds"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kubesim", description="Kubernetes API server emulator (a simulator).")
+    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
+    parser.add_argument("--kubeconfig", type=Path, required=True, help="where to write a kubeconfig for clients")
+    parser.add_argument(
+        "--kubelet",
+        choices=("off", "instant", "realistic"),
+        default="instant",
+        help="kubelet/dashboard simulators: off (API only), instant (tests), realistic (visible delays)",
+    )
+    parser.add_argument("--crds", type=Path, default=None, help="directory of CRD YAML files to register at start")
+    parser.add_argument(
+        "--event-window", type=int, default=KubeSimSettings.event_window, help="events kept per resource"
+    )
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    crds = args.crds if args.crds is not None else default_crds_dir()
+    if crds is not None and not crds.is_dir():
+        raise SystemExit(f"kubesim: --crds {crds} is not a directory")
+    controllers, resolvers = simulators_for(args.kubelet)
+    settings = KubeSimSettings(port=args.port, event_window=args.event_window)
+    sim = KubeSim(
+        settings=settings, controllers=controllers, proxy_resolvers=resolvers, crd_paths=[crds] if crds else []
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with sim:
+        path = sim.write_kubeconfig(args.kubeconfig)
+        print(f"kubesim serving {sim.url} (kubelet {args.kubelet}); kubeconfig: {path}", flush=True)
+        await stop.wait()
+    print("kubesim stopped", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """Run kubesim; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
