@@ -1,0 +1,208 @@
+"""One partition's consumer: fetch inputs, coalesce them per key, reconcile, publish, then ack.
+
+Per fetched batch, the inputs of each key are coalesced into one reconcile (the snapshot is read from
+KV, so the latest state is what matters, not each intermediate event); different keys of the batch are
+reconciled concurrently and the next batch is fetched only when this one is done, so one key is never
+reconciled twice at once. A message is acked only after the command batch it produced is stored by
+JetStream (invariant 5). Failures are retried with backoff and, after ``max_deliver`` attempts, parked in
+the dead-letter stream with the reason (invariant 4); an undecodable message goes there at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from schema import subjects
+from schema.codec import decode_input, encode
+from schema.config import OperatorConfig
+from schema.decision import ReconcileFn
+from schema.keys import KeyKind, ReconcileKey
+from schema.messages import BusInput, TimerTick
+from services.reconciler.worker.deadletter import dead_letter
+from services.reconciler.worker.decide import decide, decision_time, min_revision
+from services.reconciler.worker.timers import TimerScheduler
+from services.runtime.bus import publish
+from services.runtime.errors import RetryableError
+from services.runtime.metrics import meter
+from services.runtime.settings import BusSettings
+from services.runtime.snapshots import SnapshotReader
+from services.runtime.tracing import extract_context, tracer
+
+log = logging.getLogger(__name__)
+_tracer = tracer(__name__)
+_meter = meter(__name__)
+_reconciles = _meter.create_counter("raybus_reconciles_total", description="reconciles run")
+_reconcile_seconds = _meter.create_histogram(
+    "raybus_reconcile_duration_seconds", unit="s", description="snapshot read + reconcile + publish"
+)
+_lag_seconds = _meter.create_histogram(
+    "raybus_bus_lag_seconds", unit="s", description="from the input's time to the start of its reconcile"
+)
+_dead_letters = _meter.create_counter("raybus_dead_letters_total", description="messages parked")
+
+FETCH_BATCH = 256
+FETCH_TIMEOUT = 1.0
+KEY_CONCURRENCY = 64
+
+
+def retry_delay(deliveries: int) -> float:
+    """Backoff before redelivery after ``deliveries`` failed attempts (0.5 s doubling, capped at 30 s)."""
+    return float(min(30.0, 0.5 * 2 ** max(0, deliveries - 1)))
+
+
+@dataclass
+class _Item:
+    msg: Msg
+    message: BusInput
+
+
+class PartitionConsumer:
+    """Consumes one partition while this worker holds its lease."""
+
+    def __init__(
+        self,
+        partition: int,
+        *,
+        js: JetStreamContext,
+        reader: SnapshotReader,
+        timers: TimerScheduler,
+        reconcilers: Mapping[KeyKind, ReconcileFn],
+        config: OperatorConfig,
+        bus: BusSettings,
+        lease_valid: Callable[[], bool],
+    ) -> None:
+        self.partition = partition
+        self._js = js
+        self._reader = reader
+        self._timers = timers
+        self._reconcilers = reconcilers
+        self._config = config
+        self._bus = bus
+        self._lease_valid = lease_valid
+        self._stopping = asyncio.Event()
+        self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
+
+    def request_stop(self) -> None:
+        """Finish the batch in hand, then return from :meth:`run`."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Fetch and process until asked to stop or the lease is no longer valid."""
+        sub = await self._js.pull_subscribe_bind(
+            durable=subjects.partition_consumer(self.partition), stream=subjects.EVENTS_STREAM
+        )
+        try:
+            while not self._stopping.is_set():
+                try:
+                    msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT)
+                except TimeoutError:  # nats-py raises its own subclass or the builtin
+                    continue
+                if not self._lease_valid():
+                    log.warning(
+                        "partition %d: lease expired; leaving %d messages for redelivery", self.partition, len(msgs)
+                    )
+                    return
+                await self.process(msgs)
+        finally:
+            await sub.unsubscribe()
+
+    async def process(self, msgs: list[Msg]) -> None:
+        """Decode, group by key, and reconcile each key once."""
+        groups: dict[ReconcileKey, list[_Item]] = {}
+        for msg in msgs:
+            try:
+                key = subjects.key_from_stored_subject(msg.subject)
+                message = decode_input(msg.data)
+                if message.key != key:
+                    raise ValueError(f"message names key {message.key} but was published for {key}")
+            except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                _dead_letters.add(1, {"stream": subjects.EVENTS_STREAM})
+                log.warning(
+                    "partition %d: dead-lettering seq %d: %s", self.partition, msg.metadata.sequence.stream, exc
+                )
+                await dead_letter(self._js, msg, stream=subjects.EVENTS_STREAM, error=f"undecodable input: {exc}")
+                continue
+            groups.setdefault(key, []).append(_Item(msg, message))
+        await asyncio.gather(*(self._guarded(key, items) for key, items in groups.items()))
+
+    async def _guarded(self, key: ReconcileKey, items: list[_Item]) -> None:
+        async with self._limit:
+            await self._reconcile_key(key, items)
+
+    async def _reconcile_key(self, key: ReconcileKey, items: list[_Item]) -> None:
+        inputs = [item.message for item in items]
+        now = decision_time(inputs)
+        started = time.perf_counter()
+        parent = extract_context(items[0].msg.headers)
+        attributes: dict[str, str | int] = {
+            "raybus.key": str(key),
+            "raybus.kind": key.kind,
+            "k8s.namespace.name": key.namespace,
+            "raybus.inputs": len(items),
+        }
+        with _tracer.start_as_current_span(
+            "reconcile", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
+        ) as span:
+            _lag_seconds.record(max(0.0, time.time() - now.timestamp()), {"raybus.kind": key.kind})
+            try:
+                snapshot = await self._reader.read(key, min_revision=min_revision(inputs))
+                outcome = decide(
+                    reconcilers=self._reconcilers,
+                    snapshot=snapshot,
+                    now=now,
+                    config=self._config,
+                    sequences=[item.msg.metadata.sequence.stream for item in items],
+                )
+                span.set_attribute("raybus.rules", list(outcome.decision.rules))
+                if outcome.batch is not None:
+                    span.set_attribute("raybus.commands", len(outcome.batch.commands))
+                    await publish(
+                        self._js, subjects.command_subject(key), encode(outcome.batch), msg_id=outcome.batch.id
+                    )
+                if any(isinstance(message, TimerTick) for message in inputs):
+                    self._timers.forget(key)
+                if outcome.decision.wake_at is not None:
+                    await self._timers.schedule(key, outcome.decision.wake_at)
+            except Exception as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                await self._fail(key, items, exc)
+                return
+        for item in items:
+            await item.msg.ack()
+        _reconciles.add(1, {"raybus.kind": key.kind})
+        _reconcile_seconds.record(time.perf_counter() - started, {"raybus.kind": key.kind})
+
+    async def _fail(self, key: ReconcileKey, items: list[_Item], exc: Exception) -> None:
+        deliveries = max(item.msg.metadata.num_delivered for item in items)
+        if deliveries >= self._bus.max_deliver or isinstance(exc, KeyError):
+            reason = f"reconcile of {key} failed {deliveries} time(s): {type(exc).__name__}: {exc}"
+            if isinstance(exc, KeyError):
+                reason = f"no reconciler for kind {key.kind}"
+            log.error("partition %d: dead-lettering %d input(s): %s", self.partition, len(items), reason)
+            _dead_letters.add(len(items), {"stream": subjects.EVENTS_STREAM})
+            for item in items:
+                await dead_letter(self._js, item.msg, stream=subjects.EVENTS_STREAM, error=reason)
+            return
+        delay = exc.delay if isinstance(exc, RetryableError) else retry_delay(deliveries)
+        log.warning(
+            "partition %d: reconcile of %s failed (attempt %d), retrying in %.1fs: %s",
+            self.partition,
+            key,
+            deliveries,
+            delay,
+            exc,
+            extra={"raybus.key": str(key)},
+            exc_info=not isinstance(exc, RetryableError),
+        )
+        for item in items:
+            await item.msg.nak(delay=delay)

@@ -1,0 +1,157 @@
+"""Partition ownership leased in JetStream KV ``raybus-leases`` (DESIGN §2, invariant 2).
+
+Each worker heartbeats ``w.<id>`` and computes the assignment from the live members (``assignment.py``).
+It claims a partition it should own with a KV *create* (fails while another worker holds it), renews
+with a compare-and-set *update*, and releases with a compare-and-set *delete* after its consumer has
+drained. The bucket's TTL expires a dead worker's leases and heartbeat. A worker also fences itself:
+it stops processing a partition when it has not renewed within ``lease_ttl - renew_interval``, before
+the KV entry can expire and another worker claim it, so two workers never process one key at once.
+
+Rejected: a single coordinator assigning partitions (a SPOF and a second protocol); JetStream
+consumer groups (not in JetStream; pinned-client priority groups give failover but not balancing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from schema import subjects
+from schema.keys import decode_token
+from services.reconciler.worker.assignment import partitions_of
+from services.runtime.kvread import read_latest
+from services.runtime.settings import PartitionSettings
+
+log = logging.getLogger(__name__)
+
+PartitionCallback = Callable[[int], Awaitable[None]]
+
+
+class PartitionLeases:
+    """Claims, renews and releases this worker's partitions; starts and stops their consumers."""
+
+    def __init__(
+        self,
+        nc: Client,
+        kv: KeyValue,
+        *,
+        worker_id: str,
+        partitions: int,
+        settings: PartitionSettings,
+        start: PartitionCallback,
+        stop: PartitionCallback,
+    ) -> None:
+        self._nc = nc
+        self._kv = kv
+        self._me = worker_id
+        self._partitions = partitions
+        self._settings = settings
+        self._start = start
+        self._stop = stop
+        self._revisions: dict[int, int] = {}
+        self._valid_until: dict[int, float] = {}
+        self.members: frozenset[str] = frozenset()
+
+    @property
+    def owned(self) -> frozenset[int]:
+        """Partitions this worker currently holds."""
+        return frozenset(self._revisions)
+
+    def valid(self, partition: int) -> bool:
+        """Whether this worker may still process ``partition`` (self-fencing)."""
+        return time.monotonic() < self._valid_until.get(partition, 0.0)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Keep leases in step with membership until ``stop``; then release everything."""
+        try:
+            while not stop.is_set():
+                await self.tick()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._settings.renew_interval)
+        finally:
+            await self.release_all()
+
+    async def tick(self) -> None:
+        """One round: heartbeat, recompute the assignment, release, renew, claim."""
+        await self._kv.put(subjects.heartbeat_key(self._me), self._me.encode())
+        self.members = await self._live_members()
+        wanted = partitions_of(self._me, self.members, self._partitions)
+        await self._release_many(self.owned - wanted)
+        for partition in sorted(self.owned & wanted):
+            await self._renew(partition)
+        for partition in sorted(wanted - self.owned):
+            await self._claim(partition)
+
+    async def release_all(self) -> None:
+        """Drain and release every held partition (shutdown)."""
+        await self._release_many(self.owned)
+        with contextlib.suppress(Exception):
+            await self._kv.delete(subjects.heartbeat_key(self._me))
+
+    async def _live_members(self) -> frozenset[str]:
+        read = await read_latest(self._nc, subjects.LEASES_BUCKET, subjects.heartbeat_key("*"))
+        return frozenset(decode_token(k.split(".", 1)[1]) for k in read.values) | {self._me}
+
+    async def _claim(self, partition: int) -> None:
+        key = subjects.lease_key(partition)
+        revision: int | None
+        try:
+            revision = await self._kv.create(key, self._me.encode())
+        except KeyWrongLastSequenceError:
+            revision = await self._reclaim_own(key)
+        if revision is None:
+            return  # held by another worker: it releases once it sees the new membership
+        self._revisions[partition] = revision
+        self._valid_until[partition] = self._deadline()
+        log.info("claimed partition %d", partition)
+        await self._start(partition)
+
+    async def _reclaim_own(self, key: str) -> int | None:
+        """A lease that still names this worker (a restart with the same id) is taken back."""
+        try:
+            entry = await self._kv.get(key)
+        except KeyNotFoundError:
+            return None
+        if entry.value != self._me.encode() or entry.revision is None:
+            return None
+        try:
+            return await self._kv.update(key, self._me.encode(), last=entry.revision)
+        except KeyWrongLastSequenceError:
+            return None
+
+    async def _renew(self, partition: int) -> None:
+        key = subjects.lease_key(partition)
+        try:
+            self._revisions[partition] = await self._kv.update(key, self._me.encode(), last=self._revisions[partition])
+            self._valid_until[partition] = self._deadline()
+        except (KeyWrongLastSequenceError, KeyNotFoundError):
+            log.warning("lost the lease of partition %d; stopping it", partition)
+            self._valid_until.pop(partition, None)
+            await self._stop(partition)
+            self._revisions.pop(partition, None)
+
+    async def _release_many(self, partitions: frozenset[int]) -> None:
+        """Drain partitions concurrently (each finishes its batch in hand), then release them."""
+        await asyncio.gather(*(self._release(p) for p in sorted(partitions)))
+
+    async def _release(self, partition: int) -> None:
+        self._valid_until.pop(partition, None)
+        await self._stop(partition)
+        revision = self._revisions.pop(partition)
+        try:
+            await self._kv.delete(subjects.lease_key(partition), last=revision)
+        except NatsError as exc:
+            # Already expired or taken over: either way it is no longer ours, which is the goal.
+            log.info("lease of partition %d was already gone: %s", partition, exc)
+        log.info("released partition %d", partition)
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self._settings.lease_ttl - self._settings.renew_interval

@@ -1,0 +1,116 @@
+"""``raybus reconciler``: a stateless worker holding a share of the event partitions.
+
+It needs NATS only — no Kubernetes credentials (invariant 6). On SIGTERM it stops claiming, lets each
+partition finish the batch in hand (bounded by ``exit_timeout``), releases its leases so the others take
+over at once, and closes. A consumer that crashes stops the whole worker (and its supervisor restarts
+it): a partition never silently stops being processed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Mapping
+
+from schema.decision import ReconcileFn
+from schema.keys import KeyKind
+from services.reconciler.registry import default_reconcilers
+from services.reconciler.worker.consumer import PartitionConsumer
+from services.reconciler.worker.leases import PartitionLeases
+from services.reconciler.worker.timers import TimerScheduler
+from services.runtime.bus import connect
+from services.runtime.health import HealthServer
+from services.runtime.settings import RaybusSettings
+from services.runtime.snapshots import SnapshotReader
+from services.runtime.topology import ensure_topology, open_buckets
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    """Hostname and pid: unique per process, stable for its life."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def run_reconciler(
+    settings: RaybusSettings,
+    stop: asyncio.Event,
+    health: HealthServer,
+    *,
+    reconcilers: Mapping[KeyKind, ReconcileFn] | None = None,
+) -> None:
+    """Run one worker until ``stop`` is set.
+
+    Raises:
+        RuntimeError: a partition consumer crashed (after the others were drained).
+    """
+    worker_id = settings.partitions.worker_id or default_worker_id()
+    nc = await connect(settings.nats, name=f"raybus-reconciler-{worker_id}")
+    try:
+        if settings.nats.ensure_topology:
+            buckets = await ensure_topology(nc, bus=settings.bus, partitions=settings.partitions)
+        else:
+            buckets = await open_buckets(nc, bus=settings.bus, partitions=settings.partitions)
+        js = nc.jetstream()
+        reader = SnapshotReader(nc)
+        timers = TimerScheduler(js)
+        kinds = dict(reconcilers if reconcilers is not None else default_reconcilers())
+        running: dict[int, tuple[PartitionConsumer, asyncio.Task[None]]] = {}
+        crashed: list[BaseException] = []
+        leases: PartitionLeases
+
+        def on_done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                crashed.append(task.exception())  # type: ignore[arg-type]
+                stop.set()
+
+        async def start(partition: int) -> None:
+            consumer = PartitionConsumer(
+                partition,
+                js=js,
+                reader=reader,
+                timers=timers,
+                reconcilers=kinds,
+                config=settings.operator,
+                bus=settings.bus,
+                lease_valid=lambda: leases.valid(partition),
+            )
+            task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
+            task.add_done_callback(on_done)
+            running[partition] = (consumer, task)
+
+        async def stop_partition(partition: int) -> None:
+            consumer, task = running.pop(partition)
+            consumer.request_stop()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), settings.partitions.exit_timeout)
+            except TimeoutError:
+                log.warning(
+                    "partition %d did not drain within %.0fs; cancelling", partition, settings.partitions.exit_timeout
+                )
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            except Exception:
+                pass  # already recorded by on_done
+
+        leases = PartitionLeases(
+            nc,
+            buckets.leases,
+            worker_id=worker_id,
+            partitions=settings.bus.partitions,
+            settings=settings.partitions,
+            start=start,
+            stop=stop_partition,
+        )
+        health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
+        log.info("reconciler %s running with kinds %s", worker_id, ", ".join(sorted(kinds)))
+        await leases.run(stop)
+        if crashed:
+            raise RuntimeError(f"a partition consumer crashed: {crashed[0]!r}") from crashed[0]
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.drain()

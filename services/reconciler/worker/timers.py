@@ -1,0 +1,67 @@
+"""Bus timers: a Decision's ``wake_at`` becomes a JetStream message schedule (DESIGN §2).
+
+The schedule subject ``raybus.timers.<key>`` holds one pending schedule per key (a newer one replaces
+the older, checked with nats-server 2.15); at the due time JetStream publishes the ``TimerTick`` on the
+key's events subject, so it arrives on the key's own partition like any other input. A due time in the
+past fires at once. Schedules have one-second resolution, so due times are rounded up: a tick never
+arrives before its time. To avoid one publish per reconcile, a worker remembers the earliest pending
+due time it scheduled per key and republishes only when the new one is earlier or the old one has
+passed; a tick that arrives "too early" for a later wish is a harmless no-op reconcile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from nats.js import JetStreamContext
+
+from schema import subjects
+from schema.codec import encode
+from schema.keys import ReconcileKey
+from schema.messages import TimerTick
+from services.runtime.bus import publish
+
+Clock = Callable[[], datetime]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def schedule_header(due: datetime) -> str:
+    """``@at <RFC3339>`` rounded up to the next whole second."""
+    ts = math.ceil(due.timestamp())
+    return "@at " + datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class TimerScheduler:
+    """Publishes at most one schedule per key and wish."""
+
+    def __init__(self, js: JetStreamContext, *, clock: Clock = _utc_now) -> None:
+        self._js = js
+        self._clock = clock
+        self._pending: dict[ReconcileKey, datetime] = {}
+
+    async def schedule(self, key: ReconcileKey, due: datetime, reason: str = "") -> bool:
+        """Ask for a tick of ``key`` at ``due``; returns whether a schedule was published."""
+        known = self._pending.get(key)
+        if known is not None and known <= due and known > self._clock():
+            return False
+        tick = TimerTick(key=key, due_at=due, reason=reason)
+        await publish(
+            self._js,
+            subjects.timer_subject(key),
+            encode(tick),
+            headers={
+                "Nats-Schedule": schedule_header(due),
+                "Nats-Schedule-Target": subjects.events_subject(key),
+            },
+        )
+        self._pending[key] = due
+        return True
+
+    def forget(self, key: ReconcileKey) -> None:
+        """Drop the memory of a key's timer (it fired, or the key left this worker)."""
+        self._pending.pop(key, None)

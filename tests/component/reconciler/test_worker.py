@@ -1,0 +1,247 @@
+"""The reconciler worker against a real nats-server: partitions, ack-after-publish, dead letters,
+timers, and two workers sharing partitions. Reconcile functions here are small pure test doubles of a
+kind's logic; NATS is real."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+
+from schema import subjects
+from schema.codec import decode_batch, decode_deadletter, encode
+from schema.config import OperatorConfig
+from schema.decision import Decision, ReconcileFn, Snapshot
+from schema.keys import KeyKind, ReconcileKey
+from schema.messages import CommandBatch, CreateObject, DeadLetter, ObjectRef, WatchEvent
+from services.reconciler.worker.service import run_reconciler
+from services.runtime.health import HealthServer
+from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings, RaybusSettings
+from services.runtime.topology import ensure_topology
+from tests.fixtures.nats import NatsServer
+from tests.helpers import eventually
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def create_one_pod(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+    """Create ``<name>-pod`` when the CR exists and the pod does not (level-based, idempotent)."""
+    owner = snapshot.owner()
+    if owner is None or snapshot.get("Pod", f"{snapshot.key.name}-pod") is not None:
+        return Decision()
+    target = ObjectRef(api_version="v1", kind="Pod", namespace=snapshot.key.namespace, name=f"{snapshot.key.name}-pod")
+    wake = owner.get("wake")
+    return Decision(
+        commands=(CreateObject(target=target, body={"metadata": {"name": target.name}}),),
+        wake_at=now + timedelta(seconds=float(wake)) if wake is not None else None,
+    )
+
+
+def settings_for(server: NatsServer, *, worker_id: str, partitions: int = 4) -> RaybusSettings:
+    return RaybusSettings(
+        nats=NatsSettings(url=server.url),
+        bus=BusSettings(partitions=partitions, ack_wait=5.0, max_deliver=3),
+        partitions=PartitionSettings(worker_id=worker_id, lease_ttl=3.0, renew_interval=0.5, exit_timeout=5.0),
+    )
+
+
+class Worker:
+    """A reconciler worker running as a task in this test."""
+
+    def __init__(self, settings: RaybusSettings, reconcilers: dict[KeyKind, ReconcileFn]) -> None:
+        self.stop = asyncio.Event()
+        self.health = HealthServer(host="127.0.0.1", port=0)
+        self.task = asyncio.create_task(run_reconciler(settings, self.stop, self.health, reconcilers=reconcilers))
+
+    async def close(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, 30)
+
+
+@pytest.fixture
+async def client(nats_server: NatsServer) -> AsyncIterator[Client]:
+    nc = await nats.connect(nats_server.url)
+    await ensure_topology(
+        nc, bus=BusSettings(partitions=4, ack_wait=5.0, max_deliver=3), partitions=PartitionSettings()
+    )
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+async def put_cr(nc: Client, key: ReconcileKey, body: dict[str, object] | None = None) -> None:
+    """Project a CR into KV and publish its watch event, as the watcher does."""
+    kv = await nc.jetstream().key_value(subjects.OBJECTS_BUCKET)
+    obj = {"metadata": {"name": key.name, "namespace": key.namespace}, **(body or {})}
+    revision = await kv.put(subjects.entry_key(key, key.kind, key.name), msgspec.json.encode(obj))
+    event = WatchEvent(
+        key=key,
+        event_type="ADDED",
+        entry_kind=key.kind,
+        object=obj,
+        resource_version=str(revision),
+        observed_at=T0,
+        kv_revision=revision,
+    )
+    await nc.jetstream().publish(subjects.events_subject(key), encode(event))
+
+
+async def batches(nc: Client) -> list[CommandBatch]:
+    js = nc.jetstream()
+    info = await js.stream_info(subjects.COMMANDS_STREAM)
+    found = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        if info.state.messages == 0:
+            break
+        msg = await js.get_msg(subjects.COMMANDS_STREAM, seq)
+        found.append(decode_batch(msg.data or b""))
+    return found
+
+
+async def last_dead_letter(nc: Client) -> DeadLetter:
+    js = nc.jetstream()
+    subject = subjects.deadletter_subject(subjects.EVENTS_STREAM)
+    msg = await eventually(lambda: js.get_last_msg(subjects.DEADLETTER_STREAM, subject), timeout=30)
+    return decode_deadletter(msg.data or b"")
+
+
+def key(n: int) -> ReconcileKey:
+    return ReconcileKey(kind="RayCluster", namespace="default", name=f"c{n}")
+
+
+async def test_each_input_yields_one_batch_and_is_acked(nats_server: NatsServer, client: Client) -> None:
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": create_one_pod})
+    try:
+        for n in range(20):
+            await put_cr(client, key(n))
+        found = await eventually(lambda: _at_least(batches(client), 20), timeout=30)
+        assert {b.key for b in found} == {key(n) for n in range(20)}
+        js = client.jetstream()
+
+        async def all_acked() -> bool:
+            pending = 0
+            for p in range(4):
+                info = await js.consumer_info(subjects.EVENTS_STREAM, subjects.partition_consumer(p))
+                pending += info.num_pending + info.num_ack_pending
+            return pending == 0
+
+        await eventually(all_acked, timeout=30)
+    finally:
+        await worker.close()
+
+
+async def _at_least(coro: object, n: int) -> list[CommandBatch] | None:
+    found = await coro  # type: ignore[misc]
+    return found if len(found) >= n else None
+
+
+async def test_garbage_goes_to_dead_letters_and_partition_keeps_flowing(
+    nats_server: NatsServer, client: Client
+) -> None:
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": create_one_pod})
+    try:
+        bad_key = key(1)
+        await client.jetstream().publish(subjects.events_subject(bad_key), b"{not json")
+        await put_cr(client, bad_key)
+        await eventually(lambda: _at_least(batches(client), 1), timeout=30)
+        js = client.jetstream()
+        msg = await eventually(
+            lambda: js.get_last_msg(subjects.DEADLETTER_STREAM, subjects.deadletter_subject(subjects.EVENTS_STREAM)),
+            timeout=30,
+        )
+        letter = decode_deadletter(msg.data or b"")
+        assert letter.payload == b"{not json"
+        assert "undecodable input" in letter.error
+        assert letter.stream == subjects.EVENTS_STREAM
+    finally:
+        await worker.close()
+
+
+async def test_failing_reconcile_is_retried_then_dead_lettered(nats_server: NatsServer, client: Client) -> None:
+    def broken(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        if snapshot.key.name == "c1":
+            raise ZeroDivisionError("boom")
+        return create_one_pod(snapshot, now, config)
+
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": broken})
+    try:
+        await put_cr(client, key(1))
+        await put_cr(client, key(2))
+        js = client.jetstream()
+        msg = await eventually(
+            lambda: js.get_last_msg(subjects.DEADLETTER_STREAM, subjects.deadletter_subject(subjects.EVENTS_STREAM)),
+            timeout=30,
+        )
+        letter = decode_deadletter(msg.data or b"")
+        assert "ZeroDivisionError: boom" in letter.error
+        assert letter.deliveries == 3
+        found = await batches(client)
+        assert [b.key for b in found] == [key(2)]
+    finally:
+        await worker.close()
+
+
+async def test_wake_at_becomes_a_timer_tick(nats_server: NatsServer, client: Client) -> None:
+    seen: list[datetime] = []
+
+    def remember(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        seen.append(now)
+        return Decision(wake_at=now + timedelta(seconds=1)) if len(seen) == 1 else Decision()
+
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": remember})
+    try:
+        await put_cr(client, key(1))
+        await eventually(lambda: len(seen) >= 2, timeout=30)
+        assert seen[1] == T0 + timedelta(seconds=1)  # the tick's `now` is its due time
+    finally:
+        await worker.close()
+
+
+async def test_two_workers_split_partitions_and_hand_over(nats_server: NatsServer, client: Client) -> None:
+    s1 = settings_for(nats_server, worker_id="w1")
+    s2 = settings_for(nats_server, worker_id="w2")
+    w1 = Worker(s1, {"RayCluster": create_one_pod})
+    w2 = Worker(s2, {"RayCluster": create_one_pod})
+    try:
+        kv = await client.jetstream().key_value(subjects.LEASES_BUCKET)
+
+        async def owners() -> dict[int, str]:
+            found = {}
+            for p in range(4):
+                try:
+                    found[p] = (await kv.get(subjects.lease_key(p))).value.decode()  # type: ignore[union-attr]
+                except Exception:
+                    pass
+            return found
+
+        async def split() -> bool:
+            o = await owners()
+            return len(o) == 4 and set(o.values()) == {"w1", "w2"}
+
+        await eventually(split, timeout=30)
+        await w1.close()
+
+        async def all_w2() -> bool:
+            o = await owners()
+            return len(o) == 4 and set(o.values()) == {"w2"}
+
+        await eventually(all_w2, timeout=30)
+        for n in range(10):
+            await put_cr(client, key(n))
+        await eventually(lambda: _at_least(batches(client), 10), timeout=30)
+    finally:
+        await w2.close()
+        if not w1.task.done():
+            await w1.close()
+
+
+def test_settings_are_plain_data() -> None:
+    s = RaybusSettings()
+    assert dataclasses.replace(s.bus, partitions=8).partitions == 8

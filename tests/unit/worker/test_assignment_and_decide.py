@@ -1,0 +1,68 @@
+"""Pure parts of the worker: partition assignment, decision ids, timer header rounding."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from schema.config import OperatorConfig
+from schema.decision import Decision, Snapshot
+from schema.keys import ReconcileKey
+from schema.messages import CreateObject, ObjectRef, TimerTick, WatchEvent
+from services.reconciler.worker.assignment import owner_of, partitions_of
+from services.reconciler.worker.decide import decide, decision_time
+from services.reconciler.worker.timers import schedule_header
+
+KEY = ReconcileKey(kind="RayCluster", namespace="ns", name="c")
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("members", [["a"], ["a", "b"], ["a", "b", "c"], [f"w{i}" for i in range(7)]])
+def test_assignment_covers_every_partition_exactly_once(members: list[str]) -> None:
+    owned = [partitions_of(m, members, 16) for m in members]
+    assert sorted(p for parts in owned for p in parts) == list(range(16))
+
+
+def test_assignment_moves_few_partitions_when_a_member_joins() -> None:
+    before = {p: owner_of(p, ["a", "b", "c"]) for p in range(64)}
+    after = {p: owner_of(p, ["a", "b", "c", "d"]) for p in range(64)}
+    moved = [p for p in range(64) if before[p] != after[p]]
+    assert all(after[p] == "d" for p in moved)
+
+
+def _create(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+    ref = ObjectRef(api_version="v1", kind="Pod", namespace="ns", name="p")
+    return Decision(commands=(CreateObject(target=ref, body={}),))
+
+
+def test_decide_is_deterministic_and_fills_ids() -> None:
+    snap = Snapshot(key=KEY, entries={})
+    one = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[3])
+    two = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[3])
+    other = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[4])
+    assert one.batch is not None and two.batch is not None and other.batch is not None
+    assert one.batch == two.batch
+    assert one.batch.commands[0].id
+    assert other.batch.id != one.batch.id
+    assert other.batch.commands[0].id == one.batch.commands[0].id
+
+
+def test_decision_time_is_the_latest_input() -> None:
+    later = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+    inputs = [
+        WatchEvent(key=KEY, event_type="ADDED", entry_kind="Pod", object={}, resource_version="1", observed_at=T0),
+        TimerTick(key=KEY, due_at=later),
+    ]
+    assert decision_time(inputs) == later
+
+
+@pytest.mark.parametrize(
+    ("due", "header"),
+    [
+        (datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC), "@at 2026-01-01T00:00:00Z"),
+        (datetime(2026, 1, 1, 0, 0, 0, 1, tzinfo=UTC), "@at 2026-01-01T00:00:01Z"),
+    ],
+)
+def test_schedule_header_rounds_up(due: datetime, header: str) -> None:
+    assert schedule_header(due) == header
