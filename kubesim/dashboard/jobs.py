@@ -12,7 +12,6 @@ It deliberately does not run anything, keep real logs, or model driver nodes.
 
 from __future__ import annotations
 
-import math
 import secrets
 import string
 from collections.abc import Mapping
@@ -276,13 +275,3 @@ class JobTable:
     def list_details(self) -> list[dict[str, Any]]:
         """Every job's details, in submission order."""
         return [self.details(record) for record in self._jobs.values()]
-
-    def seconds_until_change(self, record: JobRecord) -> float:
-        """Seconds until the job's status next changes on its own (``inf`` if never)."""
-        now = self._clock.monotonic()
-        status = record.status_at(now)
-        if status is JobStatus.PENDING:
-            return record.run_start - now
-        if status is JobStatus.RUNNING:
-            return record.run_end - now if math.isfinite(record.run_end) else math.inf
-        return math.inf
