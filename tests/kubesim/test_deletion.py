@@ -1,0 +1,221 @@
+"""Deletion: finalizers, preconditions, collections, ownerReference GC, namespaces and pod termination."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.fixtures.kubesim import KubeSimHandle, start_kubesim
+from tests.helpers import eventually_sync
+
+
+@pytest.fixture
+def core(kubesim_server: KubeSimHandle) -> client.CoreV1Api:
+    return client.CoreV1Api(kubesim_server.api_client)
+
+
+def _exists(read: Any, *args: str) -> bool:
+    try:
+        read(*args)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _owned(name: str, owner: Any, *, block: bool = False) -> dict[str, Any]:
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
+        "blockOwnerDeletion": block,
+    }
+    return {"metadata": {"name": name, "ownerReferences": [ref]}}
+
+
+def test_finalizers_keep_object_until_removed(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    core.create_namespaced_config_map(
+        kubesim_namespace, {"metadata": {"name": "a", "finalizers": ["kubesim.test/hold"]}}
+    )
+    core.delete_namespaced_config_map("a", kubesim_namespace)
+    held = core.read_namespaced_config_map("a", kubesim_namespace)
+    assert held.metadata.deletion_timestamp is not None
+    core.patch_namespaced_config_map(
+        "a", kubesim_namespace, {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+    assert not _exists(core.read_namespaced_config_map, "a", kubesim_namespace)
+
+
+def test_no_new_finalizers_on_terminating_object(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    core.create_namespaced_config_map(
+        kubesim_namespace, {"metadata": {"name": "a", "finalizers": ["kubesim.test/hold"]}}
+    )
+    core.delete_namespaced_config_map("a", kubesim_namespace)
+    with pytest.raises(client.ApiException) as err:
+        core.patch_namespaced_config_map("a", kubesim_namespace, {"metadata": {"finalizers": ["kubesim.test/more"]}})
+    assert err.value.status == 422
+    core.patch_namespaced_config_map(
+        "a", kubesim_namespace, {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+
+
+@pytest.mark.parametrize("which", ["uid", "resourceVersion"])
+def test_delete_preconditions_mismatch_is_409(core: client.CoreV1Api, kubesim_namespace: str, which: str) -> None:
+    core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "a"}})
+    options = client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(**{("uid" if which == "uid" else "resource_version"): "1"})
+    )
+    with pytest.raises(client.ApiException) as err:
+        core.delete_namespaced_config_map("a", kubesim_namespace, body=options)
+    assert err.value.status == 409
+    assert "Precondition failed" in json.loads(err.value.body)["message"]
+
+
+def test_delete_precondition_match_deletes(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    cm = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "a"}})
+    options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=cm.metadata.uid))
+    status = core.delete_namespaced_config_map("a", kubesim_namespace, body=options)
+    assert status["status"] == "Success"
+    assert not _exists(core.read_namespaced_config_map, "a", kubesim_namespace)
+
+
+def test_delete_collection_with_label_selector(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    for name, tier in (("a", "x"), ("b", "x"), ("c", "y")):
+        core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": name, "labels": {"tier": tier}}})
+    core.delete_collection_namespaced_config_map(kubesim_namespace, label_selector="tier=x")
+    assert [c.metadata.name for c in core.list_namespaced_config_map(kubesim_namespace).items] == ["c"]
+
+
+def test_delete_collection_with_field_selector(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    for name in ("a", "b"):
+        core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": name}})
+    core.delete_collection_namespaced_config_map(kubesim_namespace, field_selector="metadata.name=a")
+    assert [c.metadata.name for c in core.list_namespaced_config_map(kubesim_namespace).items] == ["b"]
+
+
+def test_background_propagation_deletes_dependents(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
+    core.create_namespaced_config_map(kubesim_namespace, _owned("child", owner))
+    core.create_namespaced_secret(kubesim_namespace, _owned("secret-child", owner))
+    core.delete_namespaced_config_map("owner", kubesim_namespace, propagation_policy="Background")
+    eventually_sync(lambda: not _exists(core.read_namespaced_config_map, "child", kubesim_namespace))
+    eventually_sync(lambda: not _exists(core.read_namespaced_secret, "secret-child", kubesim_namespace))
+
+
+def test_dependent_with_another_live_owner_survives(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    one = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "one"}})
+    two = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "two"}})
+    body = _owned("child", one)
+    body["metadata"]["ownerReferences"] += _owned("x", two)["metadata"]["ownerReferences"]
+    core.create_namespaced_config_map(kubesim_namespace, body)
+    core.delete_namespaced_config_map("one", kubesim_namespace)
+    assert _exists(core.read_namespaced_config_map, "child", kubesim_namespace)
+
+
+def test_orphan_propagation_removes_owner_references(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
+    core.create_namespaced_config_map(kubesim_namespace, _owned("child", owner))
+    core.delete_namespaced_config_map("owner", kubesim_namespace, propagation_policy="Orphan")
+    child = core.read_namespaced_config_map("child", kubesim_namespace)
+    assert child.metadata.owner_references is None
+
+
+def test_foreground_propagation_waits_for_blocking_dependents(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
+    child = _owned("child", owner, block=True)
+    child["metadata"]["finalizers"] = ["kubesim.test/hold"]
+    core.create_namespaced_config_map(kubesim_namespace, child)
+    core.delete_namespaced_config_map("owner", kubesim_namespace, propagation_policy="Foreground")
+    waiting = core.read_namespaced_config_map("owner", kubesim_namespace)
+    assert waiting.metadata.finalizers == ["foregroundDeletion"]
+    assert waiting.metadata.deletion_timestamp is not None
+    assert core.read_namespaced_config_map("child", kubesim_namespace).metadata.deletion_timestamp is not None
+    core.patch_namespaced_config_map(
+        "child", kubesim_namespace, {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+    eventually_sync(lambda: not _exists(core.read_namespaced_config_map, "owner", kubesim_namespace))
+
+
+def test_propagation_policy_in_delete_options_body(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
+    core.create_namespaced_config_map(kubesim_namespace, _owned("child", owner))
+    core.delete_namespaced_config_map(
+        "owner", kubesim_namespace, body=client.V1DeleteOptions(propagation_policy="Orphan")
+    )
+    assert _exists(core.read_namespaced_config_map, "child", kubesim_namespace)
+
+
+def test_jobs_orphan_their_pods_by_default(
+    kubesim_server: KubeSimHandle, core: client.CoreV1Api, kubesim_namespace: str
+) -> None:
+    batch = client.BatchV1Api(kubesim_server.api_client)
+    spec = {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}
+    job = batch.create_namespaced_job(kubesim_namespace, {"metadata": {"name": "j"}, "spec": spec})
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": job.metadata.uid, "controller": True}
+    pod = {"metadata": {"name": "j-pod", "ownerReferences": [ref]}, "spec": spec["template"]["spec"]}
+    core.create_namespaced_pod(kubesim_namespace, pod)
+    batch.delete_namespaced_job("j", kubesim_namespace)
+    assert _exists(core.read_namespaced_pod, "j-pod", kubesim_namespace)
+
+
+def test_namespace_deletion_removes_content(core: client.CoreV1Api) -> None:
+    ns = f"doomed-{secrets.token_hex(3)}"
+    core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "held", "finalizers": ["kubesim.test/hold"]}})
+    core.delete_namespace(ns)
+    terminating = core.read_namespace(ns)
+    with pytest.raises(client.ApiException) as err:
+        core.create_namespaced_config_map(ns, {"metadata": {"name": "late"}})
+    core.patch_namespaced_config_map(
+        "held", ns, {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+    assert terminating.status.phase == "Terminating"
+    assert err.value.status == 403
+    eventually_sync(lambda: not _exists(core.read_namespace, ns))
+
+
+@pytest.fixture(scope="module")
+def kubelet_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]:
+    """A server that believes a kubelet finishes pod termination (flag only, no simulator)."""
+    handle = start_kubesim(workdir=tmp_path_factory.mktemp("kubesim-kubelet"))
+    handle.call(lambda: setattr(handle.sim.store, "handles_pod_termination", True))
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+def _scheduled_pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "x"}]}}
+
+
+def test_pod_deletion_is_graceful_when_a_kubelet_is_registered(kubelet_sim: KubeSimHandle) -> None:
+    core = client.CoreV1Api(kubelet_sim.api_client)
+    core.create_namespaced_pod("default", _scheduled_pod("graceful"))
+    terminating = core.delete_namespaced_pod("graceful", "default", grace_period_seconds=5)
+    assert terminating.metadata.deletion_timestamp is not None
+    assert terminating.metadata.deletion_grace_period_seconds == 5
+    core.delete_namespaced_pod("graceful", "default", grace_period_seconds=0)
+    assert not _exists(core.read_namespaced_pod, "graceful", "default")
+
+
+def test_unscheduled_pods_are_deleted_at_once(kubelet_sim: KubeSimHandle) -> None:
+    core = client.CoreV1Api(kubelet_sim.api_client)
+    core.create_namespaced_pod(
+        "default", {"metadata": {"name": "pending"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    )
+    core.delete_namespaced_pod("pending", "default")
+    assert not _exists(core.read_namespaced_pod, "pending", "default")
+
+
+def test_pods_are_deleted_at_once_without_a_kubelet(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    core.create_namespaced_pod(kubesim_namespace, _scheduled_pod("p"))
+    core.delete_namespaced_pod("p", kubesim_namespace)
+    assert not _exists(core.read_namespaced_pod, "p", kubesim_namespace)
