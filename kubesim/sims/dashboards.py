@@ -149,6 +149,11 @@ class RayDashboards:
         """True while the cluster's head dashboard runs."""
         return (namespace, cluster) in self._heads
 
+    def gcs_ready(self, namespace: str, cluster: str) -> bool:
+        """What ``ray health-check`` would say: the head runs and its GCS is healthy."""
+        head = self._heads.get((namespace, cluster))
+        return head is not None and head.server.state.gcs_healthy
+
     def dashboard_url(self, namespace: str, cluster: str) -> str | None:
         """Loopback base URL of a cluster's dashboard, or None."""
         head = self._heads.get((namespace, cluster))

@@ -240,7 +240,7 @@ class PodWorker:
                 continue
             if self.options.wait_gcs_ready and _waits_for_gcs(raw):
                 namespace, cluster = cluster_key(self.last_pod)
-                while not self.node.dashboards.has_dashboard(namespace, cluster):
+                while not self.node.dashboards.gcs_ready(namespace, cluster):
                     self._write()
                     await self._wait(timeout=self.options.submitter_poll_interval * 4)
                     self._get()

@@ -175,3 +175,18 @@ async def test_token_auth_from_secret() -> None:
         assert state is not None
         assert state.token == "token-123"
         assert state.ray_version == "2.53.0"
+
+
+async def test_worker_init_waits_for_the_head() -> None:
+    store = FakeStore()
+    labels = {"ray.io/cluster": "rc", "ray.io/node-type": "worker"}
+    init = [{"name": "wait-gcs-ready", "image": "rayproject/ray:2.52.0"}]
+    async with simulation(store):
+        store.create(PODS, pod("rc-worker", labels=labels, init_containers=init))
+        waiting = await eventually(
+            lambda: (p := _get(store, "rc-worker")) and condition(p, "Initialized") == "False" and p
+        )
+        assert phase(waiting) == "Pending"
+        assert waiting["status"]["initContainerStatuses"][0]["state"].get("running")
+        store.create(PODS, head_pod("rc-head", "rc"))
+        await eventually(lambda: condition(_get(store, "rc-worker"), "Ready") == "True")
