@@ -1,0 +1,291 @@
+"""The pure RayCronJob reconcile: one scheduled tick per pass, plus concurrency and history policies.
+
+Role: ``reconcile(snapshot, now, config) -> Decision`` for key ``RayCronJob/<ns>/<name>``. The snapshot
+holds the ``RayCronJob`` and its child ``RayJob`` entries (label ``ray.io/cronjob-name``).
+
+Behaviour (SPEC §7 + issue 9 extensions):
+- gate ``RayCronJob`` off → empty decision; object gone or being deleted → nothing (children are
+  garbage-collected through their owner reference).
+- invalid (SPEC §8) → Warning ``InvalidRayCronJobSpec``, nothing else.
+- finished children beyond ``successfulJobsHistoryLimit`` / ``failedJobsHistoryLimit`` are deleted,
+  oldest first (None = keep all: KubeRay's behaviour). This runs even while suspended.
+- ``suspend`` → Normal ``SuspendedRayCronJob``, no tick.
+- next = the first tick after ``status.lastScheduleTime`` (or the creation time). In the future → wake
+  up then. Due → create ``<name>-<floor(next/60)>`` (``concurrencyPolicy`` Allow), skip it while a child
+  is active (Forbid), or delete the active children first (Replace); then ``lastScheduleTime = next``
+  with a ``schedule`` Transition, and wake at the following tick, or right away when that one is past
+  too, so missed ticks are replayed one per pass, in order.
+
+Invariants: pure; the child name and body depend only on the snapshot and the tick; the status patch
+carries the cron job's resourceVersion, so a pass on a stale snapshot cannot move lastScheduleTime
+backwards (its patch conflicts and is dropped) and its CreateObject is an AlreadyExists no-op.
+
+Not here: parsing (``schedule``), validation (``validation``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from schema.config import OperatorConfig
+from schema.decision import Decision, Snapshot
+from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, ObjectRef, PatchStatus, Transition
+from schema.ray.common import API_VERSION
+from schema.ray.raycronjob import RayCronJobSpec
+from services.reconciler.raycronjob.schedule import next_tick, parse_schedule
+from services.reconciler.raycronjob.validation import validate_raycronjob
+from services.reconciler.rayjob.times import format_time, parse_time, truncate
+
+CRONJOB_NAME_LABEL: Final = "ray.io/cronjob-name"
+SCHEDULED_TIMESTAMP_ANNOTATION: Final = "ray.io/cronjob-scheduled-timestamp"
+
+_FINISHED_SUCCESS: Final = frozenset({"Complete"})
+_FINISHED_FAILURE: Final = frozenset({"Failed", "ValidationFailed"})
+
+
+def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+    """Decide what one RayCronJob needs now (see the module docstring).
+
+    Args:
+        snapshot: every entry of the key ``RayCronJob/<ns>/<name>``.
+        now: the time of the event being handled.
+        config: operator configuration (the ``RayCronJob`` gate).
+
+    Returns:
+        The commands, the next wake-up (the next tick), and the rules that fired.
+    """
+    if not config.gates.ray_cron_job:
+        return Decision(rules=("7/gate-off",))
+    cron = snapshot.owner()
+    if cron is None:
+        return Decision(rules=("7/gone",))
+    metadata = _mapping(cron.get("metadata"))
+    if metadata.get("deletionTimestamp"):
+        return Decision(rules=("7/being-deleted",))
+    ref = _cron_ref(snapshot, metadata)
+    spec, error = validate_raycronjob(cron, config=config)
+    if spec is None:
+        message = f"{ref.namespace}/{ref.name}: {error}"
+        event = EmitEvent(regarding=ref, event_type="Warning", reason="InvalidRayCronJobSpec", message=message)
+        return Decision(commands=(event,), rules=("8/raycronjob-invalid",))
+
+    children = _children(snapshot, ref)
+    commands: list[Command] = []
+    rules: list[str] = []
+    history = _history_deletions(spec, children)
+    if history:
+        commands.extend(_delete_child(child) for child in history)
+        rules.append("ext/history-limit")
+    if spec.suspend:
+        commands.append(
+            EmitEvent(
+                regarding=ref,
+                event_type="Normal",
+                reason="SuspendedRayCronJob",
+                message="RayCronJob suspended, no new RayJobs will be created",
+            )
+        )
+        rules.append("7/suspended")
+        return Decision(commands=tuple(commands), rules=tuple(rules))
+
+    schedule = parse_schedule(spec.schedule, spec.time_zone)
+    status = _mapping(cron.get("status"))
+    previous = status.get("lastScheduleTime")
+    previous_text = previous if isinstance(previous, str) else ""
+    start = parse_time(previous) or parse_time(metadata.get("creationTimestamp")) or truncate(now)
+    tick = next_tick(schedule, start)
+    if tick is None:
+        rules.append("7/no-next-tick")
+        return Decision(commands=tuple(commands), rules=tuple(rules))
+    if tick > now:
+        rules.append("7/wait-next-tick")
+        return Decision(commands=tuple(commands), wake_at=tick, rules=tuple(rules))
+
+    child_name = f"{ref.name}-{int(tick.timestamp()) // 60}"
+    active = [child for child in children if _is_active(child) and _name(child) != child_name and child not in history]
+    tick_text = format_time(tick)
+    if spec.concurrency_policy == "Forbid" and active:
+        rules.append("ext/forbid-skip")
+        commands.append(
+            EmitEvent(
+                regarding=ref,
+                event_type="Normal",
+                reason="JobAlreadyActive",
+                message=(
+                    f"Not starting RayJob for the tick at {tick_text} because RayJob "
+                    f"{_name(active[0])} is still active and concurrencyPolicy is Forbid"
+                ),
+            )
+        )
+        transition_reason, child_attr = "Skipped", ""
+    else:
+        if spec.concurrency_policy == "Replace" and active:
+            rules.append("ext/replace-delete")
+            commands.extend(_delete_child(child) for child in active)
+        rules.append("7/create-rayjob")
+        commands.append(_create_child(cron, ref, child_name, tick))
+        transition_reason, child_attr = "Scheduled", child_name
+
+    transition = Transition(
+        kind="RayCronJob",
+        uid=ref.uid,
+        namespace=ref.namespace,
+        name=ref.name,
+        field="schedule",
+        from_value=previous_text,
+        to_value=tick_text,
+        at=now,
+        reason=transition_reason,
+        message=f"concurrencyPolicy={spec.concurrency_policy}",
+        resource_version=_resource_version(metadata),
+        attributes={"rayJobName": child_attr},
+    )
+    commands.append(
+        PatchStatus(
+            target=ref,
+            status={"lastScheduleTime": tick_text},
+            resource_version=_resource_version(metadata),
+            transitions=(transition,),
+        )
+    )
+    following = next_tick(schedule, tick)
+    wake_at = None if following is None else max(following, now)
+    if following is not None and following <= now:
+        rules.append("7/catch-up")
+    return Decision(commands=tuple(commands), wake_at=wake_at, rules=tuple(rules))
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    name = _mapping(obj.get("metadata")).get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _resource_version(metadata: Mapping[str, Any]) -> str:
+    value = metadata.get("resourceVersion")
+    return value if isinstance(value, str) else ""
+
+
+def _cron_ref(snapshot: Snapshot, metadata: Mapping[str, Any]) -> ObjectRef:
+    uid = metadata.get("uid")
+    return ObjectRef(
+        api_version=API_VERSION,
+        kind="RayCronJob",
+        namespace=snapshot.key.namespace,
+        name=snapshot.key.name,
+        uid=uid if isinstance(uid, str) else "",
+    )
+
+
+def _children(snapshot: Snapshot, ref: ObjectRef) -> list[dict[str, Any]]:
+    """RayJobs labelled with this cron job's name and, when they name a controller, owned by it."""
+    found: list[dict[str, Any]] = []
+    for job in snapshot.of_kind("RayJob"):
+        metadata = _mapping(job.get("metadata"))
+        if _mapping(metadata.get("labels")).get(CRONJOB_NAME_LABEL) != ref.name:
+            continue
+        owners = metadata.get("ownerReferences")
+        controllers = (
+            [o for o in owners if isinstance(o, Mapping) and o.get("controller") is True]
+            if isinstance(owners, list)
+            else []
+        )
+        if ref.uid and controllers and not any(o.get("uid") == ref.uid for o in controllers):
+            continue
+        found.append(job)
+    return found
+
+
+def _deployment_status(job: Mapping[str, Any]) -> str:
+    value = _mapping(job.get("status")).get("jobDeploymentStatus")
+    return value if isinstance(value, str) else ""
+
+
+def _is_active(job: Mapping[str, Any]) -> bool:
+    """Not finished (Complete / Failed / ValidationFailed) and not already being deleted."""
+    if _mapping(job.get("metadata")).get("deletionTimestamp"):
+        return False
+    return _deployment_status(job) not in _FINISHED_SUCCESS | _FINISHED_FAILURE
+
+
+def _scheduled_at(job: Mapping[str, Any]) -> tuple[str, str, str]:
+    """Sort key, oldest first: scheduled timestamp, then creation time, then name."""
+    metadata = _mapping(job.get("metadata"))
+    annotated = parse_time(_mapping(metadata.get("annotations")).get(SCHEDULED_TIMESTAMP_ANNOTATION))
+    created = parse_time(metadata.get("creationTimestamp"))
+    return (
+        format_time(annotated) if annotated else "",
+        format_time(created) if created else "",
+        _name(job),
+    )
+
+
+def _history_deletions(spec: RayCronJobSpec, children: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Finished children beyond the history limits, oldest first (Kubernetes CronJob semantics)."""
+    doomed: list[dict[str, Any]] = []
+    for limit, statuses in (
+        (spec.successful_jobs_history_limit, _FINISHED_SUCCESS),
+        (spec.failed_jobs_history_limit, _FINISHED_FAILURE),
+    ):
+        if limit is None:
+            continue
+        finished = [
+            child
+            for child in children
+            if _deployment_status(child) in statuses and not _mapping(child.get("metadata")).get("deletionTimestamp")
+        ]
+        finished.sort(key=_scheduled_at)
+        excess = len(finished) - max(limit, 0)
+        if excess > 0:
+            doomed.extend(finished[:excess])
+    return doomed
+
+
+def _delete_child(child: Mapping[str, Any]) -> DeleteObject:
+    metadata = _mapping(child.get("metadata"))
+    uid = metadata.get("uid")
+    namespace = metadata.get("namespace")
+    return DeleteObject(
+        target=ObjectRef(
+            api_version=API_VERSION,
+            kind="RayJob",
+            namespace=namespace if isinstance(namespace, str) else "",
+            name=_name(child),
+            uid=uid if isinstance(uid, str) else "",
+        ),
+        propagation="Background",
+    )
+
+
+def _create_child(cron: Mapping[str, Any], ref: ObjectRef, child_name: str, tick: datetime) -> CreateObject:
+    """The child RayJob: labels, scheduled-timestamp annotation, owner = the cron job, spec = jobTemplate."""
+    template = _mapping(cron.get("spec")).get("jobTemplate")
+    body: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": "RayJob",
+        "metadata": {
+            "name": child_name,
+            "namespace": ref.namespace,
+            "labels": {CRONJOB_NAME_LABEL: ref.name},
+            "annotations": {SCHEDULED_TIMESTAMP_ANNOTATION: format_time(tick)},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "RayCronJob",
+                    "name": ref.name,
+                    "uid": ref.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": copy.deepcopy(dict(template)) if isinstance(template, Mapping) else {},
+    }
+    target = ObjectRef(api_version=API_VERSION, kind="RayJob", namespace=ref.namespace, name=child_name)
+    return CreateObject(target=target, body=body)

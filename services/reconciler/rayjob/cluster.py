@@ -1,0 +1,210 @@
+"""The RayCluster side of a RayJob: the cluster it creates, the ``<rj>-head-svc`` Service, and how to
+reach the cluster's dashboard (URL for ``status.dashboardURL``, DashboardRef for dashboard commands).
+
+Role: builders and lookups over the snapshot's ``RayCluster``, ``Service`` and ``Pod`` entries.
+
+Invariants: pure; the cluster body is KubeRay's ``constructRayClusterForRayJob`` (labels, annotations,
+owner, a verbatim copy of ``spec.rayClusterSpec``, plus the SidecarMode submitter); every lookup
+tolerates malformed entries (treated as absent).
+
+Not here: the RayCluster's own objects (pods, its head Service): the RayCluster controller builds
+those, and :func:`rayjob_head_service` reuses its head-Service builder.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from schema.config import OperatorConfig
+from schema.decision import Snapshot
+from schema.messages import DashboardRef
+from schema.ray.common import API_VERSION
+from schema.ray.rayjob import SIDECAR_MODE, RayJobSpec
+from services.reconciler.raycluster.model import view_of
+from services.reconciler.raycluster.services import head_service
+from services.reconciler.rayjob.names import (
+    CLUSTER_LABEL,
+    DASHBOARD_PORT_NAME,
+    DEFAULT_DASHBOARD_PORT,
+    DISABLE_PROVISIONED_HEAD_RESTART,
+    IDENTIFIER_LABEL,
+    JOB_SUBMISSION_MODE_LABEL,
+    NODE_TYPE_LABEL,
+    ORIGINATED_FROM_CR_NAME,
+    ORIGINATED_FROM_CRD,
+    check_label,
+    head_service_name_for_rayjob,
+)
+from services.reconciler.rayjob.submitter import (
+    find_container_port,
+    head_container,
+    sidecar_container,
+    token_auth_secret,
+)
+
+
+def mapping(value: object) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, else an empty one (untrusted JSON)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def text(value: object) -> str:
+    """``value`` if it is a string, else ""."""
+    return value if isinstance(value, str) else ""
+
+
+def owner_reference(obj: Mapping[str, Any], kind: str = "RayJob") -> dict[str, Any]:
+    """A controller owner reference to ``obj`` (GC cascades from it)."""
+    metadata = mapping(obj.get("metadata"))
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "name": text(metadata.get("name")),
+        "uid": text(metadata.get("uid")),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_cluster(
+    rayjob: Mapping[str, Any],
+    spec: RayJobSpec,
+    *,
+    cluster_name: str,
+    job_id: str,
+    dashboard_url: str,
+    config: OperatorConfig,
+) -> dict[str, Any]:
+    """The RayCluster a RayJob creates (SPEC §5.2 Initializing step 5).
+
+    Raises:
+        SubmitterError: SidecarMode and the submitter container cannot be built.
+    """
+    metadata = mapping(rayjob.get("metadata"))
+    name = text(metadata.get("name"))
+    labels = {k: v for k, v in mapping(metadata.get("labels")).items() if isinstance(v, str)}
+    labels[ORIGINATED_FROM_CR_NAME] = name
+    labels[ORIGINATED_FROM_CRD] = "RayJob"
+    labels[JOB_SUBMISSION_MODE_LABEL] = spec.submission_mode
+    annotations = {k: v for k, v in mapping(metadata.get("annotations")).items() if isinstance(v, str)}
+    if spec.submission_mode == SIDECAR_MODE:
+        annotations[DISABLE_PROVISIONED_HEAD_RESTART] = "true"
+    cluster_spec: dict[str, Any] = copy.deepcopy(dict(mapping(mapping(rayjob.get("spec")).get("rayClusterSpec"))))
+    if spec.submission_mode == SIDECAR_MODE:
+        container = sidecar_container(
+            spec,
+            job_id=job_id,
+            dashboard_url=dashboard_url,
+            cluster_name=cluster_name,
+            cluster_spec=cluster_spec,
+            config=config,
+        )
+        pod_spec = cluster_spec.setdefault("headGroupSpec", {}).setdefault("template", {}).setdefault("spec", {})
+        containers = pod_spec.get("containers")
+        pod_spec["containers"] = [*containers, container] if isinstance(containers, list) else [container]
+        pod_spec["restartPolicy"] = "Never"
+    body: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": "RayCluster",
+        "metadata": {
+            "name": cluster_name,
+            "namespace": text(metadata.get("namespace")),
+            "labels": labels,
+            "ownerReferences": [owner_reference(rayjob)],
+        },
+        "spec": cluster_spec,
+    }
+    if annotations:
+        body["metadata"]["annotations"] = annotations
+    return body
+
+
+def cluster_head_service_name(cluster_name: str, cluster: Mapping[str, Any] | None) -> str:
+    """The cluster's own head Service: ``headGroupSpec.headService.metadata.name`` or ``<c>-head-svc``."""
+    head_service = mapping(mapping(mapping(mapping(cluster).get("spec")).get("headGroupSpec")).get("headService"))
+    user_name = text(mapping(head_service.get("metadata")).get("name"))
+    return user_name or f"{cluster_name}-head-svc"
+
+
+def service_port(service: Mapping[str, Any] | None, name: str) -> int | None:
+    """The ``port`` of the Service port called ``name``."""
+    ports = mapping(mapping(service).get("spec")).get("ports")
+    if isinstance(ports, list):
+        for port in ports:
+            if isinstance(port, Mapping) and port.get("name") == name:
+                number = port.get("port")
+                if isinstance(number, int) and not isinstance(number, bool):
+                    return number
+    return None
+
+
+def dashboard_url(
+    snapshot: Snapshot, *, namespace: str, cluster_name: str, cluster: Mapping[str, Any], config: OperatorConfig
+) -> str | None:
+    """KubeRay's ``FetchHeadServiceURL``: ``<svc>.<ns>.svc.<domain>:<dashboard port>``; None until the head
+    Service (with a port named ``dashboard``) is in the snapshot."""
+    service_name = cluster_head_service_name(cluster_name, cluster)
+    port = service_port(snapshot.get("Service", service_name), DASHBOARD_PORT_NAME)
+    if port is None:
+        return None
+    return f"{service_name}.{namespace}.svc.{config.switches.cluster_domain}:{port}"
+
+
+def dashboard_ref(
+    snapshot: Snapshot, *, namespace: str, cluster_name: str, cluster: Mapping[str, Any] | None
+) -> DashboardRef:
+    """How the applier reaches the cluster's dashboard (head Service, dashboard port, auth Secret)."""
+    service_name = cluster_head_service_name(cluster_name, cluster)
+    cluster_spec = mapping(mapping(cluster).get("spec"))
+    port = service_port(snapshot.get("Service", service_name), DASHBOARD_PORT_NAME)
+    if port is None:
+        port = find_container_port(head_container(cluster_spec), DASHBOARD_PORT_NAME, DEFAULT_DASHBOARD_PORT)
+    return DashboardRef(
+        namespace=namespace,
+        service=service_name,
+        port=port,
+        cluster=cluster_name,
+        auth_secret=token_auth_secret(cluster_name, cluster_spec),
+    )
+
+
+def rayjob_head_service(
+    rayjob: Mapping[str, Any], spec: RayJobSpec, *, cluster_name: str, config: OperatorConfig
+) -> dict[str, Any] | None:
+    """``<rj>-head-svc`` (KubeRay's ``BuildHeadServiceForRayJob``): the RayCluster controller's head
+    Service for the job's cluster, renamed and re-labelled for the RayJob, owned by the RayJob.
+
+    Returns None in clusterSelector mode (no rayClusterSpec: KubeRay builds no such Service).
+    """
+    if spec.ray_cluster_spec is None:
+        return None
+    metadata = mapping(rayjob.get("metadata"))
+    name, namespace = text(metadata.get("name")), text(metadata.get("namespace"))
+    view = view_of(spec.ray_cluster_spec, name=cluster_name, namespace=namespace)
+    service = head_service(
+        view, config, name=head_service_name_for_rayjob(name), owner_reference=owner_reference(rayjob)
+    )
+    service["metadata"]["namespace"] = namespace
+    service["metadata"]["labels"] = {
+        ORIGINATED_FROM_CR_NAME: name,
+        ORIGINATED_FROM_CRD: "RayJob",
+        NODE_TYPE_LABEL: "head",
+        IDENTIFIER_LABEL: check_label(f"{name}-head"),
+    }
+    return service
+
+
+def head_pod(snapshot: Snapshot, cluster_name: str) -> dict[str, Any] | None:
+    """The cluster's head pod among the snapshot's ``Pod`` entries (first by name), or None."""
+    for pod in snapshot.of_kind("Pod"):
+        labels = mapping(mapping(pod.get("metadata")).get("labels"))
+        if labels.get(CLUSTER_LABEL) == cluster_name and labels.get(NODE_TYPE_LABEL) == "head":
+            return pod
+    return None
+
+
+def being_deleted(obj: Mapping[str, Any] | None) -> bool:
+    """The object carries a deletionTimestamp."""
+    return bool(mapping(mapping(obj).get("metadata")).get("deletionTimestamp"))

@@ -1,0 +1,296 @@
+"""The Running state of a RayJob (SPEC §5.2 Running, §5.3 submitter checks, §5.4 job info).
+
+Role: ``run(job)`` performs KubeRay's Running checks in order: suspend, activeDeadlineSeconds, the
+transition grace period, the status-check timeout, the cluster and ``<rj>-head-svc``, the submitter
+(K8sJobMode Job conditions / SidecarMode container), the 30 s submitter-finished grace, then the
+dashboard's answer for the job, which arrives as an ``obs-rayjob`` observation instead of a GET.
+
+Invariants: pure; each wait is either an event the watcher delivers (observation changed, Job or Pod
+changed) or a wake-up registered on the pass; no fixed-interval requeue, except the HTTPMode submit
+retry while the dashboard still answers 404 for a job raybus just submitted.
+
+Not here: the other states (``reconcile``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from schema.decision import OBS_RAY_JOB
+from schema.messages import ObjectRef, PatchObject, SubmitRayJob
+from schema.ray.rayjob import HTTP_MODE, K8S_JOB_MODE, SIDECAR_MODE
+from services.reconciler.rayjob.cluster import (
+    dashboard_ref,
+    head_pod,
+    mapping,
+    rayjob_head_service,
+    text,
+)
+from services.reconciler.rayjob.names import CLUSTER_LABEL, SUBMITTER_CONTAINER, head_service_name_for_rayjob
+from services.reconciler.rayjob.passes import Pass
+from services.reconciler.rayjob.status import TERMINAL_JOB_STATUSES
+from services.reconciler.rayjob.steps import get_or_create_cluster, preflight
+from services.reconciler.rayjob.submitter import SubmitterError, build_submit_request
+from services.reconciler.rayjob.times import after_seconds, format_time, from_epoch_millis, parse_time
+
+SUBMITTER_FINISHED_TIMEOUT: Final = timedelta(seconds=30)
+HTTP_SUBMIT_RETRY_DELAY: Final = timedelta(seconds=3)
+"""While the dashboard answers 404 after an HTTPMode submission, try again after this delay (the only
+fixed delay: it ends as soon as the prober reports the job)."""
+
+
+def run(job: Pass) -> None:
+    """One pass of the Running state; see the module docstring for the order of checks."""
+    if preflight(job, pre_running=False):
+        return
+    if _grace_period_exceeded(job) or _status_check_timed_out(job):
+        return
+    cluster = get_or_create_cluster(job)
+    if cluster is None:
+        return
+    if not job.spec.cluster_selector:
+        _reconcile_head_service(job)
+    finished_at: datetime | None = None
+    if job.spec.submission_mode in (K8S_JOB_MODE, SIDECAR_MODE):
+        checked = _check_submitter(job)
+        if checked is None:
+            return
+        submitter_failed, finished_at = checked
+        if finished_at is not None:
+            job.wake(finished_at + SUBMITTER_FINISHED_TIMEOUT)
+        if _submitter_finished_timeout(job, finished_at) or submitter_failed:
+            return
+    _observe(job, cluster, finished_at)
+
+
+def _grace_period_exceeded(job: Pass) -> bool:
+    """jobStatus terminal but still Running for longer than the grace period after Ray's endTime."""
+    status = job.status
+    if status.job_status not in TERMINAL_JOB_STATUSES:
+        return False
+    ended = parse_time(mapping(status.current.get("rayJobInfo")).get("endTime"))
+    if ended is None:
+        return False
+    due = after_seconds(ended, job.config.switches.rayjob_deployment_status_transition_grace_period_seconds)
+    if due is None or job.now < due:
+        return False
+    message = (
+        "JobDeploymentStatus does not transition to Complete or Failed within the grace period after "
+        "JobStatus reaches a terminal state."
+    )
+    reason = "JobDeploymentStatusTransitionGracePeriodExceeded"
+    status.move("Failed" if status.job_status == "FAILED" else "Complete", reason=reason, message=message)
+    status.set("reason", reason)
+    status.set("message", message)
+    job.rule("5.2/transition-grace-period-exceeded")
+    return True
+
+
+def _status_check_timed_out(job: Pass) -> bool:
+    """The dashboard has failed to answer for longer than RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS."""
+    since = parse_time(job.status.get("jobStatusCheckFailureStartTime"))
+    if since is None:
+        return False
+    timeout = job.config.switches.rayjob_status_check_timeout_seconds
+    due = after_seconds(since, timeout)
+    if due is None or job.now < due:
+        return False
+    job.status.fail(
+        "JobStatusCheckTimeoutExceeded",
+        f"Failed to get the Ray job status from the dashboard since {format_time(since)} "
+        f"(RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS={timeout:g})",
+    )
+    job.rule("5.2/status-check-timeout-exceeded")
+    return True
+
+
+def _reconcile_head_service(job: Pass) -> None:
+    """``<rj>-head-svc``: created once; re-pointed only when the selected cluster changes."""
+    cluster_name = job.status.get("rayClusterName")
+    wanted = rayjob_head_service(job.rayjob, job.spec, cluster_name=cluster_name, config=job.config)
+    if wanted is None:
+        return
+    name = head_service_name_for_rayjob(job.ref.name)
+    existing = job.snapshot.get("Service", name)
+    if existing is None:
+        job.create("Service", "v1", name, wanted)
+        job.emit("Normal", "CreatedService", f"Created the service {job.ref.namespace}/{name}")
+        job.rule("5.2/create-head-service")
+        return
+    existing_spec = mapping(existing.get("spec"))
+    if mapping(existing_spec.get("selector")).get(CLUSTER_LABEL) == cluster_name:
+        return
+    patch = [
+        {"op": "replace", "path": "/spec/selector", "value": wanted["spec"]["selector"]},
+        {"op": "replace", "path": "/spec/ports", "value": wanted["spec"].get("ports", [])},
+    ]
+    target_meta = mapping(existing.get("metadata"))
+    target = ObjectRef(
+        api_version="v1", kind="Service", namespace=job.ref.namespace, name=name, uid=text(target_meta.get("uid"))
+    )
+    job.commands.append(
+        PatchObject(
+            target=target, patch=patch, patch_type="json", resource_version=text(target_meta.get("resourceVersion"))
+        )
+    )
+    job.emit("Normal", "UpdatedService", f"Updated the service {job.ref.namespace}/{name}")
+    job.rule("5.2/update-head-service")
+
+
+def _true_condition(obj: Mapping[str, Any], kinds: tuple[str, ...]) -> Mapping[str, Any] | None:
+    conditions = mapping(obj.get("status")).get("conditions")
+    if isinstance(conditions, list):
+        for condition in conditions:
+            if isinstance(condition, Mapping) and condition.get("type") in kinds and condition.get("status") == "True":
+                return condition
+    return None
+
+
+def _check_submitter(job: Pass) -> tuple[bool, datetime | None] | None:
+    """``checkSubmitterAndUpdateStatusIfNeeded``: (submitter failed, finishedAt), or None to stop the pass."""
+    status = job.status
+    if job.spec.submission_mode == K8S_JOB_MODE:
+        submitter = job.snapshot.get("Job", job.ref.name)
+        if submitter is None:
+            job.rule("5.3/submitter-job-missing")
+            job.halt()
+            return None
+        failed_condition = _true_condition(submitter, ("Failed",))
+        finished = _true_condition(submitter, ("Complete", "Failed"))
+        finished_at = parse_time(finished.get("lastTransitionTime")) if finished is not None else None
+        if failed_condition is None:
+            return False, finished_at
+        if status.job_status == "FAILED":
+            status.fail("AppFailed", status.get("message"))
+        else:
+            status.fail(
+                "SubmissionFailed",
+                f"Job submission has failed. Reason: {text(failed_condition.get('reason'))}. "
+                f"Message: {text(failed_condition.get('message'))}",
+            )
+        job.rule("5.3/submitter-job-failed")
+        return True, finished_at
+    pod = head_pod(job.snapshot, status.get("rayClusterName"))
+    if pod is None:
+        status.fail("AppFailed", "Ray head pod not found.")
+        job.rule("5.3/sidecar-head-pod-missing")
+        return True, None
+    container = _submitter_container_status(pod)
+    terminated = mapping(mapping(container.get("state")).get("terminated")) if container else {}
+    finished_at = parse_time(terminated.get("finishedAt")) if terminated else None
+    exit_code = terminated.get("exitCode")
+    if job.config.gates.sidecar_submitter_restart:
+        limit = 2
+        restarts = container.get("restartCount") if container else 0
+        restarts = restarts if isinstance(restarts, int) else 0
+        ever_terminated = bool(mapping(mapping(container.get("lastState")).get("terminated"))) or bool(terminated)
+        failed = restarts >= limit and ever_terminated and not (terminated and exit_code == 0)
+        detail = f"restarted {restarts} times"
+    else:
+        failed = bool(terminated) and exit_code != 0
+        detail = f"terminated with exit code {exit_code}: {text(terminated.get('reason'))}"
+    if not failed:
+        return False, finished_at
+    if status.job_status == "FAILED":
+        status.fail("AppFailed", status.get("message"))
+    else:
+        status.fail("SubmissionFailed", f"Ray head pod container {SUBMITTER_CONTAINER} {detail}")
+    job.rule("5.3/sidecar-submitter-failed")
+    return True, finished_at
+
+
+def _submitter_container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = mapping(pod.get("status")).get("containerStatuses")
+    if isinstance(statuses, list):
+        for container in statuses:
+            if isinstance(container, Mapping) and container.get("name") == SUBMITTER_CONTAINER:
+                return container
+    return {}
+
+
+def _submitter_finished_timeout(job: Pass, finished_at: datetime | None) -> bool:
+    """The submitter finished more than 30 s ago and the job is still not terminal → Failed."""
+    if finished_at is None or job.now < finished_at + SUBMITTER_FINISHED_TIMEOUT:
+        return False
+    reason = "JobDeploymentStatusTransitionGracePeriodExceeded"
+    job.status.set_job_status("FAILED", reason=reason)
+    job.status.fail(
+        reason,
+        f"The RayJob submitter finished at {finished_at.strftime('%Y-%m-%d %H:%M:%S')} but the ray job did not "
+        "reach terminal state within 30s",
+    )
+    job.rule("5.3/submitter-finished-timeout")
+    return True
+
+
+def _start_failure_timer(job: Pass, rule: str) -> None:
+    if not job.status.get("jobStatusCheckFailureStartTime"):
+        job.status.set("jobStatusCheckFailureStartTime", format_time(job.now))
+    job.rule(rule)
+
+
+def _observe(job: Pass, cluster: Mapping[str, Any], finished_at: datetime | None) -> None:
+    """React to the dashboard's latest answer about the job (``obs-rayjob`` entry named by the job id)."""
+    status, spec = job.status, job.spec
+    job_id = status.get("jobId")
+    observation = job.snapshot.get(OBS_RAY_JOB, job_id) if job_id else None
+    if observation is None:
+        job.rule("5.4/await-observation")
+        return
+    http_status = observation.get("http_status")
+    if http_status == 404:
+        if spec.submission_mode == HTTP_MODE:
+            try:
+                request = build_submit_request(spec, job_id=job_id)
+            except SubmitterError:
+                _start_failure_timer(job, "5.3/http-submit-request-invalid")
+                return
+            dashboard = dashboard_ref(
+                job.snapshot, namespace=job.ref.namespace, cluster_name=status.get("rayClusterName"), cluster=cluster
+            )
+            job.commands.append(SubmitRayJob(dashboard=dashboard, request=request))
+            job.wake(job.now + HTTP_SUBMIT_RETRY_DELAY)
+            job.rule("5.3/http-submit")
+            return
+        if finished_at is not None:
+            status.fail("AppFailed", "Submitter completed but Ray job not found in RayCluster.")
+            job.rule("5.4/job-not-found-after-submitter")
+            return
+        job.rule("5.4/job-not-found-yet")
+        return
+    ray_status = observation.get("status")
+    if (
+        observation.get("error") is not None
+        or (isinstance(http_status, int) and http_status >= 400)
+        or not isinstance(ray_status, str)
+    ):
+        _start_failure_timer(job, "5.4/dashboard-error")
+        return
+    status.set("jobStatusCheckFailureStartTime", None)
+    terminal = ray_status in TERMINAL_JOB_STATUSES
+    if spec.submission_mode in (K8S_JOB_MODE, SIDECAR_MODE):
+        terminal = terminal and finished_at is not None
+    message = text(observation.get("message"))
+    status.set("rayClusterStatus", dict(mapping(cluster.get("status"))))
+    status.set_job_status(ray_status, reason="DashboardReported", message=message)
+    info = dict(mapping(status.current.get("rayJobInfo")))
+    started, ended = from_epoch_millis(observation.get("start_time")), from_epoch_millis(observation.get("end_time"))
+    if started is not None:
+        info["startTime"] = format_time(started)
+    if ended is not None:
+        info["endTime"] = format_time(ended)
+    status.set("rayJobInfo", info or None)
+    if terminal and ray_status == "FAILED":
+        status.move("Failed", reason="AppFailed", message=message)
+        status.set("reason", "AppFailed")
+        job.rule("5.4/job-failed")
+    elif terminal:
+        status.move("Complete", reason="JobSucceeded" if ray_status == "SUCCEEDED" else "JobStopped", message=message)
+        status.set("reason", None)
+        job.rule("5.4/job-complete")
+    else:
+        status.set("reason", None)
+        job.rule("5.4/job-running")
+    status.set("message", message)
