@@ -1,0 +1,92 @@
+"""Command-line flags of the long-running services, applied on top of the environment's settings.
+
+Every flag has an environment variable (``load_settings``); a flag wins over its variable. The
+configuration reference in README.md lists both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from typing import Any
+
+import msgspec
+
+from services.runtime.settings import (
+    RaybusSettings,
+    load_pod_defaults,
+    load_settings,
+    parse_feature_gates,
+)
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """Flags every service takes."""
+    parser.add_argument("--nats-url", help="NATS server URL(s), comma-separated [RAYBUS_NATS_URL]")
+    parser.add_argument("--nats-creds", help="NATS credentials file [RAYBUS_NATS_CREDS]")
+    parser.add_argument("--health-port", type=int, help="port of /healthz, /readyz, /metrics (0 = free port)")
+    parser.add_argument("--health-host", help="address of the health server (default 127.0.0.1)")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING [RAYBUS_LOG_LEVEL]")
+    parser.add_argument("--partitions", type=int, help="partitions of the events stream (default 16)")
+    parser.add_argument("--no-ensure-topology", action="store_true", help="do not create streams and buckets")
+
+
+def add_operator(parser: argparse.ArgumentParser) -> None:
+    """KubeRay's operator options, read by reconcile."""
+    parser.add_argument(
+        "--feature-gates", help="KubeRay feature gates, e.g. RayCronJob=true,... [RAYBUS_FEATURE_GATES]"
+    )
+    parser.add_argument(
+        "--operator-config",
+        help="KubeRay Configuration file (defaultContainerEnvs, defaultPodLabels, ...) [RAYBUS_OPERATOR_CONFIG]",
+    )
+
+
+def add_kube(parser: argparse.ArgumentParser) -> None:
+    """Flags of the watcher (the only service with Kubernetes credentials)."""
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
+    parser.add_argument("--watch-namespace", help="comma-separated namespaces to watch (default: all)")
+    parser.add_argument(
+        "--use-kubernetes-proxy",
+        action="store_true",
+        default=None,
+        help="reach Ray dashboards through the API server's service proxy",
+    )
+
+
+def add_status(parser: argparse.ArgumentParser) -> None:
+    """Flags of the status service."""
+    parser.add_argument("--db-url", help="SQLAlchemy URL, e.g. postgresql+asyncpg://... [RAYBUS_DB_URL]")
+    parser.add_argument("--no-migrate", action="store_true", help="do not run Alembic migrations at start")
+    parser.add_argument("--http-host", help="address of the history API (default 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, help="port of the history API (default 8090)")
+
+
+def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -> RaybusSettings:
+    """Environment settings with this command's flags applied (a flag that was not given changes nothing)."""
+    s = load_settings(env if env is not None else dict(os.environ))
+    given: dict[str, Any] = {k: v for k, v in vars(args).items() if v is not None and v is not False}
+
+    def pick(*names: str) -> dict[str, Any]:
+        return {name: given[name] for name in names if name in given}
+
+    nats = dataclasses.replace(
+        s.nats,
+        **{f: v for f, v in (("url", given.get("nats_url")), ("creds_file", given.get("nats_creds"))) if v},
+        **({"ensure_topology": False} if "no_ensure_topology" in given else {}),
+    )
+    telemetry = dataclasses.replace(s.telemetry, **pick("health_port", "health_host", "log_level"))
+    bus = dataclasses.replace(s.bus, **pick("partitions"))
+    kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy"))
+    if "watch_namespace" in given:
+        kube = dataclasses.replace(kube, watch_namespaces=tuple(n for n in given["watch_namespace"].split(",") if n))
+    status = dataclasses.replace(s.status, **pick("db_url", "http_host", "http_port"))
+    if "no_migrate" in given:
+        status = dataclasses.replace(status, migrate=False)
+    operator = s.operator
+    if "feature_gates" in given:
+        operator = msgspec.structs.replace(operator, gates=parse_feature_gates(given["feature_gates"], operator.gates))
+    if "operator_config" in given:
+        operator = msgspec.structs.replace(operator, pod_defaults=load_pod_defaults(given["operator_config"]))
+    return dataclasses.replace(s, nats=nats, telemetry=telemetry, bus=bus, kube=kube, status=status, operator=operator)

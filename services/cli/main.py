@@ -1,0 +1,92 @@
+"""``raybus`` entry point: dispatches to the services, the embedded stack and the tools.
+
+Service modules are imported only when their command runs, so ``raybus kubesim`` or ``raybus crds``
+never import the Kubernetes client or SQLAlchemy they do not need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from services.cli import flags
+
+SERVICES = ("watcher", "reconciler", "status")
+PASSTHROUGH = {
+    "kubesim": ("kubesim.cli", "run the embedded Kubernetes API server emulator (a simulator)"),
+    "crds": ("schema.crd", "generate the ray.io CRDs from schema/ (raybus crds --out deploy/crds)"),
+    "history": ("services.status.history_cli", "print a custom resource's recorded state transitions"),
+    "migrate": ("services.status.migrate", "run the status database migrations"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raybus", description="The KubeRay operator as an event-sourced controller on NATS JetStream."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    watcher = sub.add_parser("watcher", help="informers, projection, applier, dashboard prober (has K8s credentials)")
+    flags.add_common(watcher)
+    flags.add_kube(watcher)
+    reconciler = sub.add_parser("reconciler", help="a stateless reconcile worker (NATS only)")
+    flags.add_common(reconciler)
+    flags.add_operator(reconciler)
+    reconciler.add_argument("--worker-id", help="stable worker identity (default hostname-pid)")
+    status = sub.add_parser("status", help="persist transitions and the command audit trail; serve the history API")
+    flags.add_common(status)
+    flags.add_status(status)
+    from services.cli.up import add_arguments as add_up_arguments
+
+    add_up_arguments(sub.add_parser("up", help="run the whole stack on loopback (nats-server, kubesim, services)"))
+    for name, (_, text) in PASSTHROUGH.items():
+        sub.add_parser(name, help=text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a raybus command; returns the process exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in PASSTHROUGH:
+        module_name = PASSTHROUGH[args_list[0]][0]
+        module = __import__(module_name, fromlist=["main"])
+        return int(module.main(args_list[1:]))
+    args = _parser().parse_args(args_list)
+    if args.command == "up":
+        from services.cli.up import run_up
+
+        return run_up(args)
+    return asyncio.run(_serve(args))
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from services.runtime.errors import RaybusError
+    from services.runtime.lifecycle import run_service
+
+    try:
+        settings = flags.settings_from(args)
+    except RaybusError as exc:
+        print(f"raybus {args.command}: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "watcher":
+        from services.watcher.service import run_watcher
+
+        return await run_service("watcher", settings, lambda stop, health: run_watcher(settings, stop, health))
+    if args.command == "reconciler":
+        import dataclasses
+
+        from services.reconciler.worker.service import run_reconciler
+
+        if args.worker_id:
+            settings = dataclasses.replace(
+                settings, partitions=dataclasses.replace(settings.partitions, worker_id=args.worker_id)
+            )
+        return await run_service("reconciler", settings, lambda stop, health: run_reconciler(settings, stop, health))
+    from services.status.service import run_status
+
+    return await run_service("status", settings, lambda stop, health: run_status(settings, stop, health))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""``raybus up``: the whole stack on loopback for a newcomer, supervised by this process.
+
+It starts, each as a child process with its log under ``STATE/logs/``: its own nats-server (JetStream
+store under ``STATE/nats``), kubesim (kubelet ``instant``, the ray.io CRDs generated from ``schema/``),
+and the watcher, reconciler and status services (SQLite under ``STATE``). It writes ``STATE/kubeconfig``
+and ``STATE/endpoints.json`` (read by ``raybus history``), prints what runs where, and on Ctrl-C stops
+everything in reverse order. ``--kubeconfig``, ``--nats-url`` and ``--db-url`` use existing ones instead.
+``--apply FILE`` applies a manifest and shows the objects' status live until they are ready.
+
+A child that dies stops the stack with its log's tail: a half-running stack helps nobody.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from services.runtime.natsbin import nats_server_binary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``raybus up``."""
+    parser.add_argument("--state-dir", default=os.environ.get("RAYBUS_STATE_DIR", ".raybus"), help="state folder")
+    parser.add_argument("--kubeconfig", help="use this cluster instead of starting kubesim")
+    parser.add_argument("--nats-url", help="use this NATS instead of starting nats-server")
+    parser.add_argument("--db-url", help="use this database instead of SQLite under the state folder")
+    parser.add_argument("--apply", metavar="FILE", help="apply a manifest and follow its objects until ready")
+    parser.add_argument("--feature-gates", default="RayCronJob=true", help="KubeRay feature gates for reconcile")
+    parser.add_argument("--status-port", type=int, default=0, help="history API port (0 = a free port)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each component")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    """Whether 127.0.0.1:port accepts connections."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+        return True
+    return False
+
+
+def http_ok(url: str) -> bool:
+    """Whether GET url answers 200."""
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:  # loopback only
+        return bool(response.status == 200)
+    return False
+
+
+class StackError(Exception):
+    """A component did not start or died."""
+
+
+@dataclass
+class Child:
+    """One supervised child process."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    where: str
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+            start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
+        )
+
+    def wait_ready(self, ready: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            if ready():
+                return
+            time.sleep(0.05)
+        raise StackError(f"{self.name} did not become ready within {timeout:.0f}s\n{self.tail()}")
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise StackError(f"{self.name} exited with code {self.proc.returncode}\n{self.tail()}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+
+    def tail(self, lines: int = 20) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+
+@dataclass
+class Stack:
+    """The running components, in start order."""
+
+    state: Path
+    children: list[Child] = field(default_factory=list)
+    endpoints: dict[str, str] = field(default_factory=dict)
+
+    def add(self, child: Child, ready: Callable[[], bool], timeout: float) -> None:
+        self.children.append(child)
+        child.start()
+        child.wait_ready(ready, timeout)
+
+    def check_alive(self) -> None:
+        for child in self.children:
+            child.check_alive()
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+
+
+def _raybus(*args: str) -> list[str]:
+    return [sys.executable, "-m", "services.cli.main", *args]
+
+
+def start_stack(args: argparse.Namespace) -> Stack:
+    """Start every component that was not given; raise StackError if one fails."""
+    state = Path(args.state_dir).resolve()
+    logs = state / "logs"
+    state.mkdir(parents=True, exist_ok=True)
+    stack = Stack(state=state)
+    try:
+        nats_url = args.nats_url
+        if not nats_url:
+            port = free_port()
+            nats_url = f"nats://127.0.0.1:{port}"
+            argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(state / "nats")]
+            stack.add(Child("nats-server", argv, logs / "nats.log", nats_url), lambda: port_open(port), args.timeout)
+        kubeconfig = args.kubeconfig
+        if not kubeconfig:
+            from schema.crd import write_crds
+
+            crds = state / "crds"
+            write_crds(crds)
+            kubeconfig = str(state / "kubeconfig")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(kubeconfig)
+            port = free_port()
+            argv = _raybus(
+                "kubesim", "--port", str(port), "--kubeconfig", kubeconfig, "--kubelet", "instant", "--crds", str(crds)
+            )
+            child = Child("kubesim", argv, logs / "kubesim.log", f"http://127.0.0.1:{port} (a simulator)")
+            stack.add(child, lambda: port_open(port) and Path(kubeconfig).exists(), args.timeout)
+        db_url = args.db_url or f"sqlite+aiosqlite:///{state / 'raybus.db'}"
+        common = ["--nats-url", nats_url]
+        services: list[tuple[str, list[str], str]] = [
+            ("watcher", ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"], "applier, informers, prober"),
+            ("reconciler", ["--feature-gates", args.feature_gates], "partitions of RAYBUS_EVENTS"),
+        ]
+        status_port = args.status_port or free_port()
+        status_url = f"http://127.0.0.1:{status_port}"
+        services.append(("status", ["--db-url", db_url, "--http-port", str(status_port)], f"history API {status_url}"))
+        for name, extra, what in services:
+            health = free_port()
+            argv = _raybus(name, *common, "--health-port", str(health), *extra)
+            ready_url = f"http://127.0.0.1:{health}/readyz"
+            child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}")
+            stack.add(child, functools.partial(http_ok, ready_url), args.timeout)
+        stack.endpoints = {
+            "nats_url": nats_url,
+            "kubeconfig": kubeconfig,
+            "status_url": status_url,
+            "db_url": db_url if not args.db_url else "(given)",
+        }
+        (state / "endpoints.json").write_text(json.dumps(stack.endpoints, indent=2))
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def describe(stack: Stack) -> str:
+    """What runs where, and what to try first."""
+    rows = [f"raybus is up (state in {stack.state})"]
+    rows += [f"  {child.name:<12} {child.where}" for child in stack.children]
+    kubeconfig = stack.endpoints["kubeconfig"]
+    rows += [
+        "",
+        "Try:",
+        f"  export KUBECONFIG={kubeconfig}",
+        "  kubectl apply -f ray-cluster.sample.yaml      # any KubeRay manifest, unchanged",
+        "  kubectl get rayclusters",
+        "  raybus history raycluster default/raycluster-kuberay",
+        "",
+        f"Logs in {stack.state / 'logs'}. Ctrl-C stops everything.",
+    ]
+    return "\n".join(rows)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """``raybus up``: start, describe, optionally apply and follow, then wait for Ctrl-C."""
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        stack = start_stack(args)
+    except StackError as exc:
+        print(f"raybus up: {exc}", file=sys.stderr)
+        return 1
+    try:
+        print(describe(stack), flush=True)
+        if args.apply:
+            from services.cli.apply import apply_and_follow
+
+            apply_and_follow(
+                Path(args.apply), stack.endpoints["kubeconfig"], stop=lambda: stopping, alive=stack.check_alive
+            )
+        while not stopping:
+            stack.check_alive()
+            time.sleep(0.2)
+        print("\nstopping raybus ...", flush=True)
+        return 0
+    except StackError as exc:
+        print(f"raybus up: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("raybus stopped", flush=True)
