@@ -72,10 +72,10 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
         return {name: given[name] for name in names if name in given}
 
     nats = dataclasses.replace(
-        s.nats,
-        **{f: v for f, v in (("url", given.get("nats_url")), ("creds_file", given.get("nats_creds"))) if v},
-        **({"ensure_topology": False} if "no_ensure_topology" in given else {}),
+        s.nats, **{f: given[k] for f, k in (("url", "nats_url"), ("creds_file", "nats_creds")) if k in given}
     )
+    if "no_ensure_topology" in given:
+        nats = dataclasses.replace(nats, ensure_topology=False)
     telemetry = dataclasses.replace(s.telemetry, **pick("health_port", "health_host", "log_level"))
     bus = dataclasses.replace(s.bus, **pick("partitions"))
     kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy"))
