@@ -10,6 +10,7 @@ server's 503 ``no endpoints available for service "x"``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
@@ -90,7 +91,8 @@ class Proxy:
             raise page_not_found()
         name, port = split_target(spec)
         base = self._base_url(info, namespace, name, port)
-        url = base + (rest or "/")
+        # ``rest`` is decoded (clients escape '/' in it as %2F); re-escape it as a path, as Go's proxy does.
+        url = base + quote(rest or "/", safe="/:@!$&'()*+,;=-._~")
         if request.query_string:
             url += "?" + request.query_string
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}

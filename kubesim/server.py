@@ -189,9 +189,7 @@ class KubeSim:
             raise page_not_found()
         if target.subresource == "proxy" and target.name is not None:
             info = self._api.resolve(target)
-            raw = routing.parse(request.raw_path.split("?", 1)[0])
-            rest = raw.rest if raw is not None else target.rest
-            return await self._proxy.forward(request, info, target.namespace or "", target.name, rest)
+            return await self._proxy.forward(request, info, target.namespace or "", target.name, target.rest)
         return await self._api.handle(request, target)
 
     def _discovery(self, path: str, parts: list[str]) -> web.StreamResponse | None:
