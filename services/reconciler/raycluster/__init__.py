@@ -1,0 +1,16 @@
+"""The RayCluster controller as pure code: ``reconcile(snapshot, now, config) -> Decision`` (SPEC §2-§4, §8).
+
+Modules, one job each: ``model`` (decoded view), ``validation``/``shape`` (SPEC §8), ``names`` (§2),
+``rayparams`` (§3.2), ``pods``/``containers`` (§3), ``services``, ``ingress``, ``autoscaler_rbac``,
+``auth``, ``gcsft`` (§3.8, §4.6), ``podindex``/``podplan``/``multihost``/``podops`` (§4.2),
+``status``/``resources``/``quantity`` (§4.5), ``events``, ``commands`` (ids, decision accumulator),
+``spechash`` (§2.3) and ``reconcile`` (§4.1 order).
+
+Builders other controllers reuse (RayJob, RayService): ``model.view_of``, ``pods.head_pod``,
+``pods.worker_pod``, ``services.head_service`` (with ``name``/``owner_reference`` overrides),
+``names.*``, ``rayparams.*``.
+"""
+
+from services.reconciler.raycluster.reconcile import reconcile
+
+__all__ = ["reconcile"]

@@ -1,0 +1,52 @@
+"""The operator-generated auth token Secret (``authOptions.mode: token``, SPEC §4.1).
+
+Role: build the Secret CheckName(``<c>``) that holds ``auth_token``, which every Ray container reads
+through ``RAY_AUTH_TOKEN`` (``pods``).
+
+Design: KubeRay fills ``stringData.auth_token`` with base64 of 32 random bytes. ``reconcile`` may not
+draw randomness (DESIGN §2), and deriving a token from anything the snapshot carries would make it
+guessable. So the body carries no token at all; it is annotated ``raybus.io/generate: auth_token`` and
+the **applier** fills ``stringData.auth_token`` with fresh random bytes at create time (AlreadyExists
+means a token was generated before: done). Rejected: hashing the cluster UID (public), a secret seed in
+``OperatorConfig`` (the reconciler would then hold key material and replay logs would leak tokens).
+
+Not here: user-provided Secrets (``secretName``) and K8s token auth, which need no Secret.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from services.reconciler.raycluster import model, names, pods
+from services.reconciler.raycluster.model import ClusterView
+
+GENERATE_ANNOTATION: Final = "raybus.io/generate"
+"""Annotation asking the applier to generate secret data; its value lists the keys (comma separated)."""
+TOKEN_KEY: Final = "auth_token"
+
+
+def needs_auth_secret(view: ClusterView) -> bool:
+    """Token auth with an operator-managed Secret (no ``secretName``, K8s token auth off)."""
+    spec = view.spec
+    options = spec.auth_options
+    return (
+        model.token_auth_enabled(spec)
+        and not (options is not None and options.secret_name)
+        and not model.k8s_token_auth_enabled(spec)
+    )
+
+
+def auth_secret(view: ClusterView) -> dict[str, Any]:
+    """The Secret body, with the generation request for the applier."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": names.auth_secret_name(view.name),
+            "namespace": view.namespace,
+            "labels": {names.LABEL_CLUSTER: view.name},
+            "annotations": {GENERATE_ANNOTATION: TOKEN_KEY},
+            "ownerReferences": [pods.owner_reference_of(view)],
+        },
+    }

@@ -1,0 +1,241 @@
+"""GCS fault tolerance outside the pods: the Redis-cleanup finalizer flow and the rocksdb PVC
+(SPEC §2.5, §3.8, §4.6).
+
+Role: add ``ray.io/gcs-ft-redis-cleanup-finalizer`` to a Redis-backed cluster; on deletion, delete the
+pods, wait for the head to go, run the Redis-cleanup Job and drop the finalizer when it finished (or
+after ``ray.io/gcs-ft-deletion-timeout`` seconds); build the operator-managed rocksdb PVC.
+
+Invariants: finalizer edits are merge patches of ``metadata.finalizers`` carrying the RayCluster's
+resourceVersion (a stale edit is dropped by a 409 and redone on the newer snapshot); the cleanup Job has
+a deterministic name, so a re-issued create is an AlreadyExists.
+
+Not here: the GCS env vars and volumes of the head pod (``pods``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from schema.config import OperatorConfig
+from services.reconciler.raycluster import containers, model, names, pods
+from services.reconciler.raycluster.commands import Plan
+from services.reconciler.raycluster.model import ClusterView
+from services.reconciler.raycluster.podindex import PodIndex
+from services.reconciler.raycluster.podops import parse_time
+
+DEFAULT_DELETION_TIMEOUT: Final = 300
+HEAD_WAIT_SECONDS: Final = 10.0
+JOB_POLL_SECONDS: Final = 2.0
+
+CLEANUP_SCRIPT: Final = (
+    'echo "To get more information about manually deleting the storage namespace in Redis and removing '
+    "the RayCluster's finalizer, please check https://docs.ray.io/en/master/cluster/kubernetes/user-guides/"
+    'kuberay-gcs-ft.html for more details." && '
+    'python -c "import os, sys; '
+    "from urllib.parse import urlparse; "
+    "from ray._private.gcs_utils import cleanup_redis_storage; "
+    "address = os.getenv('RAY_REDIS_ADDRESS', '').split(',')[0]; "
+    "address = address if '://' in address else 'redis://' + address; "
+    "parsed = urlparse(address); "
+    "sys.exit(1) if not cleanup_redis_storage("
+    "host=parsed.hostname, port=parsed.port, "
+    "username=os.getenv('REDIS_USERNAME', parsed.username), "
+    "password=os.getenv('REDIS_PASSWORD', parsed.password or ''), "
+    "use_ssl=parsed.scheme == 'rediss', "
+    "storage_namespace=os.getenv('RAY_external_storage_namespace')) else None\""
+)
+
+
+def finalizer_applies(view: ClusterView, config: OperatorConfig) -> bool:
+    """Redis-backed GCS FT with the cleanup switch on."""
+    return model.gcs_backend(view) == "redis" and config.switches.enable_gcs_ft_redis_cleanup
+
+
+def _finalizer_patch(view: ClusterView, plan: Plan, finalizers: list[str], step: str) -> None:
+    plan.patch(
+        plan.owner,
+        {"metadata": {"finalizers": finalizers}},
+        step=step,
+        resource_version=view.resource_version,
+    )
+
+
+def deletion_timeout(view: ClusterView) -> int:
+    """``ray.io/gcs-ft-deletion-timeout`` seconds (default 300; unparsable → default)."""
+    raw = view.annotations.get(names.ANN_GCS_FT_DELETION_TIMEOUT, "")
+    try:
+        value = int(raw)
+    except ValueError:
+        return DEFAULT_DELETION_TIMEOUT
+    return value if value > 0 else DEFAULT_DELETION_TIMEOUT
+
+
+def job_finished(job: dict[str, Any]) -> bool:
+    """A Job with condition Complete, Failed or FailureTarget = True."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(
+        isinstance(c, dict) and c.get("type") in ("Complete", "Failed", "FailureTarget") and c.get("status") == "True"
+        for c in conditions
+    )
+
+
+def handle_finalizer(
+    view: ClusterView,
+    config: OperatorConfig,
+    *,
+    index: PodIndex,
+    jobs: list[dict[str, Any]],
+    now: datetime,
+    plan: Plan,
+) -> bool:
+    """SPEC §4.1 step 10. Returns True when this pass ends here (finalizer added, or being deleted)."""
+    has_finalizer = names.FINALIZER_GCS_FT in view.finalizers
+    deleting = bool(view.deletion_timestamp)
+    others = [f for f in view.finalizers if f != names.FINALIZER_GCS_FT]
+    if finalizer_applies(view, config):
+        if not has_finalizer and not deleting:
+            _finalizer_patch(view, plan, [*view.finalizers, names.FINALIZER_GCS_FT], "add-finalizer")
+            plan.rule("2.5/add-gcs-ft-finalizer")
+            plan.requeue(JOB_POLL_SECONDS)
+            return True
+        if deleting and has_finalizer:
+            _cleanup_flow(view, config, index=index, jobs=jobs, now=now, plan=plan, others=others)
+            return True
+    elif deleting and has_finalizer:
+        _finalizer_patch(view, plan, others, "remove-finalizer")
+        plan.rule("4.6/remove-finalizer-no-redis")
+        return True
+    if deleting:
+        plan.rule("4.1/being-deleted")
+        return True
+    return False
+
+
+def _cleanup_flow(
+    view: ClusterView,
+    config: OperatorConfig,
+    *,
+    index: PodIndex,
+    jobs: list[dict[str, Any]],
+    now: datetime,
+    plan: Plan,
+    others: list[str],
+) -> None:
+    heads = index.heads
+    workers = index.workers
+    if any(not p.terminating for p in heads):
+        plan.delete_collection(
+            "Pod",
+            names.selector({names.LABEL_CLUSTER: view.name, names.LABEL_NODE_TYPE: names.NODE_HEAD}),
+            step="gcsft-heads",
+        )
+        plan.rule("4.6/delete-head-pods")
+    if any(not p.terminating for p in workers):
+        plan.delete_collection(
+            "Pod",
+            names.selector({names.LABEL_CLUSTER: view.name, names.LABEL_NODE_TYPE: names.NODE_WORKER}),
+            step="gcsft-workers",
+        )
+        plan.rule("4.6/delete-worker-pods")
+    if heads:
+        plan.rule("4.6/wait-head-terminated")
+        plan.requeue(HEAD_WAIT_SECONDS)
+        return
+    deleted_at = parse_time(view.deletion_timestamp)
+    if deleted_at is not None and now >= deleted_at + timedelta(seconds=deletion_timeout(view)):
+        plan.event(
+            "Warning",
+            "ForceDeletedStuckCluster",
+            f"RayCluster {view.namespace}/{view.name} has been stuck in deletion for more than "
+            f"{deletion_timeout(view)} seconds; the finalizer {names.FINALIZER_GCS_FT} is removed without "
+            "cleaning up Redis.",
+        )
+        _finalizer_patch(view, plan, others, "force-remove-finalizer")
+        plan.rule("4.6/force-remove-finalizer")
+        return
+    mine = [
+        j
+        for j in jobs
+        if ((j.get("metadata") or {}).get("labels") or {}).get(names.LABEL_NODE_TYPE) == names.NODE_REDIS_CLEANUP
+        and ((j.get("metadata") or {}).get("labels") or {}).get(names.LABEL_CLUSTER) == view.name
+    ]
+    if mine:
+        if job_finished(mine[0]):
+            _finalizer_patch(view, plan, others, "remove-finalizer")
+            plan.rule("4.6/cleanup-finished")
+        else:
+            plan.rule("4.6/cleanup-running")
+            plan.requeue(JOB_POLL_SECONDS)
+        return
+    job = redis_cleanup_job(view, config)
+    plan.create("Job", job, step="redis-cleanup")
+    plan.event(
+        "Normal", "CreatedRedisCleanupJob", f"Created Redis cleanup Job {view.namespace}/{job['metadata']['name']}"
+    )
+    plan.rule("4.6/create-cleanup-job")
+    plan.requeue(JOB_POLL_SECONDS)
+
+
+def redis_cleanup_job(view: ClusterView, config: OperatorConfig) -> dict[str, Any]:
+    """The Job that deletes the cluster's storage namespace in Redis (built from the head pod)."""
+    head = pods.head_pod(view, config, name="redis-cleanup", spec_hash="")
+    labels = dict(head["metadata"]["labels"])
+    labels[names.LABEL_NODE_TYPE] = names.NODE_REDIS_CLEANUP
+    spec = head["spec"]
+    container = dict(spec["containers"][0])
+    container.pop("livenessProbe", None)
+    container.pop("readinessProbe", None)
+    container["command"] = containers.shell_command(login_shell=config.switches.enable_login_shell)
+    container["args"] = [CLEANUP_SCRIPT]
+    container["resources"] = containers.fixed_resources("200m", "256Mi")
+    container["env"] = [
+        *container.get("env", []),
+        {"name": "RAY_redis_db_connect_retries", "value": "120"},
+        {"name": "RAY_redis_db_connect_wait_milliseconds", "value": "500"},
+    ]
+    pod_spec = {**spec, "containers": [container], "restartPolicy": "Never"}
+    pod_meta: dict[str, Any] = {"labels": labels}
+    if head["metadata"].get("annotations"):
+        pod_meta["annotations"] = head["metadata"]["annotations"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": names.redis_cleanup_job_name(view.name),
+            "namespace": view.namespace,
+            "labels": labels,
+            "ownerReferences": [pods.owner_reference_of(view)],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 300,
+            "template": {"metadata": pod_meta, "spec": pod_spec},
+        },
+    }
+
+
+def gcs_pvc(view: ClusterView) -> dict[str, Any] | None:
+    """The operator-managed rocksdb PVC, or None (not rocksdb, or a bring-your-own claim)."""
+    if model.gcs_backend(view) != "rocksdb":
+        return None
+    options = view.spec.gcs_fault_tolerance_options
+    storage = options.storage if options is not None else None
+    if storage is not None and storage.claim_name:
+        return None
+    spec: dict[str, Any] = {
+        "accessModes": list(storage.access_modes)
+        if storage is not None and storage.access_modes
+        else ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": str(storage.size) if storage is not None and storage.size else "1Gi"}},
+    }
+    if storage is not None and storage.storage_class_name:
+        spec["storageClassName"] = storage.storage_class_name
+    metadata: dict[str, Any] = {
+        "name": names.gcs_pvc_name(view.name),
+        "namespace": view.namespace,
+        "labels": {names.LABEL_CLUSTER: view.name},
+    }
+    if not (storage is not None and storage.deletion_policy == "Retain"):
+        metadata["ownerReferences"] = [pods.owner_reference_of(view)]
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}

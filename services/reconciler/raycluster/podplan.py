@@ -1,0 +1,229 @@
+"""reconcilePods (SPEC §4.2): suspend, Recreate upgrade, the head pod, and each worker group.
+
+Role: compare the pods in the snapshot with the spec and emit the creates/deletes (plus their Events)
+that move one step towards it, exactly in KubeRay's order and with its stopping rules.
+
+Idempotency instead of scale expectations (SPEC §4.3): KubeRay skips a group while its own recent
+creates/deletes are not yet visible in its cache. raybus keeps no memory between calls, so:
+- pods get deterministic names (``names``) and the lowest free slot; a stale snapshot that misses the
+  pods of the previous decision re-issues the *same* names, which the applier's AlreadyExists absorbs;
+- deletes carry the pod UID as a precondition and are never re-issued for a terminating pod;
+- terminating pods still count as running (as in KubeRay) and are the first scale-down candidates, so a
+  re-run of a scale-down picks the pods already going away rather than new victims;
+- a group whose condemned pods are still terminating is skipped, like KubeRay's open delete expectation.
+Scale-down order is "terminating first, then by name" (KubeRay: informer list order, unspecified).
+
+Not here: pod bodies (``pods``), status (``status``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from schema.config import OperatorConfig
+from schema.ray import WorkerGroupSpec
+from services.reconciler.raycluster import events, model, names, pods
+from services.reconciler.raycluster.commands import Plan
+from services.reconciler.raycluster.model import ClusterView
+from services.reconciler.raycluster.multihost import plan_multihost_group
+from services.reconciler.raycluster.podindex import PodIndex, PodInfo, should_delete
+from services.reconciler.raycluster.podops import (
+    condition_true,
+    delete_pod,
+    desired_pods,
+    lowest_free,
+    scale_down_order,
+    used_indices,
+)
+
+
+def plan_pods(
+    view: ClusterView,
+    config: OperatorConfig,
+    *,
+    index: PodIndex,
+    plan: Plan,
+    spec_hash: Callable[[], str],
+    now: datetime,
+) -> None:
+    """SPEC §4.2; errors are recorded with ``plan.fail`` (and end the pass like KubeRay's return)."""
+    gate = config.gates.ray_cluster_status_conditions
+    spec = view.spec
+    all_pods = names.selector({names.LABEL_CLUSTER: view.name})
+    if (gate and condition_true(view, "RayClusterSuspending")) or (not gate and spec.suspend):
+        if any(not p.terminating for p in index.pods):
+            plan.delete_collection("Pod", all_pods, step="suspend")
+            events.deleted_all_pods(plan, "due to suspension")
+            plan.rule("4.2/suspend-delete-all-pods")
+        else:
+            plan.rule("4.2/suspend-pods-terminating")
+        return
+    if gate and condition_true(view, "RayClusterSuspended"):
+        plan.rule("4.2/suspended")
+        return
+    if gate and spec.suspend:
+        plan.rule("4.4/suspend-requested")
+        return
+    recreate = spec.upgrade_strategy is not None and spec.upgrade_strategy.type == "Recreate"
+    if (
+        recreate
+        and index.heads
+        and _recreate(view, config, index=index, plan=plan, all_pods=all_pods, spec_hash=spec_hash)
+    ):
+        return
+    if not _plan_head(view, config, index=index, plan=plan, spec_hash=spec_hash):
+        return
+    for group in spec.worker_group_specs or ():
+        if not _plan_group(view, config, group, index=index, plan=plan, now=now):
+            return
+
+
+def _recreate(
+    view: ClusterView,
+    config: OperatorConfig,
+    *,
+    index: PodIndex,
+    plan: Plan,
+    all_pods: str,
+    spec_hash: Callable[[], str],
+) -> bool:
+    """upgradeStrategy Recreate. Returns True when the pass ends here."""
+    head = index.heads[0]
+    annotations = (head.obj.get("metadata") or {}).get("annotations") or {}
+    version = annotations.get(names.ANN_KUBERAY_VERSION, "")
+    recorded = annotations.get(names.ANN_RECREATE_HASH, "")
+    current = spec_hash()
+    if version and version != config.version:
+        plan.patch(
+            plan.ref("Pod", head.name, uid=head.uid),
+            {
+                "metadata": {
+                    "annotations": {names.ANN_RECREATE_HASH: current, names.ANN_KUBERAY_VERSION: config.version}
+                }
+            },
+            step="recreate-annotations",
+        )
+        plan.rule("4.2/recreate-operator-upgraded")
+        return False
+    if recorded and recorded != current:
+        if any(not p.terminating for p in index.pods):
+            plan.delete_collection("Pod", all_pods, step="recreate")
+            events.deleted_all_pods(plan, "because the spec changed (upgradeStrategy Recreate)")
+        plan.rule("4.2/recreate-delete-all-pods")
+        return True
+    return False
+
+
+def _plan_head(
+    view: ClusterView, config: OperatorConfig, *, index: PodIndex, plan: Plan, spec_hash: Callable[[], str]
+) -> bool:
+    """SPEC §4.2 step 4. Returns False when the pass ends here."""
+    heads = index.heads
+    if len(heads) > 1:
+        plan.fail(
+            f"{len(heads)} head Pods found for RayCluster {view.namespace}/{view.name}; expected at most one",
+            "4.2/multiple-head-pods",
+        )
+        return False
+    if len(heads) == 1:
+        head = heads[0]
+        if head.terminating:
+            plan.rule("4.3/head-pod-terminating")
+            return True
+        reason = should_delete(head)
+        if reason:
+            delete_pod(plan, head, head=True, why=reason, step="head")
+            plan.fail(reason, "4.2/delete-head-pod")
+            return False
+        return True
+    if (
+        condition_true(view, "RayClusterProvisioned")
+        and view.annotations.get(names.ANN_DISABLE_HEAD_RESTART, "") == "true"
+    ):
+        plan.rule("4.2/head-restart-disabled")
+        return False
+    name = names.head_pod_name(view.name, view.uid, deterministic=config.switches.enable_deterministic_head_pod_name)
+    plan.create("Pod", pods.head_pod(view, config, name=name, spec_hash=spec_hash()), step="head")
+    events.created_head_pod(plan, name)
+    plan.rule("4.2/create-head-pod")
+    return True
+
+
+def _plan_group(
+    view: ClusterView, config: OperatorConfig, group: WorkerGroupSpec, *, index: PodIndex, plan: Plan, now: datetime
+) -> bool:
+    """SPEC §4.2 step 5 for one group. Returns False when the pass ends here."""
+    g = group.group_name
+    listed = list(index.by_group.get(g, ()))
+    desired = desired_pods(group)
+    if group.suspend:
+        if any(not p.terminating for p in listed):
+            plan.delete_collection(
+                "Pod", names.selector({names.LABEL_CLUSTER: view.name, names.LABEL_GROUP: g}), step=f"suspend:{g}"
+            )
+            events.deleted_all_pods(plan, f"of worker group {g} due to suspension")
+            plan.rule(f"4.2/suspend-group:{g}")
+        return True
+    if group.num_of_hosts > 1 and config.gates.ray_multi_host_indexing:
+        return plan_multihost_group(view, config, group, listed=listed, desired=desired, plan=plan, now=now)
+    condemned = [(p, why) for p in listed if (why := should_delete(p))]
+    if condemned:
+        issued = [p for p, why in condemned if delete_pod(plan, p, head=False, why=why, step=f"unhealthy:{g}")]
+        if issued:
+            plan.fail(
+                f"Deleted {len(issued)} unhealthy worker Pods of group {g}; new Pods are created in the next pass",
+                f"4.2/delete-unhealthy:{g}",
+            )
+            return False
+        plan.rule(f"4.3/unhealthy-terminating:{g}")
+        return True
+    wanted_gone = set(group.scale_strategy.workers_to_delete or ()) if group.scale_strategy else set()
+    victims = [p for p in listed if p.name in wanted_gone]
+    for pod in victims:
+        delete_pod(plan, pod, head=False, why="listed in scaleStrategy.workersToDelete", step=f"workers-to-delete:{g}")
+    if victims:
+        plan.rule(f"4.2/workers-to-delete:{g}-{len(victims)}")
+    running = [p for p in listed if p.name not in wanted_gone]
+    diff = desired - len(running)
+    if diff > 0:
+        _create_workers(view, config, group, listed=listed, running=running, count=diff, plan=plan)
+    elif diff < 0:
+        if not model.autoscaling_enabled(view.spec) or config.switches.enable_random_pod_delete:
+            for pod in scale_down_order(running)[:-diff]:
+                delete_pod(plan, pod, head=False, why="scale down", step=f"scale-down:{g}")
+            plan.rule(f"4.2/scale-down:{g}{diff}")
+        else:
+            plan.rule(f"4.2/autoscaler-owns-scale-down:{g}")
+    return True
+
+
+def _create_workers(
+    view: ClusterView,
+    config: OperatorConfig,
+    group: WorkerGroupSpec,
+    *,
+    listed: list[PodInfo],
+    running: list[PodInfo],
+    count: int,
+    plan: Plan,
+) -> None:
+    g = group.group_name
+    base = pods.worker_pod_base(view, group, config)
+    used_names = {p.name for p in listed}
+    taken_indices = used_indices(running)
+    slot = 0
+    for _ in range(count):
+        name = names.worker_pod_name(view.name, view.uid, g, slot)
+        while name in used_names:
+            slot += 1
+            name = names.worker_pod_name(view.name, view.uid, g, slot)
+        used_names.add(name)
+        extra: dict[str, str] = {}
+        if config.gates.ray_multi_host_indexing:
+            replica_index = lowest_free(taken_indices)
+            taken_indices.add(replica_index)
+            extra[names.LABEL_REPLICA_INDEX] = str(replica_index)
+        plan.create("Pod", pods.with_identity(base, name=name, extra_labels=extra), step=f"worker:{g}")
+        events.created_worker_pod(plan, name)
+    plan.rule(f"4.2/scale-up:{g}+{count}")
