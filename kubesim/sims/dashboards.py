@@ -138,7 +138,7 @@ class RayDashboards:
         containers = spec_of(pod).get("containers") or []
         if not containers or self._store is None:
             return None
-        env, _ = resolve_env(self._store, pod, containers[0])
+        env, _ = resolve_env(self._store, pod, container=containers[0])
         if env.get("RAY_AUTH_MODE", "").lower() != "token":
             return None
         return env.get("RAY_AUTH_TOKEN") or None
@@ -164,7 +164,7 @@ class RayDashboards:
         head = self._heads.get((namespace, cluster))
         return head.server.state if head is not None else None
 
-    def resolve_address(self, pod: Mapping[str, Any], host: str, port: int) -> str | None:
+    def resolve_address(self, pod: Mapping[str, Any], *, host: str, port: int) -> str | None:
         """Where ``http://host:port`` seen from inside ``pod`` really goes (a dashboard URL), or None."""
         store = self._store
         if store is None:

@@ -75,7 +75,7 @@ class _Sources:
         return self._cache[key]
 
 
-def _ref_value(sources: _Sources, kind: str, ref: Mapping[str, Any]) -> tuple[str | None, str | None]:
+def _ref_value(sources: _Sources, ref: Mapping[str, Any], *, kind: str) -> tuple[str | None, str | None]:
     """(value, error); error is None when the reference is optional or satisfied."""
     name = str(ref.get("name", ""))
     key = str(ref.get("key", ""))
@@ -92,7 +92,7 @@ def _ref_value(sources: _Sources, kind: str, ref: Mapping[str, Any]) -> tuple[st
 
 
 def resolve_env(
-    store: Store, pod: Mapping[str, Any], container: Mapping[str, Any]
+    store: Store, pod: Mapping[str, Any], *, container: Mapping[str, Any]
 ) -> tuple[dict[str, str], str | None]:
     """Resolve a container's environment.
 
@@ -131,9 +131,9 @@ def resolve_env(
         value: str | None = None
         problem: str | None = None
         if isinstance(value_from.get("secretKeyRef"), dict):
-            value, problem = _ref_value(sources, "secret", value_from["secretKeyRef"])
+            value, problem = _ref_value(sources, value_from["secretKeyRef"], kind="secret")
         elif isinstance(value_from.get("configMapKeyRef"), dict):
-            value, problem = _ref_value(sources, "configmap", value_from["configMapKeyRef"])
+            value, problem = _ref_value(sources, value_from["configMapKeyRef"], kind="configmap")
         elif isinstance(value_from.get("fieldRef"), dict):
             value = _field_value(pod, str(value_from["fieldRef"].get("fieldPath", "")))
         if problem and error is None:

@@ -158,7 +158,7 @@ class PodSim:
             return "Running"
         return "Pending"
 
-    def _condition(self, kind: str, ok: bool, now: float, reason: str | None, message: str | None) -> dict[str, Any]:
+    def _condition(self, kind: str, ok: bool, *, now: float, reason: str | None, message: str | None) -> dict[str, Any]:
         status = "True" if ok else "False"
         previous = self.condition_times.get(kind)
         if previous is None or previous[0] != status:
@@ -181,7 +181,9 @@ class PodSim:
         conditions: list[dict[str, Any]] = []
         if self.scheduled:
             terminal = phase in ("Succeeded", "Failed")
-            conditions.append(self._condition("PodReadyToStartContainers", not terminal, now, None, None))
+            conditions.append(
+                self._condition("PodReadyToStartContainers", not terminal, now=now, reason=None, message=None)
+            )
             pending_init = [
                 c.name
                 for c in self.init_containers
@@ -191,24 +193,24 @@ class PodSim:
                 self._condition(
                     "Initialized",
                     not pending_init,
-                    now,
-                    "ContainersNotInitialized",
-                    f"containers with incomplete status: [{' '.join(pending_init)}]",
+                    now=now,
+                    reason="ContainersNotInitialized",
+                    message=f"containers with incomplete status: [{' '.join(pending_init)}]",
                 )
             )
             unready = [c.name for c in self.containers if not c.ready]
             reason = "PodCompleted" if terminal else "ContainersNotReady"
             message = None if terminal else f"containers with unready status: [{' '.join(unready)}]"
-            conditions.append(self._condition("ContainersReady", not unready, now, reason, message))
-            conditions.append(self._condition("Ready", not unready, now, reason, message))
+            conditions.append(self._condition("ContainersReady", not unready, now=now, reason=reason, message=message))
+            conditions.append(self._condition("Ready", not unready, now=now, reason=reason, message=message))
         if self.scheduled or self.unschedulable:
             conditions.append(
                 self._condition(
                     "PodScheduled",
                     self.scheduled,
-                    now,
-                    "Unschedulable",
-                    self.unschedulable,
+                    now=now,
+                    reason="Unschedulable",
+                    message=self.unschedulable,
                 )
             )
         foreign = [

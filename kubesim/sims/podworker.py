@@ -225,7 +225,7 @@ class PodWorker:
             return "ContainerCreating", volume_error
         spec = spec_of(pod)
         for raw in (spec.get("initContainers") or []) + (spec.get("containers") or []):
-            _, error = resolve_env(store, pod, raw)
+            _, error = resolve_env(store, pod, container=raw)
             if error is not None:
                 return "CreateContainerConfigError", error
         return None
@@ -343,15 +343,15 @@ class PodWorker:
         faults = pod_faults(pod)
         if index == 0 and faults.fail_after_seconds is not None:
             return _exit_after(faults.fail_after_seconds, faults.exit_code)
-        env, _ = resolve_env(self.node.store, pod, raw)
+        env, _ = resolve_env(self.node.store, pod, container=raw)
         command = parse_submitter(
-            [str(c) for c in raw.get("command") or []], [str(a) for a in raw.get("args") or []], env
+            [str(c) for c in raw.get("command") or []], [str(a) for a in raw.get("args") or []], env=env
         )
         if command is not None:
             dashboards = self.node.dashboards
 
             def resolve() -> str | None:
-                return dashboards.resolve_address(self.last_pod, command.host, command.port)
+                return dashboards.resolve_address(self.last_pod, host=command.host, port=command.port)
 
             return run_submitter(
                 command,

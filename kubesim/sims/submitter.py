@@ -168,7 +168,7 @@ def _build(values: Mapping[str, str], *, address: str, entrypoint: str, check: b
     )
 
 
-def parse_submitter(command: Sequence[str], args: Sequence[str], env: Mapping[str, str]) -> SubmitterCommand | None:
+def parse_submitter(command: Sequence[str], args: Sequence[str], *, env: Mapping[str, str]) -> SubmitterCommand | None:
     """Recognise a submitter container.
 
     Args:

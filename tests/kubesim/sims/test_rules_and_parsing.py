@@ -78,7 +78,7 @@ K8S_JOB_MODE = (
 
 
 def test_parse_k8s_job_mode_script() -> None:
-    command = parse_submitter(["/bin/bash", "-ce", "--"], [K8S_JOB_MODE], {})
+    command = parse_submitter(["/bin/bash", "-ce", "--"], [K8S_JOB_MODE], env={})
     assert command is not None
     assert command.host == "rc-head-svc.ns.svc.cluster.local"
     assert command.port == 8265
@@ -100,7 +100,7 @@ def test_parse_sidecar_mode_script() -> None:
         '"Waiting ..." ; sleep 2 ; done ; ray job submit --address http://127.0.0.1:8265 --submission-id sid '
         "-- python /home/ray/samples/sample_code.py ;"
     )
-    command = parse_submitter(["/bin/bash", "-ce", "--"], [script], {})
+    command = parse_submitter(["/bin/bash", "-ce", "--"], [script], env={})
     assert command is not None
     assert (command.host, command.port) == ("127.0.0.1", 8265)
     assert command.entrypoint == "python /home/ray/samples/sample_code.py"
@@ -116,10 +116,10 @@ def test_parse_shell_variable_address_and_env_expansion() -> None:
         '"$dashboard_address" --no-wait --submission-id j -- echo hi ; fi ; '
         'ray job logs --address "$dashboard_address" --follow j'
     )
-    command = parse_submitter(["/bin/bash", "-ce", "--"], [script], {"RAY_DASHBOARD_ADDRESS": "svc.ns.svc:8265"})
+    command = parse_submitter(["/bin/bash", "-ce", "--"], [script], env={"RAY_DASHBOARD_ADDRESS": "svc.ns.svc:8265"})
     assert command is not None
     assert (command.host, command.port) == ("svc.ns.svc", 8265)
-    without_env = parse_submitter(["/bin/bash", "-ce", "--"], [script], {})
+    without_env = parse_submitter(["/bin/bash", "-ce", "--"], [script], env={})
     assert without_env is not None
     assert without_env.host == "127.0.0.1"
 
@@ -128,7 +128,7 @@ def test_parse_shell_variable_address_and_env_expansion() -> None:
         "--submission-id=$RAY_JOB_SUBMISSION_ID -- echo hello world"
     )
     env = {"RAY_DASHBOARD_ADDRESS": "rc-head-svc.default.svc.cluster.local:8265", "RAY_JOB_SUBMISSION_ID": "abc"}
-    parsed = parse_submitter(["sh", "-c", sample], [], env)
+    parsed = parse_submitter(["sh", "-c", sample], [], env=env)
     assert parsed is not None
     assert (parsed.host, parsed.submission_id, parsed.entrypoint) == (
         "rc-head-svc.default.svc.cluster.local",
@@ -140,7 +140,7 @@ def test_parse_shell_variable_address_and_env_expansion() -> None:
 def test_parse_light_weight_submitter() -> None:
     args = ["--runtime-env-json", '{"pip":["requests==2.26.0"]}', "--", "python", "/home/ray/samples/sample_code.py"]
     env = {"RAY_DASHBOARD_ADDRESS": "rc-head-svc.ns.svc.cluster.local:8265", "RAY_JOB_SUBMISSION_ID": "lw-1"}
-    command = parse_submitter(["/submitter"], args, env)
+    command = parse_submitter(["/submitter"], args, env=env)
     assert command is not None
     assert command.submission_id == "lw-1"
     assert command.entrypoint == "python /home/ray/samples/sample_code.py"
@@ -149,6 +149,6 @@ def test_parse_light_weight_submitter() -> None:
 
 
 def test_non_submitters() -> None:
-    assert parse_submitter(["ray", "start", "--head"], [], {}) is None
-    assert parse_submitter(["/bin/bash", "-c", "--"], ["ulimit -n 65536; ray start --head --block"], {}) is None
-    assert parse_submitter(["ray", "job", "submit", "echo"], [], {}) is None  # no "--" separator
+    assert parse_submitter(["ray", "start", "--head"], [], env={}) is None
+    assert parse_submitter(["/bin/bash", "-c", "--"], ["ulimit -n 65536; ray start --head --block"], env={}) is None
+    assert parse_submitter(["ray", "job", "submit", "echo"], [], env={}) is None  # no "--" separator
