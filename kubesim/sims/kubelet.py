@@ -43,7 +43,7 @@ from kubesim.sims.podworker import TERMINAL_PHASES, IpAllocator, Node, PodWorker
 logger = logging.getLogger(__name__)
 
 
-async def finish_pod_deletion(store: Store, *, namespace: str, name: str) -> None:
+def finish_pod_deletion(store: Store, *, namespace: str, name: str) -> None:
     """Finish a terminating pod's deletion (the kubelet's ``grace_period_seconds=0`` delete)."""
     try:
         # The core's Store.delete takes the delete options as keywords; hooks.Store does not spell them yet.
@@ -183,7 +183,7 @@ class Kubelet:
         if delay > 0:
             self._mark_not_ready(namespace, name, uid)
             await asyncio.sleep(delay)
-        await finish_pod_deletion(self.store, namespace=namespace, name=name)
+        finish_pod_deletion(self.store, namespace=namespace, name=name)
 
     def _mark_not_ready(self, namespace: str, name: str, uid: str) -> None:
         pod = self.store.get(PODS, namespace, name)
