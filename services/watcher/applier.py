@@ -1,0 +1,350 @@
+"""The applier: consume command batches, apply them to the API server and dashboards, publish outcomes.
+
+Role: a durable pull consumer (``APPLIER_CONSUMER`` on ``RAYBUS_COMMANDS``, shared by every watcher
+replica) delivers :class:`CommandBatch` messages. Batches of one key are applied one at a time, in
+stream order; batches of different keys run concurrently (``KubeSettings.applier_concurrency``), kopf's
+per-object queue. Inside a batch, commands run in order; each gets a span ``applier.<verb>`` that
+continues the trace carried by the batch's headers, one outcome (:class:`CommandResult`) published to
+the key's results subject inside that span, and only then is the batch acknowledged.
+
+Invariants:
+- A malformed batch goes to the dead-letter stream with the decode error and is acked: it never
+  crashes the applier or blocks its key.
+- A batch is acked only after every command's result is published. A stop mid-batch leaves it unacked
+  (queued batches are nak'ed), so JetStream redelivers it; commands are idempotent (``calls``).
+- Outcomes follow ``calls.outcome_of_error`` / ``calls.retry_delay``; nothing raised by a command escapes
+  as an exception (kopf's outcome discipline), except cancellation.
+- ``raybus.io/generate: auth_token`` Secrets get a fresh token here (the only randomness of the
+  pipeline); the token never appears in a log, a span or a result.
+
+Not here: what the calls are (``calls``, ``dashboard``), how they are sent (``kubeapi``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from schema import codec, subjects
+from schema.keys import ReconcileKey
+from schema.messages import (
+    Command,
+    CommandBatch,
+    CommandResult,
+    DeadLetter,
+    Outcome,
+    PatchStatus,
+    PutServeConfig,
+    StopRayJob,
+    SubmitRayJob,
+    command_target,
+    command_verb,
+)
+from services.runtime.bus import publish
+from services.runtime.errors import PermanentError
+from services.runtime.tracing import current_trace_id, extract_context, tracer
+from services.watcher.calls import ApiError, outcome_of_error, plan_call, retry_delay
+from services.watcher.dashboard import DashboardClient, DashboardOutcome
+from services.watcher.kubeapi import KubeApi
+
+log = logging.getLogger(__name__)
+_tracer = tracer(__name__)
+
+FETCH_TIMEOUT: Final = 1.0
+"""Seconds one fetch waits for messages (also how quickly a stop is noticed)."""
+PUBLISH_RETRY_DELAYS: Final[tuple[float, ...]] = (0.05, 0.2, 0.5, 1.0, 2.0)
+
+
+class _Meta(msgspec.Struct):
+    resourceVersion: str = ""
+
+
+class _Head(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+
+
+_head_decoder: Final[msgspec.json.Decoder[_Head]] = msgspec.json.Decoder(_Head)
+
+Clock = Callable[[], datetime]
+
+
+def generate_token(kind: str) -> str:
+    """A fresh value for a ``raybus.io/generate`` Secret key: base64 of 32 random bytes (KubeRay's)."""
+    return base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def result_id(batch: CommandBatch, index: int, command: Command) -> str:
+    """De-duplication id of a command's result (stable across redeliveries)."""
+    return f"{batch.id}/{command.id or index}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Applied:
+    """What happened to one command (before it becomes a CommandResult)."""
+
+    outcome: Outcome
+    status_code: int = 0
+    error: str = ""
+    resource_version: str = ""
+
+
+class Applier:
+    """Applies command batches; one instance per watcher process."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        api: KubeApi | None,
+        *,
+        dashboard: DashboardClient | None = None,
+        concurrency: int = 32,
+        clock: Clock = lambda: datetime.now(UTC),
+        generate: Callable[[str], str] = generate_token,
+        exit_timeout: float = 20.0,
+        retry_delays: tuple[float, ...] | None = None,
+    ) -> None:
+        self._js = js
+        self._api = api
+        self._dashboard = dashboard
+        self._concurrency = max(1, concurrency)
+        self._slots = asyncio.Semaphore(self._concurrency)
+        self._clock = clock
+        self._generate = generate
+        self._exit_timeout = exit_timeout
+        self._retry_delays = retry_delays
+        self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
+        self._workers: dict[ReconcileKey, asyncio.Task[None]] = {}
+        self._outstanding = 0
+        self._stopping = False
+        self.batches_applied = 0
+        self.dead_letters = 0
+
+    # --- consuming ----------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set, then finish in-flight batches (within the exit timeout)."""
+        sub = await self._js.pull_subscribe_bind(durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM)
+        try:
+            while not stop.is_set():
+                self._raise_crashed()
+                room = self._concurrency * 4 - self._outstanding
+                if room <= 0:
+                    await asyncio.sleep(0.01)
+                    continue
+                try:
+                    messages = await sub.fetch(batch=min(room, 256), timeout=FETCH_TIMEOUT)
+                except nats.errors.TimeoutError:
+                    continue
+                except nats.errors.Error as exc:
+                    log.warning("fetching command batches failed: %s", exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                for msg in messages:
+                    await self._accept(msg)
+        finally:
+            await self._shutdown()
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    def _raise_crashed(self) -> None:
+        for task in list(self._workers.values()):
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise RuntimeError("an applier worker crashed") from task.exception()
+
+    async def _accept(self, msg: Msg) -> None:
+        try:
+            batch = codec.decode_batch(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            await self._dead_letter(msg, f"malformed command batch: {exc}")
+            return
+        self._outstanding += 1
+        self._queues.setdefault(batch.key, deque()).append((msg, batch))
+        if batch.key not in self._workers:
+            self._workers[batch.key] = asyncio.create_task(self._work(batch.key), name=f"applier {batch.key}")
+
+    async def _work(self, key: ReconcileKey) -> None:
+        queue = self._queues[key]
+        try:
+            while queue and not self._stopping:
+                msg, batch = queue[0]
+                async with self._slots:
+                    if self._stopping:
+                        break
+                    await self.apply_batch(msg, batch)
+                queue.popleft()
+                self._outstanding -= 1
+                await msg.ack()
+                self.batches_applied += 1
+        finally:
+            if not queue:
+                self._queues.pop(key, None)
+            self._workers.pop(key, None)
+
+    async def _shutdown(self) -> None:
+        """Let running batches finish (bounded), nak the queued ones, cancel the rest (left unacked)."""
+        self._stopping = True
+        workers = list(self._workers.values())
+        if workers:
+            _, pending = await asyncio.wait(workers, timeout=self._exit_timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        for queue in self._queues.values():
+            for msg, _ in queue:
+                with contextlib.suppress(Exception):
+                    await msg.nak()
+        self._queues.clear()
+        self._outstanding = 0
+
+    async def _dead_letter(self, msg: Msg, error: str) -> None:
+        metadata = msg.metadata
+        letter = DeadLetter(
+            stream=subjects.COMMANDS_STREAM,
+            subject=msg.subject,
+            sequence=metadata.sequence.stream,
+            deliveries=metadata.num_delivered,
+            error=error[:2000],
+            payload=msg.data,
+            at=self._clock(),
+            headers={k: v for k, v in (msg.headers or {}).items() if k != "Nats-Msg-Id"},
+        )
+        await self._publish_retrying(
+            subjects.deadletter_subject(subjects.COMMANDS_STREAM),
+            codec.encode(letter),
+            f"dlq/{subjects.COMMANDS_STREAM}/{metadata.sequence.stream}",
+        )
+        self.dead_letters += 1
+        log.warning("dead-lettered command message %d on %s: %s", metadata.sequence.stream, msg.subject, error)
+        await msg.ack()
+
+    # --- applying -------------------------------------------------------------------------------------
+
+    async def apply_batch(self, msg: Msg, batch: CommandBatch) -> None:
+        """Apply a batch's commands in order and publish one result per command (the caller acks)."""
+        parent = extract_context(msg.headers)
+        sequence = msg.metadata.sequence.stream if msg.reply else 0
+        for index, command in enumerate(batch.commands):
+            verb = command_verb(command)
+            with _tracer.start_as_current_span(
+                f"applier.{verb}",
+                context=parent,
+                attributes={
+                    "raybus.key": str(batch.key),
+                    "raybus.kind": batch.key.kind,
+                    "k8s.namespace.name": batch.key.namespace,
+                    "raybus.verb": verb,
+                    "raybus.target": command_target(command),
+                },
+            ) as span:
+                applied = await self.apply_command(command, msg)
+                span.set_attribute("raybus.outcome", applied.outcome)
+                if applied.status_code:
+                    span.set_attribute("http.response.status_code", applied.status_code)
+                result = CommandResult(
+                    batch_id=batch.id,
+                    command_id=command.id or f"{batch.id}/{index}",
+                    key=batch.key,
+                    verb=verb,
+                    target=command_target(command),
+                    outcome=applied.outcome,
+                    at=self._clock(),
+                    error=applied.error,
+                    status_code=applied.status_code,
+                    resource_version=applied.resource_version,
+                    transitions=command.transitions
+                    if isinstance(command, PatchStatus) and applied.outcome == "applied"
+                    else (),
+                    trace_id=current_trace_id(),
+                    batch_seq=sequence,
+                )
+                await self._publish_retrying(
+                    subjects.result_subject(batch.key), codec.encode(result), result_id(batch, index, command)
+                )
+            if applied.outcome == "failed":
+                log.warning(
+                    "%s %s failed: %s",
+                    verb,
+                    command_target(command),
+                    applied.error,
+                    extra={"raybus.key": str(batch.key)},
+                )
+
+    async def apply_command(self, command: Command, msg: Msg | None = None) -> Applied:
+        """Apply one command; every failure becomes an outcome (only cancellation propagates)."""
+        try:
+            if isinstance(command, SubmitRayJob | StopRayJob | PutServeConfig):
+                return await self._apply_dashboard(command)
+            return await self._apply_api(command, msg)
+        except PermanentError as exc:
+            return Applied(outcome="failed", error=str(exc))
+
+    async def _apply_api(self, command: Command, msg: Msg | None) -> Applied:
+        if self._api is None:
+            raise PermanentError("no Kubernetes API configured")
+        call = plan_call(command, now=self._clock(), generate=self._generate)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._api.aexecute(call)
+            except ApiError as exc:
+                tolerated = outcome_of_error(call, exc)
+                if tolerated is not None:
+                    return Applied(outcome=tolerated, status_code=exc.status, error=str(exc)[:1000])
+                delay = (
+                    retry_delay(exc, attempt, self._retry_delays)
+                    if self._retry_delays is not None
+                    else retry_delay(exc, attempt)
+                )
+                if delay is None:
+                    return Applied(outcome="failed", status_code=exc.status, error=str(exc)[:1000])
+                log.info("%s: %s; retrying in %.1fs", call.path, exc, delay)
+                if msg is not None and msg.reply:
+                    with contextlib.suppress(Exception):
+                        await msg.in_progress()
+                await asyncio.sleep(delay)
+                continue
+            resource_version = ""
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                resource_version = _head_decoder.decode(response.data).metadata.resourceVersion if response.data else ""
+            return Applied(outcome="applied", status_code=response.status, resource_version=resource_version)
+
+    async def _apply_dashboard(self, command: SubmitRayJob | StopRayJob | PutServeConfig) -> Applied:
+        if self._dashboard is None:
+            raise PermanentError("no dashboard client configured")
+        result: DashboardOutcome = await self._dashboard.apply(command)
+        return Applied(outcome=result.outcome, status_code=result.status_code, error=result.error)
+
+    async def _publish_retrying(self, subject: str, payload: bytes, msg_id: str) -> None:
+        failures = 0
+        while True:
+            try:
+                await publish(self._js, subject, payload, msg_id=msg_id)
+                return
+            except (nats.errors.Error, TimeoutError) as exc:
+                failures += 1
+                delay = PUBLISH_RETRY_DELAYS[min(failures, len(PUBLISH_RETRY_DELAYS)) - 1]
+                log.warning("publishing to %s failed (%s); retrying in %.2fs", subject, exc, delay)
+                await asyncio.sleep(delay)
+
+    @property
+    def busy(self) -> int:
+        """Batches received and not yet acked."""
+        return self._outstanding
+
+    def describe(self) -> dict[str, Any]:
+        """Counters for health/metrics."""
+        return {"batches_applied": self.batches_applied, "dead_letters": self.dead_letters, "busy": self.busy}

@@ -1,0 +1,335 @@
+"""Commands as Kubernetes API calls: a pure planner, the error type, outcome rules and the retry policy.
+
+Role (lightkube's ``prepare_request`` / ``handle_response`` split): :func:`plan_call` turns one object
+command into an :class:`ApiCall` (method, path, query, body, content type, and how a 404/409 answer
+counts) without any I/O, so every path and body is unit-tested without a server. The executor
+(``executor``) only sends what was planned. :func:`outcome_of_error` and :func:`retry_delay` are the
+policies that turn an :class:`ApiError` into a published outcome (kopf's error taxonomy: what is done,
+what is dropped, what is retried, what fails for good).
+
+Idempotency rules (DESIGN §2 applier):
+- create: 409 AlreadyExists → ``already_done`` (names are deterministic);
+- delete: 404 → ``already_done``; 409 on a uid precondition (a newer object took the name) →
+  ``already_done`` (the object the command meant is gone);
+- patch / status patch with ``resource_version``: 409 Conflict → ``dropped`` (a newer event is coming);
+  404 → ``dropped`` (the object is gone, its DELETED event is coming);
+- 429, 5xx and connection errors → retried with backoff, then ``failed``;
+- any other 4xx → ``failed`` at once, with the API's message.
+
+Not here: dashboard calls (``dashboard``), threads and the official client (``executor``).
+Deliberately pure: the clock and the token generator of ``raybus.io/generate`` Secrets are arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, assert_never
+from urllib.parse import quote
+
+from schema.messages import (
+    Command,
+    CreateObject,
+    DeleteCollection,
+    DeleteObject,
+    EmitEvent,
+    ObjectRef,
+    Outcome,
+    PatchObject,
+    PatchStatus,
+    PatchType,
+    PutServeConfig,
+    StopRayJob,
+    SubmitRayJob,
+)
+from services.runtime.errors import PermanentError, RaybusError
+from services.watcher.resources import GATEWAY_GROUP, RAY_GROUP, ResourceType, by_api_version_kind, by_kind
+
+GENERATE_ANNOTATION: Final = "raybus.io/generate"
+"""On a Secret to create: ``auth_token`` asks the applier to fill ``stringData.auth_token``."""
+GENERATE_AUTH_TOKEN: Final = "auth_token"
+EVENT_COMPONENT: Final = "raybus"
+
+JSON: Final = "application/json"
+PATCH_CONTENT_TYPES: Final[Mapping[PatchType, str]] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+_CUSTOM_GROUPS: Final = frozenset({RAY_GROUP, GATEWAY_GROUP})
+
+TokenGenerator = Callable[[str], str]
+"""Makes the value of a ``raybus.io/generate`` Secret key (``"auth_token"`` → a fresh token)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiCall:
+    """One planned HTTP request to the API server.
+
+    Attributes:
+        method: HTTP method.
+        path: absolute path (no host).
+        query: query parameters, in order.
+        body: JSON-serialisable body, or None.
+        content_type: the body's content type.
+        on_not_found: the outcome a 404 means, or None (a failure).
+        on_conflict: the outcome a 409 means, or None (a failure).
+    """
+
+    method: str
+    path: str
+    query: tuple[tuple[str, str], ...] = ()
+    body: Any = None
+    content_type: str = JSON
+    on_not_found: Outcome | None = None
+    on_conflict: Outcome | None = None
+
+
+class ApiError(RaybusError):
+    """A failed API call with the parsed ``Status`` (status 0: no HTTP answer, e.g. connection refused)."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(status, reason, message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        if self.status == 0:
+            return f"connection error: {self.message}"
+        return f"{self.status} {self.reason}: {self.message}".rstrip(": ")
+
+
+# --- planning ---------------------------------------------------------------------------------------
+
+
+def resource_of(api_version: str, kind: str) -> ResourceType:
+    """The table row for an object reference.
+
+    Raises:
+        PermanentError: a kind the watcher does not know how to write.
+    """
+    resource = by_api_version_kind(api_version, kind)
+    if resource is None or not resource.writable:
+        raise PermanentError(f"the applier does not write {kind} ({api_version})")
+    return resource
+
+
+def object_path(resource: ResourceType, namespace: str, name: str, subresource: str = "") -> str:
+    """Path of one object (and optionally its subresource)."""
+    if resource.namespaced and not namespace:
+        raise PermanentError(f"{resource.kind} {name!r} needs a namespace")
+    path = f"{resource.collection_path(namespace)}/{quote(name, safe='')}"
+    return f"{path}/{subresource}" if subresource else path
+
+
+def _collection(resource: ResourceType, namespace: str) -> str:
+    if resource.namespaced and not namespace:
+        raise PermanentError(f"{resource.kind} needs a namespace")
+    return resource.collection_path(namespace)
+
+
+def _with_resource_version(
+    patch: dict[str, Any] | list[dict[str, Any]], patch_type: PatchType, resource_version: str
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """Add an optimistic-concurrency precondition to a patch body."""
+    if not resource_version:
+        return patch
+    if isinstance(patch, list):
+        test = {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
+        return [test, *patch]
+    metadata = dict(patch.get("metadata") or {})
+    metadata["resourceVersion"] = resource_version
+    return {**patch, "metadata": metadata}
+
+
+def _effective_patch_type(resource: ResourceType, patch_type: PatchType) -> PatchType:
+    # Custom resources do not support strategic merge patch (415); a merge patch is what it means there.
+    if patch_type == "strategic" and resource.group in _CUSTOM_GROUPS:
+        return "merge"
+    return patch_type
+
+
+def event_name(regarding: ObjectRef, command_id: str, reason: str, message: str) -> str:
+    """``<regarding name>.<short hash>``: deterministic, so a redelivered EmitEvent is AlreadyExists."""
+    seed = command_id or f"{regarding.uid}\x1f{reason}\x1f{message}"
+    return f"{regarding.name}.{hashlib.sha256(seed.encode()).hexdigest()[:16]}"
+
+
+def _timestamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _event_body(command: EmitEvent, now: datetime) -> dict[str, Any]:
+    r = command.regarding
+    stamp = _timestamp(now)
+    involved: dict[str, Any] = {"apiVersion": r.api_version, "kind": r.kind, "namespace": r.namespace, "name": r.name}
+    if r.uid:
+        involved["uid"] = r.uid
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": event_name(r, command.id, command.reason, command.message), "namespace": r.namespace},
+        "involvedObject": involved,
+        "reason": command.reason,
+        "message": command.message,
+        "type": command.event_type,
+        "source": {"component": EVENT_COMPONENT},
+        "reportingComponent": EVENT_COMPONENT,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def _create_body(command: CreateObject, resource: ResourceType, generate: TokenGenerator | None) -> dict[str, Any]:
+    target = command.target
+    body = dict(command.body)
+    body.setdefault("apiVersion", resource.api_version)
+    body.setdefault("kind", resource.kind)
+    metadata = dict(body.get("metadata") or {})
+    metadata.setdefault("name", target.name)
+    if resource.namespaced:
+        metadata.setdefault("namespace", target.namespace)
+    body["metadata"] = metadata
+    annotations = metadata.get("annotations") or {}
+    wanted = annotations.get(GENERATE_ANNOTATION) if isinstance(annotations, dict) else None
+    if resource.kind == "Secret" and wanted:
+        if wanted != GENERATE_AUTH_TOKEN:
+            raise PermanentError(f"unknown {GENERATE_ANNOTATION} value {wanted!r}")
+        if generate is None:
+            raise PermanentError("a generated Secret needs a token generator")
+        body["stringData"] = {**(body.get("stringData") or {}), GENERATE_AUTH_TOKEN: generate(wanted)}
+    return body
+
+
+def plan_call(command: Command, *, now: datetime, generate: TokenGenerator | None = None) -> ApiCall:
+    """The API request that applies one object command.
+
+    Args:
+        command: a Kubernetes command (not a dashboard one).
+        now: timestamps of an emitted Event.
+        generate: fills ``raybus.io/generate`` Secrets at create time (never called otherwise).
+
+    Returns:
+        The planned call.
+
+    Raises:
+        PermanentError: a dashboard command, an unknown kind or a missing namespace.
+    """
+    match command:
+        case CreateObject(target=target):
+            resource = resource_of(target.api_version, target.kind)
+            return ApiCall(
+                method="POST",
+                path=_collection(resource, target.namespace),
+                body=_create_body(command, resource, generate),
+                on_conflict="already_done",
+            )
+        case PatchObject(target=target):
+            resource = resource_of(target.api_version, target.kind)
+            patch_type = _effective_patch_type(resource, command.patch_type)
+            if patch_type == "json" and not isinstance(command.patch, list):
+                raise PermanentError("a JSON patch must be a list of operations")
+            if patch_type != "json" and isinstance(command.patch, list):
+                raise PermanentError(f"a {patch_type} patch must be an object")
+            return ApiCall(
+                method="PATCH",
+                path=object_path(resource, target.namespace, target.name),
+                body=_with_resource_version(command.patch, patch_type, command.resource_version),
+                content_type=PATCH_CONTENT_TYPES[patch_type],
+                on_not_found="dropped",
+                on_conflict="dropped" if command.resource_version else None,
+            )
+        case PatchStatus(target=target):
+            resource = resource_of(target.api_version, target.kind)
+            subresource = "status" if resource.status_subresource else ""
+            body = _with_resource_version({"status": command.status}, "merge", command.resource_version)
+            return ApiCall(
+                method="PATCH",
+                path=object_path(resource, target.namespace, target.name, subresource),
+                body=body,
+                content_type=PATCH_CONTENT_TYPES["merge"],
+                on_not_found="dropped",
+                on_conflict="dropped" if command.resource_version else None,
+            )
+        case DeleteObject(target=target):
+            resource = resource_of(target.api_version, target.kind)
+            options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+            if command.propagation:
+                options["propagationPolicy"] = command.propagation
+            if target.uid:
+                options["preconditions"] = {"uid": target.uid}
+            return ApiCall(
+                method="DELETE",
+                path=object_path(resource, target.namespace, target.name),
+                body=options,
+                on_not_found="already_done",
+                on_conflict="already_done" if target.uid else None,
+            )
+        case DeleteCollection():
+            resource = resource_of(command.api_version, command.kind)
+            if not command.label_selector:
+                raise PermanentError("refusing a deletecollection without a label selector")
+            return ApiCall(
+                method="DELETE",
+                path=_collection(resource, command.namespace),
+                query=(("labelSelector", command.label_selector),),
+                on_not_found="already_done",
+            )
+        case EmitEvent():
+            events = by_kind("Event")
+            assert events is not None
+            return ApiCall(
+                method="POST",
+                path=_collection(events, command.regarding.namespace),
+                body=_event_body(command, now),
+                on_conflict="already_done",
+            )
+        case SubmitRayJob() | StopRayJob() | PutServeConfig():
+            raise PermanentError(f"{type(command).__name__} is a dashboard command, not an API call")
+        case _:
+            assert_never(command)
+
+
+# --- outcomes and retries ---------------------------------------------------------------------------
+
+RETRY_DELAYS: Final[tuple[float, ...]] = (0.1, 0.3, 1.0, 2.0, 5.0)
+"""Seconds before each retry of a transient failure (kopf's ``error_delays``); then ``failed``."""
+MAX_RETRY_AFTER: Final = 30.0
+"""A server's ``Retry-After`` is honoured up to this many seconds."""
+
+
+def is_transient(error: ApiError) -> bool:
+    """Worth retrying: no answer, throttled (429) or a server-side error (5xx)."""
+    return error.status == 0 or error.status == 429 or error.status >= 500
+
+
+def retry_delay(error: ApiError, attempt: int, delays: tuple[float, ...] = RETRY_DELAYS) -> float | None:
+    """Seconds to wait before retrying after the ``attempt``-th failure (1-based), or None to give up.
+
+    A pure policy (lightkube's ``OnErrorHandler``): transient errors are retried ``len(delays)`` times
+    with the given delays (a ``Retry-After`` header raises the delay, capped); others never.
+    """
+    if not is_transient(error) or attempt > len(delays):
+        return None
+    delay = delays[attempt - 1]
+    if error.retry_after is not None:
+        delay = max(delay, min(error.retry_after, MAX_RETRY_AFTER))
+    return delay
+
+
+def outcome_of_error(call: ApiCall, error: ApiError) -> Outcome | None:
+    """The outcome an error means for this call (``already_done`` / ``dropped``), or None (a failure)."""
+    if error.status == 404:
+        return call.on_not_found
+    if error.status == 409:
+        if call.on_conflict is None:
+            return None
+        # A create that hits a 409 that is not AlreadyExists (e.g. "object is being deleted") is still
+        # done from the command's point of view: the name is taken, the next event tells the rest.
+        return call.on_conflict
+    return None

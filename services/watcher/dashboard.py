@@ -1,0 +1,211 @@
+"""Ray dashboard calls: where a dashboard is (direct or through the API server's service proxy), its
+auth token, and the dashboard commands of the applier (submit / stop a Ray job, put a Serve config).
+
+Role: a :class:`schema.messages.DashboardRef` names a head Service, a port and optionally the auth
+Secret; only here does it become a URL (SPEC §5.4: ``http://<svc>.<ns>.svc.<domain>:<port>`` or
+``<apiserver>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy`` with ``use_kubernetes_proxy``) and a
+``x-ray-authorization: Bearer <token>`` header (token read from the Secret's ``auth_token``). Planning
+(:func:`plan_dashboard_call`, :func:`dashboard_base_url`, :func:`dashboard_outcome`) is pure; the
+:class:`DashboardClient` does the I/O with aiohttp (async), using the API server's credentials and TLS
+settings when it goes through the proxy.
+
+Invariants: the token never reaches a log, a span attribute, an error string or a result; HTTP timeouts
+are 2 s direct and 10 s through the proxy (KubeRay's). A 500 answer to a submit that says "Please use a
+different submission_id" means the job was already submitted (``already_done``).
+
+Not here: deciding when to call (reconcile), polling job status (``prober``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote
+
+import aiohttp
+import msgspec
+
+from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
+from services.runtime.errors import PermanentError
+from services.watcher.calls import ApiError
+from services.watcher.kubeapi import KubeApi
+
+log = logging.getLogger(__name__)
+
+DIRECT_TIMEOUT: Final = 2.0
+PROXY_TIMEOUT: Final = 10.0
+TOKEN_HEADER: Final = "x-ray-authorization"
+TOKEN_KEY: Final = "auth_token"
+ALREADY_SUBMITTED: Final = "Please use a different submission_id"
+_json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
+
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardCall:
+    """One planned dashboard request."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardAnswer:
+    """What a dashboard answered (status 0: no answer)."""
+
+    status: int
+    data: bytes = b""
+    error: str = ""
+
+    def json(self) -> dict[str, Any] | None:
+        """The body as a JSON object, or None."""
+        try:
+            decoded = _json.decode(self.data) if self.data else None
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        return decoded
+
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardOutcome:
+    """The applier's view of a dashboard command."""
+
+    outcome: Outcome
+    status_code: int = 0
+    error: str = ""
+
+
+def plan_dashboard_call(command: Command) -> DashboardCall:
+    """The dashboard request of a dashboard command (SPEC §5.4).
+
+    Raises:
+        PermanentError: not a dashboard command, or a job id that is empty.
+    """
+    match command:
+        case SubmitRayJob():
+            return DashboardCall(method="POST", path="/api/jobs/", body=dict(command.request))
+        case StopRayJob():
+            if not command.job_id:
+                raise PermanentError("StopRayJob without a job id")
+            return DashboardCall(method="POST", path=f"/api/jobs/{quote(command.job_id, safe='')}/stop")
+        case PutServeConfig():
+            return DashboardCall(method="PUT", path="/api/serve/applications/", body=dict(command.config))
+    raise PermanentError(f"{type(command).__name__} is not a dashboard command")
+
+
+def dashboard_base_url(ref: DashboardRef, *, use_proxy: bool, api_host: str, cluster_domain: str) -> str:
+    """The dashboard's base URL, direct or through the API server's service proxy."""
+    if use_proxy:
+        return f"{api_host.rstrip('/')}/api/v1/namespaces/{ref.namespace}/services/{ref.service}:{ref.port}/proxy"
+    return f"http://{ref.service}.{ref.namespace}.svc.{cluster_domain}:{ref.port}"
+
+
+def dashboard_outcome(command: Command, answer: DashboardAnswer) -> DashboardOutcome:
+    """How a dashboard answer counts for a command (a pure policy)."""
+    if 200 <= answer.status <= 299:
+        return DashboardOutcome(outcome="applied", status_code=answer.status)
+    text = answer.data[:2000].decode("utf-8", "replace") if answer.data else answer.error
+    if isinstance(command, SubmitRayJob) and answer.status == 500 and ALREADY_SUBMITTED in text:
+        return DashboardOutcome(outcome="already_done", status_code=500)
+    if isinstance(command, StopRayJob) and answer.status == 404:
+        return DashboardOutcome(outcome="already_done", status_code=404)
+    error = f"dashboard answered {answer.status}: {text}" if answer.status else f"dashboard unreachable: {text}"
+    return DashboardOutcome(outcome="failed", status_code=answer.status, error=error[:1000])
+
+
+def decode_token(secret: dict[str, Any]) -> str:
+    """The ``auth_token`` of a Secret object (``data`` is base64; ``stringData`` is never returned by reads).
+
+    Raises:
+        PermanentError: the Secret has no usable token.
+    """
+    data = secret.get("data") or {}
+    raw = data.get(TOKEN_KEY) if isinstance(data, dict) else None
+    if not isinstance(raw, str) or not raw:
+        raise PermanentError(f"the auth Secret has no {TOKEN_KEY}")
+    try:
+        return base64.b64decode(raw, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise PermanentError(f"the auth Secret's {TOKEN_KEY} is not base64") from exc
+
+
+class DashboardClient:
+    """Calls Ray dashboards; one aiohttp session per client."""
+
+    def __init__(self, api: KubeApi | None, *, use_proxy: bool, cluster_domain: str = "cluster.local") -> None:
+        self._api = api
+        self._use_proxy = use_proxy and api is not None
+        self._cluster_domain = cluster_domain
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _session_for_use(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector: aiohttp.TCPConnector | None = None
+            if self._use_proxy and self._api is not None:
+                context = self._api.ssl_context()
+                connector = aiohttp.TCPConnector(ssl=context if context is not None else True)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    def base_url(self, ref: DashboardRef) -> str:
+        """Where ``ref``'s dashboard answers from here."""
+        host = self._api.host if self._api is not None else ""
+        return dashboard_base_url(ref, use_proxy=self._use_proxy, api_host=host, cluster_domain=self._cluster_domain)
+
+    async def _token(self, ref: DashboardRef) -> str | None:
+        if not ref.auth_secret:
+            return None
+        if self._api is None:
+            raise PermanentError("token auth needs the Kubernetes API")
+        path = f"/api/v1/namespaces/{ref.namespace}/secrets/{quote(ref.auth_secret, safe='')}"
+        try:
+            response = await self._api.arequest("GET", path)
+        except ApiError as exc:
+            # The message names the Secret, never its content.
+            raise PermanentError(f"cannot read auth Secret {ref.namespace}/{ref.auth_secret}: {exc}") from exc
+        return decode_token(_json.decode(response.data))
+
+    async def request(
+        self, ref: DashboardRef, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> DashboardAnswer:
+        """Send one request to ``ref``'s dashboard; failures to connect become status 0.
+
+        Raises:
+            PermanentError: the auth Secret cannot be read.
+        """
+        headers: dict[str, str] = {}
+        if self._use_proxy and self._api is not None:
+            headers.update(self._api.auth_headers())
+        token = await self._token(ref)
+        if token is not None:
+            headers[TOKEN_HEADER] = f"Bearer {token}"
+        timeout = aiohttp.ClientTimeout(total=PROXY_TIMEOUT if self._use_proxy else DIRECT_TIMEOUT)
+        url = self.base_url(ref) + path
+        try:
+            async with self._session_for_use().request(
+                method, url, json=body, headers=headers, timeout=timeout
+            ) as response:
+                return DashboardAnswer(status=response.status, data=await response.read())
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # str(exc) of aiohttp errors names the URL, never request headers.
+            return DashboardAnswer(status=0, error=f"{type(exc).__name__}: {exc}")
+
+    async def apply(self, command: Command) -> DashboardOutcome:
+        """Run one dashboard command.
+
+        Raises:
+            PermanentError: not a dashboard command, or its auth Secret is unusable.
+        """
+        call = plan_dashboard_call(command)
+        assert isinstance(command, SubmitRayJob | StopRayJob | PutServeConfig)
+        answer = await self.request(command.dashboard, call.method, call.path, call.body)
+        return dashboard_outcome(command, answer)

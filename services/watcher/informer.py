@@ -1,0 +1,430 @@
+"""Informers: one list+watch loop per resource type (and namespace) in a worker thread, feeding asyncio.
+
+Role: keep the projection told about every change of one resource in one scope (a namespace, or the
+whole cluster). The official client is synchronous, so each informer runs in its own daemon thread;
+it hands batches (all the lines of one read chunk, or a whole listing) to the event loop through a
+bounded ``asyncio.Queue``, so a slow projection slows the watch down instead of growing memory.
+
+The resume logic is a small state machine (:class:`WatchDriver`, lightkube's WatchDriver): it keeps the
+last resourceVersion seen and builds the next request from it; a ``410 Gone`` (HTTP or an ``ERROR``
+line) clears it, and the next request is a list, never a silent restart. The projection compares a
+listing with what it holds and publishes synthetic DELETED events for objects that vanished.
+
+Invariants:
+- Lines are decoded with msgspec in the informer thread; objects are sanitized there
+  (``resources.sanitize``), so Secret content never even reaches the event loop.
+- Errors other than 410 reconnect with backoff from the same resourceVersion.
+- ``stop()`` interrupts a blocking read by shutting the socket down; the thread exits promptly.
+
+Not here: what a change means (``projection``); where resume points are stored (``projection``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+import msgspec
+import urllib3
+
+from schema.messages import WatchEventType
+from services.watcher.calls import ApiError
+from services.watcher.kubeapi import KubeApi
+from services.watcher.resources import ResourceType, sanitize
+
+log = logging.getLogger(__name__)
+
+WATCH_TIMEOUT: Final = 290
+"""``timeoutSeconds`` of one watch request; the server ends it and the informer resumes from its rv."""
+READ_TIMEOUT: Final = 330.0
+"""Seconds without a byte before a watch connection is considered dead (bookmarks keep it alive)."""
+CONNECT_TIMEOUT: Final = 10.0
+LIST_PAGE: Final = 500
+"""Objects per list page (``limit``); pages keep the API server's and our memory bounded."""
+RECONNECT_DELAYS: Final[tuple[float, ...]] = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
+"""Seconds before each reconnect attempt after an error; the last one repeats."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A resource in a namespace ("" = cluster-wide): the unit of one informer and one resume point."""
+
+    resource: ResourceType
+    namespace: str = ""
+
+    @property
+    def name(self) -> str:
+        """``rayclusters.ray.io`` or ``rayclusters.ray.io/<ns>``: the resume-point name."""
+        return f"{self.resource.name}/{self.namespace}" if self.namespace else self.resource.name
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One object as the informer saw it (already sanitized), with its JSON bytes."""
+
+    type: WatchEventType
+    obj: dict[str, Any]
+    raw: bytes
+    uid: str
+    resource_version: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A complete list of the scope at ``resource_version`` (after a start without resume point or a 410)."""
+
+    objects: tuple[Change, ...]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bookmark:
+    """The watch reached ``resource_version`` with nothing to report."""
+
+    resource_version: str
+
+
+Item = Change | Listing | Bookmark
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one informer hands to the projection at once."""
+
+    scope: Scope
+    items: tuple[Item, ...]
+
+
+class _Meta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+
+
+class _ObjectHead(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+
+
+class _Line(msgspec.Struct):
+    type: str
+    object: msgspec.Raw
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    # "continue" is a Python keyword: renamed on the wire.
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _List(msgspec.Struct):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[msgspec.Raw] = []
+
+
+_line_decoder: Final[msgspec.json.Decoder[_Line]] = msgspec.json.Decoder(_Line)
+_list_decoder: Final[msgspec.json.Decoder[_List]] = msgspec.json.Decoder(_List)
+_object_decoder: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
+_head_decoder: Final[msgspec.json.Decoder[_ObjectHead]] = msgspec.json.Decoder(_ObjectHead)
+_encoder: Final = msgspec.json.Encoder()
+
+
+class Gone(Exception):
+    """The resourceVersion is too old (410): relist."""
+
+
+def make_change(resource: ResourceType, type_: WatchEventType, raw: bytes) -> Change:
+    """Decode and sanitize one object; fill apiVersion/kind when the server left them out (list items)."""
+    obj = _object_decoder.decode(raw)
+    clean = sanitize(resource, obj)
+    if "kind" not in clean or "apiVersion" not in clean:
+        clean = {"apiVersion": resource.api_version, "kind": resource.kind, **clean}
+    if clean is not obj:
+        raw = _encoder.encode(clean)
+    metadata = clean.get("metadata") or {}
+    return Change(
+        type=type_,
+        obj=clean,
+        raw=raw,
+        uid=str(metadata.get("uid") or ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
+        namespace=str(metadata.get("namespace") or ""),
+        name=str(metadata.get("name") or ""),
+    )
+
+
+def decode_line(resource: ResourceType, line: bytes) -> Item:
+    """One watch line as an item.
+
+    Raises:
+        Gone: an ERROR line with code 410.
+        ApiError: any other ERROR line.
+        msgspec.DecodeError: not a watch line.
+    """
+    decoded = _line_decoder.decode(line)
+    if decoded.type == "BOOKMARK":
+        return Bookmark(resource_version=_head_decoder.decode(decoded.object).metadata.resourceVersion)
+    if decoded.type == "ERROR":
+        status = _object_decoder.decode(decoded.object)
+        code = int(status.get("code") or 0)
+        if code == 410:
+            raise Gone(str(status.get("message") or "resourceVersion too old"))
+        raise ApiError(code, str(status.get("reason") or ""), str(status.get("message") or ""))
+    if decoded.type not in ("ADDED", "MODIFIED", "DELETED"):
+        raise ApiError(0, "BadWatchLine", f"unknown watch event type {decoded.type!r}")
+    type_ = cast(WatchEventType, decoded.type)  # checked above
+    return make_change(resource, type_, bytes(decoded.object))
+
+
+def split_lines(chunks: Iterator[bytes]) -> Iterator[list[bytes]]:
+    """Group a byte stream into complete lines, one list per chunk that completed at least one line."""
+    buffer = b""
+    for chunk in chunks:
+        if not chunk:
+            continue
+        buffer += chunk
+        if b"\n" not in chunk:
+            continue
+        *lines, buffer = buffer.split(b"\n")
+        complete = [line for line in lines if line.strip()]
+        if complete:
+            yield complete
+
+
+class WatchDriver:
+    """The resume state machine: which request comes next, given what was seen."""
+
+    def __init__(self, scope: Scope, resource_version: str | None) -> None:
+        self.scope = scope
+        self.resource_version = resource_version or None
+
+    @property
+    def needs_list(self) -> bool:
+        """No usable resourceVersion: the next request is a list."""
+        return self.resource_version is None
+
+    def listed(self, resource_version: str) -> None:
+        """A listing completed at ``resource_version``."""
+        self.resource_version = resource_version
+
+    def seen(self, resource_version: str) -> None:
+        """An event or bookmark carried ``resource_version``."""
+        if resource_version:
+            self.resource_version = resource_version
+
+    def gone(self) -> None:
+        """410: the resourceVersion is too old; relist."""
+        self.resource_version = None
+
+    def list_query(self, continue_token: str) -> tuple[tuple[str, str], ...]:
+        """Query of one list page."""
+        query: list[tuple[str, str]] = [("limit", str(LIST_PAGE))]
+        if self.scope.resource.label_selector:
+            query.append(("labelSelector", self.scope.resource.label_selector))
+        if continue_token:
+            query.append(("continue", continue_token))
+        return tuple(query)
+
+    def watch_query(self, timeout_seconds: int = WATCH_TIMEOUT) -> tuple[tuple[str, str], ...]:
+        """Query of the next watch request (from the current resourceVersion)."""
+        assert self.resource_version is not None, "watch without a resourceVersion: list first"
+        query: list[tuple[str, str]] = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", self.resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if self.scope.resource.label_selector:
+            query.append(("labelSelector", self.scope.resource.label_selector))
+        return tuple(query)
+
+
+def reconnect_delay(attempt: int, delays: tuple[float, ...] = RECONNECT_DELAYS) -> float:
+    """Seconds before reconnect attempt ``attempt`` (1-based); the last delay repeats."""
+    return delays[min(max(attempt, 1), len(delays)) - 1]
+
+
+Deliver = Callable[[Batch], bool]
+"""Hands a batch to the event loop; blocks while the queue is full; False once stopping."""
+
+
+class Informer:
+    """List+watch of one scope in a daemon thread."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        scope: Scope,
+        *,
+        resource_version: str | None,
+        deliver: Deliver,
+        watch_timeout: int = WATCH_TIMEOUT,
+    ) -> None:
+        self.scope = scope
+        self._api = api
+        self._driver = WatchDriver(scope, resource_version)
+        self._deliver = deliver
+        self._watch_timeout = watch_timeout
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._response: urllib3.BaseHTTPResponse | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{scope.name}", daemon=True)
+        self.relists = 0
+        self.failure: BaseException | None = None
+
+    @property
+    def synced(self) -> bool:
+        """The first list completed, or the first resumed watch connected."""
+        return self._synced.is_set()
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to stop and interrupt a blocking read."""
+        self._stop.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):  # the socket may already be closed
+                response.shutdown()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to exit."""
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            try:
+                if self._driver.needs_list:
+                    self._list()
+                self._watch()
+                attempt = 0
+            except Gone as exc:
+                log.info("%s: %s; relisting", self.scope.name, exc)
+                self._driver.gone()
+            except ApiError as exc:
+                if exc.status == 410:
+                    log.info("%s: resourceVersion too old; relisting", self.scope.name)
+                    self._driver.gone()
+                    continue
+                attempt += 1
+                self._pause(exc, attempt)
+            except (urllib3.exceptions.HTTPError, OSError, msgspec.DecodeError, ValueError) as exc:
+                attempt += 1
+                self._pause(exc, attempt)
+            except BaseException as exc:  # a bug: record it so the service fails loudly
+                self.failure = exc
+                log.exception("informer %s crashed", self.scope.name)
+                return
+
+    def _pause(self, exc: BaseException, attempt: int) -> None:
+        if self._stop.is_set():
+            return
+        delay = reconnect_delay(attempt)
+        log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.scope.name, exc, delay)
+        self._stop.wait(delay)
+
+    def _list(self) -> None:
+        resource = self.scope.resource
+        path = resource.collection_path(self.scope.namespace)
+        objects: list[Change] = []
+        continue_token = ""
+        resource_version = ""
+        while True:
+            try:
+                data = self._api.request("GET", path, query=self._driver.list_query(continue_token)).data
+            except ApiError as exc:
+                if exc.status == 410 and continue_token:  # the continue token expired: start over
+                    objects, continue_token = [], ""
+                    continue
+                raise
+            page = _list_decoder.decode(data)
+            objects.extend(make_change(resource, "ADDED", bytes(item)) for item in page.items)
+            resource_version = page.metadata.resourceVersion
+            continue_token = page.metadata.continue_
+            if not continue_token or self._stop.is_set():
+                break
+        if self._stop.is_set():
+            return
+        self.relists += 1
+        if not self._deliver(Batch(self.scope, (Listing(tuple(objects), resource_version),))):
+            return
+        self._driver.listed(resource_version)
+        self._synced.set()
+
+    def _watch(self) -> None:
+        path = self.scope.resource.collection_path(self.scope.namespace)
+        response = self._api.open_stream(
+            path,
+            query=self._driver.watch_query(self._watch_timeout),
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=READ_TIMEOUT,
+        )
+        with self._lock:
+            self._response = response
+        self._synced.set()
+        try:
+            chunks = response.stream(amt=None, decode_content=False)
+            for lines in split_lines(chunks):
+                items: list[Item] = []
+                try:
+                    for line in lines:
+                        item = decode_line(self.scope.resource, line)
+                        items.append(item)
+                finally:
+                    if items and self._deliver(Batch(self.scope, tuple(items))):
+                        for item in items:
+                            if isinstance(item, Change | Bookmark):
+                                self._driver.seen(item.resource_version)
+                if self._stop.is_set():
+                    return
+        finally:
+            with self._lock:
+                self._response = None
+            with contextlib.suppress(Exception):
+                response.release_conn()
+            with contextlib.suppress(Exception):
+                response.close()
+
+
+def queue_deliverer(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Batch], stopping: threading.Event) -> Deliver:
+    """A :data:`Deliver` that puts batches on an asyncio queue from a thread, waiting while it is full."""
+
+    def deliver(batch: Batch) -> bool:
+        future = asyncio.run_coroutine_threadsafe(queue.put(batch), loop)
+        while True:
+            if stopping.is_set():
+                future.cancel()
+                return False
+            try:
+                future.result(timeout=0.2)
+                return True
+            except concurrent.futures.TimeoutError:
+                continue
+            except (concurrent.futures.CancelledError, RuntimeError):
+                return False
+
+    return deliver
+
+
+def scopes_for(resources: list[ResourceType], namespaces: tuple[str, ...]) -> list[Scope]:
+    """One scope per resource (cluster-wide) or per resource and namespace (``--watch-namespace``)."""
+    scopes: list[Scope] = []
+    for resource in resources:
+        if namespaces and resource.namespaced:
+            scopes.extend(Scope(resource, namespace) for namespace in namespaces)
+        else:
+            scopes.append(Scope(resource))
+    return scopes

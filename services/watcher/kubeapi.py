@@ -1,0 +1,266 @@
+"""The adapter to the official ``kubernetes`` client: raw requests through ``ApiClient.call_api``.
+
+Role: the one place the watcher touches the official client. It loads the configuration (kubeconfig,
+in-cluster, default), sends planned requests with the client's authentication and TLS settings, turns
+failures into :class:`calls.ApiError` (with the parsed ``Status``; connection problems get status 0),
+opens streaming watch responses, lists served resources (discovery) and hands the API server's
+credentials to the dashboard client for the service proxy.
+
+Invariants: requests are synchronous (the official client is); async callers go through
+:meth:`KubeApi.arequest`, which runs them on a bounded thread pool. Bodies are decoded with msgspec.
+Credentials are never logged: errors carry the path, never headers.
+
+Not here: what to request (``calls``, ``informer``) or any retry (callers decide with
+``calls.retry_delay``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+import msgspec
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from services.runtime.errors import PermanentError
+from services.watcher.calls import JSON, ApiCall, ApiError
+
+log = logging.getLogger(__name__)
+
+# The config loaders are untyped in the official client.
+_load_kube_config = cast(Callable[..., None], k8s_config.load_kube_config)
+_load_incluster_config = cast(Callable[..., None], k8s_config.load_incluster_config)
+
+_status_decoder: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
+DEFAULT_TIMEOUT: Final = 30.0
+"""Seconds for one ordinary API request."""
+
+
+@dataclass(frozen=True)
+class Response:
+    """A successful answer: status code and the body bytes."""
+
+    status: int
+    data: bytes
+
+
+def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
+    """The client configuration: ``kubeconfig`` if given, else in-cluster, else ``~/.kube/config``.
+
+    Raises:
+        PermanentError: no usable configuration.
+    """
+    configuration = k8s_client.Configuration()
+    try:
+        if kubeconfig:
+            _load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            return configuration
+        try:
+            _load_incluster_config(client_configuration=configuration)
+        except k8s_config.ConfigException:
+            _load_kube_config(client_configuration=configuration)
+    except (k8s_config.ConfigException, OSError) as exc:
+        raise PermanentError(f"no Kubernetes configuration: {exc}") from exc
+    return configuration
+
+
+def _error_from_body(status: int, reason: str, data: bytes, headers: Any) -> ApiError:
+    message = ""
+    status_reason = reason
+    try:
+        body = _status_decoder.decode(data) if data else {}
+    except msgspec.DecodeError:
+        body = {}
+        message = data[:500].decode("utf-8", "replace")
+    if isinstance(body, dict):
+        message = str(body.get("message") or message)
+        status_reason = str(body.get("reason") or reason)
+    retry_after: float | None = None
+    raw_retry = headers.get("Retry-After") if headers is not None else None
+    if raw_retry:
+        try:
+            retry_after = float(raw_retry)
+        except ValueError:
+            retry_after = None
+    return ApiError(status, status_reason, message, retry_after=retry_after)
+
+
+class KubeApi:
+    """Raw access to the API server with the official client's auth and TLS."""
+
+    def __init__(self, configuration: k8s_client.Configuration, *, threads: int = 16) -> None:
+        self.configuration = configuration
+        self._client = k8s_client.ApiClient(configuration)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="kubeapi")
+
+    @property
+    def host(self) -> str:
+        """The API server's base URL."""
+        return str(self.configuration.host).rstrip("/")
+
+    def close(self) -> None:
+        """Release connections and threads."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        cast(Callable[[], None], self._client.close)()
+
+    def _serialize(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        body: Any,
+        content_type: str,
+    ) -> tuple[str, str, dict[str, str], Any]:
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        serialized: tuple[Any, ...] = tuple(
+            self._client.param_serialize(
+                method,
+                path,
+                query_params=list(query) or None,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+        )
+        return serialized[0], serialized[1], serialized[2], serialized[3]
+
+    def _send(self, serialized: tuple[str, str, dict[str, str], Any], timeout: Any) -> Any:
+        method, url, headers, body = serialized
+        return self._client.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Response:
+        """Send one request and read the whole answer (blocking).
+
+        Raises:
+            ApiError: a non-2xx answer (with the parsed Status) or no answer (status 0).
+        """
+        serialized = self._serialize(method, path, query, body, content_type)
+        try:
+            raw = self._send(serialized, timeout)
+            data = raw.read()
+        except ApiException as exc:
+            raise ApiError(int(exc.status or 0), str(exc.reason or ""), f"{method} {path}: {exc.reason}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
+        if not 200 <= raw.status <= 299:
+            raise _error_from_body(raw.status, str(raw.reason or ""), data or b"", raw.headers)
+        return Response(status=raw.status, data=data or b"")
+
+    def execute(self, call: ApiCall, *, timeout: float = DEFAULT_TIMEOUT) -> Response:
+        """Send a planned call (blocking)."""
+        return self.request(
+            call.method, call.path, query=call.query, body=call.body, content_type=call.content_type, timeout=timeout
+        )
+
+    async def arequest(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Response:
+        """:meth:`request` on the thread pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._pool,
+            lambda: self.request(method, path, query=query, body=body, content_type=content_type, timeout=timeout),
+        )
+
+    async def aexecute(self, call: ApiCall, *, timeout: float = DEFAULT_TIMEOUT) -> Response:
+        """:meth:`execute` on the thread pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: self.execute(call, timeout=timeout))
+
+    def open_stream(
+        self, path: str, *, query: Sequence[tuple[str, str]], connect_timeout: float, read_timeout: float
+    ) -> urllib3.BaseHTTPResponse:
+        """Open a streaming GET (a watch); the caller reads lines and closes it.
+
+        Raises:
+            ApiError: a non-2xx answer or no answer.
+        """
+        serialized = self._serialize("GET", path, query, None, JSON)
+        try:
+            raw = self._send(serialized, (connect_timeout, read_timeout))
+        except ApiException as exc:
+            raise ApiError(int(exc.status or 0), str(exc.reason or ""), f"GET {path}: {exc.reason}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, "ConnectionError", f"GET {path}: {exc}") from exc
+        response: urllib3.BaseHTTPResponse = raw.response
+        if not 200 <= response.status <= 299:
+            data = response.data or b""
+            response.release_conn()
+            raise _error_from_body(response.status, str(response.reason or ""), data, response.headers)
+        return response
+
+    def served_resources(self) -> set[tuple[str, str, str]]:
+        """Discovery: every served ``(group, version, plural)`` (subresources excluded).
+
+        Raises:
+            ApiError: discovery failed.
+        """
+        served: set[tuple[str, str, str]] = set()
+        core = _status_decoder.decode(self.request("GET", "/api/v1").data)
+        for item in core.get("resources", ()):
+            if "/" not in item.get("name", "/"):
+                served.add(("", "v1", item["name"]))
+        groups = _status_decoder.decode(self.request("GET", "/apis").data)
+        for group in groups.get("groups", ()):
+            for version in group.get("versions", ()):
+                group_version = version.get("groupVersion", "")
+                try:
+                    listing = _status_decoder.decode(self.request("GET", f"/apis/{group_version}").data)
+                except ApiError as exc:
+                    if exc.status in (404, 503):  # an aggregated API that is down: not ours to fail on
+                        log.warning("discovery of %s failed: %s", group_version, exc)
+                        continue
+                    raise
+                name, _, ver = group_version.rpartition("/")
+                for item in listing.get("resources", ()):
+                    if "/" not in item.get("name", "/"):
+                        served.add((name, ver, item["name"]))
+        return served
+
+    def auth_headers(self) -> dict[str, str]:
+        """The Authorization header the client would send (for the dashboard's service proxy)."""
+        headers: dict[str, str] = {}
+        settings: dict[str, dict[str, Any]] = dict(self.configuration.auth_settings())  # type: ignore[arg-type]
+        for setting in settings.values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"]).title()] = str(setting["value"])
+        return headers
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """TLS settings of the API server connection for aiohttp (None: plain HTTP)."""
+        cfg = self.configuration
+        if not self.host.startswith("https"):
+            return None
+        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+        if cfg.cert_file:
+            context.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if not cfg.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context

@@ -1,0 +1,293 @@
+"""The dashboard prober: polls Ray dashboards of live RayJobs and publishes an Observation only on change.
+
+Role: KubeRay re-reconciles every RayJob every 3 s to ask the dashboard for the job's status; raybus
+reconciles when something happened. Every ``dashboard_poll_interval`` the prober asks each probe kind for
+its targets (computed from the projection: which objects need polling), GETs the target's dashboard
+path, and when the significant part of the answer differs from what is projected it writes the answer to
+KV (entry kind ``OBS_RAY_JOB``, entry name = job id) and publishes an :class:`Observation` carrying that
+write's revision on the key's events subject.
+
+Probe kinds are data (:class:`ProbeKind`: how to find targets, which fields matter), so RayService
+probes (``GET /api/serve/applications/?api_type=declarative`` per cluster; the head's Serve proxy
+``/-/healthz``) are one more table row later.
+
+Invariants: an unchanged answer publishes nothing; an unreachable dashboard is an observation too
+(``{"http_status": N, "error": "..."}``) so reconcile can run its failure timers; the message id is a
+digest of the significant fields, so HA replicas publish each change once.
+
+Not here: dashboard URLs and tokens (``dashboard``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from schema import codec, subjects
+from schema.decision import OBS_RAY_JOB
+from schema.keys import ReconcileKey
+from schema.messages import DashboardRef, Observation
+from services.runtime.bus import publish
+from services.runtime.errors import PermanentError
+from services.runtime.tracing import tracer
+from services.watcher.dashboard import DashboardAnswer, DashboardClient
+
+log = logging.getLogger(__name__)
+_tracer = tracer(__name__)
+
+DEFAULT_DASHBOARD_PORT: Final = 8265
+PROBE_CONCURRENCY: Final = 16
+_json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeTarget:
+    """One thing to poll: a dashboard path, and where its observation goes."""
+
+    key: ReconcileKey
+    source: str
+    entry_kind: str
+    entry_name: str
+    dashboard: DashboardRef
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeKind:
+    """A family of probes: how targets are found and which fields of an answer matter."""
+
+    name: str
+    targets: Callable[[Mapping[str, list[dict[str, Any]]]], Iterable[ProbeTarget]]
+    significant: Callable[[dict[str, Any]], Any]
+
+
+def check_name(name: str) -> str:
+    """KubeRay's CheckName: keep the last 50 characters; a leading digit or punctuation becomes ``r``."""
+    if len(name) > 50:
+        name = name[-50:]
+    if name and not name[0].isalpha():
+        name = "r" + name[1:]
+    return name
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def parse_dashboard_url(url: str) -> tuple[str, str, int] | None:
+    """``<svc>.<ns>.svc.<domain>:<port>`` (scheme optional) → ``(service, namespace, port)``."""
+    host_port = url.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port_text = host_port.rpartition(":")
+    if not host or not port_text.isdigit():
+        return None
+    labels = host.split(".")
+    if len(labels) < 2:
+        return None
+    return labels[0], labels[1], int(port_text)
+
+
+def _dashboard_port(service: Mapping[str, Any] | None) -> int:
+    for port in _mapping(service).get("spec", {}).get("ports", ()) if service else ():
+        if isinstance(port, Mapping) and port.get("name") == "dashboard" and isinstance(port.get("port"), int):
+            return int(port["port"])
+    return DEFAULT_DASHBOARD_PORT
+
+
+def rayjob_targets(objects: Mapping[str, list[dict[str, Any]]]) -> list[ProbeTarget]:
+    """RayJobs whose status is ``Running`` with a job id: poll ``/api/jobs/<jobId>`` on their cluster."""
+    clusters = {
+        (_mapping(c.get("metadata")).get("namespace"), _mapping(c.get("metadata")).get("name")): c
+        for c in objects.get("RayCluster", ())
+    }
+    head_services: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for service in objects.get("Service", ()):
+        labels = _mapping(_mapping(service.get("metadata")).get("labels"))
+        if labels.get("ray.io/node-type") == "head" and labels.get("ray.io/cluster"):
+            head_services[(_mapping(service.get("metadata")).get("namespace"), labels["ray.io/cluster"])] = service
+    targets: list[ProbeTarget] = []
+    for job in objects.get("RayJob", ()):
+        metadata = _mapping(job.get("metadata"))
+        status = _mapping(job.get("status"))
+        namespace, name = metadata.get("namespace"), metadata.get("name")
+        job_id, cluster = status.get("jobId"), status.get("rayClusterName")
+        if (
+            status.get("jobDeploymentStatus") != "Running"
+            or not job_id
+            or not cluster
+            or metadata.get("deletionTimestamp")
+        ):
+            continue
+        if not isinstance(namespace, str) or not isinstance(name, str) or not isinstance(cluster, str):
+            continue
+        parsed = parse_dashboard_url(str(status.get("dashboardURL") or ""))
+        if parsed is not None:
+            service_name, _, port = parsed
+        else:
+            head = head_services.get((namespace, cluster))
+            service_name = str(_mapping(_mapping(head).get("metadata")).get("name") or f"{cluster}-head-svc")
+            port = _dashboard_port(head)
+        cluster_obj = _mapping(clusters.get((namespace, cluster)))
+        auth = _mapping(_mapping(cluster_obj.get("spec")).get("authOptions"))
+        secret = check_name(cluster) if auth.get("mode") == "token" else ""
+        targets.append(
+            ProbeTarget(
+                key=ReconcileKey(kind="RayJob", namespace=namespace, name=name),
+                source="rayjob",
+                entry_kind=OBS_RAY_JOB,
+                entry_name=str(job_id),
+                dashboard=DashboardRef(
+                    namespace=namespace, service=service_name, port=port, cluster=cluster, auth_secret=secret
+                ),
+                path=f"/api/jobs/{job_id}",
+            )
+        )
+    return targets
+
+
+def job_significant(data: dict[str, Any]) -> Any:
+    """What a change of a Ray job means: status, message and times (or the error seen)."""
+    if "http_status" in data and "status" not in data:
+        return ("error", data.get("http_status"), data.get("error"))
+    return (data.get("status"), data.get("message"), data.get("start_time"), data.get("end_time"))
+
+
+PROBES: Final[tuple[ProbeKind, ...]] = (ProbeKind(name="rayjob", targets=rayjob_targets, significant=job_significant),)
+
+
+def answer_data(answer: DashboardAnswer) -> dict[str, Any]:
+    """The observation data of a dashboard answer."""
+    if 200 <= answer.status <= 299:
+        decoded = answer.json()
+        if decoded is not None:
+            return decoded
+        return {"http_status": answer.status, "error": "the dashboard's answer is not a JSON object"}
+    if answer.status == 0:
+        return {"http_status": 0, "error": answer.error[:500]}
+    text = answer.data[:500].decode("utf-8", "replace") if answer.data else ""
+    return {"http_status": answer.status, "error": text or f"HTTP {answer.status}"}
+
+
+def observation_id(target: ProbeTarget, significant: Any) -> str:
+    """De-duplication id: the target and a digest of what matters in the answer."""
+    digest = hashlib.sha256(msgspec.json.encode(significant)).hexdigest()[:16]
+    return f"obs/{target.key.token()}/{target.entry_kind}/{target.entry_name}/{digest}"
+
+
+class Prober:
+    """Polls the dashboards of the projection's live jobs."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        source: Any,
+        dashboard: DashboardClient,
+        *,
+        interval: float,
+        objects: KeyValue | None = None,
+        probes: tuple[ProbeKind, ...] = PROBES,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._js = js
+        self._source = source
+        self._dashboard = dashboard
+        self._interval = interval
+        self._objects = objects
+        self._probes = probes
+        self._clock = clock
+        self._last: dict[tuple[str, str], Any] = {}
+        self._slots = asyncio.Semaphore(PROBE_CONCURRENCY)
+        self.published = 0
+
+    def _snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        return {
+            kind: [placed.change.obj for placed in self._source.objects_of(kind)]
+            for kind in ("RayJob", "RayCluster", "RayService", "Service")
+        }
+
+    async def run(self) -> None:
+        """Poll every ``interval`` seconds until cancelled."""
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(self._interval)
+
+    async def poll_once(self) -> None:
+        """One round over every probe kind's current targets."""
+        objects = self._snapshot()
+        pairs = [(kind, target) for kind in self._probes for target in kind.targets(objects)]
+        live = {(t.key.token(), f"{t.entry_kind}/{t.entry_name}") for _, t in pairs}
+        for stale in [k for k in self._last if k not in live]:
+            del self._last[stale]
+        if pairs:
+            await asyncio.gather(*(self._probe(kind, target) for kind, target in pairs))
+
+    async def _probe(self, kind: ProbeKind, target: ProbeTarget) -> None:
+        async with self._slots:
+            try:
+                answer = await self._dashboard.request(target.dashboard, "GET", target.path)
+            except PermanentError as exc:
+                answer = DashboardAnswer(status=0, error=str(exc))
+            data = answer_data(answer)
+            significant = kind.significant(data)
+            state_key = (target.key.token(), f"{target.entry_kind}/{target.entry_name}")
+            if state_key not in self._last:
+                self._last[state_key] = await self._projected(kind, target)
+            if self._last[state_key] == significant:
+                return
+            try:
+                await self._publish(target, data, significant)
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.warning("publishing an observation of %s failed: %s", target.key, exc)
+                return
+            self._last[state_key] = significant
+
+    async def _projected(self, kind: ProbeKind, target: ProbeTarget) -> Any:
+        if self._objects is None:
+            return None
+        try:
+            entry = await self._objects.get(subjects.entry_key(target.key, target.entry_kind, target.entry_name))
+        except KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            return kind.significant(_json.decode(entry.value))
+        return None
+
+    async def _publish(self, target: ProbeTarget, data: dict[str, Any], significant: Any) -> None:
+        msg_id = observation_id(target, significant)
+        with _tracer.start_as_current_span(
+            "watcher.observe",
+            attributes={
+                "raybus.key": str(target.key),
+                "raybus.kind": target.key.kind,
+                "k8s.namespace.name": target.key.namespace,
+                "raybus.source": target.source,
+            },
+        ):
+            encoded = msgspec.json.encode(data)
+            subject = f"$KV.{subjects.OBJECTS_BUCKET}." + subjects.entry_key(
+                target.key, target.entry_kind, target.entry_name
+            )
+            ack = await self._js.publish(subject, encoded, headers={"Nats-Msg-Id": msg_id})
+            observation = Observation(
+                key=target.key,
+                source=target.source,
+                entry_name=target.entry_name,
+                data=data,
+                observed_at=self._clock(),
+                kv_revision=int(ack.seq),
+            )
+            await publish(self._js, subjects.events_subject(target.key), codec.encode(observation), msg_id=msg_id)
+        self.published += 1

@@ -1,0 +1,507 @@
+"""The projection: informer changes → KV ``raybus-objects`` entries → WatchEvents on the key subjects.
+
+Role: for every change and every reconcile key it maps to (``keymap``), write the object to KV at
+``entry_key(key, kind, name)`` (or delete it), then publish a :class:`WatchEvent` carrying that write's
+revision on ``events_subject(key)``; finally advance the scope's resume point. The projection keeps a
+cache of every object it placed and under which keys, so it can (a) move an object between keys when
+its labels/owners or a relation changes (a RayJob starts selecting a cluster; a Service gains keys and
+its EndpointSlices follow), (b) answer a relist with synthetic DELETED events for vanished objects, and
+(c) rebuild itself from the KV at start, which is what lets a restarted watcher resume its watches
+instead of relisting.
+
+Lifecycle facts: the first sight of a RayCluster/RayJob/RayService/RayCronJob and its deletion are
+published as ``CommandResult(verb="observe")`` with a ``lifecycle`` transition on the key's results
+subject, so the status service keeps rows after the object is gone.
+
+Invariants:
+- Per change, writes are planned synchronously (cache and relations update atomically on the loop);
+  the planned writes of successive changes run concurrently in a bounded window, each one KV write then
+  one publish; a failed write is retried until it succeeds or the watcher stops (never skipped).
+- Message ids: ``<uid>/<rv>/<type>/<key token>`` for a change, with ``/<cause uid>/<cause rv>`` appended
+  when a relation change moved the object (so the same version can re-enter a key later). The KV writes
+  carry the same id, so HA replicas store each version once and agree on ``kv_revision``.
+
+Not here: list/watch (``informer``), the mapping rules (``keymap``), resume storage (``resume``).
+Rejected: one KV get per key on the reconcile side (DESIGN §2), and re-encoding objects on the loop
+(the informer thread hands over the JSON bytes; WatchEvents embed them as ``msgspec.Raw``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Final, cast
+
+import msgspec
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from schema import codec, subjects
+from schema.keys import ReconcileKey, decode_token
+from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
+from services.runtime.bus import publish
+from services.runtime.tracing import current_trace_id, tracer
+from services.watcher.informer import Batch, Bookmark, Change, Listing, Scope
+from services.watcher.keymap import dependencies, keys_for
+from services.watcher.relations import ObjectId, Relations
+from services.watcher.resources import ResourceType, by_kind
+from services.watcher.resume import Ticket, Watermarks, store_resume_points
+
+log = logging.getLogger(__name__)
+_tracer = tracer(__name__)
+
+KV_PREFIX: Final = f"$KV.{subjects.OBJECTS_BUCKET}."
+WRITE_RETRY_DELAYS: Final[tuple[float, ...]] = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
+"""Seconds between attempts of a failed bus write; the last one repeats until the watcher stops."""
+
+_CHUNK: Final = 64
+"""Writes per window slot when one item (a listing) plans many."""
+
+Clock = Callable[[], datetime]
+
+
+def message_id(change: Change, event_type: WatchEventType, key: ReconcileKey, cause: Change | None = None) -> str:
+    """The de-duplication id of one projected event (also used for its KV write)."""
+    base = f"{change.uid}/{change.resource_version}/{event_type}/{key.token()}"
+    return f"{base}/{cause.uid}/{cause.resource_version}" if cause is not None else base
+
+
+def lifecycle_id(uid: str, what: str) -> str:
+    """The de-duplication id of a lifecycle fact."""
+    return f"lifecycle/{uid}/{what}"
+
+
+def _parse_time(value: object, default: datetime) -> datetime:
+    if isinstance(value, str) and value:
+        with contextlib.suppress(ValueError):
+            return datetime.fromisoformat(value)
+    return default
+
+
+@dataclass(slots=True)
+class Placed:
+    """An object the projection holds and the keys it is stored under."""
+
+    resource: ResourceType
+    change: Change
+    keys: tuple[ReconcileKey, ...]
+
+
+@dataclass(slots=True)
+class _Write:
+    key: ReconcileKey
+    resource: ResourceType
+    change: Change
+    event_type: WatchEventType
+    msg_id: str
+
+
+@dataclass(slots=True)
+class _Fact:
+    key: ReconcileKey
+    change: Change
+    what: str
+
+
+_Op = _Write | _Fact
+
+
+class Projection:
+    """Holds the projected objects and turns informer batches into bus writes."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        resume_kv: KeyValue | None = None,
+        resume_points: dict[str, str] | None = None,
+        clock: Clock = lambda: datetime.now(UTC),
+        window: int = 512,
+        resume_interval: float = 0.5,
+    ) -> None:
+        self._js = js
+        self._resume_kv = resume_kv
+        self._clock = clock
+        self._relations = Relations()
+        self._objects: dict[ObjectId, Placed] = {}
+        self._by_kind: dict[str, dict[str, Placed]] = {}
+        self._watermarks = Watermarks(resume_points)
+        self._slots = asyncio.Semaphore(window)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
+        self._resume_interval = resume_interval
+        self._latest: dict[str, str] = {}
+        self.events_published = 0
+        self.writes_done = 0
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def get(self, kind: str, uid: str) -> Placed | None:
+        """The held object of ``kind`` with ``uid``."""
+        return self._objects.get((kind, uid))
+
+    def objects_of(self, kind: str) -> list[Placed]:
+        """Every held object of one kind."""
+        return list(self._by_kind.get(kind, {}).values())
+
+    def committed(self, scope: Scope) -> str | None:
+        """The scope's fully published resourceVersion."""
+        return self._watermarks.committed(scope.name)
+
+    async def load(self, kv: KeyValue) -> int:
+        """Rebuild the cache from KV ``raybus-objects`` (a restarted watcher resumes instead of relisting).
+
+        Returns:
+            The number of objects loaded.
+        """
+        found: dict[ObjectId, tuple[int, Placed]] = {}
+        watcher = await kv.watch(">", ignore_deletes=True)
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                parts = entry.key.split(".")
+                if len(parts) != 5 or entry.value is None:
+                    continue
+                resource = by_kind(parts[3])
+                if resource is None or not resource.watched:
+                    continue  # observations and anything else that is not a watched object
+                try:
+                    key = ReconcileKey.from_token(".".join(parts[:3]))
+                    obj: dict[str, Any] = msgspec.json.decode(entry.value, type=dict[str, Any])
+                except (ValueError, msgspec.DecodeError):
+                    log.warning("ignoring undecodable KV entry %s", entry.key)
+                    continue
+                metadata = obj.get("metadata") or {}
+                change = Change(
+                    type="ADDED",
+                    obj=obj,
+                    raw=entry.value,
+                    uid=str(metadata.get("uid") or ""),
+                    resource_version=str(metadata.get("resourceVersion") or ""),
+                    namespace=str(metadata.get("namespace") or ""),
+                    name=decode_token(parts[4]),
+                )
+                oid = (resource.kind, change.uid)
+                held = found.get(oid)
+                if held is None:
+                    found[oid] = (entry.revision or 0, Placed(resource, change, (key,)))
+                else:
+                    revision, placed = held
+                    keys = (*placed.keys, key) if key not in placed.keys else placed.keys
+                    newer = (entry.revision or 0) > revision
+                    found[oid] = (
+                        max(revision, entry.revision or 0),
+                        Placed(resource, change if newer else placed.change, keys),
+                    )
+        finally:
+            with contextlib.suppress(Exception):
+                await cast(Callable[[], Awaitable[None]], watcher.stop)()
+        for oid, (_, placed) in found.items():
+            self._hold(oid, placed)
+            self._relations.record(placed.resource.kind, placed.change.obj, placed.keys)
+            self._relations.track(oid, dependencies(placed.resource.kind, placed.change.obj))
+        return len(found)
+
+    def _hold(self, oid: ObjectId, placed: Placed) -> None:
+        self._objects[oid] = placed
+        self._by_kind.setdefault(oid[0], {})[oid[1]] = placed
+
+    def _drop(self, oid: ObjectId) -> None:
+        self._objects.pop(oid, None)
+        by_uid = self._by_kind.get(oid[0])
+        if by_uid is not None:
+            by_uid.pop(oid[1], None)
+
+    # --- planning (synchronous: the cache and relations change atomically) ------------------------
+
+    def plan(self, scope: Scope, item: Change | Listing | Bookmark) -> list[_Op]:
+        """Update the cache for one informer item and return the writes it needs."""
+        if isinstance(item, Bookmark):
+            return []
+        if isinstance(item, Listing):
+            return self._plan_listing(scope, item)
+        return self._plan_change(scope.resource, item)
+
+    def _plan_change(self, resource: ResourceType, change: Change, cause: Change | None = None) -> list[_Op]:
+        oid = (resource.kind, change.uid)
+        prev = self._objects.get(oid)
+        if change.type == "DELETED":
+            return self._plan_removal(resource, oid, change, prev)
+        keys = keys_for(resource.kind, change.obj, self._relations.index)
+        ops: list[_Op] = []
+        old_keys = prev.keys if prev is not None else ()
+        for key in keys:
+            event_type: WatchEventType = change.type if key in old_keys else "ADDED"
+            ops.append(_Write(key, resource, change, event_type, message_id(change, event_type, key, cause)))
+        for key in old_keys:
+            if key not in keys:
+                ops.append(_Write(key, resource, change, "DELETED", message_id(change, "DELETED", key, cause)))
+        self._hold(oid, Placed(resource, change, keys))
+        if resource.is_key_kind and prev is None:
+            own = ReconcileKey(kind=resource.kind, namespace=change.namespace, name=change.name)  # type: ignore[arg-type]
+            ops.append(_Fact(own, change, "created"))
+        self._relations.track(oid, dependencies(resource.kind, change.obj))
+        changed = self._relations.record(resource.kind, change.obj, keys)
+        if changed:
+            ops.extend(self._plan_remaps(changed, change))
+        return ops
+
+    def _plan_removal(self, resource: ResourceType, oid: ObjectId, change: Change, prev: Placed | None) -> list[_Op]:
+        keys = dict.fromkeys(prev.keys if prev is not None else ())
+        for key in keys_for(resource.kind, change.obj, self._relations.index):
+            keys[key] = None
+        ops: list[_Op] = [_Write(key, resource, change, "DELETED", message_id(change, "DELETED", key)) for key in keys]
+        self._drop(oid)
+        self._relations.untrack(oid)
+        if resource.is_key_kind:
+            own = ReconcileKey(kind=resource.kind, namespace=change.namespace, name=change.name)  # type: ignore[arg-type]
+            ops.append(_Fact(own, change, "deleted"))
+        changed = self._relations.forget(resource.kind, change.obj)
+        if changed:
+            ops.extend(self._plan_remaps(changed, change))
+        return ops
+
+    def _plan_remaps(self, refs: list[Any], cause: Change, depth: int = 0) -> list[_Op]:
+        """Move the dependents of changed relations to their new keys (only the keys that changed)."""
+        ops: list[_Op] = []
+        for ref in refs:
+            for oid in self._relations.dependents(ref):
+                placed = self._objects.get(oid)
+                if placed is None or placed.change.uid == cause.uid:
+                    continue
+                keys = keys_for(placed.resource.kind, placed.change.obj, self._relations.index)
+                if keys == placed.keys:
+                    continue
+                change = placed.change
+                for key in keys:
+                    if key not in placed.keys:
+                        ops.append(
+                            _Write(key, placed.resource, change, "ADDED", message_id(change, "ADDED", key, cause))
+                        )
+                for key in placed.keys:
+                    if key not in keys:
+                        ops.append(
+                            _Write(key, placed.resource, change, "DELETED", message_id(change, "DELETED", key, cause))
+                        )
+                placed.keys = keys
+                further = self._relations.record(placed.resource.kind, change.obj, keys)
+                if further and depth < 3:
+                    ops.extend(self._plan_remaps(further, cause, depth + 1))
+        return ops
+
+    def _plan_listing(self, scope: Scope, listing: Listing) -> list[_Op]:
+        resource = scope.resource
+        listed = {change.uid: change for change in listing.objects}
+        held = self._by_kind.get(resource.kind, {})
+        ops: list[_Op] = []
+        for uid, placed in list(held.items()):
+            if uid in listed or (scope.namespace and placed.change.namespace != scope.namespace):
+                continue
+            gone = replace(placed.change, type="DELETED")
+            ops.extend(self._plan_change(resource, gone))
+        for uid, change in listed.items():
+            known = held.get(uid)
+            if known is not None and known.change.resource_version == change.resource_version:
+                continue
+            ops.extend(self._plan_change(resource, replace(change, type="MODIFIED" if known else "ADDED")))
+        return ops
+
+    # --- writing ----------------------------------------------------------------------------------
+
+    async def run(self, queue: asyncio.Queue[Batch]) -> None:
+        """Project batches until cancelled; a write failure that is not transient ends it (loudly)."""
+        flusher = asyncio.create_task(self._flush_loop(), name="watcher-resume-flush")
+        try:
+            while True:
+                batch = await queue.get()
+                await self.project(batch)
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+
+    async def project(self, batch: Batch) -> None:
+        """Plan one batch and start its writes (waits only for free slots in the window)."""
+        if self._failure is not None:
+            raise RuntimeError("a projection write failed") from self._failure
+        for item in batch.items:
+            ops = self.plan(batch.scope, item)
+            for op in ops:
+                if isinstance(op, _Write):
+                    self._latest[self._kv_subject(op)] = op.msg_id
+            # A listing can plan thousands of writes: run them in chunks, each holding one window slot;
+            # only the last chunk's ticket carries the resourceVersion (earlier ones never commit alone).
+            chunks = [ops[i : i + _CHUNK] for i in range(0, len(ops), _CHUNK)] or [[]]
+            for index, chunk in enumerate(chunks):
+                last = index == len(chunks) - 1
+                ticket = self._watermarks.open(batch.scope.name, item.resource_version if last else "")
+                if not chunk:
+                    ticket.done()
+                    continue
+                await self._slots.acquire()
+                task = asyncio.create_task(self._perform(chunk, ticket))
+                self._tasks.add(task)
+                task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+
+    async def drain(self) -> None:
+        """Wait for every started write."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self._failure is not None:
+            raise RuntimeError("a projection write failed") from self._failure
+
+    async def close(self) -> None:
+        """Cancel unfinished writes (their items stay uncommitted) and store the committed resume points."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Store the resume points committed since the last flush."""
+        if self._resume_kv is None:
+            return
+        dirty = self._watermarks.take_dirty()
+        if dirty:
+            await store_resume_points(self._resume_kv, dirty)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._resume_interval)
+            try:
+                await self.flush()
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.warning("storing resume points failed: %s", exc)
+
+    async def _perform(self, ops: list[_Op], ticket: Ticket) -> None:
+        now = self._clock()
+        if len(ops) == 1:
+            await self._do(ops[0], now)
+        else:
+            await asyncio.gather(*(self._do(op, now) for op in ops))
+        ticket.done()
+
+    @staticmethod
+    def _kv_subject(op: _Write) -> str:
+        return KV_PREFIX + subjects.entry_key(op.key, op.resource.kind, op.change.name)
+
+    async def _do(self, op: _Op, now: datetime) -> None:
+        if isinstance(op, _Fact):
+            await self._retrying(lambda: self._publish_fact(op, now))
+            return
+        subject = self._kv_subject(op)
+
+        def superseded() -> bool:
+            # A retried write must not overwrite a newer version planned meanwhile for the same entry.
+            return self._latest.get(subject, op.msg_id) != op.msg_id
+
+        try:
+            with _tracer.start_as_current_span(
+                "watcher.project",
+                attributes={
+                    "k8s.namespace.name": op.change.namespace,
+                    "raybus.kind": op.resource.kind,
+                    "raybus.key": str(op.key),
+                    "k8s.resource_version": op.change.resource_version,
+                    "raybus.event_type": op.event_type,
+                },
+            ):
+                revision = await self._retrying(lambda: self._write_kv(op, subject), superseded)
+                if revision is None:
+                    return
+                event = WatchEvent(
+                    key=op.key,
+                    event_type=op.event_type,
+                    entry_kind=op.resource.kind,
+                    # The informer thread already produced the object's JSON: embed it as is.
+                    object=cast(dict[str, Any], msgspec.Raw(op.change.raw)),
+                    resource_version=op.change.resource_version,
+                    observed_at=now,
+                    kv_revision=revision,
+                )
+                payload = codec.encode(event)
+                await self._retrying(lambda: self._publish_event(op, payload), superseded)
+            self.writes_done += 1
+        finally:
+            if self._latest.get(subject) == op.msg_id:
+                del self._latest[subject]
+
+    async def _write_kv(self, op: _Write, subject: str) -> int:
+        if op.event_type == "DELETED":
+            ack = await self._js.publish(subject, b"", headers={"KV-Operation": "DEL", "Nats-Msg-Id": op.msg_id})
+        else:
+            ack = await self._js.publish(subject, op.change.raw, headers={"Nats-Msg-Id": op.msg_id})
+        return int(ack.seq)
+
+    async def _publish_event(self, op: _Write, payload: bytes) -> None:
+        ack = await publish(self._js, subjects.events_subject(op.key), payload, msg_id=op.msg_id)
+        if not ack.duplicate:
+            self.events_published += 1
+
+    async def _publish_fact(self, fact: _Fact, now: datetime) -> None:
+        change = fact.change
+        metadata = change.obj.get("metadata") or {}
+        if fact.what == "created":
+            at = _parse_time(metadata.get("creationTimestamp"), now)
+        else:
+            at = _parse_time(metadata.get("deletionTimestamp"), now)
+        transition = Transition(
+            kind=fact.key.kind,
+            uid=change.uid,
+            namespace=change.namespace,
+            name=change.name,
+            field="lifecycle",
+            from_value="",
+            to_value=fact.what,
+            at=at,
+            resource_version=change.resource_version,
+        )
+        result = CommandResult(
+            batch_id="",
+            command_id=lifecycle_id(change.uid, fact.what),
+            key=fact.key,
+            verb="observe",
+            target=f"{fact.key.kind} {change.namespace}/{change.name}",
+            outcome="applied",
+            at=now,
+            resource_version=change.resource_version,
+            transitions=(transition,),
+            trace_id=current_trace_id(),
+        )
+        await publish(
+            self._js,
+            subjects.result_subject(fact.key),
+            codec.encode(result),
+            msg_id=lifecycle_id(change.uid, fact.what),
+        )
+
+    async def _retrying(self, attempt: Callable[[], Any], superseded: Callable[[], bool] | None = None) -> Any:
+        """Run a bus write until it succeeds (transient NATS errors are retried with backoff).
+
+        Returns:
+            The write's result, or None when ``superseded`` says a newer write made it pointless.
+        """
+        failures = 0
+        while True:
+            try:
+                return await attempt()
+            except (nats.errors.Error, TimeoutError) as exc:
+                failures += 1
+                delay = WRITE_RETRY_DELAYS[min(failures, len(WRITE_RETRY_DELAYS)) - 1]
+                log.warning("bus write failed (%s); retrying in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
+                if superseded is not None and superseded():
+                    return None

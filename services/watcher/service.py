@@ -1,0 +1,214 @@
+"""The watcher process: informers → projection, the applier and the dashboard prober, wired and supervised.
+
+Role: :func:`run_watcher` is what ``raybus watcher`` runs. It loads the Kubernetes configuration
+(``--kubeconfig``, else in-cluster, else the default kubeconfig), connects to NATS, ensures the
+topology, discovers which resources are served (optional APIs such as Gateway or RayCronJob are skipped
+when absent), rebuilds the projection from KV, starts one informer per resource and namespace from its
+stored resume point, then the applier and the prober. Readiness = every informer synced and NATS
+connected. On ``stop``: informers stop first, in-flight projection writes finish (bounded), resume points
+are stored, the applier finishes its in-flight batches (acking only finished ones), then everything
+closes. A crashed component (an informer thread, the projection, the applier) ends the process loudly.
+
+Not here: command-line parsing (``services/cli``), signal handling (``services.runtime.lifecycle``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Coroutine
+from typing import Any, Final
+
+from nats.aio.client import Client
+
+from services.runtime.bus import connect
+from services.runtime.health import HealthServer
+from services.runtime.settings import RaybusSettings
+from services.runtime.topology import Buckets, ensure_topology, open_buckets
+from services.watcher.applier import Applier
+from services.watcher.dashboard import DashboardClient
+from services.watcher.informer import Batch, Informer, queue_deliverer, scopes_for
+from services.watcher.kubeapi import KubeApi, load_configuration
+from services.watcher.prober import Prober
+from services.watcher.projection import Projection
+from services.watcher.resources import select_served
+from services.watcher.resume import load_resume_points
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE: Final = 256
+"""Informer batches waiting for the projection before informer threads block (backpressure)."""
+DRAIN_TIMEOUT: Final = 10.0
+"""Seconds in-flight projection writes get on shutdown."""
+SUPERVISE_INTERVAL: Final = 0.5
+
+
+class Watcher:
+    """One watcher: start it, wait until ready, stop it; exceptions of its parts surface from ``wait``."""
+
+    def __init__(self, settings: RaybusSettings, *, api: KubeApi | None = None, prober: bool = True) -> None:
+        self.settings = settings
+        self._api = api
+        self._own_api = api is None
+        self._with_prober = prober
+        self._nc: Client | None = None
+        self.buckets: Buckets | None = None
+        self.projection: Projection | None = None
+        self.applier: Applier | None = None
+        self.prober: Prober | None = None
+        self.informers: list[Informer] = []
+        self._dashboard: DashboardClient | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = threading.Event()
+        self._applier_stop = asyncio.Event()
+
+    @property
+    def api(self) -> KubeApi:
+        """The API adapter (after :meth:`start`)."""
+        assert self._api is not None
+        return self._api
+
+    @property
+    def nats(self) -> Client:
+        """The NATS connection (after :meth:`start`)."""
+        assert self._nc is not None
+        return self._nc
+
+    def readiness(self) -> str | None:
+        """None when ready, else why not."""
+        if self._nc is None or not self._nc.is_connected:
+            return "NATS not connected"
+        waiting = [i.scope.name for i in self.informers if not i.synced]
+        if not self.informers or waiting:
+            return f"informers not synced: {', '.join(waiting[:5]) or 'not started'}"
+        return None
+
+    async def start(self) -> None:
+        """Connect, load, and start every part (returns once they run; see :meth:`wait`)."""
+        settings = self.settings
+        if self._api is None:
+            configuration = await asyncio.to_thread(load_configuration, settings.kube.kubeconfig)
+            self._api = KubeApi(configuration, threads=settings.kube.applier_concurrency + 4)
+        self._nc = await connect(settings.nats, name="raybus-watcher")
+        if settings.nats.ensure_topology:
+            self.buckets = await ensure_topology(self._nc, bus=settings.bus, partitions=settings.partitions)
+        else:
+            self.buckets = await open_buckets(self._nc, bus=settings.bus, partitions=settings.partitions)
+        js = self._nc.jetstream()
+
+        served = await asyncio.to_thread(self.api.served_resources)
+        try:
+            available, skipped = select_served(served)
+        except LookupError as exc:
+            from services.runtime.errors import PermanentError
+
+            raise PermanentError(str(exc)) from exc
+        for resource in skipped:
+            log.info("the API server does not serve %s: not watching it", resource.name)
+        scopes = scopes_for(available, settings.kube.watch_namespaces)
+        points = await load_resume_points(self.buckets.watcher, [s.name for s in scopes])
+        self.projection = Projection(js, resume_kv=self.buckets.watcher, resume_points=points)
+        loaded = await self.projection.load(self.buckets.objects)
+        log.info("projection holds %d objects; %d of %d scopes resume", loaded, len(points), len(scopes))
+
+        queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=QUEUE_SIZE)
+        deliver = queue_deliverer(asyncio.get_running_loop(), queue, self._stopping)
+        self.informers = [
+            Informer(self.api, scope, resource_version=points.get(scope.name), deliver=deliver) for scope in scopes
+        ]
+        self._spawn(self.projection.run(queue), "watcher-projection")
+        for informer in self.informers:
+            informer.start()
+
+        cluster_domain = settings.operator.switches.cluster_domain
+        self._dashboard = DashboardClient(
+            self.api, use_proxy=settings.kube.use_kubernetes_proxy, cluster_domain=cluster_domain
+        )
+        self.applier = Applier(
+            js,
+            self.api,
+            dashboard=self._dashboard,
+            concurrency=settings.kube.applier_concurrency,
+            exit_timeout=settings.partitions.exit_timeout,
+        )
+        self._spawn(self.applier.run(self._applier_stop), "watcher-applier")
+        if self._with_prober:
+            self.prober = Prober(
+                js,
+                self.projection,
+                self._dashboard,
+                interval=settings.kube.dashboard_poll_interval,
+                objects=self.buckets.objects,
+            )
+            self._spawn(self.prober.run(), "watcher-prober")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def wait(self, stop: asyncio.Event) -> None:
+        """Return when ``stop`` is set; raise when a part crashed."""
+        while not stop.is_set():
+            for informer in self.informers:
+                if informer.failure is not None:
+                    raise RuntimeError(f"informer {informer.scope.name} crashed") from informer.failure
+            for task in self._tasks:
+                if task.done():
+                    exc = None if task.cancelled() else task.exception()
+                    raise RuntimeError(f"{task.get_name()} stopped unexpectedly") from exc
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), SUPERVISE_INTERVAL)
+
+    async def stop(self) -> None:
+        """Stop in order: informers, projection (drain, store resume points), applier, prober, connections."""
+        self._stopping.set()
+        for informer in self.informers:
+            informer.stop()
+
+        def join_all() -> None:
+            for informer in self.informers:
+                informer.join(5.0)
+
+        await asyncio.to_thread(join_all)
+        by_name = {task.get_name(): task for task in self._tasks}
+        projection_task = by_name.get("watcher-projection")
+        if projection_task is not None:
+            projection_task.cancel()
+            await asyncio.gather(projection_task, return_exceptions=True)
+        if self.projection is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.projection.drain(), DRAIN_TIMEOUT)
+            with contextlib.suppress(Exception):
+                await self.projection.close()
+        self._applier_stop.set()
+        applier_task = by_name.get("watcher-applier")
+        if applier_task is not None:
+            await asyncio.gather(applier_task, return_exceptions=True)
+        for task in self._tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._dashboard is not None:
+            await self._dashboard.close()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.drain()
+        if self._api is not None and self._own_api:
+            self._api.close()
+
+
+async def run_watcher(settings: RaybusSettings, stop: asyncio.Event, health: HealthServer) -> None:
+    """Run the watcher until ``stop`` is set (see the module docstring).
+
+    Raises:
+        PermanentError: no Kubernetes configuration, or the ray.io CRDs are not served.
+        RuntimeError: a part of the watcher crashed (the process should exit non-zero).
+    """
+    watcher = Watcher(settings)
+    health.add_readiness("watcher", watcher.readiness)
+    try:
+        await watcher.start()
+        await watcher.wait(stop)
+    finally:
+        await watcher.stop()
