@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 from kubernetes import client
 
+from kubesim.sims import Simulation, build_simulation
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, start_kubesim
 from tests.helpers import eventually, shared_dir
 from tests.kubesim.sims.harness import head_pod, head_service, pod
@@ -18,12 +19,19 @@ A = "kubesim.raybus.io/"
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]:
-    """A kubesim with the instant kubelet and the Gateway API CRDs."""
+def simulation() -> Simulation:
+    """The instant-mode simulators, built here so tests can reach the dashboards registry directly."""
+    return build_simulation("instant")
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory, simulation: Simulation) -> Iterator[KubeSimHandle]:
+    """A kubesim with the instant simulators and the Gateway API CRDs."""
     handle = start_kubesim(
-        kubelet="instant",
         crd_paths=[*default_crd_paths(), shared_dir() / "gateway-api"],
         workdir=tmp_path_factory.mktemp("kubesim-sims"),
+        controllers=simulation.controllers,
+        proxy_resolvers=simulation.resolvers,
     )
     try:
         yield handle
@@ -110,24 +118,32 @@ async def _start_cluster(kube: KubeSimHandle, ns: str, cluster: str) -> None:
     await eventually(lambda: _ready(kube, ns, f"{cluster}-head-x1y2z"), timeout=10)
 
 
-async def test_head_dashboard_through_service_proxy(kube: KubeSimHandle, ns: str) -> None:
+async def test_head_dashboard_through_service_proxy(kube: KubeSimHandle, simulation: Simulation, ns: str) -> None:
     await _start_cluster(kube, ns, "rc")
-    text = _get(kube, f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy/api/gcs_healthz")
-    assert text == "success"
+    core = _core(kube)
+    assert (
+        core.connect_get_namespaced_service_proxy_with_path("rc-head-svc:dashboard", ns, "api/gcs_healthz") == "success"
+    )
     base = f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy"
     status, _ = await _proxy(
         kube, f"{base}/api/jobs/", method="POST", body={"entrypoint": "echo", "submission_id": "j1"}
     )
     assert status == 200
     await eventually(
-        lambda: '"SUCCEEDED"'
-        in _get(kube, f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy/api/jobs/j1"),
+        lambda: "SUCCEEDED"
+        in core.connect_get_namespaced_service_proxy_with_path("rc-head-svc:8265", ns, "api/jobs/j1"),
         timeout=10,
     )
     status, _ = await _proxy(kube, f"{base}/api/jobs/nope")
     assert status == 404
     # The pod proxy reaches the serve proxy health of the head.
-    assert _get(kube, f"/api/v1/namespaces/{ns}/pods/rc-head-x1y2z:8000/proxy/-/healthz") == "success"
+    assert core.connect_get_namespaced_pod_proxy_with_path("rc-head-x1y2z:8000", ns, "-/healthz") == "success"
+    # And the same dashboard listens on a loopback port of its own.
+    assert simulation.dashboards is not None
+    url = simulation.dashboards.dashboard_url(ns, "rc")
+    assert url is not None
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/api/jobs/j1") as response:
+        assert (await response.json())["status"] == "SUCCEEDED"
 
 
 async def test_failure_annotations(kube: KubeSimHandle, ns: str) -> None:
