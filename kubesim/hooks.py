@@ -4,6 +4,18 @@ The core implements :class:`Store`; simulators are :class:`Controller` objects t
 stops with itself, and they act on objects only through the store, so every change they make gets a
 resourceVersion, reaches watchers and goes through the same admission as a client's write.
 The service/pod proxy asks :class:`ProxyResolver` objects where a Service or Pod port really listens.
+
+Additions by the core (backward compatible; :class:`PodTerminationStore` spells them out):
+
+- Store errors are ``kubesim.errors.ApiError`` with the HTTP ``code`` (404, 409, 422, ...), ``reason``
+  and ``status()`` (the ``Status`` body a client would get).
+- ``delete`` also takes keyword-only ``grace_period_seconds`` and ``propagation_policy``.
+- Pod termination: the core removes a deleted Pod at once unless ``handles_pod_termination`` is True
+  (set it from a controller's ``run``, or give the controller a ``handles_pod_termination = True``
+  attribute, which ``KubeSim.start`` honours). Then a scheduled Pod only gets ``deletionTimestamp`` /
+  ``deletionGracePeriodSeconds`` and stays until the kubelet calls
+  ``delete(..., grace_period_seconds=0)`` (and its finalizers are gone).
+- ``subscribe()`` registers at call time; the iterator has ``aclose()`` to unregister.
 """
 
 from __future__ import annotations
@@ -38,9 +50,7 @@ class Store(Protocol):
         """Return a deep copy of the object, or None."""
         ...
 
-    def list(
-        self, gvr: GVR, namespace: str | None = None, label_selector: str | None = None
-    ) -> list[dict[str, Any]]:
+    def list(self, gvr: GVR, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:
         """Return deep copies of matching objects (namespace None = all namespaces)."""
         ...
 
@@ -48,9 +58,7 @@ class Store(Protocol):
         """Create (generateName honoured); raises KeyError-like errors of the core on conflict."""
         ...
 
-    def update(
-        self, gvr: GVR, obj: dict[str, Any], *, subresource: str | None = None
-    ) -> dict[str, Any]:
+    def update(self, gvr: GVR, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
         """Replace the object (or only its status with subresource="status"); last write wins
         when obj carries no metadata.resourceVersion."""
         ...
@@ -81,4 +89,23 @@ class ProxyResolver(Protocol):
 
     def resolve_pod(self, namespace: str, pod: str, port: str) -> str | None:
         """Base URL behind ``<pod>:<port>``, or None."""
+        ...
+
+
+class PodTerminationStore(Store, Protocol):
+    """What the core's store (``kubesim.store.ObjectStore``) offers beyond :class:`Store`."""
+
+    handles_pod_termination: bool
+    """True when a kubelet simulator finishes graceful Pod deletion (else Pods go at once)."""
+
+    def delete(
+        self,
+        gvr: GVR,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+    ) -> None:
+        """Delete as a client would; ``grace_period_seconds=0`` finishes a terminating Pod."""
         ...

@@ -31,5 +31,8 @@ def write_kubeconfig(path: Path | str, url: str, *, namespace: str = "default") 
     """Write a kubeconfig for ``url`` to ``path`` (parents created); returns the path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(kubeconfig(url, namespace=namespace), sort_keys=False))
+    # Write then rename, so a client polling for the file never reads it half-written.
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(yaml.safe_dump(kubeconfig(url, namespace=namespace), sort_keys=False))
+    partial.replace(target)
     return target
