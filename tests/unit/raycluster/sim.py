@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.keys import ReconcileKey
@@ -116,6 +118,8 @@ class World:
         return decision
 
     def apply(self, decision: Decision) -> None:
+        # What the applier sends is JSON: tuples become lists, exactly as on the wire.
+        decision = msgspec.json.decode(msgspec.json.encode(decision), type=Decision)
         for command in decision.commands:
             match command:
                 case CreateObject():
