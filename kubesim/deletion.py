@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from kubesim.errors import ApiError, conflict
+from kubesim.errors import ApiError, conflict, forbidden
 from kubesim.resources import CRD_KEY, NAMESPACE_KEY, POD_KEY, ResourceInfo, StorageKey
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 
 FOREGROUND = "foregroundDeletion"
+_UNDELETABLE_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 
 
 class DeleteOptions(NamedTuple):
@@ -79,6 +80,8 @@ class Deletion:
             raise conflict(info.group, info.plural, name, why)
         key = info.storage_key
         if key == NAMESPACE_KEY:
+            if name in _UNDELETABLE_NAMESPACES:
+                raise forbidden("", "namespaces", name, "this namespace may not be deleted")
             return self._delete_namespace(obj)
         if key == CRD_KEY:
             return self._delete_crd(obj)

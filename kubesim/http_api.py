@@ -15,13 +15,14 @@ import asyncio
 import base64
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from kubesim import codec, tables
 from kubesim.deletion import DeleteOptions
-from kubesim.errors import ApiError, bad_request, method_not_allowed, not_found, page_not_found, too_large
+from kubesim.errors import ApiError, bad_request, method_not_allowed, page_not_found, too_large
 from kubesim.resources import ResourceInfo
 from kubesim.routing import Target
 from kubesim.selectors import combine, parse_field_selector, parse_label_selector
@@ -209,7 +210,8 @@ class ResourceApi:
         self, request: web.Request, info: ResourceInfo, namespace: str | None, name: str | None
     ) -> web.StreamResponse:
         store = self._store
-        watcher = Watcher(info.storage_key, namespace, self._matcher(request, info, name), info.api_version)
+        render = self._table_renderer(info) if tables.wants_table(request.headers.get("Accept", "")) else None
+        watcher = Watcher(info.storage_key, namespace, self._matcher(request, info, name), info.api_version, render)
         rv_param = request.query.get("resourceVersion") or "0"
         timeout = _int_param(request.query, "timeoutSeconds")
         bookmarks = _flag(request.query.get("allowWatchBookmarks"))
@@ -217,7 +219,8 @@ class ResourceApi:
         # Initial state and registration happen without an await in between, so no event is missed.
         if rv_param == "0":
             for obj in store.select(info.storage_key, namespace, watcher.matcher):
-                watcher.queue.put_nowait(event_line("ADDED", codec.encode(present(info, obj))))
+                body = render(obj) if render is not None else codec.encode(present(info, obj))
+                watcher.queue.put_nowait(event_line("ADDED", body))
         else:
             try:
                 since = int(rv_param)
@@ -228,7 +231,9 @@ class ResourceApi:
                     watcher.offer(change)
             except ApiError as exc:
                 expired = exc
-        response = web.StreamResponse(status=200, headers={"Content-Type": _JSON, "Cache-Control": "no-cache"})
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "application/json;stream=watch", "Cache-Control": "no-cache"}
+        )
         response.enable_chunked_encoding()
         await response.prepare(request)
         if expired is not None:
@@ -283,6 +288,20 @@ class ResourceApi:
             await response.write(b"".join(chunks))
         await response.write_eof()
 
+    def _table_renderer(self, info: ResourceInfo) -> Callable[[Obj], bytes]:
+        # Like the real server, only the first event of a Table watch carries the column definitions.
+        first = True
+
+        def render(obj: Obj) -> bytes:
+            nonlocal first
+            table = tables.to_table(info, [present(info, obj)], resource_version=str(self._store.rv), now=time.time())
+            if not first:
+                table["columnDefinitions"] = []
+            first = False
+            return codec.encode(table)
+
+        return render
+
     def _bookmark(self, info: ResourceInfo) -> bytes:
         obj = {"kind": info.kind, "apiVersion": info.api_version, "metadata": {"resourceVersion": str(self._store.rv)}}
         return event_line("BOOKMARK", codec.encode(obj))
@@ -334,8 +353,3 @@ class ResourceApi:
         objs = self._store.select(info.storage_key, namespace, self._matcher(request, info))
         self._store.deletion.delete_collection(info, namespace, objs, options)
         return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
-
-
-def missing(info: ResourceInfo, name: str) -> ApiError:
-    """404 for an object of ``info`` (used by the proxy)."""
-    return not_found(info.group, info.plural, name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubesim.codec import clone
 from kubesim.errors import ApiError, bad_request, unprocessable
 
 
@@ -135,8 +136,6 @@ def json_patch(target: Any, operations: Any) -> Any:
                 raise unprocessable(f"{kind} operation is missing 'from'")
             value = _remove(doc, source, kind) if kind == "move" else _get(doc, source, kind)
             if kind == "copy":
-                from kubesim.codec import clone
-
                 value = clone({"v": value})["v"]
             doc = _add(doc, path, value, replace=False)
         elif kind == "test":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,8 @@ class Watcher:
     namespace: str | None
     matcher: Matcher | None
     api_version: str
+    render: Callable[[Obj], bytes] | None = None
+    """Encodes objects for this watcher alone (kubectl's Table watches); None = the shared encoding."""
     queue: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
 
     def offer(self, change: Change) -> None:
@@ -86,7 +88,8 @@ class Watcher:
                     return
             elif not now:
                 return
-        self.queue.put_nowait(event_line(type_, change.body(self.api_version)))
+        body = change.body(self.api_version) if self.render is None else self.render(obj)
+        self.queue.put_nowait(event_line(type_, body))
 
 
 class Subscription:

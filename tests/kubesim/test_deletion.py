@@ -219,3 +219,13 @@ def test_pods_are_deleted_at_once_without_a_kubelet(core: client.CoreV1Api, kube
     core.create_namespaced_pod(kubesim_namespace, _scheduled_pod("p"))
     core.delete_namespaced_pod("p", kubesim_namespace)
     assert not _exists(core.read_namespaced_pod, "p", kubesim_namespace)
+
+
+@pytest.mark.parametrize("name", ["default", "kube-system"])
+def test_system_namespaces_may_not_be_deleted(core: client.CoreV1Api, name: str) -> None:
+    with pytest.raises(client.ApiException) as err:
+        core.delete_namespace(name)
+    assert err.value.status == 403
+    assert (
+        json.loads(err.value.body)["message"] == f'namespaces "{name}" is forbidden: this namespace may not be deleted'
+    )

@@ -143,3 +143,20 @@ def test_table_output_for_kubectl(kubesim_server: KubeSimHandle, kubesim_namespa
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Ready", "Status", "Restarts", "Age"]
     assert table["rows"][0]["cells"][:4] == ["p", "0/1", "Pending", 0]
+
+
+def test_table_watch_for_kubectl_get_watch(kubesim_server: KubeSimHandle, kubesim_namespace: str) -> None:
+    core = client.CoreV1Api(kubesim_server.api_client)
+    for name in ("a", "b"):
+        core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": name}})
+    pool = kubesim_server.api_client.rest_client.pool_manager
+    resp = pool.request(
+        "GET",
+        f"{kubesim_server.url}/api/v1/namespaces/{kubesim_namespace}/configmaps?watch=1&timeoutSeconds=1",
+        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+    )
+    first, second = (json.loads(line) for line in resp.data.decode().splitlines())
+    assert first["object"]["kind"] == "Table"
+    assert [c["name"] for c in first["object"]["columnDefinitions"]] == ["Name", "Age"]
+    assert second["object"]["columnDefinitions"] == []
+    assert second["object"]["rows"][0]["cells"][0] == "b"
