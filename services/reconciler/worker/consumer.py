@@ -102,15 +102,20 @@ class PartitionConsumer:
         )
         try:
             while not self._stopping.is_set():
+                if not self._lease_valid():
+                    # Fenced: the lease was not renewed in time. Pause; the lease manager either renews
+                    # it (and this resumes) or stops this consumer.
+                    await asyncio.sleep(0.1)
+                    continue
                 try:
                     msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT)
                 except TimeoutError:  # nats-py raises its own subclass or the builtin
                     continue
                 if not self._lease_valid():
-                    log.warning(
-                        "partition %d: lease expired; leaving %d messages for redelivery", self.partition, len(msgs)
-                    )
-                    return
+                    log.warning("partition %d: lease lapsed during a fetch; returning %d", self.partition, len(msgs))
+                    for msg in msgs:
+                        await msg.nak(delay=1.0)
+                    continue
                 await self.process(msgs)
         finally:
             await sub.unsubscribe()
