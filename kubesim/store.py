@@ -295,7 +295,9 @@ class ObjectStore:
         if kind and kind != info.kind:
             raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({info.kind})")
         api_version = body.get("apiVersion")
-        if api_version and api_version != info.api_version and not info.custom:
+        # Any served version of a custom resource may be sent (they share one storage).
+        expected_group = info.group if info.custom else None
+        if api_version and api_version != info.api_version and api_version.rpartition("/")[0] != expected_group:
             raise bad_request(
                 f"the API version in the data ({api_version}) does not match "
                 f"the expected API version ({info.api_version})"
@@ -454,6 +456,8 @@ class ObjectStore:
         causes = validate_metadata(info, result["metadata"]) if subresource != "status" else []
         if info.custom:
             causes += self._admit_custom(info, result)
+        if key == CRD_KEY and subresource != "status":
+            causes += crds.validate_crd(result)
         if causes:
             raise invalid(info.kind, info.group, old_meta["name"], causes)
         meta = result["metadata"]

@@ -233,3 +233,20 @@ def test_batch_jobs_get_selector_and_labels(kubesim_server: KubeSimHandle, kubes
     assert job.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": job.metadata.uid}
     assert job.spec.template.metadata.labels["job-name"] == "j"
     assert job.spec.backoff_limit == 6
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [pytest.param("kind", "Secret", id="kind"), pytest.param("apiVersion", "apps/v1", id="apiVersion")],
+)
+def test_body_type_mismatch_is_400(core: client.CoreV1Api, kubesim_namespace: str, field: str, value: str) -> None:
+    with pytest.raises(client.ApiException) as err:
+        core.create_namespaced_config_map(kubesim_namespace, {field: value, "metadata": {"name": "a"}})
+    assert err.value.status == 400
+    assert "does not match the expected" in _status(err.value)["message"]
+
+
+def test_create_with_resource_version_is_400(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    with pytest.raises(client.ApiException) as err:
+        core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "a", "resourceVersion": "5"}})
+    assert err.value.status == 400
