@@ -126,7 +126,7 @@ def _on_deletion(snapshot: Snapshot, rayjob: Mapping[str, Any], ref: ObjectRef) 
     commands: list[Any] = []
     rules: list[str] = []
     job_id, cluster_name = text(status.get("jobId")), text(status.get("rayClusterName"))
-    if status.get("jobStatus") not in TERMINAL_JOB_STATUSES and job_id and cluster_name:
+    if text(status.get("jobStatus")) not in TERMINAL_JOB_STATUSES and job_id and cluster_name:
         cluster = snapshot.get("RayCluster", cluster_name)
         dashboard = dashboard_ref(snapshot, namespace=ref.namespace, cluster_name=cluster_name, cluster=cluster)
         commands.append(StopRayJob(dashboard=dashboard, job_id=job_id))

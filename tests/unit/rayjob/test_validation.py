@@ -331,3 +331,17 @@ def test_validation_failed_is_a_dead_end() -> None:
 def test_deletion_policy_gate_is_read_from_config() -> None:
     spec = RayJobSpec(cluster_selector=SELECTOR)
     assert validate_rayjob_spec(spec, raw_spec={}, annotations={}, config=OperatorConfig()) is None
+
+
+def test_negative_rule_ttl_built_directly() -> None:
+    # The CRD's minimum 0 stops it at admission (decode rejects it too); the validator still reports it.
+    from schema.ray.rayjob import DeletionCondition, DeletionRule, DeletionStrategy
+
+    rule = DeletionRule(policy="DeleteCluster", condition=DeletionCondition(job_status="FAILED", ttl_seconds=-1))
+    spec = RayJobSpec(
+        cluster_selector=None, ray_cluster_spec=None, deletion_strategy=DeletionStrategy(deletion_rules=(rule,))
+    )
+    raw = {"clusterSelector": SELECTOR}
+    spec = RayJobSpec(cluster_selector=SELECTOR, deletion_strategy=spec.deletion_strategy)
+    message = validate_rayjob_spec(spec, raw_spec=raw, annotations={}, config=OperatorConfig())
+    assert message == "deletionRules[0]: TTLSeconds must be non-negative"
