@@ -22,6 +22,7 @@ Deliberately pure: the clock and the token generator of ``raybus.io/generate`` S
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from services.runtime.errors import PermanentError, RaybusError
 from services.watcher.resources import GATEWAY_GROUP, RAY_GROUP, ResourceType, by_api_version_kind, by_kind
 
 GENERATE_ANNOTATION: Final = "raybus.io/generate"
-"""On a Secret to create: ``auth_token`` asks the applier to fill ``stringData.auth_token``."""
+"""On a Secret to create: ``auth_token`` asks the applier to fill ``data.auth_token`` with a fresh token."""
 GENERATE_AUTH_TOKEN: Final = "auth_token"
 EVENT_COMPONENT: Final = "raybus"
 
@@ -139,8 +140,10 @@ def _with_resource_version(
     if not resource_version:
         return patch
     if isinstance(patch, list):
-        test = {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
-        return [test, *patch]
+        # Setting the version (not a "test" op, which fails with 422) makes the API server run its
+        # optimistic-concurrency check on the result: a stale version is a 409 Conflict.
+        pin = {"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version}
+        return [pin, *patch]
     metadata = dict(patch.get("metadata") or {})
     metadata["resourceVersion"] = resource_version
     return {**patch, "metadata": metadata}
@@ -202,7 +205,10 @@ def _create_body(command: CreateObject, resource: ResourceType, generate: TokenG
             raise PermanentError(f"unknown {GENERATE_ANNOTATION} value {wanted!r}")
         if generate is None:
             raise PermanentError("a generated Secret needs a token generator")
-        body["stringData"] = {**(body.get("stringData") or {}), GENERATE_AUTH_TOKEN: generate(wanted)}
+        # Written as ``data`` (base64 of the token), which is what the API server stores for
+        # ``stringData``: the same object on a real server, and it needs no folding by the server.
+        token = base64.b64encode(generate(wanted).encode()).decode()
+        body["data"] = {**(body.get("data") or {}), GENERATE_AUTH_TOKEN: token}
     return body
 
 
