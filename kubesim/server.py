@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -56,12 +57,25 @@ class KubeSim:
         self,
         *,
         settings: KubeSimSettings | None = None,
+        port: int | None = None,
         controllers: Sequence[Controller] = (),
         proxy_resolvers: Sequence[ProxyResolver] = (),
         crd_paths: Sequence[Path] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """Build the server (nothing listens before :meth:`start`).
+
+        Args:
+            settings: tunables; defaults documented on :class:`KubeSimSettings`.
+            port: shortcut for ``settings.port`` (0 or None = a free port).
+            controllers: simulators run as tasks beside the server (``kubesim.hooks.Controller``).
+            proxy_resolvers: where the service/pod proxy forwards (``kubesim.hooks.ProxyResolver``).
+            crd_paths: CRD YAML files or directories registered before the port opens.
+            clock: wall clock for timestamps (injectable for tests).
+        """
         self.settings = settings or KubeSimSettings()
+        if port is not None:
+            self.settings = replace(self.settings, port=port)
         self.registry = Registry()
         self.hub = WatchHub(window=self.settings.event_window)
         self.store = ObjectStore(registry=self.registry, hub=self.hub, clock=clock)
