@@ -221,6 +221,9 @@ class ResourceApi:
             for obj in store.select(info.storage_key, namespace, watcher.matcher):
                 body = render(obj) if render is not None else codec.encode(present(info, obj))
                 watcher.queue.put_nowait(event_line("ADDED", body))
+            if _flag(request.query.get("sendInitialEvents")) and bookmarks:
+                # Watch-list clients (client-go's streaming lists) wait for this marker.
+                watcher.queue.put_nowait(self._bookmark(info, initial_events_end=True))
         else:
             try:
                 since = int(rv_param)
@@ -302,8 +305,11 @@ class ResourceApi:
 
         return render
 
-    def _bookmark(self, info: ResourceInfo) -> bytes:
-        obj = {"kind": info.kind, "apiVersion": info.api_version, "metadata": {"resourceVersion": str(self._store.rv)}}
+    def _bookmark(self, info: ResourceInfo, *, initial_events_end: bool = False) -> bytes:
+        meta: Obj = {"resourceVersion": str(self._store.rv)}
+        if initial_events_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"kind": info.kind, "apiVersion": info.api_version, "metadata": meta}
         return event_line("BOOKMARK", codec.encode(obj))
 
     # -- deletes -------------------------------------------------------------------------------

@@ -229,3 +229,16 @@ def test_watch_via_path_prefix(kubesim_server: KubeSimHandle, core: client.CoreV
     lines = pool.request("GET", url).data.decode().splitlines()
     event = json.loads(lines[0])
     assert (event["type"], event["object"]["metadata"]["uid"]) == ("ADDED", created.metadata.uid)
+
+
+def test_send_initial_events_ends_with_a_marked_bookmark(kubesim_server: KubeSimHandle, kubesim_namespace: str) -> None:
+    core = client.CoreV1Api(kubesim_server.api_client)
+    core.create_namespaced_config_map(kubesim_namespace, _cm("a"))
+    pool = kubesim_server.api_client.rest_client.pool_manager
+    url = (
+        f"{kubesim_server.url}/api/v1/namespaces/{kubesim_namespace}/configmaps?watch=1&timeoutSeconds=1"
+        "&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+    )
+    events = [json.loads(line) for line in pool.request("GET", url).data.decode().splitlines()]
+    assert [e["type"] for e in events[:2]] == ["ADDED", "BOOKMARK"]
+    assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
