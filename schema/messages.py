@@ -205,10 +205,13 @@ Command = (
 
 
 class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen=True, kw_only=True):
-    """The commands of one decision, applied in order by one applier.
+    """One decision: its commands, applied in order by one applier, and what it was made from.
 
-    ``id`` is a digest of the key, the input sequences and the commands, so a redelivered input that
-    yields the same decision is de-duplicated by JetStream (Nats-Msg-Id).
+    Every reconcile publishes one, even with no commands, so the commands stream is also the decision
+    log ``raybus replay`` reads: ``inputs`` are the events-stream sequences coalesced into it,
+    ``issued_at`` is the ``now`` it was given, ``snapshot_revision`` the KV revision its snapshot
+    reflected. ``id`` is a digest of the key, the input sequences and the commands, so a redelivered
+    input that yields the same decision is de-duplicated by JetStream (Nats-Msg-Id).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -218,6 +221,9 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     commands: tuple[Command, ...]
     inputs: tuple[int, ...] = ()
     logic_version: int = 1
+    snapshot_revision: int = 0
+    wake_at: datetime | None = None
+    rules: tuple[str, ...] = ()
 
 
 Outcome = Literal["applied", "already_done", "dropped", "failed"]

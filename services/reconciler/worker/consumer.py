@@ -168,11 +168,8 @@ class PartitionConsumer:
                     sequences=[item.msg.metadata.sequence.stream for item in items],
                 )
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
-                if outcome.batch is not None:
-                    span.set_attribute("raybus.commands", len(outcome.batch.commands))
-                    await publish(
-                        self._js, subjects.command_subject(key), encode(outcome.batch), msg_id=outcome.batch.id
-                    )
+                span.set_attribute("raybus.commands", len(outcome.batch.commands))
+                await publish(self._js, subjects.command_subject(key), encode(outcome.batch), msg_id=outcome.batch.id)
                 if any(isinstance(message, TimerTick) for message in inputs):
                     self._timers.forget(key)
                 if outcome.decision.wake_at is not None:

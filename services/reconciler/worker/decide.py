@@ -1,5 +1,7 @@
 """The decide step shared by the worker and ``raybus replay``: inputs + snapshot → CommandBatch.
 
+Every decision becomes a batch, with or without commands: the commands stream is the decision log.
+
 It calls the kind's pure ``reconcile`` and turns the Decision into the message that goes on the bus,
 with deterministic ids: a command's id is a digest of its content, and a batch's id a digest of the key,
 the input sequences and the commands, so a redelivered input that yields the same decision is
@@ -28,10 +30,10 @@ LOGIC_VERSION = 1
 
 @dataclass(frozen=True)
 class Outcome:
-    """A decision and the batch to publish (None when there is nothing to apply)."""
+    """A decision and the batch that records it (published even when it has no commands)."""
 
     decision: Decision
-    batch: CommandBatch | None
+    batch: CommandBatch
 
 
 def input_time(message: BusInput) -> datetime:
@@ -89,8 +91,6 @@ def decide(
     """
     reconcile = reconcilers[snapshot.key.kind]
     decision = reconcile(snapshot, now, config)
-    if not decision.commands:
-        return Outcome(decision=decision, batch=None)
     commands = with_ids(decision.commands)
     batch = CommandBatch(
         id=batch_id(snapshot.key.token(), sequences, commands),
@@ -99,5 +99,8 @@ def decide(
         commands=commands,
         inputs=tuple(sequences),
         logic_version=LOGIC_VERSION,
+        snapshot_revision=snapshot.revision,
+        wake_at=decision.wake_at,
+        rules=decision.rules,
     )
     return Outcome(decision=msgspec.structs.replace(decision, commands=commands), batch=batch)

@@ -41,7 +41,6 @@ def test_decide_is_deterministic_and_fills_ids() -> None:
     one = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[3])
     two = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[3])
     other = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[4])
-    assert one.batch is not None and two.batch is not None and other.batch is not None
     assert one.batch == two.batch
     assert one.batch.commands[0].id
     assert other.batch.id != one.batch.id
@@ -66,3 +65,18 @@ def test_decision_time_is_the_latest_input() -> None:
 )
 def test_schedule_header_rounds_up(due: datetime, header: str) -> None:
     assert schedule_header(due) == header
+
+
+def test_a_decision_without_commands_is_still_recorded() -> None:
+    snap = Snapshot(key=KEY, entries={}, revision=42)
+    nothing = decide(
+        reconcilers={"RayCluster": lambda s, n, c: Decision(rules=("noop",))},
+        snapshot=snap,
+        now=T0,
+        config=OperatorConfig(),
+        sequences=[7],
+    )
+    assert nothing.batch.commands == ()
+    assert nothing.batch.snapshot_revision == 42
+    assert nothing.batch.rules == ("noop",)
+    assert nothing.batch.inputs == (7,)
