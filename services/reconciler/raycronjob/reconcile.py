@@ -58,7 +58,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
         The commands, the next wake-up (the next tick), and the rules that fired.
     """
     if not config.gates.ray_cron_job:
-        return Decision(rules=("7/gate-off",))
+        return Decision()  # the controller does not run at all
     cron = snapshot.owner()
     if cron is None:
         return Decision(rules=("7/gone",))
@@ -126,7 +126,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
             rules.append("ext/replace-delete")
             commands.extend(_delete_child(child) for child in active)
         rules.append("7/create-rayjob")
-        commands.append(_create_child(cron, ref, child_name, tick))
+        commands.append(_create_child(cron, ref=ref, child_name=child_name, tick=tick))
         transition_reason, child_attr = "Scheduled", child_name
 
     transition = Transition(
@@ -263,7 +263,7 @@ def _delete_child(child: Mapping[str, Any]) -> DeleteObject:
     )
 
 
-def _create_child(cron: Mapping[str, Any], ref: ObjectRef, child_name: str, tick: datetime) -> CreateObject:
+def _create_child(cron: Mapping[str, Any], *, ref: ObjectRef, child_name: str, tick: datetime) -> CreateObject:
     """The child RayJob: labels, scheduled-timestamp annotation, owner = the cron job, spec = jobTemplate."""
     template = _mapping(cron.get("spec")).get("jobTemplate")
     body: dict[str, Any] = {

@@ -75,9 +75,17 @@ def plan_cleanup(
     strategy = spec.deletion_strategy
     if config.gates.ray_job_deletion_policy and strategy is not None:
         if strategy.deletion_rules is not None:
-            _deletion_rules(plan, strategy.deletion_rules, rayjob_ref, status, end_time, cluster, now)
+            _deletion_rules(
+                plan,
+                rules=strategy.deletion_rules,
+                rayjob_ref=rayjob_ref,
+                status=status,
+                end_time=end_time,
+                cluster=cluster,
+                now=now,
+            )
         else:
-            _legacy(plan, spec, rayjob_ref, status, end_time, cluster, now)
+            _legacy(plan, spec=spec, rayjob_ref=rayjob_ref, status=status, end_time=end_time, cluster=cluster, now=now)
         return plan
     if spec.shutdown_after_job_finishes:
         due = after_seconds(end_time, spec.ttl_seconds_after_finished)
@@ -92,7 +100,7 @@ def plan_cleanup(
             plan.rules.append("5.6/shutdown-cluster-already-gone")
         else:
             plan.rules.append("5.6/shutdown-delete-cluster")
-            plan.commands.extend(_execute("DeleteCluster", rayjob_ref, cluster))
+            plan.commands.extend(_execute("DeleteCluster", rayjob_ref=rayjob_ref, cluster=cluster))
         return plan
     plan.rules.append("5.6/no-cleanup")
     return plan
@@ -132,6 +140,7 @@ def _matches(rule: DeletionRule, status: Mapping[str, Any]) -> bool:
 
 def _deletion_rules(
     plan: CleanupPlan,
+    *,
     rules: tuple[DeletionRule, ...],
     rayjob_ref: ObjectRef,
     status: Mapping[str, Any],
@@ -158,11 +167,12 @@ def _deletion_rules(
         if _IMPACT[rule.policy] > _IMPACT[chosen.policy]:
             chosen = rule
     plan.rules.append(f"5.6/rules-{chosen.policy}")
-    plan.commands.extend(_execute(chosen.policy, rayjob_ref, cluster))
+    plan.commands.extend(_execute(chosen.policy, rayjob_ref=rayjob_ref, cluster=cluster))
 
 
 def _legacy(
     plan: CleanupPlan,
+    *,
     spec: RayJobSpec,
     rayjob_ref: ObjectRef,
     status: Mapping[str, Any],
@@ -189,7 +199,7 @@ def _legacy(
         plan.rules.append(f"5.6/legacy-{policy}-done")
         return
     plan.rules.append(f"5.6/legacy-{policy}")
-    plan.commands.extend(_execute(policy, rayjob_ref, cluster))
+    plan.commands.extend(_execute(policy, rayjob_ref=rayjob_ref, cluster=cluster))
 
 
 def _cluster_ref(cluster: Mapping[str, Any]) -> ObjectRef:
@@ -203,7 +213,7 @@ def _cluster_ref(cluster: Mapping[str, Any]) -> ObjectRef:
     )
 
 
-def _execute(policy: str, rayjob_ref: ObjectRef, cluster: Mapping[str, Any] | None) -> list[Command]:
+def _execute(policy: str, *, rayjob_ref: ObjectRef, cluster: Mapping[str, Any] | None) -> list[Command]:
     """KubeRay's ``executeDeletionPolicy`` as commands (plus its Events)."""
     if policy == "DeleteSelf":
         return [DeleteObject(target=rayjob_ref)]

@@ -160,7 +160,7 @@ def dashboard_ref(
     cluster_spec = mapping(mapping(cluster).get("spec"))
     port = service_port(snapshot.get("Service", service_name), DASHBOARD_PORT_NAME)
     if port is None:
-        port = find_container_port(head_container(cluster_spec), DASHBOARD_PORT_NAME, DEFAULT_DASHBOARD_PORT)
+        port = find_container_port(head_container(cluster_spec), DASHBOARD_PORT_NAME, default=DEFAULT_DASHBOARD_PORT)
     return DashboardRef(
         namespace=namespace,
         service=service_name,

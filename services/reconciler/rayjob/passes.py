@@ -71,17 +71,17 @@ class Pass:
         if moment is not None:
             self.wakes.append(moment)
 
-    def emit(self, event_type: EventKind, reason: str, message: str) -> None:
+    def emit(self, event_type: EventKind, *, reason: str, message: str) -> None:
         """A Kubernetes Event on the RayJob."""
         self.commands.append(EmitEvent(regarding=self.ref, event_type=event_type, reason=reason, message=message))
 
-    def create(self, kind: str, api_version: str, name: str, body: dict[str, Any]) -> None:
+    def create(self, kind: str, *, api_version: str, name: str, body: dict[str, Any]) -> None:
         """Create an object in the RayJob's namespace (AlreadyExists counts as done)."""
         target = ObjectRef(api_version=api_version, kind=kind, namespace=self.ref.namespace, name=name)
         self.commands.append(CreateObject(target=target, body=body))
 
     def delete(
-        self, kind: str, api_version: str, obj: Mapping[str, Any], *, propagation: Propagation | None = None
+        self, kind: str, *, api_version: str, obj: Mapping[str, Any], propagation: Propagation | None = None
     ) -> None:
         """Delete a snapshot object, with its uid as a precondition."""
         metadata = mapping(obj.get("metadata"))

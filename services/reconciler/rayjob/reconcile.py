@@ -245,14 +245,18 @@ def _initializing(job: Pass) -> None:
         except SubmitterError as exc:
             job.emit(
                 "Warning",
-                "FailedToCreateRayJobSubmitter",
-                f"Failed to create new Kubernetes Job {job.ref.namespace}/{job.ref.name}: {exc}",
+                reason="FailedToCreateRayJobSubmitter",
+                message=f"Failed to create new Kubernetes Job {job.ref.namespace}/{job.ref.name}: {exc}",
             )
             job.rule("5.3/submitter-build-failed")
             job.halt()
             return
-        job.create("Job", "batch/v1", job.ref.name, body)
-        job.emit("Normal", "CreatedRayJobSubmitter", f"Created Kubernetes Job {job.ref.namespace}/{job.ref.name}")
+        job.create("Job", api_version="batch/v1", name=job.ref.name, body=body)
+        job.emit(
+            "Normal",
+            reason="CreatedRayJobSubmitter",
+            message=f"Created Kubernetes Job {job.ref.namespace}/{job.ref.name}",
+        )
         job.rule("5.3/create-submitter-job")
     status.move("Running", reason="ClusterReady", message=f"RayCluster {status.get('rayClusterName')} is ready")
     job.rule("5.2/initializing-to-running")
@@ -279,17 +283,19 @@ def _release(job: Pass) -> None:
         if cluster is not None:
             released = False
             if not being_deleted(cluster):
-                job.delete("RayCluster", API_VERSION, cluster)
-                job.emit("Normal", "DeletedRayCluster", f"Deleted cluster {job.ref.namespace}/{name}")
+                job.delete("RayCluster", api_version=API_VERSION, obj=cluster)
+                job.emit("Normal", reason="DeletedRayCluster", message=f"Deleted cluster {job.ref.namespace}/{name}")
                 job.rule("5.2/release-delete-cluster")
     if spec.submission_mode in (K8S_JOB_MODE, INTERACTIVE_MODE):
         submitter = job.snapshot.get("Job", job.ref.name)
         if submitter is not None:
             released = False
             if not being_deleted(submitter):
-                job.delete("Job", "batch/v1", submitter, propagation="Background")
+                job.delete("Job", api_version="batch/v1", obj=submitter, propagation="Background")
                 job.emit(
-                    "Normal", "DeletedRayJobSubmitter", f"Deleted submitter K8s Job {job.ref.namespace}/{job.ref.name}"
+                    "Normal",
+                    reason="DeletedRayJobSubmitter",
+                    message=f"Deleted submitter K8s Job {job.ref.namespace}/{job.ref.name}",
                 )
                 job.rule("5.2/release-delete-submitter")
     if not released:

@@ -35,8 +35,9 @@ from services.reconciler.rayjob.steps import get_or_create_cluster, preflight
 from services.reconciler.rayjob.submitter import SubmitterError, build_submit_request
 from services.reconciler.rayjob.times import after_seconds, format_time, from_epoch_millis, parse_time
 
-SUBMITTER_FINISHED_TIMEOUT: Final = timedelta(seconds=30)
-HTTP_SUBMIT_RETRY_DELAY: Final = timedelta(seconds=3)
+SUBMITTER_FINISHED_TIMEOUT: Final = 30.0
+"""Seconds after the submitter finished within which Ray must report a terminal job status."""
+HTTP_SUBMIT_RETRY_DELAY: Final = 3.0
 """While the dashboard answers 404 after an HTTPMode submission, try again after this delay (the only
 fixed delay: it ends as soon as the prober reports the job)."""
 
@@ -59,10 +60,10 @@ def run(job: Pass) -> None:
             return
         submitter_failed, finished_at = checked
         if finished_at is not None:
-            job.wake(finished_at + SUBMITTER_FINISHED_TIMEOUT)
+            job.wake(finished_at + timedelta(seconds=SUBMITTER_FINISHED_TIMEOUT))
         if _submitter_finished_timeout(job, finished_at) or submitter_failed:
             return
-    _observe(job, cluster, finished_at)
+    _observe(job, cluster=cluster, finished_at=finished_at)
 
 
 def _grace_period_exceeded(job: Pass) -> bool:
@@ -115,8 +116,8 @@ def _reconcile_head_service(job: Pass) -> None:
     name = head_service_name_for_rayjob(job.ref.name)
     existing = job.snapshot.get("Service", name)
     if existing is None:
-        job.create("Service", "v1", name, wanted)
-        job.emit("Normal", "CreatedService", f"Created the service {job.ref.namespace}/{name}")
+        job.create("Service", api_version="v1", name=name, body=wanted)
+        job.emit("Normal", reason="CreatedService", message=f"Created the service {job.ref.namespace}/{name}")
         job.rule("5.2/create-head-service")
         return
     existing_spec = mapping(existing.get("spec"))
@@ -135,7 +136,7 @@ def _reconcile_head_service(job: Pass) -> None:
             target=target, patch=patch, patch_type="json", resource_version=text(target_meta.get("resourceVersion"))
         )
     )
-    job.emit("Normal", "UpdatedService", f"Updated the service {job.ref.namespace}/{name}")
+    job.emit("Normal", reason="UpdatedService", message=f"Updated the service {job.ref.namespace}/{name}")
     job.rule("5.2/update-head-service")
 
 
@@ -212,14 +213,14 @@ def _submitter_container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _submitter_finished_timeout(job: Pass, finished_at: datetime | None) -> bool:
     """The submitter finished more than 30 s ago and the job is still not terminal → Failed."""
-    if finished_at is None or job.now < finished_at + SUBMITTER_FINISHED_TIMEOUT:
+    if finished_at is None or job.now < finished_at + timedelta(seconds=SUBMITTER_FINISHED_TIMEOUT):
         return False
     reason = "JobDeploymentStatusTransitionGracePeriodExceeded"
     job.status.set_job_status("FAILED", reason=reason)
     job.status.fail(
         reason,
         f"The RayJob submitter finished at {finished_at.strftime('%Y-%m-%d %H:%M:%S')} but the ray job did not "
-        "reach terminal state within 30s",
+        f"reach terminal state within {SUBMITTER_FINISHED_TIMEOUT:g}s",
     )
     job.rule("5.3/submitter-finished-timeout")
     return True
@@ -231,7 +232,7 @@ def _start_failure_timer(job: Pass, rule: str) -> None:
     job.rule(rule)
 
 
-def _observe(job: Pass, cluster: Mapping[str, Any], finished_at: datetime | None) -> None:
+def _observe(job: Pass, *, cluster: Mapping[str, Any], finished_at: datetime | None) -> None:
     """React to the dashboard's latest answer about the job (``obs-rayjob`` entry named by the job id)."""
     status, spec = job.status, job.spec
     job_id = status.get("jobId")
@@ -251,7 +252,7 @@ def _observe(job: Pass, cluster: Mapping[str, Any], finished_at: datetime | None
                 job.snapshot, namespace=job.ref.namespace, cluster_name=status.get("rayClusterName"), cluster=cluster
             )
             job.commands.append(SubmitRayJob(dashboard=dashboard, request=request))
-            job.wake(job.now + HTTP_SUBMIT_RETRY_DELAY)
+            job.wake(job.now + timedelta(seconds=HTTP_SUBMIT_RETRY_DELAY))
             job.rule("5.3/http-submit")
             return
         if finished_at is not None:

@@ -76,8 +76,8 @@ def get_or_create_cluster(job: Pass) -> Mapping[str, Any] | None:
     if job.spec.cluster_selector:
         job.emit(
             "Warning",
-            "RayClusterNotFound",
-            f"RayCluster {job.ref.namespace}/{name} set in the clusterSelector is not found. "
+            reason="RayClusterNotFound",
+            message=f"RayCluster {job.ref.namespace}/{name} set in the clusterSelector is not found. "
             "It must be created manually",
         )
         job.rule("5.2/cluster-selector-not-found")
@@ -94,12 +94,14 @@ def get_or_create_cluster(job: Pass) -> Mapping[str, Any] | None:
         )
     except SubmitterError as exc:
         job.emit(
-            "Warning", "FailedToCreateRayCluster", f"Failed to create RayCluster {job.ref.namespace}/{name}: {exc}"
+            "Warning",
+            reason="FailedToCreateRayCluster",
+            message=f"Failed to create RayCluster {job.ref.namespace}/{name}: {exc}",
         )
         job.rule("5.2/cluster-build-failed")
         job.halt()
         return None
-    job.create("RayCluster", API_VERSION, name, body)
-    job.emit("Normal", "CreatedRayCluster", f"Created RayCluster {job.ref.namespace}/{name}")
+    job.create("RayCluster", api_version=API_VERSION, name=name, body=body)
+    job.emit("Normal", reason="CreatedRayCluster", message=f"Created RayCluster {job.ref.namespace}/{name}")
     job.rule("5.2/create-cluster")
     return body

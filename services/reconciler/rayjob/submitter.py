@@ -113,7 +113,7 @@ def metadata_json(spec: RayJobSpec) -> str:
     return go_json(spec.metadata or {})
 
 
-def find_container_port(container: Mapping[str, Any], name: str, default: int) -> int:
+def find_container_port(container: Mapping[str, Any], name: str, *, default: int) -> int:
     """The containerPort named ``name`` in a container, or ``default``."""
     ports = container.get("ports")
     if isinstance(ports, list):
@@ -205,7 +205,7 @@ def default_submitter_container(cluster_spec: Mapping[str, Any]) -> dict[str, An
     }
 
 
-def _append_env_if_absent(container: dict[str, Any], name: str, entry: dict[str, Any]) -> None:
+def _append_env_if_absent(container: dict[str, Any], *, name: str, entry: dict[str, Any]) -> None:
     env = container.setdefault("env", [])
     if not any(isinstance(e, Mapping) and e.get("name") == name for e in env):
         env.append(entry)
@@ -242,7 +242,7 @@ def configure_submitter_container(
         dashboard_url=dashboard_url,
         mode=mode,
         head_dashboard_port=find_container_port(
-            head_container(cluster_spec), DASHBOARD_PORT_NAME, DEFAULT_DASHBOARD_PORT
+            head_container(cluster_spec), DASHBOARD_PORT_NAME, default=DEFAULT_DASHBOARD_PORT
         ),
         restartable=restartable,
     )
@@ -256,11 +256,11 @@ def configure_submitter_container(
     out["env"].append({"name": "RAY_JOB_SUBMISSION_ID", "value": job_id})
     secret = token_auth_secret(cluster_name, cluster_spec)
     if secret:
-        _append_env_if_absent(out, "RAY_AUTH_MODE", {"name": "RAY_AUTH_MODE", "value": "token"})
+        _append_env_if_absent(out, name="RAY_AUTH_MODE", entry={"name": "RAY_AUTH_MODE", "value": "token"})
         _append_env_if_absent(
             out,
-            "RAY_AUTH_TOKEN",
-            {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": "auth_token"}}},
+            name="RAY_AUTH_TOKEN",
+            entry={"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": "auth_token"}}},
         )
     if restartable:
         out["restartPolicy"] = "OnFailure"

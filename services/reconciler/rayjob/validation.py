@@ -339,9 +339,9 @@ def _deletion_rules_error(spec: RayJobSpec) -> str | None:
         ttls[rule.policy] = condition.ttl_seconds
     # Go iterates maps in random order; raybus sorts so the message is deterministic.
     for value in sorted(by_job_status):
-        errors.extend(_ttl_consistency_errors(by_job_status[value], "JobStatus", value))
+        errors.extend(_ttl_consistency_errors(by_job_status[value], label="JobStatus", value=value))
     for value in sorted(by_deployment_status):
-        errors.extend(_ttl_consistency_errors(by_deployment_status[value], "JobDeploymentStatus", value))
+        errors.extend(_ttl_consistency_errors(by_deployment_status[value], label="JobDeploymentStatus", value=value))
     return "\n".join(errors) if errors else None
 
 
@@ -358,7 +358,7 @@ def _condition_error(rule: DeletionRule) -> str | None:
     return None
 
 
-def _ttl_consistency_errors(policy_ttls: Mapping[str, int], label: str, value: str) -> list[str]:
+def _ttl_consistency_errors(policy_ttls: Mapping[str, int], *, label: str, value: str) -> list[str]:
     """TTLs must not decrease along DeleteWorkers → DeleteCluster → DeleteSelf."""
     errors: list[str] = []
     previous: tuple[str, int] | None = None

@@ -145,6 +145,11 @@ def test_application_failure_retries_with_fresh_clusters() -> None:
     assert status["failed"] == 3 and status["succeeded"] == 0
     assert len(set(clusters)) == 3 and len(set(job_ids)) == 3
     assert [c.target.name for c in created(world, "RayCluster")] == clusters
+    # ``<rj>-head-svc`` was created once and re-pointed at each new cluster.
+    assert len(created(world, "Service")) == 1
+    assert world.get("Service", "rj-head-svc")["spec"]["selector"]["ray.io/cluster"] == clusters[-1]
+    updates = [e for e in world.events if e.reason == "UpdatedService"]
+    assert len(updates) == 2
     steps = deployment_transitions(world)
     assert steps.count(("Running", "Failed", "AppFailed")) == 3
     assert steps.count(("Failed", "Retrying", "BackoffLimitNotReached")) == 2

@@ -336,3 +336,26 @@ def test_raycronjob_reconcile_never_raises(
     decision = raycronjob.reconcile(snapshot, now, config)
     assert decision.wake_at is None or decision.wake_at >= now
     msgspec.json.encode(decision)
+
+
+def test_probe_target_follows_the_running_state() -> None:
+    world = World()
+    world.add(rayjob_object(submissionMode="HTTPMode"))
+    for _ in range(2):
+        world.reconcile(rayjob.reconcile, "RayJob", "rj")
+    cluster_name = world.get("RayJob", "rj")["status"]["rayClusterName"]
+    cluster = world.get("RayCluster", cluster_name)
+    assert rayjob.probe_target(world.get("RayJob", "rj"), cluster=cluster) is None  # Initializing
+    make_cluster_ready(world, cluster_name)
+    world.reconcile(rayjob.reconcile, "RayJob", "rj")
+    obj = world.get("RayJob", "rj")
+    target = rayjob.probe_target(obj, cluster=cluster, snapshot=world.snapshot("RayJob", "rj"))
+    assert target is not None
+    assert (target.key.name, target.job_id) == ("rj", obj["status"]["jobId"])
+    assert (target.dashboard.service, target.dashboard.port, target.dashboard.cluster) == (
+        f"{cluster_name}-head-svc",
+        8265,
+        cluster_name,
+    )
+    proposal = rayjob.SetProbes(key=target.key, probes=(target,))
+    assert msgspec.json.decode(msgspec.json.encode(proposal), type=rayjob.SetProbes) == proposal
