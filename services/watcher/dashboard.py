@@ -116,6 +116,11 @@ def dashboard_outcome(command: Command, answer: DashboardAnswer) -> DashboardOut
     return DashboardOutcome(outcome="failed", status_code=answer.status, error=error[:1000])
 
 
+def secret_path(ref: DashboardRef) -> str:
+    """API path of the auth Secret a dashboard reference names."""
+    return f"/api/v1/namespaces/{ref.namespace}/secrets/{quote(ref.auth_secret, safe='')}"
+
+
 def decode_token(secret: dict[str, Any]) -> str:
     """The ``auth_token`` of a Secret object (``data`` is base64; ``stringData`` is never returned by reads).
 
@@ -166,9 +171,8 @@ class DashboardClient:
             return None
         if self._api is None:
             raise PermanentError("token auth needs the Kubernetes API")
-        path = f"/api/v1/namespaces/{ref.namespace}/secrets/{quote(ref.auth_secret, safe='')}"
         try:
-            response = await self._api.arequest("GET", path)
+            response = await self._api.arequest("GET", secret_path(ref))
         except ApiError as exc:
             # The message names the Secret, never its content.
             raise PermanentError(f"cannot read auth Secret {ref.namespace}/{ref.auth_secret}: {exc}") from exc

@@ -1,53 +1,179 @@
-"""The Kubernetes permissions the watcher needs: every ``(apiGroup, resource, verb)`` it uses.
+"""The Kubernetes permissions the watcher needs: every ``(apiGroup, resource, verb)`` it uses, derived.
 
-PROVISIONAL: written by the deploy helper from SPEC §2-§7 so that ``tests/deploy/test_rbac.py`` has a
-source of truth; the watcher owns this module and should derive it from ``services.watcher.resources``
-and the calls the applier plans. The RBAC in ``deploy/base/watcher/rbac.yaml`` (and the
-single-namespace overlay's Role) must grant exactly this set: the test fails on a missing permission
-and on an extra one (least privilege).
+Role: :data:`REQUIRED_RULES` is computed from the same code that makes the requests, so it cannot drift
+from them: the informers' list and watch queries (the ``resources`` table with ``informer.WatchDriver``), the
+applier's planned calls for every command kind on every writable resource (``calls.plan_call``), the
+dashboard client's token read and service-proxy calls (``dashboard``), and the prober's GETs. Each planned
+request is turned into an RBAC triple by :func:`rule_for` (method + path + query → verb, the way the
+API server's authorizer does it). ``deploy/`` must grant exactly this set (``tests/deploy/test_rbac.py``).
 
-Why some entries exist:
-- ``pods/resize`` patch, ``pods`` patch and ``rayclusters`` get/patch: the watcher creates the
-  autoscaler Role with these rules (SPEC §3.9), and Kubernetes only lets it grant what it holds.
-- ``services/proxy`` and ``pods/proxy`` get/create: dashboard calls through the API server
-  (``--use-kubernetes-proxy``), GET and POST.
-- ``secrets`` get/list/watch/create: the auth-token Secret is created (SPEC §4.1) and tokens are read
-  for dashboard calls; the watcher never updates or deletes Secrets (owner references clean them up).
-- ``endpointslices`` read-only: serve endpoint counts (RayService status).
+Two additions are not requests but API-server rules, so they are listed with their reason:
+- ``<plural>/finalizers`` update on the four custom resources: creating a child whose controller
+  ownerReference has ``blockOwnerDeletion: true`` needs it (OwnerReferencesPermissionEnforcement).
+- :data:`GRANTED_RULES`: the autoscaler Role the RayCluster reconcile creates (SPEC §3.9); Kubernetes
+  only lets the watcher create a Role granting what the watcher itself holds (RBAC escalation check).
+  ``tests/unit/watcher/test_permissions.py`` checks the reconciler's Role against it.
 
-Deliberately absent: configmaps, endpoints, namespaces, nodes, leases (HA is message de-duplication,
-not leader election), cert-manager and OpenShift routes (alpha mTLS gate / OpenShift; add them with
-the feature).
+Deliberately absent: ``update`` (the applier only patches), configmaps, endpoints, nodes, leases (HA is
+message de-duplication, not leader election), ``pods/proxy`` (added with the Serve health probe).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Final
 
-READ: Final = ("get", "list", "watch")
-WRITE: Final = ("create", "update", "patch", "delete")
-RAY_KINDS: Final = ("rayclusters", "rayjobs", "rayservices", "raycronjobs")
-
-
-def _rules(group: str, resources: tuple[str, ...], verbs: tuple[str, ...]) -> set[tuple[str, str, str]]:
-    return {(group, resource, verb) for resource in resources for verb in verbs}
-
-
-REQUIRED_RULES: Final[frozenset[tuple[str, str, str]]] = frozenset(
-    _rules("ray.io", RAY_KINDS, READ + WRITE)
-    | _rules("ray.io", tuple(f"{k}/status" for k in RAY_KINDS), ("get", "update", "patch"))
-    | _rules("ray.io", tuple(f"{k}/finalizers" for k in RAY_KINDS), ("update",))
-    | _rules("", ("pods",), (*READ, *WRITE, "deletecollection"))
-    | _rules("", ("pods/resize",), ("patch",))
-    | _rules("", ("services",), READ + WRITE)
-    | _rules("", ("pods/proxy", "services/proxy"), ("get", "create"))
-    | _rules("", ("events",), ("create", "patch"))
-    | _rules("events.k8s.io", ("events",), ("create", "patch"))
-    | _rules("", ("secrets", "serviceaccounts"), (*READ, "create"))
-    | _rules("", ("persistentvolumeclaims",), (*READ, "create", "delete"))
-    | _rules("batch", ("jobs",), READ + WRITE)
-    | _rules("rbac.authorization.k8s.io", ("roles", "rolebindings"), (*READ, "create"))
-    | _rules("networking.k8s.io", ("ingresses", "networkpolicies"), READ + WRITE)
-    | _rules("discovery.k8s.io", ("endpointslices",), READ)
-    | _rules("gateway.networking.k8s.io", ("gateways", "httproutes"), READ + WRITE)
+from schema.messages import (
+    Command,
+    CreateObject,
+    DashboardRef,
+    DeleteCollection,
+    DeleteObject,
+    EmitEvent,
+    ObjectRef,
+    PatchObject,
+    PatchStatus,
+    PutServeConfig,
+    StopRayJob,
+    SubmitRayJob,
 )
+from services.watcher.calls import plan_call
+from services.watcher.dashboard import dashboard_base_url, plan_dashboard_call, secret_path
+from services.watcher.informer import Scope, WatchDriver
+from services.watcher.resources import RESOURCES, ResourceType
+
+Rule = tuple[str, str, str]
+"""``(apiGroup, resource[/subresource], verb)``."""
+
+_SAMPLE_NS: Final = "ns"
+_SAMPLE_TIME: Final = datetime(2000, 1, 1, tzinfo=UTC)
+_SAMPLE_DASHBOARD: Final = DashboardRef(namespace=_SAMPLE_NS, service="svc", port=8265, cluster="c", auth_secret="c")
+
+GRANTED_RULES: Final[frozenset[Rule]] = frozenset(
+    {
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "pods", "patch"),
+        ("", "pods/resize", "patch"),
+        ("ray.io", "rayclusters", "get"),
+        ("ray.io", "rayclusters", "patch"),
+    }
+)
+"""What the autoscaler Role grants (SPEC §3.9): the watcher must hold it to create that Role."""
+
+_METHOD_VERBS: Final = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "GET": "get"}
+
+
+def rule_for(method: str, path: str, query: Sequence[tuple[str, str]] = ()) -> Rule:
+    """The RBAC triple the API server's authorizer checks for one request.
+
+    Raises:
+        ValueError: not a resource path.
+    """
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        raise ValueError(f"not a resource path: {path}")
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        raise ValueError(f"no resource in {path}")
+    resource = rest[0]
+    if len(rest) >= 3:
+        resource = f"{resource}/{rest[2]}"
+    collection = len(rest) == 1
+    verb = _METHOD_VERBS[method.upper()]
+    if method.upper() == "GET" and collection:
+        verb = "watch" if dict(query).get("watch") in ("true", "1") else "list"
+    elif method.upper() == "DELETE" and collection:
+        verb = "deletecollection"
+    return group, resource, verb
+
+
+def _sample_commands(resource: ResourceType) -> Iterator[Command]:
+    target = ObjectRef(api_version=resource.api_version, kind=resource.kind, namespace=_SAMPLE_NS, name="x", uid="u")
+    yield CreateObject(target=target, body={})
+    yield PatchObject(target=target, patch={})
+    yield DeleteObject(target=target, propagation="Background")
+    yield DeleteCollection(
+        api_version=resource.api_version, kind=resource.kind, namespace=_SAMPLE_NS, label_selector="a=b"
+    )
+    if resource.is_key_kind:
+        yield PatchStatus(target=target, status={})
+
+
+def _informer_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:
+    for resource in resources:
+        if not resource.watched:
+            continue
+        driver = WatchDriver(Scope(resource, _SAMPLE_NS), "1")
+        path = resource.collection_path(_SAMPLE_NS)
+        yield rule_for("GET", path, driver.list_query(""))
+        yield rule_for("GET", path, driver.watch_query())
+
+
+def _applier_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:
+    for resource in resources:
+        if not resource.writable or resource.kind == "Event":
+            continue
+        for command in _sample_commands(resource):
+            call = plan_call(command, now=_SAMPLE_TIME, generate=lambda _: "")
+            yield rule_for(call.method, call.path, call.query)
+    regarding = ObjectRef(api_version="v1", kind="Pod", namespace=_SAMPLE_NS, name="x")
+    event = plan_call(EmitEvent(regarding=regarding, event_type="Normal", reason="r", message="m"), now=_SAMPLE_TIME)
+    yield rule_for(event.method, event.path)
+
+
+def _dashboard_rules() -> Iterator[Rule]:
+    yield rule_for("GET", secret_path(_SAMPLE_DASHBOARD))
+    base = dashboard_base_url(_SAMPLE_DASHBOARD, use_proxy=True, api_host="", cluster_domain="")
+    commands: tuple[Command, ...] = (
+        SubmitRayJob(dashboard=_SAMPLE_DASHBOARD, request={}),
+        StopRayJob(dashboard=_SAMPLE_DASHBOARD, job_id="j"),
+        PutServeConfig(dashboard=_SAMPLE_DASHBOARD, config={}),
+    )
+    for command in commands:
+        call = plan_dashboard_call(command)
+        yield rule_for(call.method, base + call.path)
+    yield rule_for("GET", base + "/api/jobs/j")  # the prober
+
+
+def _finalizer_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:
+    for resource in resources:
+        if resource.is_key_kind:
+            yield resource.group, f"{resource.plural}/finalizers", "update"
+
+
+def required_rules(resources: Sequence[ResourceType] = RESOURCES) -> frozenset[Rule]:
+    """Every permission the watcher uses (see the module docstring)."""
+    return frozenset(
+        (
+            *_informer_rules(resources),
+            *_applier_rules(resources),
+            *_dashboard_rules(),
+            *_finalizer_rules(resources),
+            *GRANTED_RULES,
+        )
+    )
+
+
+REQUIRED_RULES: Final[frozenset[Rule]] = required_rules()
+
+
+def as_policy_rules(rules: Iterable[Rule] = REQUIRED_RULES) -> list[dict[str, list[str]]]:
+    """The triples as compact ClusterRole ``rules`` (one entry per group and verb set)."""
+    by_resource: dict[tuple[str, str], set[str]] = {}
+    for group, resource, verb in rules:
+        by_resource.setdefault((group, resource), set()).add(verb)
+    merged: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (group, resource), verbs in sorted(by_resource.items()):
+        merged.setdefault((group, tuple(sorted(verbs))), []).append(resource)
+    return [
+        {"apiGroups": [group], "resources": resources, "verbs": list(verbs)}
+        for (group, verbs), resources in sorted(merged.items())
+    ]
