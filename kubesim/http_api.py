@@ -83,11 +83,11 @@ class ResourceApi:
     def __init__(self, *, store: ObjectStore, settings: KubeSimSettings) -> None:
         self._store = store
         self._settings = settings
-        self._watch_queues: set[Watcher] = set()
+        self._open_watches: set[Watcher] = set()
 
     def close_watches(self) -> None:
         """End every open watch stream (server shutdown)."""
-        for watcher in self._watch_queues:
+        for watcher in self._open_watches:
             watcher.queue.put_nowait(b"")
 
     def resolve(self, target: Target) -> ResourceInfo:
@@ -244,14 +244,14 @@ class ResourceApi:
             await response.write_eof()
             return response
         store.hub.add(watcher)
-        self._watch_queues.add(watcher)
+        self._open_watches.add(watcher)
         try:
             await self._pump(response, watcher, info, timeout=timeout, bookmarks=bookmarks)
         except (ConnectionResetError, ConnectionError):
             pass
         finally:
             store.hub.remove(watcher)
-            self._watch_queues.discard(watcher)
+            self._open_watches.discard(watcher)
         return response
 
     async def _pump(

@@ -39,7 +39,7 @@ from kubesim.errors import (
     not_found,
     unsupported_media_type,
 )
-from kubesim.hooks import GVR, StoreEvent
+from kubesim.hooks import GVR, EventType, StoreEvent
 from kubesim.patches import json_patch, merge_patch
 from kubesim.resources import CRD_KEY, NAMESPACE_KEY, Registry, ResourceInfo, StorageKey
 from kubesim.selectors import Matcher, parse_label_selector
@@ -166,7 +166,7 @@ class ObjectStore:
         elif old is None:
             self.uids[meta["uid"]] = ident
 
-    def commit(self, key: StorageKey, type_: str, obj: Obj, old: Obj | None) -> None:
+    def commit(self, key: StorageKey, type_: EventType, obj: Obj, old: Obj | None) -> None:
         """Store (or drop, for DELETED) ``obj`` and publish the event; obj carries its new RV."""
         meta = obj["metadata"]
         ns = meta.get("namespace", "")

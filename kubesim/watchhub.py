@@ -21,7 +21,7 @@ from typing import Any
 
 from kubesim import codec
 from kubesim.errors import gone
-from kubesim.hooks import GVR, StoreEvent
+from kubesim.hooks import GVR, EventType, StoreEvent
 from kubesim.resources import StorageKey
 from kubesim.selectors import Matcher
 
@@ -33,7 +33,7 @@ class Change:
 
     __slots__ = ("_body", "gvr", "key", "obj", "old", "rv", "type")
 
-    def __init__(self, *, rv: int, type: str, key: StorageKey, gvr: GVR, obj: Obj, old: Obj | None) -> None:
+    def __init__(self, *, rv: int, type: EventType, key: StorageKey, gvr: GVR, obj: Obj, old: Obj | None) -> None:
         self.rv = rv
         self.type = type
         self.key = key
@@ -75,7 +75,7 @@ class Watcher:
         obj = change.obj
         if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
             return
-        type_ = change.type
+        type_: str = change.type
         if self.matcher is not None:
             now = self.matcher(obj)
             if type_ == "MODIFIED":
@@ -110,7 +110,7 @@ class Subscription:
     async def __anext__(self) -> StoreEvent:
         change = await self._queue.get()
         obj: Obj = codec.decode(change.body(change.obj["apiVersion"]))
-        return StoreEvent(change.type, change.gvr, obj)  # type: ignore[arg-type]
+        return StoreEvent(change.type, change.gvr, obj)
 
     async def aclose(self) -> None:
         """Stop receiving changes."""
