@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -52,6 +53,15 @@ _dead_letters = _meter.create_counter("raybus_dead_letters_total", description="
 FETCH_BATCH = 256
 FETCH_TIMEOUT = 1.0
 KEY_CONCURRENCY = 64
+
+
+async def settle(ack: Awaitable[None]) -> None:
+    """Send an ack or nak; if the connection is down it is lost and the message simply comes back
+    after ``ack_wait`` (every effect of a reconcile is idempotent), so this never fails the batch."""
+    try:
+        await ack
+    except NatsError as exc:
+        log.warning("ack/nak not sent (%s); the message will be redelivered", exc)
 
 
 def retry_delay(deliveries: int) -> float:
@@ -111,10 +121,14 @@ class PartitionConsumer:
                     msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT)
                 except TimeoutError:  # nats-py raises its own subclass or the builtin
                     continue
+                except NatsError as exc:  # disconnected, server restarting: nats-py reconnects
+                    log.warning("partition %d: fetch failed (%s); retrying", self.partition, exc)
+                    await asyncio.sleep(FETCH_TIMEOUT)
+                    continue
                 if not self._lease_valid():
                     log.warning("partition %d: lease lapsed during a fetch; returning %d", self.partition, len(msgs))
                     for msg in msgs:
-                        await msg.nak(delay=1.0)
+                        await settle(msg.nak(delay=1.0))
                     continue
                 await self.process(msgs)
         finally:
@@ -134,7 +148,7 @@ class PartitionConsumer:
                 log.warning(
                     "partition %d: dead-lettering seq %d: %s", self.partition, msg.metadata.sequence.stream, exc
                 )
-                await dead_letter(self._js, msg, stream=subjects.EVENTS_STREAM, error=f"undecodable input: {exc}")
+                await self._park(msg, f"undecodable input: {exc}")
                 continue
             groups.setdefault(key, []).append(_Item(msg, message))
         await asyncio.gather(*(self._guarded(key, items) for key, items in groups.items()))
@@ -180,9 +194,24 @@ class PartitionConsumer:
                 await self._fail(key, items, exc)
                 return
         for item in items:
-            await item.msg.ack()
+            await settle(item.msg.ack())
         _reconciles.add(1, {"raybus.kind": key.kind})
-        _reconcile_seconds.record(time.perf_counter() - started, {"raybus.kind": key.kind})
+        elapsed = time.perf_counter() - started
+        _reconcile_seconds.record(elapsed, {"raybus.kind": key.kind})
+        if log.isEnabledFor(logging.DEBUG):
+            finished = time.time()
+            log.debug(
+                "reconciled %s",
+                key,
+                extra={"raybus.key": str(key), "started": finished - elapsed, "finished": finished},
+            )
+
+    async def _park(self, msg: Msg, reason: str) -> None:
+        """Dead-letter ``msg``; if NATS is unreachable it stays unacked and comes back later."""
+        try:
+            await dead_letter(self._js, msg, stream=subjects.EVENTS_STREAM, error=reason)
+        except NatsError as exc:
+            log.warning("partition %d: could not dead-letter (%s); it will be redelivered", self.partition, exc)
 
     async def _fail(self, key: ReconcileKey, items: list[_Item], exc: Exception) -> None:
         deliveries = max(item.msg.metadata.num_delivered for item in items)
@@ -193,7 +222,7 @@ class PartitionConsumer:
             log.error("partition %d: dead-lettering %d input(s): %s", self.partition, len(items), reason)
             _dead_letters.add(len(items), {"stream": subjects.EVENTS_STREAM})
             for item in items:
-                await dead_letter(self._js, item.msg, stream=subjects.EVENTS_STREAM, error=reason)
+                await self._park(item.msg, reason)
             return
         delay = exc.delay if isinstance(exc, RetryableError) else retry_delay(deliveries)
         log.warning(
@@ -207,4 +236,4 @@ class PartitionConsumer:
             exc_info=not isinstance(exc, RetryableError),
         )
         for item in items:
-            await item.msg.nak(delay=delay)
+            await settle(item.msg.nak(delay=delay))
