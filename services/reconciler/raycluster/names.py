@@ -57,6 +57,8 @@ MANAGED_BY_KUBERAY: Final = "ray.io/kuberay-operator"
 
 # Kubernetes' generateName alphabet (no vowels, no confusable digits).
 _SUFFIX_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
+# byte → alphabet character, so a digest becomes a suffix with one ``bytes.translate``.
+_SUFFIX_TABLE: Final = bytes(ord(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)]) for b in range(256))
 _PUNCTUATION: Final = frozenset(string.punctuation)
 
 
@@ -81,7 +83,7 @@ def check_label(value: str) -> str:
 def stable_suffix(*parts: str) -> str:
     """Five generateName-style characters derived from ``parts`` (stands in for KubeRay's rand5)."""
     digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
-    return "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
+    return digest[:5].translate(_SUFFIX_TABLE).decode()
 
 
 def identifier(cluster: str, node_type: str) -> str:

@@ -23,16 +23,31 @@ class PodInfo(msgspec.Struct, frozen=True, kw_only=True):
     """The facts of one pod."""
 
     name: str
-    uid: str
     node_type: str
     group: str
     phase: str
     ready: str
     """Status of the PodReady condition ("" when the pod has none)."""
     terminating: bool
-    replica_name: str
-    replica_index: str
+    restart_never: bool
+    """``spec.restartPolicy == Never`` (what ``should_delete`` needs for a Running pod)."""
     obj: dict[str, Any]
+
+    # Read on demand: only the create/delete paths need these, never the no-op path.
+    @property
+    def uid(self) -> str:
+        """metadata.uid."""
+        return _text(self.obj["metadata"].get("uid"))
+
+    @property
+    def replica_name(self) -> str:
+        """The ``ray.io/worker-group-replica-name`` label ("" when absent)."""
+        return _text(self.obj["metadata"]["labels"].get(names.LABEL_REPLICA_NAME))
+
+    @property
+    def replica_index(self) -> str:
+        """The ``ray.io/worker-group-replica-index`` label ("" when absent)."""
+        return _text(self.obj["metadata"]["labels"].get(names.LABEL_REPLICA_INDEX))
 
 
 class PodIndex(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,59 +57,104 @@ class PodIndex(msgspec.Struct, frozen=True, kw_only=True):
     heads: tuple[PodInfo, ...]
     workers: tuple[PodInfo, ...]
     by_group: dict[str, tuple[PodInfo, ...]]
+    ready_workers: int
+    """Workers Running with PodReady=True."""
+    available_workers: int
+    """Workers Running."""
+    all_running_and_ready: bool
+    """KubeRay's CheckAllPodsRunning over every pod of the cluster (False when there are none)."""
 
 
-def _ready_status(status: dict[str, Any]) -> str:
-    conditions = status.get("conditions")
-    if not isinstance(conditions, list):
-        return ""
-    for condition in conditions:
-        if isinstance(condition, dict) and condition.get("type") == "Ready":
-            value = condition.get("status")
-            return value if isinstance(value, str) else ""
-    return ""
+def _text(value: object) -> str:
+    """A label/field value as a string ("" when absent)."""
+    if value.__class__ is str:
+        return value  # type: ignore[return-value]
+    return "" if value is None else str(value)
 
 
 def index_pods(cluster: str, pods: list[dict[str, Any]]) -> PodIndex:
-    """Index the pods of ``cluster`` (``pods`` in name order, as ``Snapshot.of_kind`` returns them)."""
+    """Index the pods of ``cluster`` (``pods`` in name order, as ``Snapshot.of_kind`` returns them).
+
+    This runs on every reconcile (the no-op path of a 100-pod cluster), so the common case is plain
+    dict lookups; values of an unexpected type take a slow path that turns them into strings.
+    """
     infos: list[PodInfo] = []
     heads: list[PodInfo] = []
     workers: list[PodInfo] = []
     by_group: dict[str, list[PodInfo]] = {}
+    # Hoisted: module attribute lookups per pod are a measurable share of this loop.
+    k_cluster, k_type, k_group = names.LABEL_CLUSTER, names.LABEL_NODE_TYPE, names.LABEL_GROUP
+    head, worker = names.NODE_HEAD, names.NODE_WORKER
+    ready_workers = available_workers = 0
+    all_ok = True
+    text, dict_type, list_type, info_type = str, dict, list, PodInfo
     for pod in pods:
-        meta = pod.get("metadata")
-        if not isinstance(meta, dict):
+        try:
+            meta = pod["metadata"]
+            labels = meta["labels"]
+            if labels.get(k_cluster) != cluster:
+                continue
+            status: Any = pod.get("status")
+            name = meta.get("name", "")
+            terminating = bool(meta.get("deletionTimestamp"))
+            pod_spec: Any = pod.get("spec")
+            restart_never = pod_spec.__class__ is dict_type and pod_spec.get("restartPolicy") == "Never"
+        except (KeyError, TypeError, AttributeError):
             continue
-        labels = meta.get("labels")
-        if not isinstance(labels, dict) or labels.get(names.LABEL_CLUSTER) != cluster:
-            continue
-        status = pod.get("status")
-        if not isinstance(status, dict):
+        node_type = labels.get(k_type, "")
+        group = labels.get(k_group, "")
+        if status.__class__ is not dict_type:
             status = {}
-        phase = status.get("phase")
-        info = PodInfo(
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
-            node_type=str(labels.get(names.LABEL_NODE_TYPE, "")),
-            group=str(labels.get(names.LABEL_GROUP, "")),
-            phase=phase if isinstance(phase, str) else "",
-            ready=_ready_status(status),
-            terminating=bool(meta.get("deletionTimestamp")),
-            replica_name=str(labels.get(names.LABEL_REPLICA_NAME, "")),
-            replica_index=str(labels.get(names.LABEL_REPLICA_INDEX, "")),
+        phase = status.get("phase", "")
+        ready = ""
+        conditions = status.get("conditions")
+        if conditions.__class__ is list_type:
+            for condition in conditions:
+                if condition.__class__ is dict_type and condition.get("type") == "Ready":
+                    value = condition.get("status")
+                    ready = value if value.__class__ is text else ""
+                    break
+        if not (
+            name.__class__ is text
+            and node_type.__class__ is text
+            and group.__class__ is text
+            and phase.__class__ is text
+        ):
+            name, node_type, group, phase = _text(name), _text(node_type), _text(group), _text(phase)
+        info = info_type(
+            name=name,
+            node_type=node_type,
+            group=group,
+            phase=phase,
+            ready=ready,
+            terminating=terminating,
+            restart_never=restart_never,
             obj=pod,
         )
         infos.append(info)
-        if info.node_type == names.NODE_HEAD:
+        running = phase == "Running"
+        if not running or (ready != "" and ready != "True"):
+            all_ok = False
+        if node_type == head:
             heads.append(info)
-        elif info.node_type == names.NODE_WORKER:
+        elif node_type == worker:
             workers.append(info)
-            by_group.setdefault(info.group, []).append(info)
+            if running:
+                available_workers += 1
+                if ready == "True":
+                    ready_workers += 1
+            if group in by_group:
+                by_group[group].append(info)
+            else:
+                by_group[group] = [info]
     return PodIndex(
         pods=tuple(infos),
         heads=tuple(heads),
         workers=tuple(workers),
         by_group={g: tuple(p) for g, p in by_group.items()},
+        ready_workers=ready_workers,
+        available_workers=available_workers,
+        all_running_and_ready=all_ok and bool(infos),
     )
 
 
@@ -109,12 +169,9 @@ def should_delete(info: PodInfo) -> str:
             f"The {info.node_type} Pod {info.name} status is {info.phase} which is a terminal state. "
             "KubeRay will delete the Pod and create new Pods in the next reconciliation if necessary."
         )
-    if info.phase != "Running":
+    if info.phase != "Running" or not info.restart_never:
         return ""
-    spec = info.obj.get("spec")
-    if not isinstance(spec, dict) or spec.get("restartPolicy") != "Never":
-        return ""
-    containers = spec.get("containers")
+    containers = info.obj["spec"].get("containers")
     if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
         return ""
     ray_name = containers[0].get("name")
@@ -134,8 +191,6 @@ def should_delete(info: PodInfo) -> str:
     return ""
 
 
-def all_running_and_ready(pods: tuple[PodInfo, ...]) -> bool:
-    """KubeRay's CheckAllPodsRunning: at least one pod, all Running, no PodReady condition not True."""
-    if not pods:
-        return False
-    return all(p.phase == "Running" and p.ready in ("", "True") for p in pods)
+def may_need_deletion(info: PodInfo) -> bool:
+    """A cheap pre-check of :func:`should_delete` (terminal phase, or Running with restartPolicy Never)."""
+    return info.phase == "Failed" or info.phase == "Succeeded" or (info.restart_never and info.phase == "Running")

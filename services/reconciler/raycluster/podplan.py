@@ -27,7 +27,7 @@ from services.reconciler.raycluster import events, model, names, pods
 from services.reconciler.raycluster.commands import Plan
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.multihost import plan_multihost_group
-from services.reconciler.raycluster.podindex import PodIndex, PodInfo, should_delete
+from services.reconciler.raycluster.podindex import PodIndex, PodInfo, may_need_deletion, should_delete
 from services.reconciler.raycluster.podops import (
     condition_true,
     delete_pod,
@@ -167,7 +167,7 @@ def _plan_group(
         return True
     if group.num_of_hosts > 1 and config.gates.ray_multi_host_indexing:
         return plan_multihost_group(view, config, group, listed=listed, desired=desired, plan=plan, now=now)
-    condemned = [(p, why) for p in listed if (why := should_delete(p))]
+    condemned = [(p, why) for p in listed if may_need_deletion(p) and (why := should_delete(p))]
     if condemned:
         issued = [p for p, why in condemned if delete_pod(plan, p, head=False, why=why, step=f"unhealthy:{g}")]
         if issued:

@@ -4,10 +4,10 @@ Role: the arithmetic KubeRay does with ``resource.Quantity`` (``--num-cpus`` fro
 ``desired*`` status fields, the shared-memory size), reproduced exactly enough that the printed values
 match what the Go operator writes (``1500m``, ``6Gi``, ``80G``).
 
-Invariants: values are exact :class:`fractions.Fraction`s (Go rounds to nano units at parse time, and so
-do we); a sum keeps the *format* (binary/decimal/exponent) of its first non-zero term, as Go's
-``Quantity.Add`` does; printing follows ``CanonicalizeBytes`` (binary values below 1024 or not integral
-print as decimal SI).
+Invariants: values are exact integers of nano-units (Go rounds to nano units at parse time, and so do
+we), which keeps the arithmetic exact and cheap; a sum keeps the *format* (binary/decimal/exponent) of
+its first non-zero term, as Go's ``Quantity.Add`` does; printing follows ``CanonicalizeBytes`` (binary
+values below 1024 or not integral print as decimal SI).
 
 Not here: the strict validation of quantity syntax for the API server (a malformed quantity raises
 :class:`ValueError`, which the validator turns into a spec error).
@@ -15,7 +15,6 @@ Not here: the strict validation of quantity syntax for the API server (a malform
 
 from __future__ import annotations
 
-import math
 import re
 from fractions import Fraction
 from typing import Final, Literal
@@ -29,37 +28,47 @@ _BINARY: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _DECIMAL: Final = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _DECIMAL_SUFFIX: Final = {exp: suffix for suffix, exp in _DECIMAL.items()}
 _BINARY_SUFFIX: Final = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
-_NANO: Final = Fraction(1, 10**9)
+NANO: Final = 10**9
+_INT: Final = re.compile(r"^[0-9]+$")
 
 
 class Quantity(msgspec.Struct, frozen=True):
-    """An exact quantity and the format it prints in."""
+    """An exact quantity (in nano-units) and the format it prints in."""
 
-    value: Fraction
+    nanos: int
     format: QuantityFormat = ""
+
+    @property
+    def value(self) -> Fraction:
+        """The amount as an exact fraction."""
+        return Fraction(self.nanos, NANO)
 
     def is_zero(self) -> bool:
         """True when the amount is zero."""
-        return self.value == 0
+        return self.nanos == 0
 
     def ceil(self) -> int:
         """The amount rounded up to an integer (Go's ``Quantity.Value()``)."""
-        return math.ceil(self.value)
+        return -(-self.nanos // NANO)
+
+    def as_float(self) -> float:
+        """The amount as a float (Go's ``AsApproximateFloat64``)."""
+        return self.nanos / NANO
 
     def add(self, other: Quantity) -> Quantity:
         """The sum; the format is ours unless we are zero (Go's ``Add``)."""
-        fmt = other.format if self.value == 0 else self.format
-        return Quantity(self.value + other.value, fmt)
+        fmt = other.format if self.nanos == 0 else self.format
+        return Quantity(self.nanos + other.nanos, fmt)
 
     def mul(self, factor: int) -> Quantity:
         """The amount times an integer, in our format."""
-        return Quantity(self.value * factor, self.format)
+        return Quantity(self.nanos * factor, self.format)
 
     def __str__(self) -> str:
         return format_quantity(self)
 
 
-ZERO: Final = Quantity(Fraction(0), "")
+ZERO: Final = Quantity(0, "")
 
 
 def parse_quantity(raw: object) -> Quantity:
@@ -71,29 +80,34 @@ def parse_quantity(raw: object) -> Quantity:
     if isinstance(raw, bool):
         raise ValueError(f"quantities must match the regular expression: {raw!r}")
     if isinstance(raw, int):
-        return Quantity(Fraction(raw), "DecimalSI")
+        return Quantity(raw * NANO, "DecimalSI")
     if isinstance(raw, float):
         return Quantity(_round_nano(Fraction(raw)), "DecimalSI")
     if not isinstance(raw, str):
         raise ValueError(f"quantities must match the regular expression: {raw!r}")
+    if _INT.match(raw):
+        return Quantity(int(raw) * NANO, "DecimalSI")
     match = _PATTERN.match(raw.strip())
     if match is None:
         raise ValueError(f"quantities must match the regular expression '{_PATTERN.pattern}': {raw!r}")
     sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
-    value = Fraction(number)
     fmt: QuantityFormat
     if suffix in _BINARY:
-        value *= 2 ** _BINARY[suffix]
+        scale: Fraction | int = 2 ** _BINARY[suffix] * NANO
         fmt = "BinarySI"
     elif suffix in _DECIMAL:
-        value *= Fraction(10) ** _DECIMAL[suffix]
+        exponent = _DECIMAL[suffix] + 9
+        scale = 10**exponent if exponent >= 0 else Fraction(1, 10**-exponent)
         fmt = "DecimalSI"
     else:
-        value *= Fraction(10) ** int(suffix[1:])
+        exponent = int(suffix[1:]) + 9
+        scale = 10**exponent if exponent >= 0 else Fraction(1, 10**-exponent)
         fmt = "DecimalExponent"
-    if sign == "-":
-        value = -value
-    return Quantity(_round_nano(value), fmt)
+    if number.isdigit() and isinstance(scale, int):
+        nanos = int(number) * scale  # the common case ("2", "500m", "5Gi"): integer arithmetic only
+    else:
+        nanos = _round_nano(Fraction(number) * scale / NANO)
+    return Quantity(-nanos if sign == "-" else nanos, fmt)
 
 
 def try_parse_quantity(raw: object) -> Quantity | None:
@@ -104,22 +118,26 @@ def try_parse_quantity(raw: object) -> Quantity | None:
         return None
 
 
-def _round_nano(value: Fraction) -> Fraction:
+def is_quantity(raw: object) -> bool:
+    """True when ``raw`` parses as a quantity (cheaper than :func:`try_parse_quantity`)."""
+    if isinstance(raw, bool):
+        return False
+    if isinstance(raw, int | float):
+        return True
+    return isinstance(raw, str) and _PATTERN.match(raw.strip()) is not None
+
+
+def _round_nano(value: Fraction) -> int:
     # Go keeps at most nano precision and rounds away from zero.
-    if (value / _NANO).denominator == 1:
-        return value
-    scaled = value / _NANO
-    rounded = math.ceil(scaled) if scaled > 0 else math.floor(scaled)
-    return rounded * _NANO
+    scaled = value * NANO
+    if scaled.denominator == 1:
+        return int(scaled)
+    return -(-scaled.numerator // scaled.denominator) if scaled > 0 else scaled.numerator // scaled.denominator
 
 
-def _decimal_parts(value: Fraction) -> tuple[int, int]:
-    """``value`` as ``mantissa * 10**exponent`` with an integer mantissa free of trailing zeros."""
-    scale = 0
-    while value.denominator != 1:
-        value *= 10
-        scale -= 1
-    mantissa = int(value)
+def _decimal_parts(nanos: int) -> tuple[int, int]:
+    """``nanos * 1e-9`` as ``mantissa * 10**exponent`` with a mantissa free of trailing zeros."""
+    mantissa, scale = nanos, -9
     while mantissa != 0 and mantissa % 10 == 0:
         mantissa //= 10
         scale += 1
@@ -128,20 +146,20 @@ def _decimal_parts(value: Fraction) -> tuple[int, int]:
 
 def format_quantity(quantity: Quantity) -> str:
     """Print a quantity canonically (Go's ``Quantity.String()``)."""
-    value = quantity.value
-    if value == 0:
+    nanos = quantity.nanos
+    if nanos == 0:
         return "0"
     fmt = quantity.format
-    if fmt == "BinarySI" and (-1024 < value < 1024 or value.denominator != 1):
+    if fmt == "BinarySI" and (-1024 * NANO < nanos < 1024 * NANO or nanos % NANO != 0):
         fmt = "DecimalSI"
     if fmt == "BinarySI":
-        amount = int(value)
+        amount = nanos // NANO
         exponent = 0
         while amount % 1024 == 0 and exponent < 6:
             amount //= 1024
             exponent += 1
         return f"{amount}{_BINARY_SUFFIX[exponent]}"
-    mantissa, exponent = _decimal_parts(value)
+    mantissa, exponent = _decimal_parts(nanos)
     shift = exponent % 3
     mantissa *= 10**shift
     exponent -= shift

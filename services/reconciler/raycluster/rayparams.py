@@ -102,7 +102,7 @@ def complete_start_params(
             elif is_gpu(name):
                 out["num-gpus"] = str(quantity.ceil())
             else:
-                custom[name] = float(quantity.value)
+                custom[name] = quantity.as_float()
         if custom:
             out["resources"] = _resources_json(custom)
     if group_labels:
@@ -167,7 +167,7 @@ def add_container_resources(params: dict[str, str], container_resources: object)
             amount = try_parse_quantity(limits[name])
             if amount is None or amount.is_zero():
                 continue
-            resources_map[ray_name] = float(amount.value)
+            resources_map[ray_name] = amount.as_float()
             out["resources"] = _resources_json(resources_map)
             break
     return out

@@ -130,7 +130,8 @@ def _reconcile(snapshot: Snapshot, obj: dict[str, Any], now: datetime, config: O
     if stop := _prelude(view, plan):
         return _decision(plan, now + timedelta(seconds=ERROR_REQUEUE_SECONDS) if stop == "requeue" else None)
     index = index_pods(view.name, snapshot.of_kind("Pod"))
-    if gcsft.handle_finalizer(view, config, index=index, jobs=snapshot.of_kind("Job"), now=now, plan=plan):
+    jobs = snapshot.of_kind("Job") if view.deletion_timestamp else []  # only the deletion flow reads Jobs
+    if gcsft.handle_finalizer(view, config, index=index, jobs=jobs, now=now, plan=plan):
         wake = now + timedelta(seconds=plan.requeue_after) if plan.requeue_after is not None else None
         return _decision(plan, wake)
     service_list = snapshot.of_kind("Service")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.reconciler.raycluster.quantity import try_parse_quantity
+from services.reconciler.raycluster.quantity import is_quantity
 
 
 def _list_of_dicts(value: object, path: str) -> str:
@@ -70,7 +70,7 @@ def _container(container: dict[str, Any], path: str) -> str:
             if not isinstance(values, dict):
                 return f"{path}.resources.{section} must be an object"
             for name, raw in values.items():
-                if try_parse_quantity(raw) is None:
+                if not is_quantity(raw):
                     return f"{path}.resources.{section}[{name}]: quantities must match the regular expression"
     for key in ("securityContext", "livenessProbe", "readinessProbe"):
         if container.get(key) is not None and not isinstance(container[key], dict):

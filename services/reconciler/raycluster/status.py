@@ -27,7 +27,7 @@ from schema.messages import Transition
 from schema.ray import Condition, HeadInfo, RayClusterStatus
 from services.reconciler.raycluster.commands import rfc3339
 from services.reconciler.raycluster.model import ClusterView
-from services.reconciler.raycluster.podindex import PodIndex, PodInfo, all_running_and_ready
+from services.reconciler.raycluster.podindex import PodIndex, PodInfo
 from services.reconciler.raycluster.podops import group_replicas
 from services.reconciler.raycluster.resources import desired_resources
 from services.reconciler.raycluster.services import find_head_services
@@ -143,9 +143,8 @@ def compute_status(
     desired = sum(group_replicas(g) * max(g.num_of_hosts, 1) for g in groups)
     minimum = sum(g.min_replicas * max(g.num_of_hosts, 1) for g in active)
     maximum = min(sum(g.max_replicas * max(g.num_of_hosts, 1) for g in active), MAX_INT32)
-    workers = index.workers
     state, reason = old.state, old.reason
-    if not error and len(index.pods) == desired + 1 and all_running_and_ready(index.pods):
+    if not error and len(index.pods) == desired + 1 and index.all_running_and_ready:
         state, reason = "ready", ""
     if len(index.heads) > 1:
         raise StatusError(f"{len(index.heads)} head Pods found for RayCluster {view.namespace}/{view.name}")
@@ -156,7 +155,7 @@ def compute_status(
         suspended = _is_true(conditions, SUSPENDED)
         suspending = _is_true(conditions, SUSPENDING)
         if not _is_true(conditions, PROVISIONED) and not suspended:
-            if all_running_and_ready(index.pods):
+            if index.all_running_and_ready:
                 set_condition(
                     conditions,
                     type_=PROVISIONED,
@@ -232,8 +231,8 @@ def compute_status(
             service_name=str((service.get("metadata") or {}).get("name") or ""),
         ),
         conditions=tuple(conditions) or None,
-        ready_worker_replicas=sum(1 for p in workers if p.phase == "Running" and p.ready == "True"),
-        available_worker_replicas=sum(1 for p in workers if p.phase == "Running"),
+        ready_worker_replicas=index.ready_workers,
+        available_worker_replicas=index.available_workers,
         desired_worker_replicas=desired,
         min_worker_replicas=minimum,
         max_worker_replicas=maximum,

@@ -191,14 +191,12 @@ def test_provisioning_then_provisioned_and_sticky() -> None:
 def _info(status: dict[str, Any]) -> PodInfo:
     return PodInfo(
         name="h",
-        uid="u",
         node_type="head",
         group="headgroup",
         phase="Running",
         ready="",
         terminating=False,
-        replica_name="",
-        replica_index="",
+        restart_never=False,
         obj={"status": status},
     )
 
