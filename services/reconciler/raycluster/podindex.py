@@ -67,8 +67,8 @@ class PodIndex(msgspec.Struct, frozen=True, kw_only=True):
 
 def _text(value: object) -> str:
     """A label/field value as a string ("" when absent)."""
-    if value.__class__ is str:
-        return value  # type: ignore[return-value]
+    if isinstance(value, str):
+        return value
     return "" if value is None else str(value)
 
 

@@ -25,6 +25,7 @@ import msgspec
 from schema.config import OperatorConfig
 from schema.messages import Transition
 from schema.ray import Condition, HeadInfo, RayClusterStatus
+from schema.ray.common import ConditionStatus
 from services.reconciler.raycluster.commands import rfc3339
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.podindex import PodIndex, PodInfo
@@ -45,6 +46,14 @@ class StatusError(Exception):
     """calculateStatus failed (missing/duplicate head Service, several head pods): nothing is written."""
 
 
+def _status_value(value: str) -> ConditionStatus:
+    if value == "True":
+        return "True"
+    if value == "False":
+        return "False"
+    return "Unknown"
+
+
 def set_condition(conditions: list[Condition], *, type_: str, status: str, reason: str, message: str, now: str) -> None:
     """``meta.SetStatusCondition`` on a list of typed conditions (replaced in place, order kept)."""
     for i, existing in enumerate(conditions):
@@ -56,14 +65,14 @@ def set_condition(conditions: list[Condition], *, type_: str, status: str, reaso
             return
         conditions[i] = Condition(
             type=type_,
-            status=status,  # type: ignore[arg-type]  # callers pass "True"/"False"
+            status=_status_value(status),
             reason=reason,
             message=message,
             last_transition_time=now if existing.status != status else existing.last_transition_time,
         )
         return
     conditions.append(
-        Condition(type=type_, status=status, reason=reason, message=message, last_transition_time=now)  # type: ignore[arg-type]
+        Condition(type=type_, status=_status_value(status), reason=reason, message=message, last_transition_time=now)
     )
 
 

@@ -4,9 +4,9 @@ Role: return the message of the first rule a RayCluster breaks, or "" when it is
 turns a message into a Warning Event (``InvalidRayClusterMetadata`` / ``InvalidRayClusterSpec``) and
 stops without touching status or children.
 
-Invariants: rules run in SPEC §8 order; every message text lives in :data:`MESSAGES` (raybus's wording,
-modelled on KubeRay's; the Go source was not available); checks never raise on odd input (they read
-the typed spec, and ``shape`` has vetted the free-form templates first).
+Invariants: rules run in SPEC §8 order; every message text lives in ``validation_messages.MESSAGES``;
+checks never raise on odd input (they read the typed spec, and ``shape`` has vetted the free-form
+templates first).
 
 Not here: the upgradeStrategy/status checks of the reconcile prelude (``reconcile``).
 """
@@ -17,9 +17,10 @@ import re
 from typing import Final
 
 from schema.config import OperatorConfig
-from schema.ray import RayClusterSpec, WorkerGroupSpec
+from schema.ray import NetworkPolicyRules, RayClusterSpec, WorkerGroupNetworkPolicy, WorkerGroupSpec
 from services.reconciler.raycluster import model, names, shape
 from services.reconciler.raycluster.model import ClusterView
+from services.reconciler.raycluster.validation_messages import MESSAGES, message_for
 
 MAX_NAME_LENGTH: Final = 53
 _DNS1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -39,109 +40,13 @@ _HISTORY_FORBIDDEN_ENV: Final = (
     "EVENTS_PORT",
 )
 
-MESSAGES: Final = {
-    "name-too-long": "RayCluster name should be no more than {max} characters, got {n}",
-    "name-dns1035": "RayCluster name should be a valid DNS-1035 label: {name!r}",
-    "head-no-container": "headGroupSpec should have at least one container",
-    "worker-no-container": "workerGroupSpec {group} should have at least one container",
-    "min-max-required": "worker group {group}: minReplicas and maxReplicas must be set when autoscaling is disabled",
-    "min-negative": "worker group {group}: minReplicas ({n}) must be greater than or equal to 0",
-    "max-negative": "worker group {group}: maxReplicas ({n}) must be greater than or equal to 0",
-    "min-gt-max": "worker group {group}: minReplicas ({min}) must be less than or equal to maxReplicas ({max})",
-    "resources-conflict": (
-        "{group}: rayStartParams[{key!r}] cannot be set together with the group's resources field; "
-        "use resources only"
-    ),
-    "labels-param": "{group}: rayStartParams['labels'] is not allowed; use the group's labels field",
-    "label-key": "{group}: invalid label key {key!r} in labels",
-    "label-value": "{group}: invalid label value {value!r} for key {key!r} in labels",
-    "idle-negative": "worker group {group}: idleTimeoutSeconds ({n}) must be greater than or equal to 0",
-    "idle-needs-v2": (
-        "worker group {group}: idleTimeoutSeconds is only supported by autoscaler v2 "
-        "(autoscalerOptions.version: v2 or head env RAY_enable_autoscaler_v2=true)"
-    ),
-    "priority": "worker group {group}: priority requires rayVersion >= 2.56.0 and autoscaler v2",
-    "ft-both": (
-        "the ray.io/ft-enabled annotation and gcsFaultToleranceOptions cannot both be set; "
-        "use gcsFaultToleranceOptions only"
-    ),
-    "redis-address-no-ft": (
-        "head env RAY_REDIS_ADDRESS is set but GCS fault tolerance is not enabled; set gcsFaultToleranceOptions"
-    ),
-    "ft-redis-password-param": (
-        "rayStartParams['redis-password'] cannot be set when gcsFaultToleranceOptions is set; "
-        "use gcsFaultToleranceOptions.redisPassword"
-    ),
-    "ft-redis-password-env": (
-        "head env REDIS_PASSWORD cannot be set when gcsFaultToleranceOptions is set; "
-        "use gcsFaultToleranceOptions.redisPassword"
-    ),
-    "ft-redis-address-env": (
-        "head env RAY_REDIS_ADDRESS cannot be set when gcsFaultToleranceOptions is set; "
-        "use gcsFaultToleranceOptions.redisAddress"
-    ),
-    "ft-storage-ns-annotation": (
-        "the ray.io/external-storage-namespace annotation cannot be set when gcsFaultToleranceOptions is set; "
-        "use gcsFaultToleranceOptions.externalStorageNamespace"
-    ),
-    "rocksdb-gate": (
-        "gcsFaultToleranceOptions.backend rocksdb requires the GCSFaultToleranceEmbeddedStorage feature gate"
-    ),
-    "rocksdb-redis-fields": "gcsFaultToleranceOptions.backend rocksdb cannot be used with Redis fields ({field})",
-    "rocksdb-claim": "gcsFaultToleranceOptions.storage.claimName cannot be set together with {field}",
-    "rocksdb-env": "env {env} is managed by the operator for the rocksdb GCS backend and cannot be set",
-    "rocksdb-volume": "volume or volumeMount {what!r} is reserved for the rocksdb GCS backend",
-    "redis-storage": "gcsFaultToleranceOptions.storage is only supported with backend rocksdb",
-    "redis-username": (
-        "rayStartParams['redis-username'] and head env REDIS_USERNAME are not supported; "
-        "use gcsFaultToleranceOptions.redisUsername"
-    ),
-    "group-suspend-gate": "worker group {group}: suspend requires the RayJobDeletionPolicy feature gate",
-    "v2-env-no-autoscaling": "head env RAY_enable_autoscaler_v2 is set but enableInTreeAutoscaling is not true",
-    "autoscaling-group-suspend": (
-        "worker group {group}: suspending worker groups is not supported with autoscaling enabled"
-    ),
-    "v2-both": (
-        "autoscalerOptions.version and head env RAY_enable_autoscaler_v2 cannot both be set; "
-        "use autoscalerOptions.version"
-    ),
-    "v2-restart-head": "restartPolicy of the head Pod must be Never or unset with autoscaler v2, got {policy!r}",
-    "v2-restart-worker": (
-        "restartPolicy of worker group {group} must be Never or unset with autoscaler v2, got {policy!r}"
-    ),
-    "autoscaler-idle-negative": "autoscalerOptions.idleTimeoutSeconds ({n}) must be greater than or equal to 0",
-    "autoscaler-env": "autoscalerOptions.env cannot set KUBERAY_GEN_AUTOSCALER_START_CMD",
-    "history-gate": "historyServerOptions requires the RayClusterHistoryServer feature gate",
-    "history-collector": "historyServerOptions.collectorOptions must be set",
-    "history-image": "historyServerOptions.collectorOptions.image must be set",
-    "history-env": "historyServerOptions.collectorOptions.env cannot set {env}",
-    "history-backend": "historyServerOptions.collectorOptions.env must set STORAGE_BACKEND",
-    "history-container": "the container name ray-history-collector is reserved for the history-server collector",
-    "auth-version": "authOptions.mode token requires rayVersion >= 2.52.0, got {version!r}",
-    "k8s-auth-version": "authOptions.enableK8sTokenAuth requires rayVersion >= 2.55.0, got {version!r}",
-    "k8s-auth-secret": "authOptions.enableK8sTokenAuth cannot be used together with authOptions.secretName",
-    "k8s-auth-mode": "authOptions.enableK8sTokenAuth requires authOptions.mode token",
-    "netpol-gate": "networkPolicy requires the RayClusterNetworkPolicy feature gate",
-    "netpol-ingress": "networkPolicy.{where}: ingressRules cannot be set with mode DenyAllEgress",
-    "netpol-egress": "networkPolicy.{where}: egressRules cannot be set with mode DenyAllIngress",
-    "netpol-group-name": "networkPolicy.workerGroups: group name {group!r} must be a DNS-1123 label",
-    "netpol-group-missing": "networkPolicy.workerGroups: group {group!r} is not a worker group of this RayCluster",
-    "tls-gate": "tlsOptions requires the RayClusterMTLS feature gate",
-    "tls-env": "env {env} is managed by the operator when tlsOptions is enabled",
-    "tls-volume": "volume or volumeMount {what!r} is reserved for mTLS",
-}
-
-
-def _msg(message_id: str, /, **values: object) -> str:
-    return MESSAGES[message_id].format(**values)
-
 
 def validate_metadata(view: ClusterView) -> str:
     """SPEC §8 metadata rules for a RayCluster name."""
     if len(view.name) > MAX_NAME_LENGTH:
-        return _msg("name-too-long", max=MAX_NAME_LENGTH, n=len(view.name))
+        return message_for("name-too-long", max=MAX_NAME_LENGTH, n=len(view.name))
     if len(view.name) > 63 or not _DNS1035.match(view.name):
-        return _msg("name-dns1035", name=view.name)
+        return message_for("name-dns1035", name=view.name)
     return ""
 
 
@@ -198,27 +103,27 @@ def _group_params(
     if resources:
         for key in _RESOURCE_PARAMS:
             if key in params:
-                return _msg("resources-conflict", group=label, key=key)
+                return message_for("resources-conflict", group=label, key=key)
     if "labels" in params:
-        return _msg("labels-param", group=label)
+        return message_for("labels-param", group=label)
     for key, value in (labels or {}).items():
         if not valid_label_key(key):
-            return _msg("label-key", group=label, key=key)
+            return message_for("label-key", group=label, key=key)
         if not valid_label_value(value):
-            return _msg("label-value", group=label, key=key, value=value)
+            return message_for("label-value", group=label, key=key, value=value)
     return ""
 
 
 def _replica_bounds(group: WorkerGroupSpec, raw: dict[str, object], autoscaling: bool) -> str:
     g = group.group_name
     if not autoscaling and ("minReplicas" not in raw or "maxReplicas" not in raw):
-        return _msg("min-max-required", group=g)
+        return message_for("min-max-required", group=g)
     if group.min_replicas < 0:
-        return _msg("min-negative", group=g, n=group.min_replicas)
+        return message_for("min-negative", group=g, n=group.min_replicas)
     if group.max_replicas < 0:
-        return _msg("max-negative", group=g, n=group.max_replicas)
+        return message_for("max-negative", group=g, n=group.max_replicas)
     if group.min_replicas > group.max_replicas:
-        return _msg("min-gt-max", group=g, min=group.min_replicas, max=group.max_replicas)
+        return message_for("min-gt-max", group=g, min=group.min_replicas, max=group.max_replicas)
     return ""
 
 
@@ -234,12 +139,12 @@ def validate_spec(view: ClusterView, config: OperatorConfig) -> str:
     if problem := shape.service_problem(head.head_service, "headGroupSpec.headService"):
         return problem
     if model.ray_container(head.template) is None:
-        return _msg("head-no-container")
+        return message_for("head-no-container")
     for group in groups:
         if problem := shape.template_problem(group.template, f"workerGroupSpecs[{group.group_name}].template"):
             return problem
         if model.ray_container(group.template) is None:
-            return _msg("worker-no-container", group=group.group_name)
+            return message_for("worker-no-container", group=group.group_name)
     autoscaling = model.autoscaling_enabled(spec)
     for i, group in enumerate(groups):
         raw = raw_list[i] if i < len(raw_list) and isinstance(raw_list[i], dict) else {}
@@ -254,11 +159,11 @@ def validate_spec(view: ClusterView, config: OperatorConfig) -> str:
     for group in groups:
         if group.idle_timeout_seconds is not None:
             if group.idle_timeout_seconds < 0:
-                return _msg("idle-negative", group=group.group_name, n=group.idle_timeout_seconds)
+                return message_for("idle-negative", group=group.group_name, n=group.idle_timeout_seconds)
             if not v2:
-                return _msg("idle-needs-v2", group=group.group_name)
+                return message_for("idle-needs-v2", group=group.group_name)
         if group.priority != 0 and not (model.version_at_least(spec.ray_version, (2, 56, 0)) and v2):
-            return _msg("priority", group=group.group_name)
+            return message_for("priority", group=group.group_name)
     if problem := _validate_gcs(view, config):
         return problem
     if problem := _validate_autoscaling(view, config):
@@ -273,21 +178,21 @@ def _validate_gcs(view: ClusterView, config: OperatorConfig) -> str:
     head_env = _env_names(head.template)
     params = head.ray_start_params or {}
     if options is not None and names.ANN_FT_ENABLED in view.annotations:
-        return _msg("ft-both")
+        return message_for("ft-both")
     if "RAY_REDIS_ADDRESS" in head_env and not model.gcs_ft_enabled(view):
-        return _msg("redis-address-no-ft")
+        return message_for("redis-address-no-ft")
     if options is not None:
         if "redis-password" in params:
-            return _msg("ft-redis-password-param")
+            return message_for("ft-redis-password-param")
         if "REDIS_PASSWORD" in head_env:
-            return _msg("ft-redis-password-env")
+            return message_for("ft-redis-password-env")
         if "RAY_REDIS_ADDRESS" in head_env:
-            return _msg("ft-redis-address-env")
+            return message_for("ft-redis-address-env")
         if names.ANN_EXTERNAL_STORAGE_NS in view.annotations:
-            return _msg("ft-storage-ns-annotation")
+            return message_for("ft-storage-ns-annotation")
         if options.backend == "rocksdb":
             if not config.gates.gcs_fault_tolerance_embedded_storage:
-                return _msg("rocksdb-gate")
+                return message_for("rocksdb-gate")
             redis_fields: tuple[tuple[str, object], ...] = (
                 ("redisAddress", options.redis_address),
                 ("redisUsername", options.redis_username),
@@ -296,7 +201,7 @@ def _validate_gcs(view: ClusterView, config: OperatorConfig) -> str:
             )
             for field, value in redis_fields:
                 if value:
-                    return _msg("rocksdb-redis-fields", field=field)
+                    return message_for("rocksdb-redis-fields", field=field)
             storage = options.storage
             if storage is not None and storage.claim_name:
                 claim_fields: tuple[tuple[str, object], ...] = (
@@ -306,17 +211,17 @@ def _validate_gcs(view: ClusterView, config: OperatorConfig) -> str:
                 )
                 for field, value in claim_fields:
                     if value:
-                        return _msg("rocksdb-claim", field=field)
+                        return message_for("rocksdb-claim", field=field)
             for _, template in _templates(spec):
                 for env in ("RAY_gcs_storage", "RAY_gcs_storage_path"):
                     if env in _env_names(template):
-                        return _msg("rocksdb-env", env=env)
+                        return message_for("rocksdb-env", env=env)
             if what := _mount_problem(spec, names_=("gcs-storage",), paths=("/data/gcs",)):
-                return _msg("rocksdb-volume", what=what)
+                return message_for("rocksdb-volume", what=what)
         elif options.storage is not None:
-            return _msg("redis-storage")
+            return message_for("redis-storage")
     if "redis-username" in params or "REDIS_USERNAME" in head_env:
-        return _msg("redis-username")
+        return message_for("redis-username")
     return ""
 
 
@@ -326,33 +231,35 @@ def _validate_autoscaling(view: ClusterView, config: OperatorConfig) -> str:
     groups = spec.worker_group_specs or ()
     for group in groups:
         if group.suspend and not config.gates.ray_job_deletion_policy:
-            return _msg("group-suspend-gate", group=group.group_name)
+            return message_for("group-suspend-gate", group=group.group_name)
     autoscaling = model.autoscaling_enabled(spec)
     if not autoscaling and model.head_env_enables_v2(spec):
-        return _msg("v2-env-no-autoscaling")
+        return message_for("v2-env-no-autoscaling")
     if autoscaling:
         for group in groups:
             if group.suspend:
-                return _msg("autoscaling-group-suspend", group=group.group_name)
+                return message_for("autoscaling-group-suspend", group=group.group_name)
         options = spec.autoscaler_options
         if (
             options is not None
             and options.version is not None
             and model.container_env_value(head.template, "RAY_enable_autoscaler_v2") is not None
         ):
-            return _msg("v2-both")
+            return message_for("v2-both")
         if model.autoscaler_v2(spec):
             if _restart_policy(head.template) not in ("", "Never"):
-                return _msg("v2-restart-head", policy=_restart_policy(head.template))
+                return message_for("v2-restart-head", policy=_restart_policy(head.template))
             for group in groups:
                 if _restart_policy(group.template) not in ("", "Never"):
-                    return _msg("v2-restart-worker", group=group.group_name, policy=_restart_policy(group.template))
+                    return message_for(
+                        "v2-restart-worker", group=group.group_name, policy=_restart_policy(group.template)
+                    )
     options = spec.autoscaler_options
     if options is not None:
         if options.idle_timeout_seconds is not None and options.idle_timeout_seconds < 0:
-            return _msg("autoscaler-idle-negative", n=options.idle_timeout_seconds)
+            return message_for("autoscaler-idle-negative", n=options.idle_timeout_seconds)
         if any(e.get("name") == "KUBERAY_GEN_AUTOSCALER_START_CMD" for e in options.env or ()):
-            return _msg("autoscaler-env")
+            return message_for("autoscaler-env")
     return ""
 
 
@@ -361,62 +268,68 @@ def _validate_options(view: ClusterView, config: OperatorConfig) -> str:
     history = spec.history_server_options
     if history is not None:
         if not config.gates.ray_cluster_history_server:
-            return _msg("history-gate")
+            return message_for("history-gate")
         collector = history.collector_options
         if collector is None:
-            return _msg("history-collector")
+            return message_for("history-collector")
         if not collector.image:
-            return _msg("history-image")
+            return message_for("history-image")
         env_names = {e.get("name") for e in collector.env or ()}
         for env in _HISTORY_FORBIDDEN_ENV:
             if env in env_names:
-                return _msg("history-env", env=env)
+                return message_for("history-env", env=env)
         if "STORAGE_BACKEND" not in env_names:
-            return _msg("history-backend")
+            return message_for("history-backend")
         for _, template in _templates(spec):
             pod_spec = template.get("spec")
             containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
             if any(isinstance(c, dict) and c.get("name") == "ray-history-collector" for c in containers or []):
-                return _msg("history-container")
+                return message_for("history-container")
     auth = spec.auth_options
     if auth is not None:
         if auth.mode == "token" and not model.version_at_least(spec.ray_version, (2, 52, 0)):
-            return _msg("auth-version", version=spec.ray_version)
+            return message_for("auth-version", version=spec.ray_version)
         if auth.enable_k8s_token_auth:
             if auth.mode != "token":
-                return _msg("k8s-auth-mode")
+                return message_for("k8s-auth-mode")
             if not model.version_at_least(spec.ray_version, (2, 55, 0)):
-                return _msg("k8s-auth-version", version=spec.ray_version)
+                return message_for("k8s-auth-version", version=spec.ray_version)
             if auth.secret_name:
-                return _msg("k8s-auth-secret")
+                return message_for("k8s-auth-secret")
     policy = spec.network_policy
     if policy is not None:
         if not config.gates.ray_cluster_network_policy:
-            return _msg("netpol-gate")
+            return message_for("netpol-gate")
         group_names = {g.group_name for g in spec.worker_group_specs or ()}
-        rules = [("head", policy.head), ("worker", policy.worker)]
-        rules.extend((f"workerGroups[{w.group_name}]", w) for w in policy.worker_groups or ())  # type: ignore[misc]
+        rules: list[tuple[str, NetworkPolicyRules | WorkerGroupNetworkPolicy | None]] = [
+            ("head", policy.head),
+            ("worker", policy.worker),
+        ]
+        rules.extend((f"workerGroups[{w.group_name}]", w) for w in policy.worker_groups or ())
         for where, rule in rules:
             if rule is None:
                 continue
             if rule.ingress_rules and policy.mode == "DenyAllEgress":
-                return _msg("netpol-ingress", where=where)
+                return message_for("netpol-ingress", where=where)
             if rule.egress_rules and policy.mode == "DenyAllIngress":
-                return _msg("netpol-egress", where=where)
+                return message_for("netpol-egress", where=where)
         for entry in policy.worker_groups or ():
             if not _DNS1123.match(entry.group_name):
-                return _msg("netpol-group-name", group=entry.group_name)
+                return message_for("netpol-group-name", group=entry.group_name)
             if entry.group_name not in group_names:
-                return _msg("netpol-group-missing", group=entry.group_name)
+                return message_for("netpol-group-missing", group=entry.group_name)
     tls = spec.tls_options
     if tls is not None:
         if not config.gates.ray_cluster_mtls:
-            return _msg("tls-gate")
+            return message_for("tls-gate")
         if tls.enabled:
             for _, template in _templates(spec):
                 for env in _env_names(template):
                     if env in _TLS_ENV or env.startswith("RAY_TLS_"):
-                        return _msg("tls-env", env=env)
+                        return message_for("tls-env", env=env)
             if what := _mount_problem(spec, names_=("ray-tls",), paths=("/etc/ray/tls",)):
-                return _msg("tls-volume", what=what)
+                return message_for("tls-volume", what=what)
     return ""
+
+
+__all__ = ["MESSAGES", "valid_label_key", "valid_label_value", "validate_metadata", "validate_spec"]
