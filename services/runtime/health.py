@@ -31,6 +31,12 @@ class HealthServer:
         """Register a readiness check."""
         self._checks[name] = check
 
+    def readiness(self) -> dict[str, str]:
+        """Failing checks by name; also failing ("starting") while no check is registered yet."""
+        if not self._checks:
+            return {"service": "starting"}
+        return {name: reason for name, check in self._checks.items() if (reason := check()) is not None}
+
     def set_alive(self, alive: bool) -> None:
         """Mark the process dead (a crashed loop) so the kubelet restarts it."""
         self._alive = alive
@@ -58,7 +64,7 @@ class HealthServer:
         return web.Response(text="ok" if self._alive else "dead", status=200 if self._alive else 500)
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        failing = {name: reason for name, check in self._checks.items() if (reason := check()) is not None}
+        failing = self.readiness()
         if failing:
             return web.json_response({"ready": False, "checks": failing}, status=503)
         return web.json_response({"ready": True})

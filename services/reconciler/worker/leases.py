@@ -27,6 +27,7 @@ from nats.js.kv import KeyValue
 from schema import subjects
 from schema.keys import decode_token
 from services.reconciler.worker.assignment import partitions_of
+from services.runtime.errors import RetryableError
 from services.runtime.kvread import read_latest
 from services.runtime.settings import PartitionSettings
 
@@ -73,7 +74,12 @@ class PartitionLeases:
         """Keep leases in step with membership until ``stop``; then release everything."""
         try:
             while not stop.is_set():
-                await self.tick()
+                try:
+                    await self.tick()
+                except (NatsError, RetryableError) as exc:
+                    # NATS unreachable: partitions fence themselves when their leases lapse; the next
+                    # round renews or re-claims them.
+                    log.warning("lease round failed (%s); retrying", exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self._settings.renew_interval)
         finally:
