@@ -286,23 +286,37 @@ def render(crd: dict[str, Any]) -> str:
     return HEADER + yaml.dump(crd, Dumper=_NoAliasDumper, sort_keys=False, width=120, allow_unicode=True)
 
 
+def generate_files() -> dict[str, str]:
+    """The text of every file of the CRD directory: the CRDs plus a ``kustomization.yaml`` listing them,
+    so ``deploy/base`` can use the directory as a kustomize resource."""
+    crds = generate_crds()
+    files = {name: render(crd) for name, crd in crds.items()}
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": sorted(crds),
+    }
+    files["kustomization.yaml"] = HEADER + yaml.safe_dump(kustomization, sort_keys=False)
+    return files
+
+
 def write_crds(out_dir: Path) -> list[Path]:
-    """Write every CRD into ``out_dir`` (created if missing); returns the paths written."""
+    """Write every generated file into ``out_dir`` (created if missing); returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, crd in generate_crds().items():
+    for name, text in generate_files().items():
         path = out_dir / name
-        path.write_text(render(crd))
+        path.write_text(text)
         written.append(path)
     return written
 
 
 def stale_files(out_dir: Path) -> list[str]:
-    """Names of the CRD files in ``out_dir`` that are missing or differ from a fresh generation."""
+    """Names of the generated files in ``out_dir`` that are missing or differ from a fresh generation."""
     return [
         name
-        for name, crd in generate_crds().items()
-        if not (out_dir / name).is_file() or (out_dir / name).read_text() != render(crd)
+        for name, text in generate_files().items()
+        if not (out_dir / name).is_file() or (out_dir / name).read_text() != text
     ]
 
 

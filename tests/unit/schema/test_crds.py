@@ -20,10 +20,11 @@ import pytest
 import yaml
 
 from schema.crd import generate_crds, main, render, stale_files
+from tests.helpers import shared_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOYED = ROOT / "deploy" / "crds"
-KUBERAY = Path("/work/shared/kuberay")
+KUBERAY = shared_dir() / "kuberay"
 K8S_VERSION = "1.33.0"
 
 CRDS = generate_crds()
@@ -80,9 +81,11 @@ def _nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[s
 def test_deployed_crds_are_up_to_date(tmp_path: Path) -> None:
     assert stale_files(DEPLOYED) == [], "run `raybus crds --out deploy/crds`"
     assert main(["--out", str(tmp_path)]) == 0
-    for name in CRDS:
+    generated = sorted(p.name for p in tmp_path.iterdir())
+    assert generated == sorted([*CRDS, "kustomization.yaml"])
+    for name in generated:
         assert (tmp_path / name).read_text() == (DEPLOYED / name).read_text()
-    assert sorted(p.name for p in DEPLOYED.glob("*.yaml")) == sorted(CRDS)
+    assert sorted(p.name for p in DEPLOYED.iterdir()) == generated
     assert main(["--out", str(tmp_path), "--check"]) == 0
     (tmp_path / "ray.io_rayjobs.yaml").write_text("stale")
     assert main(["--out", str(tmp_path), "--check"]) == 1

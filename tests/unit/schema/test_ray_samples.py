@@ -8,7 +8,6 @@ to the same struct.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -16,8 +15,9 @@ import pytest
 import yaml
 
 from schema.ray import decode_ray_object, to_builtins
+from tests.helpers import samples_dir
 
-SAMPLES = Path("/work/shared/kuberay/samples")
+SAMPLES = samples_dir()
 
 
 def _ray_objects() -> list[Any]:
