@@ -1,0 +1,15 @@
+"""RayService: the pure reconcile of SPEC §6 and §8 (issue 7). ``reconcile(snapshot, now, config) -> Decision``.
+
+Modules, one job each: ``names`` (names, keys, the deterministic cluster name), ``model`` (decoded
+view), ``validation`` (§8), ``godur`` (Go durations), ``clusters`` (§6.3 and the spec-hash tests),
+``services`` (head/serve Services, endpoints), ``serve`` (Serve applications and submissions),
+``incremental`` (§6.4), ``cleanup`` (§6.1 step 3, suspend deletions), ``suspend`` (§6.5), ``flow``
+(§6.1 steps 9-14), ``outcome`` (§6.2), ``status`` (write rule, conditions, transitions), ``passes``
+(the per-call accumulator), ``probes`` (the prober contract) and ``reconcile`` (§6.1 order).
+"""
+
+from services.reconciler.rayservice.probes import HealthProbe, ServeProbe, probe_targets
+from services.reconciler.rayservice.reconcile import reconcile
+from services.reconciler.rayservice.validation import validate
+
+__all__ = ["HealthProbe", "ServeProbe", "probe_targets", "reconcile", "validate"]

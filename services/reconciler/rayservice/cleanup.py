@@ -1,0 +1,131 @@
+"""Cleanup of a RayService's clusters (SPEC §6.1 step 3) and of everything it owns on suspend (§6.5).
+
+Durable deletion delay (KubeRay keeps "cluster → scheduled deletion time" in operator memory, so a
+restart restarts every delay): the first pass that sees a dangling cluster (neither active nor
+pending) records ``now + rayClusterDeletionDelaySeconds`` as the RayCluster's ``raybus.io/delete-after``
+annotation (a merge patch) and asks for a wake-up at that instant; the pass at or after it deletes the
+cluster (background propagation, uid precondition). The deadline survives restarts and replays, and
+the cluster carries it where ``kubectl`` shows it. A referenced cluster that carries a stale deadline
+has it removed. When the RayService is being deleted every cluster is deleted at once (delay 0).
+
+Invariants: pure; a cluster already being deleted gets no second delete; each deletion records an
+Event and a ``clusterDeleted`` step fact.
+
+Not here: the finalizer (``reconcile``), suspend conditions (``suspend``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from services.reconciler.rayjob.times import format_time, parse_time
+from services.reconciler.rayservice import names
+from services.reconciler.rayservice.clusters import annotations_of, being_deleted, labels_of, name_of
+from services.reconciler.rayservice.model import deletion_delay
+from services.reconciler.rayservice.passes import Pass
+from services.reconciler.rayservice.status import ACTIVE, PENDING, SUSPENDING
+
+
+def delete_cluster(job: Pass, cluster: Mapping[str, Any], *, reason: str) -> None:
+    """Delete one RayCluster (background propagation), with its Event and step fact."""
+    name = name_of(cluster)
+    if not job.mark_deleted("RayCluster", name):
+        return
+    job.delete("RayCluster", cluster, propagation="Background")
+    job.emit("Normal", reason="DeletedRayCluster", message=f"Deleted the RayCluster {job.ref.namespace}/{name}")
+    job.status.step("clusterDeleted", from_value=name, to_value="", reason=reason, message=f"RayCluster {name} deleted")
+
+
+def cleanup_dangling(job: Pass, clusters: list[dict[str, Any]]) -> bool:
+    """Schedule or perform the deletion of every dangling cluster.
+
+    Returns:
+        True when clusters remain to be cleaned up (scheduled, waiting or being deleted).
+    """
+    deleting = job.model.deleting
+    referenced = set() if deleting else {job.status.cluster_name(ACTIVE), job.status.cluster_name(PENDING)} - {""}
+    # Suspending deletes every cluster right away anyway (SPEC §6.5): no point in scheduling.
+    delay = 0 if deleting or job.status.is_true(SUSPENDING) else deletion_delay(job.model)
+    remaining = False
+    for cluster in clusters:
+        name = name_of(cluster)
+        annotations = annotations_of(cluster)
+        if name in referenced:
+            if names.ANN_DELETE_AFTER in annotations and not being_deleted(cluster):
+                job.patch(
+                    "RayCluster",
+                    cluster,
+                    {"metadata": {"annotations": {names.ANN_DELETE_AFTER: None}}},
+                    guarded=False,
+                )
+                job.rule("6.1/cleanup-unschedule-referenced")
+            continue
+        remaining = True
+        if being_deleted(cluster):
+            continue
+        if delay == 0:
+            reason = (
+                "RayServiceDeleted"
+                if deleting
+                else "Suspended"
+                if delay == 0 and job.status.is_true(SUSPENDING)
+                else "DeletionDelayPassed"
+            )
+            delete_cluster(job, cluster, reason=reason)
+            job.rule("6.1/cleanup-delete-now")
+            continue
+        deadline = parse_time(annotations.get(names.ANN_DELETE_AFTER))
+        if deadline is None:
+            deadline = job.now + timedelta(seconds=delay)
+            job.patch(
+                "RayCluster",
+                cluster,
+                {"metadata": {"annotations": {names.ANN_DELETE_AFTER: format_time(deadline)}}},
+                guarded=False,
+            )
+            job.wake(deadline)
+            job.rule("6.1/cleanup-schedule")
+        elif job.now >= deadline:
+            delete_cluster(job, cluster, reason="DeletionDelayPassed")
+            job.rule("6.1/cleanup-delete-after-delay")
+        else:
+            job.wake(deadline)
+            job.rule("6.1/cleanup-waiting")
+    return remaining
+
+
+def owned_services(job: Pass) -> list[dict[str, Any]]:
+    """Services labelled as created by this RayService (``<rs>-head-svc``, the serve Service)."""
+    found = []
+    for service in job.snapshot.of_kind("Service"):
+        labels = labels_of(service)
+        if (
+            labels.get(names.LABEL_ORIGIN_NAME) == job.model.name
+            and labels.get(names.LABEL_ORIGIN_CRD) == names.ORIGIN_CRD
+        ):
+            found.append(service)
+    return found
+
+
+def delete_owned(job: Pass, clusters: list[dict[str, Any]]) -> int:
+    """Suspend: delete every owned RayCluster, Service, Gateway and HTTPRoute; count what remains."""
+    remaining = 0
+    for cluster in clusters:
+        remaining += 1
+        if not being_deleted(cluster):
+            delete_cluster(job, cluster, reason="Suspended")
+    others: list[tuple[str, dict[str, Any]]] = [("Service", s) for s in owned_services(job)]
+    for kind, name in (
+        ("Gateway", names.gateway_name(job.model.name)),
+        ("HTTPRoute", names.httproute_name(job.model.name)),
+    ):
+        obj = job.snapshot.get(kind, name)
+        if obj is not None:
+            others.append((kind, obj))
+    for kind, obj in others:
+        remaining += 1
+        if not being_deleted(obj) and job.mark_deleted(kind, name_of(obj)):
+            job.delete(kind, obj)
+    return remaining

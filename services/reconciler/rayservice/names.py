@@ -1,0 +1,114 @@
+"""Names, label keys and annotation keys of the RayService controller, and the deterministic cluster name.
+
+Role: KubeRay names a RayService's clusters ``<rs>-<rand5>`` with a random suffix. raybus derives the
+five characters from a hash of stable inputs instead (the RayService uid, its generation, the active
+cluster it replaces and a collision counter), so a replay of the same snapshot names the same cluster
+and every new cluster of one RayService gets a fresh name.
+
+Invariants: every function here is pure; :func:`cluster_suffix` only yields ``[a-z0-9]{5}``.
+
+Not here: the RayCluster controller's own names (``raycluster.names``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+FINALIZER: Final = "ray.io/rayservice-finalizer"
+
+LABEL_CLUSTER: Final = "ray.io/cluster"
+LABEL_NODE_TYPE: Final = "ray.io/node-type"
+LABEL_IDENTIFIER: Final = "ray.io/identifier"
+LABEL_SERVE: Final = "ray.io/serve"
+LABEL_ORIGIN_NAME: Final = "ray.io/originated-from-cr-name"
+LABEL_ORIGIN_CRD: Final = "ray.io/originated-from-crd"
+LABEL_SERVICE_NAME: Final = "kubernetes.io/service-name"
+ORIGIN_CRD: Final = "RayService"
+
+ANN_HASH: Final = "ray.io/hash-without-replicas-and-workers-to-delete"
+ANN_NUM_WORKER_GROUPS: Final = "ray.io/num-worker-groups"
+ANN_KUBERAY_VERSION: Final = "ray.io/kuberay-version"
+ANN_INITIALIZING_TIMEOUT: Final = "ray.io/initializing-timeout"
+
+# raybus's durable replacements for KubeRay's in-memory caches (kept on the RayCluster they describe).
+ANN_DELETE_AFTER: Final = "raybus.io/delete-after"
+"""RFC3339 time after which a dangling RayCluster is deleted (KubeRay: a map in the operator's memory)."""
+ANN_SERVE_CONFIG_HASH: Final = "raybus.io/serve-config-hash"
+"""Digest of the last serveConfigV2 submitted to the cluster (KubeRay: an LRU cache in memory)."""
+RAYBUS_ANNOTATIONS: Final = (ANN_DELETE_AFTER, ANN_SERVE_CONFIG_HASH)
+
+MAX_RAYSERVICE_NAME_LENGTH: Final = 47
+DEFAULT_DELETION_DELAY_SECONDS: Final = 60
+DEFAULT_SERVE_PORT: Final = 8000
+SERVE_PORT_NAME: Final = "serve"
+GATEWAY_LISTENER_NAME: Final = "http"
+GATEWAY_LISTENER_PORT: Final = 80
+GATEWAY_API_VERSION: Final = "gateway.networking.k8s.io/v1"
+
+_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def cluster_suffix(*parts: str) -> str:
+    """Five ``[a-z0-9]`` characters derived from ``parts`` (a stand-in for KubeRay's rand5)."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
+    number = int.from_bytes(digest[:16], "big")
+    chars = []
+    for _ in range(5):
+        number, index = divmod(number, len(_ALPHABET))
+        chars.append(_ALPHABET[index])
+    return "".join(chars)
+
+
+def cluster_name(*, rayservice: str, uid: str, generation: int, replaces: str, taken: frozenset[str]) -> str:
+    """The name of the next RayCluster of a RayService: ``<rs>-<5 chars>``.
+
+    Args:
+        rayservice: the RayService's name.
+        uid: its uid (different RayServices of the same name never share cluster names).
+        generation: its metadata.generation when the cluster is prepared (a spec change or a resume
+            bumps it, so each new cluster gets a new name).
+        replaces: the active cluster the new one will replace ("" for the first), so a cluster
+            prepared again at the same generation (its predecessor vanished) is named differently.
+        taken: names of RayClusters that already exist; a collision draws the next candidate.
+    """
+    attempt = 0
+    while True:
+        name = f"{rayservice}-{cluster_suffix(uid, str(generation), replaces, str(attempt))}"
+        if name not in taken:
+            return name
+        attempt += 1
+
+
+def head_service_name(rayservice: str) -> str:
+    """``<rs>-head-svc``: the head Service that follows the serving cluster."""
+    return f"{rayservice}-head-svc"
+
+
+def serve_service_name(name: str) -> str:
+    """``<name>-serve-svc`` for a RayService (blue/green) or a RayCluster (per-cluster, incremental)."""
+    return f"{name}-serve-svc"
+
+
+def serve_service_label(name: str) -> str:
+    """The ``ray.io/serve`` *label value* of a serve Service: ``<name>-serve``."""
+    return f"{name}-serve"
+
+
+def gateway_name(rayservice: str) -> str:
+    """``<rs>-gateway`` (incremental upgrade)."""
+    return f"{rayservice}-gateway"
+
+
+def httproute_name(rayservice: str) -> str:
+    """``<rs>-httproute`` (incremental upgrade)."""
+    return f"{rayservice}-httproute"
+
+
+def check_label(value: str) -> str:
+    """KubeRay's CheckLabel: keep the last 63 characters; a leading punctuation becomes ``r``."""
+    if len(value) > 63:
+        value = value[-63:]
+    if value and not value[0].isalnum():
+        value = "r" + value[1:]
+    return value

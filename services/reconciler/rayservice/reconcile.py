@@ -1,0 +1,222 @@
+"""The pure RayService reconcile (SPEC §6, §8): ``reconcile(snapshot, now, config) -> Decision``.
+
+Role: for key ``RayService/<ns>/<rs>``, in SPEC §6.1's order: managedBy → dangling-cluster cleanup →
+deletion (finalizer) → finalizer → validation → suspend → terminal InitializingTimeout → clusters →
+rollback decision → head-pod serve labels → Serve applications → Gateway/HTTPRoute → Services →
+status (§6.2) and KubeRay's conditional status write.
+
+Entries read: ``RayService`` (the CR), ``RayCluster`` (labelled originated-from this RayService),
+``Service`` (``<rs>-head-svc``, the serve Service, per-cluster ``<c>-serve-svc``), ``Pod`` (the
+clusters' head pods), ``EndpointSlice`` (of the serve Services), ``Gateway``/``HTTPRoute``, and the
+prober's observations ``obs-serve`` (entry name = cluster; the dashboard's declarative Serve
+applications, or ``{"http_status": N, "error": ...}``) and ``obs-servehealth`` (entry name = head pod;
+``{"healthy": bool, "http_status": N, "pod_uid": ...}``). See ``rayservice.probes`` for the prober
+contract.
+
+Time: KubeRay requeues every RayService every 2 s; raybus reacts to events (observations,
+EndpointSlices, cluster and pod changes, its own writes) and asks for ``wake_at`` only at real
+deadlines: deletion delays, the initializing timeout, incremental traffic steps.
+
+Deliberate differences from KubeRay (kept here so they are found):
+- The serve-config cache and the cluster-deletion timers are durable annotations on the RayClusters
+  (``raybus.io/serve-config-hash``, ``raybus.io/delete-after``) instead of operator memory; a restart
+  neither resubmits configs nor restarts delays. The hash annotation is patched in the same decision
+  as the PUT, so a PUT that fails on a cluster still running its old applications is only retried
+  when something else changes (KubeRay retries every 2 s). A cluster with no applications is always
+  resubmitted.
+- A missing head pod does not end the pass (KubeRay returns an error): the cluster is not ready, and
+  the status computation, including the initializing timeout, still runs.
+- Names ``<rs>-<5 chars>`` come from a hash of (uid, generation, the cluster replaced, collision count).
+- A dashboard error observation ends the pass like KubeRay's error; a cluster not yet observed by the
+  prober is simply not ready (no status churn, no poll).
+- Gateway/HTTPRoute are updated when the desired spec is not contained in the live one (server-side
+  defaults are tolerated; KubeRay's DeepEqual would rewrite them on every pass).
+- A pass that records a step fact (traffic, promotion, deletion, ...) writes the status
+  (``lastUpdateTime``) even when KubeRay's rule would not, so the fact reaches the history.
+- The validation-failure status is written only when the condition changes, and its Warning Event is
+  emitted only for a new message (KubeRay repeats both on every pass).
+
+Invariants: pure and deterministic (same snapshot → same Decision); never raises on any input; at most
+one PatchStatus per pass, carrying the RayService's resourceVersion and the pass's Transitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from schema.config import OperatorConfig
+from schema.decision import Decision, Snapshot
+from schema.messages import EmitEvent, ObjectRef, PatchObject
+from schema.ray.common import API_VERSION, MANAGED_BY_KUBERAY
+from services.reconciler.rayjob.patches import add_finalizer_patch, remove_finalizer_patch
+from services.reconciler.rayjob.times import as_utc
+from services.reconciler.rayservice import names
+from services.reconciler.rayservice.cleanup import cleanup_dangling
+from services.reconciler.rayservice.clusters import originated_clusters
+from services.reconciler.rayservice.flow import (
+    Progress,
+    decide_rollback,
+    reconcile_clusters,
+    reconcile_gateway_objects,
+    reconcile_services,
+    reconcile_serving,
+    update_serve_labels,
+)
+from services.reconciler.rayservice.model import mapping, read_model, text
+from services.reconciler.rayservice.outcome import compute_status
+from services.reconciler.rayservice.passes import Pass
+from services.reconciler.rayservice.status import READY
+from services.reconciler.rayservice.suspend import handle_suspend
+from services.reconciler.rayservice.validation import validate
+
+
+def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+    """Decide what one RayService needs now.
+
+    Args:
+        snapshot: every entry of the key ``RayService/<ns>/<rs>``.
+        now: the time of the event being handled (never read from a clock).
+        config: operator gates and switches.
+
+    Returns:
+        The commands to apply in order, the earliest wake-up, and the SPEC rules that fired.
+    """
+    rayservice = snapshot.owner()
+    if rayservice is None:
+        return Decision(rules=("6.1/gone",))
+    now = as_utc(now)
+    try:
+        return _reconcile(snapshot, rayservice, now, config)
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        AttributeError,
+        IndexError,
+        RecursionError,
+        msgspec.ValidationError,
+    ) as exc:
+        # Last line of defence: a shape no check anticipated. A Warning Event, never a crash.
+        metadata = mapping(rayservice.get("metadata"))
+        ref = ObjectRef(
+            api_version=API_VERSION,
+            kind="RayService",
+            namespace=text(metadata.get("namespace")) or snapshot.key.namespace,
+            name=text(metadata.get("name")) or snapshot.key.name,
+            uid=text(metadata.get("uid")),
+        )
+        message = f"RayService could not be reconciled, it is malformed: {type(exc).__name__}: {exc}"
+        event = EmitEvent(regarding=ref, event_type="Warning", reason="InvalidRayServiceSpec", message=message)
+        return Decision(commands=(event,), rules=("6.1/malformed",))
+
+
+def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], now: datetime, config: OperatorConfig) -> Decision:
+    model = read_model(rayservice)
+    managed_by = model.raw_spec.get("managedBy")
+    if managed_by is not None and managed_by != MANAGED_BY_KUBERAY:
+        return Decision(rules=("6.1/managed-by-external",))
+    ref = ObjectRef(
+        api_version=API_VERSION,
+        kind="RayService",
+        namespace=model.namespace or snapshot.key.namespace,
+        name=model.name or snapshot.key.name,
+        uid=model.uid,
+    )
+    job = Pass(snapshot=snapshot, model=model, ref=ref, now=now, config=config)
+    clusters = originated_clusters(snapshot, model.name)
+    remaining = cleanup_dangling(job, clusters)
+    if model.deleting:
+        return _on_deletion(job, remaining=remaining)
+    if names.FINALIZER not in model.finalizers:
+        job.commands.append(
+            PatchObject(
+                target=ref,
+                patch=add_finalizer_patch(list(model.finalizers), names.FINALIZER),
+                patch_type="json",
+                resource_version=model.resource_version,
+            )
+        )
+        job.rule("6.1/add-finalizer")
+        return job.decision()
+    invalid = validate(model, config)
+    if invalid is not None:
+        _on_invalid(job, reason=invalid.reason, message=invalid.message)
+        return _finish(job)
+    if handle_suspend(job, clusters):
+        return _finish(job)
+    ready = job.status.condition(READY)
+    if ready is not None and ready.get("status") == "False" and ready.get("reason") == "InitializingTimeout":
+        job.rule("6.1/initializing-timeout-terminal")
+        return _finish(job)
+    progress = Progress()
+    reconcile_clusters(job, clusters, progress)
+    decide_rollback(job, progress)
+    update_serve_labels(job, progress)
+    reconcile_serving(job, progress)
+    if job.halted:
+        return job.decision()
+    if job.incremental:
+        reconcile_gateway_objects(job, progress)
+        if job.halted:
+            return job.decision()
+    reconcile_services(job, progress)
+    if job.halted:
+        return job.decision()
+    compute_status(job, progress)
+    return _finish(job)
+
+
+def _finish(job: Pass) -> Decision:
+    """Append the pass's PatchStatus (when KubeRay's rule, or a step fact, says so) and decide."""
+    patch = job.status.patch(
+        target=job.ref,
+        resource_version=job.model.resource_version,
+        now=job.now,
+        incremental_gate=job.config.gates.ray_service_incremental_upgrade,
+    )
+    if patch is not None:
+        job.commands.append(patch)
+        job.rule("6/status-write")
+    return job.decision()
+
+
+def _on_deletion(job: Pass, *, remaining: bool) -> Decision:
+    """SPEC §6.1 step 4: every cluster is being deleted; drop the finalizer once none is left."""
+    if names.FINALIZER not in job.model.finalizers:
+        job.rule("6.1/deleting-no-finalizer")
+        return job.decision()
+    if remaining:
+        job.rule("6.1/deleting-wait-clusters")
+        return _finish(job)
+    job.commands.append(
+        PatchObject(
+            target=job.ref,
+            patch=remove_finalizer_patch(list(job.model.finalizers), names.FINALIZER),
+            patch_type="json",
+            resource_version=job.model.resource_version,
+        )
+    )
+    job.rule("6.1/deleting-remove-finalizer")
+    return job.decision()
+
+
+def _on_invalid(job: Pass, *, reason: str, message: str) -> None:
+    """SPEC §6.1 step 6: Warning Event, ``Ready=False/ValidationFailed`` with the error, no requeue."""
+    ready = job.status.condition(READY)
+    already = ready is not None and ready.get("reason") == "ValidationFailed" and ready.get("message") == message
+    if not already:
+        job.emit("Warning", reason=reason, message=f"{job.ref.namespace}/{job.ref.name}: {message}")
+    observed = job.status.get("observedGeneration")
+    job.status.set_condition(
+        READY,
+        "False",
+        "ValidationFailed",
+        message,
+        now=job.now,
+        observed_generation=observed if isinstance(observed, int) and not isinstance(observed, bool) else 0,
+    )
+    job.rule("8/rayservice-invalid")

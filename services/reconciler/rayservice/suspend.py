@@ -1,0 +1,89 @@
+"""Suspend and resume (SPEC §6.5).
+
+Role: ``spec.suspend: true`` → ``Suspending=True/SuspendRequested`` (Ready, UpgradeInProgress and
+RollbackInProgress False/SuspendInProgress, cluster statuses cleared, no endpoints) and a status write;
+the next passes delete every owned RayCluster, Service, Gateway and HTTPRoute and keep
+``Suspending=True/SuspendInProgress`` until they are gone; then ``Suspended=True`` with everything
+False/SuspendComplete. The flag is ignored while Suspending (atomic). ``spec.suspend: false`` on a
+Suspended RayService → ``Suspended=False/RayServiceResumed`` and Ready/UpgradeInProgress reset to
+False/Initializing with a fresh transition time (the initializing timeout starts again).
+
+Invariants: pure; deletion progress is observed from the snapshot (deletions are watch events), so
+nothing waits on a timer.
+
+Not here: the deletions themselves (``cleanup.delete_owned``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.reconciler.rayservice.cleanup import delete_owned
+from services.reconciler.rayservice.passes import Pass
+from services.reconciler.rayservice.status import (
+    ACTIVE,
+    PENDING,
+    READY,
+    ROLLBACK_IN_PROGRESS,
+    SUSPENDED,
+    SUSPENDING,
+    UPGRADE_IN_PROGRESS,
+)
+
+
+def _set(job: Pass, type_: str, status: str, reason: str, message: str, *, fresh: bool = False) -> None:
+    job.status.set_condition(
+        type_, status, reason, message, now=job.now, observed_generation=job.model.generation, fresh=fresh
+    )
+
+
+def handle_suspend(job: Pass, clusters: list[dict[str, Any]]) -> bool:
+    """Run the suspend state machine.
+
+    Returns:
+        True when the pass stops here (Suspending or Suspended), False to go on reconciling.
+    """
+    status = job.status
+    assert job.model.spec is not None
+    wants_suspend = job.model.spec.suspend
+    if status.is_true(SUSPENDING):
+        remaining = delete_owned(job, clusters)
+        if remaining:
+            _set(
+                job,
+                SUSPENDING,
+                "True",
+                "SuspendInProgress",
+                f"Deleting the resources of the RayService ({remaining} left)",
+            )
+            job.rule("6.5/suspend-in-progress")
+            return True
+        message = "The RayService is suspended: its RayClusters, Services, Gateway and HTTPRoute are deleted"
+        _set(job, SUSPENDING, "False", "SuspendComplete", message)
+        _set(job, SUSPENDED, "True", "SuspendComplete", message)
+        for type_ in (READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS):
+            _set(job, type_, "False", "SuspendComplete", message)
+        job.rule("6.5/suspend-complete")
+        return True
+    if status.is_true(SUSPENDED):
+        if wants_suspend:
+            job.rule("6.5/stay-suspended")
+            return True
+        _set(job, SUSPENDED, "False", "RayServiceResumed", "spec.suspend is false: the RayService is resumed")
+        _set(job, READY, "False", "Initializing", "RayService is initializing", fresh=True)
+        _set(job, UPGRADE_IN_PROGRESS, "False", "Initializing", "RayService is initializing", fresh=True)
+        job.rule("6.5/resume")
+        return False
+    if wants_suspend:
+        message = "spec.suspend is true: deleting the resources of the RayService"
+        _set(job, SUSPENDING, "True", "SuspendRequested", message)
+        _set(job, READY, "False", "SuspendInProgress", message)
+        _set(job, UPGRADE_IN_PROGRESS, "False", "SuspendInProgress", message)
+        _set(job, ROLLBACK_IN_PROGRESS, "False", "SuspendInProgress", message)
+        status.set_cluster(ACTIVE, {})
+        status.set_cluster(PENDING, {})
+        status.set("numServeEndpoints", 0)
+        status.set("serviceStatus", "")
+        job.rule("6.5/suspend-requested")
+        return True
+    return False

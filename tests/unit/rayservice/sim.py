@@ -1,0 +1,466 @@
+"""A small pure simulation of the API server and the other actors around one RayService key.
+
+It applies a Decision's commands to an in-memory object dict (resourceVersion checks, finalizers and
+deletionTimestamp, owner-reference cascade, JSON/merge patches, the status subresource), records Events
+and dashboard PUTs, and plays the actors a RayService depends on: the RayCluster controller (head and
+worker pods, ``HeadPodReady``), the Ray dashboard (Serve applications from the submitted config), the
+prober (``obs-serve`` / ``obs-servehealth`` observations, via ``rayservice.probe_targets``), the
+EndpointSlice controller, and a Gateway controller. Nothing sleeps, threads or does I/O; time moves
+only when a test says so.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from schema.config import OperatorConfig
+from schema.decision import OBS_SERVE, OBS_SERVE_HEALTH, Decision, Snapshot
+from schema.keys import ReconcileKey
+from schema.messages import (
+    Command,
+    CreateObject,
+    DeleteCollection,
+    DeleteObject,
+    EmitEvent,
+    PatchObject,
+    PatchStatus,
+    PutServeConfig,
+    StopRayJob,
+    SubmitRayJob,
+    Transition,
+)
+from services.reconciler.rayservice import probe_targets, reconcile
+
+NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+NAMESPACE = "default"
+
+
+def stamp(moment: datetime) -> str:
+    """RFC3339 as the API server writes it."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+class PatchConflict(Exception):
+    """A json-patch ``test`` failed or a path is missing."""
+
+
+def json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """A small RFC 6902 implementation (add / remove / replace / test)."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].lstrip("/").split("/")]
+        parent: Any = out
+        try:
+            for token in tokens[:-1]:
+                parent = parent[int(token)] if isinstance(parent, list) else parent[token]
+        except (KeyError, IndexError, ValueError) as exc:
+            raise PatchConflict(op["path"]) from exc
+        last = tokens[-1]
+        kind = op["op"]
+        if kind == "test":
+            current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+            if current != op["value"]:
+                raise PatchConflict(f"test failed at {op['path']}")
+        elif kind in ("add", "replace"):
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(copy.deepcopy(op["value"]))
+                elif kind == "add":
+                    parent.insert(int(last), copy.deepcopy(op["value"]))
+                else:
+                    parent[int(last)] = copy.deepcopy(op["value"])
+            else:
+                parent[last] = copy.deepcopy(op["value"])
+        elif kind == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            else:
+                del parent[last]
+    return out
+
+
+def labels(obj: dict[str, Any]) -> dict[str, str]:
+    """An object's labels."""
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+class World:
+    """Objects of one namespace, the Ray dashboards, and the log of what reconcile asked for."""
+
+    def __init__(self, *, config: OperatorConfig | None = None, now: datetime = NOW) -> None:
+        self.config = config or OperatorConfig()
+        self.now = now
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.observations: dict[str, dict[str, dict[str, Any]]] = {OBS_SERVE: {}, OBS_SERVE_HEALTH: {}}
+        self.events: list[EmitEvent] = []
+        self.puts: list[PutServeConfig] = []
+        self.dropped: list[Command] = []
+        self.decisions: list[Decision] = []
+        self.transitions: list[Transition] = []
+        # Dashboard state per cluster: the last config PUT, and how its applications behave.
+        self.dashboards: dict[str, dict[str, Any]] = {}
+        self.app_status: dict[str, str] = {}  # cluster -> status its apps report ("RUNNING" default)
+        self.auto_ready = True  # play the RayCluster controller when a cluster appears
+        self.gateway_controller = True
+        self._rv = 100
+        self._uid = 0
+
+    # -- object store -------------------------------------------------------------------------------
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create an object as the API server would (uid, resourceVersion, generation, timestamps)."""
+        obj = copy.deepcopy(obj)
+        metadata = obj.setdefault("metadata", {})
+        metadata.setdefault("namespace", NAMESPACE)
+        self._uid += 1
+        metadata.setdefault("uid", f"uid-{obj['kind'].lower()}-{metadata['name']}-{self._uid}")
+        metadata["resourceVersion"] = self._next_rv()
+        metadata.setdefault("generation", 1)
+        metadata.setdefault("creationTimestamp", stamp(self.now))
+        self.objects[(obj["kind"], metadata["name"])] = obj
+        return obj
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        """An object by kind and name."""
+        return self.objects.get((kind, name))
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        """Every object of a kind, by name."""
+        return [obj for (k, _), obj in sorted(self.objects.items()) if k == kind]
+
+    def update(self, kind: str, name: str, mutate: Callable[[dict[str, Any]], None], *, spec: bool = False) -> None:
+        """Change an object (another actor), bumping resourceVersion (and generation for spec edits)."""
+        obj = self.objects[(kind, name)]
+        mutate(obj)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        if spec:
+            obj["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+
+    def remove(self, kind: str, name: str) -> None:
+        """Make an object disappear, cascading to what it owns."""
+        obj = self.objects.pop((kind, name), None)
+        if obj is None:
+            return
+        uid = obj["metadata"]["uid"]
+        for (k, n), child in list(self.objects.items()):
+            if any(o.get("uid") == uid for o in child["metadata"].get("ownerReferences") or []):
+                self.delete(k, n)
+
+    def delete(self, kind: str, name: str) -> None:
+        """Delete: set deletionTimestamp when finalizers remain, else remove."""
+        obj = self.objects.get((kind, name))
+        if obj is None:
+            return
+        if obj["metadata"].get("finalizers"):
+            obj["metadata"].setdefault("deletionTimestamp", stamp(self.now))
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+        else:
+            self.remove(kind, name)
+
+    # -- applying commands --------------------------------------------------------------------------
+    def apply(self, decision: Decision) -> None:
+        """Apply each command in order, as the applier does."""
+        self.decisions.append(decision)
+        for command in decision.commands:
+            self.apply_command(command)
+
+    def apply_command(self, command: Command) -> None:
+        """Apply one command."""
+        match command:
+            case CreateObject():
+                if (command.target.kind, command.target.name) not in self.objects:
+                    self.add(command.body)
+            case PatchObject():
+                obj = self.get(command.target.kind, command.target.name)
+                if obj is None or (
+                    command.resource_version and command.resource_version != obj["metadata"]["resourceVersion"]
+                ):
+                    self.dropped.append(command)
+                    return
+                try:
+                    if command.patch_type == "json":
+                        assert isinstance(command.patch, list)
+                        new = json_patch(obj, command.patch)
+                    else:
+                        new = merge_patch(obj, command.patch)
+                except PatchConflict:
+                    self.dropped.append(command)
+                    return
+                if new.get("spec") != obj.get("spec"):
+                    new["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+                new["metadata"]["resourceVersion"] = self._next_rv()
+                self.objects[(command.target.kind, command.target.name)] = new
+                if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+                    self.remove(command.target.kind, command.target.name)
+            case DeleteObject():
+                obj = self.get(command.target.kind, command.target.name)
+                if obj is None:
+                    return
+                if command.target.uid and command.target.uid != obj["metadata"]["uid"]:
+                    self.dropped.append(command)
+                    return
+                self.delete(command.target.kind, command.target.name)
+            case PatchStatus():
+                obj = self.get(command.target.kind, command.target.name)
+                if obj is None or (
+                    command.resource_version and command.resource_version != obj["metadata"]["resourceVersion"]
+                ):
+                    self.dropped.append(command)
+                    return
+                obj["status"] = merge_patch(obj.get("status") or {}, command.status)
+                obj["metadata"]["resourceVersion"] = self._next_rv()
+                self.transitions.extend(command.transitions)
+            case EmitEvent():
+                self.events.append(command)
+            case PutServeConfig():
+                self.puts.append(command)
+                self.dashboards[command.dashboard.cluster] = copy.deepcopy(command.config)
+            case SubmitRayJob() | StopRayJob() | DeleteCollection():
+                raise AssertionError(f"unexpected command {command!r}")
+
+    # -- the other actors ---------------------------------------------------------------------------
+    def make_cluster_ready(self, name: str, *, workers: int | None = None) -> None:
+        """Play the RayCluster controller: head pod (label ray.io/serve=false), workers, HeadPodReady."""
+        cluster = self.get("RayCluster", name)
+        assert cluster is not None, name
+        owner = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": name, "uid": cluster["metadata"]["uid"]}]
+        ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        head_spec = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+        self.add(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-head",
+                    "labels": {"ray.io/cluster": name, "ray.io/node-type": "head", "ray.io/serve": "false"},
+                    "ownerReferences": owner,
+                },
+                "spec": copy.deepcopy(head_spec),
+                "status": {**ready, "podIP": f"10.0.{self._uid % 250}.1"},
+            }
+        )
+        count = workers
+        if count is None:
+            count = sum(
+                int(g.get("replicas", g.get("minReplicas", 1)) or 0)
+                for g in cluster["spec"].get("workerGroupSpecs") or []
+            )
+        for index in range(count):
+            self.add(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name}-worker-{index}",
+                        "labels": {"ray.io/cluster": name, "ray.io/node-type": "worker", "ray.io/serve": "true"},
+                        "ownerReferences": owner,
+                    },
+                    "status": dict(ready),
+                }
+            )
+        self.update(
+            "RayCluster",
+            name,
+            lambda o: o.__setitem__(
+                "status",
+                {
+                    "state": "ready",
+                    "conditions": [{"type": "HeadPodReady", "status": "True", "reason": "HeadPodRunningAndReady"}],
+                    "head": {"podName": f"{name}-head"},
+                },
+            ),
+        )
+
+    def _apps_of(self, cluster: str) -> dict[str, Any]:
+        config = self.dashboards.get(cluster)
+        if config is None:
+            return {}
+        status = self.app_status.get(cluster, "RUNNING")
+        apps: dict[str, Any] = {}
+        for app in config.get("applications") or []:
+            deployments = {
+                d["name"]: {"status": "HEALTHY" if status == "RUNNING" else "UPDATING", "message": ""}
+                for d in app.get("deployments") or []
+            }
+            apps[app.get("name", "")] = {"status": status, "message": "", "deployments": deployments}
+        return apps
+
+    def play_actors(self, rayservice: str) -> bool:
+        """Clusters, prober, EndpointSlices and Gateway controller react; True when anything changed."""
+        changed = False
+        if self.auto_ready:
+            for cluster in self.of_kind("RayCluster"):
+                name = cluster["metadata"]["name"]
+                if not cluster.get("status") and not cluster["metadata"].get("deletionTimestamp"):
+                    self.make_cluster_ready(name)
+                    changed = True
+        changed |= self.observe(rayservice)
+        changed |= self.refresh_endpoints()
+        if self.gateway_controller:
+            changed |= self.accept_gateway_objects()
+        return changed
+
+    def observe(self, rayservice: str) -> bool:
+        """Play the prober: publish observations that changed (``probe_targets`` says what to poll)."""
+        serve_probes, health_probes = probe_targets(self.snapshot(rayservice))
+        changed = False
+        for probe in serve_probes:
+            data = {"applications": self._apps_of(probe.cluster)}
+            if self.observations[OBS_SERVE].get(probe.cluster) != data:
+                self.observations[OBS_SERVE][probe.cluster] = data
+                changed = True
+        for health in health_probes:
+            apps = self._apps_of(health.cluster)
+            healthy = bool(apps) and all(a["status"] == "RUNNING" for a in apps.values())
+            data = {"healthy": healthy, "http_status": 200 if healthy else 503, "pod_uid": health.pod_uid}
+            if self.observations[OBS_SERVE_HEALTH].get(health.pod) != data:
+                self.observations[OBS_SERVE_HEALTH][health.pod] = data
+                changed = True
+        return changed
+
+    def refresh_endpoints(self) -> bool:
+        """Play the EndpointSlice controller for every Service with a selector."""
+        changed = False
+        wanted: dict[str, dict[str, Any]] = {}
+        for service in self.of_kind("Service"):
+            selector = (service.get("spec") or {}).get("selector") or {}
+            if not selector:
+                continue
+            name = service["metadata"]["name"]
+            endpoints = []
+            for pod in self.of_kind("Pod"):
+                if pod["metadata"].get("deletionTimestamp"):
+                    continue
+                if all(labels(pod).get(k) == v for k, v in selector.items()):
+                    ready = any(
+                        c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (pod.get("status") or {}).get("conditions") or []
+                    )
+                    endpoints.append(
+                        {"conditions": {"ready": ready}, "targetRef": {"kind": "Pod", "uid": pod["metadata"]["uid"]}}
+                    )
+            wanted[f"{name}-slice"] = {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {"name": f"{name}-slice", "labels": {"kubernetes.io/service-name": name}},
+                "endpoints": endpoints,
+            }
+        for name, body in wanted.items():
+            current = self.get("EndpointSlice", name)
+            if current is None or current.get("endpoints") != body["endpoints"]:
+                if current is not None:
+                    self.objects.pop(("EndpointSlice", name))
+                self.add(body)
+                changed = True
+        for current in self.of_kind("EndpointSlice"):
+            if current["metadata"]["name"] not in wanted:
+                self.objects.pop(("EndpointSlice", current["metadata"]["name"]))
+                changed = True
+        return changed
+
+    def accept_gateway_objects(self) -> bool:
+        """Play a Gateway controller: Accepted/Programmed Gateways, Accepted/ResolvedRefs HTTPRoutes."""
+        changed = False
+        for gateway in self.of_kind("Gateway"):
+            if not gateway.get("status"):
+                conditions = [{"type": t, "status": "True"} for t in ("Accepted", "Programmed")]
+                self.update(
+                    "Gateway",
+                    gateway["metadata"]["name"],
+                    lambda o, c=conditions: o.__setitem__("status", {"conditions": c}),
+                )
+                changed = True
+        for route in self.of_kind("HTTPRoute"):
+            if not route.get("status"):
+                parent = route["spec"]["parentRefs"][0]
+                status = {
+                    "parents": [
+                        {
+                            "parentRef": parent,
+                            "conditions": [{"type": t, "status": "True"} for t in ("Accepted", "ResolvedRefs")],
+                        }
+                    ]
+                }
+                self.update("HTTPRoute", route["metadata"]["name"], lambda o, s=status: o.__setitem__("status", s))
+                changed = True
+        return changed
+
+    # -- snapshots and driving ----------------------------------------------------------------------
+    def snapshot(self, name: str) -> Snapshot:
+        """What the watcher would project under the key: every object, plus observations."""
+        entries: dict[str, dict[str, dict[str, Any]]] = {}
+        for (k, n), obj in self.objects.items():
+            entries.setdefault(k, {})[n] = copy.deepcopy(obj)
+        for kind, found in self.observations.items():
+            for entry, data in found.items():
+                entries.setdefault(kind, {})[entry] = copy.deepcopy(data)
+        return Snapshot(key=ReconcileKey(kind="RayService", namespace=NAMESPACE, name=name), entries=entries)
+
+    def reconcile(self, name: str) -> Decision:
+        """One pass at ``self.now``, applied."""
+        decision = reconcile(self.snapshot(name), self.now, self.config)
+        self.apply(decision)
+        return decision
+
+    def settle(self, name: str, *, limit: int = 60) -> Decision:
+        """Reconcile and let the actors react until nothing changes (each change is an event)."""
+        for _ in range(limit):
+            decision = self.reconcile(name)
+            changed = self.play_actors(name)
+            # An Event is not watched for the key: a pass that only records Events triggers nothing.
+            if all(isinstance(c, EmitEvent) for c in decision.commands) and not changed:
+                return decision
+        raise AssertionError(f"no quiescence after {limit} passes: {self.decisions[-1]}")
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock."""
+        self.now = self.now + timedelta(seconds=seconds)
+
+    def advance_to(self, moment: datetime) -> None:
+        """Move the clock to ``moment``."""
+        assert moment >= self.now, (moment, self.now)
+        self.now = moment
+
+    def run_timers(self, name: str, *, limit: int = 200) -> Decision:
+        """Settle, then keep jumping to each requested wake-up and settling, until none is left."""
+        decision = self.settle(name)
+        for _ in range(limit):
+            if decision.wake_at is None:
+                return decision
+            self.advance_to(decision.wake_at)
+            decision = self.settle(name)
+        raise AssertionError("timers never stopped")
+
+    # -- reading -------------------------------------------------------------------------------------
+    def status(self, name: str) -> dict[str, Any]:
+        """The RayService's status."""
+        obj = self.get("RayService", name)
+        assert obj is not None
+        return dict(obj.get("status") or {})
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        """One condition of the RayService."""
+        return next((c for c in self.status(name).get("conditions") or [] if c.get("type") == type_), None)
+
+    def steps(self, field: str) -> list[Transition]:
+        """Confirmed transitions of one field, in order."""
+        return [t for t in self.transitions if t.field == field]
