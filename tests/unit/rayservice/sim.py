@@ -113,6 +113,7 @@ class World:
         self.dropped: list[Command] = []
         self.decisions: list[Decision] = []
         self.transitions: list[Transition] = []
+        self.history: list[tuple[Snapshot, datetime, Decision]] = []
         # Dashboard state per cluster: the last config PUT, and how its applications behave.
         self.dashboards: dict[str, dict[str, Any]] = {}
         self.app_status: dict[str, str] = {}  # cluster -> status its apps report ("RUNNING" default)
@@ -417,7 +418,9 @@ class World:
 
     def reconcile(self, name: str) -> Decision:
         """One pass at ``self.now``, applied."""
-        decision = reconcile(self.snapshot(name), self.now, self.config)
+        snapshot = self.snapshot(name)
+        decision = reconcile(snapshot, self.now, self.config)
+        self.history.append((snapshot, self.now, decision))
         self.apply(decision)
         return decision
 

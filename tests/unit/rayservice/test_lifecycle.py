@@ -13,6 +13,8 @@ import yaml
 
 from schema.config import OperatorConfig, OperatorSwitches
 from schema.messages import DeleteObject, PatchObject, PutServeConfig
+from services.reconciler.raycluster import pods
+from services.reconciler.raycluster.model import creator_crd, decode_view
 from services.reconciler.rayservice import reconcile
 from tests.unit.rayservice.builders import SERVE_CONFIG, cluster_config, load_sample, rayservice
 from tests.unit.rayservice.sim import World, stamp
@@ -114,6 +116,7 @@ def test_first_passes_finalizer_then_pending_cluster_then_create() -> None:
 
 
 def test_cluster_carries_rayservice_specifics_for_the_raycluster_controller() -> None:
+    """SPEC §3.4 step 5, §3.7, §3.12: the RayCluster controller derives them from the origin labels."""
     world = World()
     world.auto_ready = False
     world.add(rayservice())
@@ -121,11 +124,21 @@ def test_cluster_carries_rayservice_specifics_for_the_raycluster_controller() ->
         world.reconcile("rs")
     cluster = world.get("RayCluster", pending_name(world))
     assert cluster is not None
-    from services.reconciler.raycluster.model import creator_crd, decode_view, serve_labels_enabled
-
     view = decode_view(cluster)
     assert creator_crd(view) == "RayService"
-    assert serve_labels_enabled(view)
+    head = pods.head_pod(view, world.config, name="h", spec_hash="x")
+    worker = pods.worker_pod(view, view.spec.worker_group_specs[0], world.config, name="w", extra_labels={})  # type: ignore[index]
+    assert head["metadata"]["labels"]["ray.io/serve"] == "false"
+    assert worker["metadata"]["labels"]["ray.io/serve"] == "true"
+    env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
+    assert env["RAY_timeout_ms_task_wait_for_death_info"] == "0"
+    assert env["RAY_gcs_server_request_timeout_seconds"] == "5"
+    assert env["RAY_SERVE_KV_TIMEOUT_S"] == "5"
+    head_env = {e["name"]: e.get("value") for e in head["spec"]["containers"][0]["env"]}
+    assert head_env["RAY_USAGE_STATS_EXTRA_TAGS"].endswith("kuberay_crd=RayService")
+    readiness = worker["spec"]["containers"][0]["readinessProbe"]
+    assert readiness["failureThreshold"] == 1
+    assert "localhost:8000/-/healthz" in readiness["exec"]["command"][-1]
 
 
 def test_blue_green_upgrade_switches_selector_then_deletes_old_cluster_after_delay() -> None:
