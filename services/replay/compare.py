@@ -1,0 +1,133 @@
+"""Comparing decisions and objects: readable command diffs and short field diffs.
+
+A divergence is decided on command fingerprints (a digest of the whole command, its id included, in
+order) and ``wake_at``; this module also explains one in words. Ids alone are not enough: ``decide``
+fills in a content digest only where reconcile left the id empty, and the RayCluster reconcile names its
+commands itself (verb, target and a per-snapshot salt), so a changed Pod body keeps its id. Commands that
+differ are paired by verb and target, and a pair is shown as the fields that changed (the id among
+them); the rest are shown as recorded-only or replay-only. Field diffs walk plain JSON data (dicts by
+key, lists by index) and clip long values.
+
+Not here: deciding what to compare (``replayer``) or printing (``render``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import hashlib
+
+import msgspec
+
+from schema.messages import Command, command_target, command_verb
+
+VALUE_WIDTH: Final = 48
+"""Characters of a value shown in a field diff before it is clipped."""
+_IGNORED_PATHS: Final = frozenset({"metadata.resourceVersion", "metadata.managedFields"})
+_MISSING: Final = object()
+_deterministic: Final = msgspec.json.Encoder(order="deterministic")
+
+
+def short_value(value: object, width: int = VALUE_WIDTH) -> str:
+    """A value as compact JSON, clipped to ``width`` characters (``∅`` for an absent field)."""
+    if value is _MISSING:
+        return "∅"
+    try:
+        text = msgspec.json.encode(value).decode()
+    except (TypeError, msgspec.EncodeError):
+        text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _walk(old: Any, new: Any, path: str, out: list[tuple[str, Any, Any]], ignored: frozenset[str]) -> None:
+    if path in ignored or old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for name in dict.fromkeys([*old, *new]):
+            child = f"{path}.{name}" if path else str(name)
+            _walk(old.get(name, _MISSING), new.get(name, _MISSING), child, out, ignored)
+        return
+    if isinstance(old, list) and isinstance(new, list) and old and new:
+        for index in range(max(len(old), len(new))):
+            _walk(
+                old[index] if index < len(old) else _MISSING,
+                new[index] if index < len(new) else _MISSING,
+                f"{path}[{index}]",
+                out,
+                ignored,
+            )
+        return
+    out.append((path or ".", old, new))
+
+
+def field_changes(old: Any, new: Any, *, ignored: Iterable[str] = _IGNORED_PATHS) -> list[tuple[str, Any, Any]]:
+    """Leaf changes from ``old`` to ``new``: ``(path, old value, new value)``; absent is ``∅``."""
+    out: list[tuple[str, Any, Any]] = []
+    _walk(old, new, "", out, frozenset(ignored))
+    return out
+
+
+def field_diff(old: Any, new: Any, *, limit: int = 4, ignored: Iterable[str] = _IGNORED_PATHS) -> list[str]:
+    """At most ``limit`` lines ``path: old → new``, then ``(+N more)``."""
+    changes = field_changes(old, new, ignored=ignored)
+    lines = [f"{path}: {short_value(a)} → {short_value(b)}" for path, a, b in changes[:limit]]
+    if len(changes) > limit:
+        lines.append(f"(+{len(changes) - limit} more)")
+    return lines
+
+
+def describe(command: Command) -> str:
+    """``verb target`` of a command."""
+    return f"{command_verb(command)} {command_target(command)}"
+
+
+def _plain(command: Command) -> Any:
+    return msgspec.to_builtins(command)
+
+
+def fingerprint(command: Command) -> str:
+    """Digest of the whole command, id included (two commands are equal iff their fingerprints are)."""
+    return hashlib.blake2b(_deterministic.encode(command), digest_size=16).hexdigest()
+
+
+def commands_equal(expected: Sequence[Command], actual: Sequence[Command]) -> bool:
+    """Equal command lists: the same commands (ids and contents) in the same order."""
+    return len(expected) == len(actual) and all(
+        a is b or fingerprint(a) == fingerprint(b) for a, b in zip(expected, actual, strict=True)
+    )
+
+
+def command_diff(expected: Sequence[Command], actual: Sequence[Command], *, limit: int = 6) -> list[str]:
+    """Why two command lists differ, in lines (empty when they are equal)."""
+    if commands_equal(expected, actual):
+        return []
+    expected_prints = [fingerprint(c) for c in expected]
+    actual_prints = [fingerprint(c) for c in actual]
+    if sorted(expected_prints) == sorted(actual_prints):
+        return ["same commands in a different order:", *(f"  {i + 1}. {describe(c)}" for i, c in enumerate(actual))]
+    lines: list[str] = []
+    only_expected = [c for c, p in zip(expected, expected_prints, strict=True) if p not in set(actual_prints)]
+    only_actual = [c for c, p in zip(actual, actual_prints, strict=True) if p not in set(expected_prints)]
+    unpaired: list[Command] = []
+    for old in only_expected:
+        label = describe(old)
+        partner = next((c for c in only_actual if describe(c) == label), None)
+        if partner is None:
+            unpaired.append(old)
+            continue
+        only_actual.remove(partner)
+        lines.append(f"~ {label}")
+        lines.extend(f"    {line}" for line in field_diff(_plain(old), _plain(partner), limit=limit))
+    lines.extend(f"- {describe(c)}  (recorded, not decided now)" for c in unpaired)
+    lines.extend(f"+ {describe(c)}  (decided now, not recorded)" for c in only_actual)
+    return lines
+
+
+def wake_diff(expected: datetime | None, actual: datetime | None) -> list[str]:
+    """A line when the wake-ups differ."""
+    if expected == actual:
+        return []
+    shown = [value.isoformat() if value is not None else "none" for value in (expected, actual)]
+    return [f"~ wake_at: {shown[0]} → {shown[1]}"]
