@@ -1,6 +1,6 @@
-"""The serving flow of a RayService pass (SPEC §6.1 steps 9-14): clusters, rollback decision, head-pod
-serve labels, Serve applications, incremental-upgrade objects, and the Services that follow the
-serving cluster.
+"""The cluster side of a RayService pass (SPEC §6.1 steps 9, 10, 11, 14): create or update the clusters,
+decide a rollback, drive the head pods' serve labels, and point the Services at the serving cluster;
+plus ``shouldPrepareNewCluster``.
 
 Role: each step reads the snapshot and the status draft, appends commands to the :class:`Pass`, and
 records what the status computation needs in a :class:`Progress`.
@@ -11,7 +11,8 @@ endpoints from EndpointSlices; Gateway/HTTPRoute readiness from their status: ea
 
 Invariants: pure; a step that KubeRay would abandon with an error halts the pass (no status write).
 
-Not here: cleanup, suspend, the status computation (``outcome``).
+Not here: Serve applications (``serving``), Gateway objects (``routing``), cleanup, suspend, the
+status computation (``outcome``).
 """
 
 from __future__ import annotations
@@ -19,40 +20,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schema.decision import OBS_SERVE, OBS_SERVE_HEALTH
-from services.reconciler.rayjob.cluster import dashboard_ref, owner_reference
-from services.reconciler.rayservice import incremental, names
+from schema.decision import OBS_SERVE_HEALTH
+from services.reconciler.rayservice import names
 from services.reconciler.rayservice.clusters import (
-    annotations_of,
     build_cluster,
     hash_equal,
     head_pod,
-    head_ready,
     in_place_update,
     labels_of,
     name_of,
-    serve_port,
     should_update,
 )
 from services.reconciler.rayservice.model import mapping, text, zero_downtime_enabled
 from services.reconciler.rayservice.passes import Pass
-from services.reconciler.rayservice.serve import (
-    ServeConfigError,
-    config_hash,
-    read_observation,
-    serve_config_json,
-    submit_reason,
-)
 from services.reconciler.rayservice.services import (
     ServiceBuildError,
-    per_cluster_serve_service,
     rayservice_head_service,
     rayservice_serve_service,
     selected_cluster,
     serve_service_name,
     switch_patch,
 )
-from services.reconciler.rayservice.status import ACTIVE, PENDING, ROLLBACK_IN_PROGRESS, UPGRADE_IN_PROGRESS, Role
+from services.reconciler.rayservice.status import ACTIVE, PENDING, ROLLBACK_IN_PROGRESS, UPGRADE_IN_PROGRESS
 
 
 class Progress:
@@ -217,218 +206,6 @@ def should_prepare(job: Pass, progress: Progress, *, active: Any, pending: Any, 
     return zero_downtime_enabled(job.model, job.config)
 
 
-def _role_of(job: Pass, cluster_name: str) -> Role | None:
-    if cluster_name == job.status.cluster_name(ACTIVE):
-        return ACTIVE
-    if cluster_name == job.status.cluster_name(PENDING):
-        return PENDING
-    return None
-
-
-def _dashboard(job: Pass, cluster: Mapping[str, Any]) -> Any:
-    return dashboard_ref(job.snapshot, namespace=job.ref.namespace, cluster_name=name_of(cluster), cluster=cluster)
-
-
-def reconcile_serve(
-    job: Pass, cluster: dict[str, Any], progress: Progress
-) -> tuple[bool, dict[str, dict[str, Any]] | None]:
-    """KubeRay's ``reconcileServe`` for one cluster → (ready, application statuses or None)."""
-    name = name_of(cluster)
-    if not head_ready(job.snapshot, cluster, job.config):
-        job.rule("6.1/serve-head-not-ready")
-        return False, None
-    observation = read_observation(job.snapshot.get(OBS_SERVE, name))
-    if observation is None:
-        job.rule("6.1/serve-awaiting-observation")
-        return False, None
-    if observation.error:
-        job.halt("6.1/serve-dashboard-error")
-        return False, None
-    assert job.model.spec is not None
-    serve_config = job.model.spec.serve_config_v2
-    role = _role_of(job, name)
-    skip = (role == ACTIVE and job.incremental and progress.upgrading) or (role == PENDING and progress.rolling_back)
-    recorded = annotations_of(cluster).get(names.ANN_SERVE_CONFIG_HASH, "")
-    wanted = config_hash(serve_config)
-    why = submit_reason(recorded=recorded, wanted=wanted, observation=observation)
-    if why is not None and not skip:
-        capacity = job.status.int_field(role, "targetCapacity") if (job.incremental and role) else None
-        try:
-            body = serve_config_json(serve_config, target_capacity=capacity)
-        except ServeConfigError as exc:
-            job.emit(
-                "Warning",
-                reason="FailedToUpdateServeApplications",
-                message=f"Failed to update serve applications to the RayCluster {job.ref.namespace}/{name}: {exc}",
-            )
-            job.halt("6.1/serve-config-invalid")
-            return False, None
-        job.put_serve_config(_dashboard(job, cluster), body)
-        if recorded != wanted:
-            job.patch(
-                "RayCluster",
-                cluster,
-                {"metadata": {"annotations": {names.ANN_SERVE_CONFIG_HASH: wanted}}},
-                guarded=False,
-            )
-        job.emit(
-            "Normal",
-            reason="UpdatedServeApplications",
-            message=f"Updated serve applications to the RayCluster {job.ref.namespace}/{name}",
-        )
-        job.rule("6.1/serve-submit")
-    if job.incremental and progress.upgrading and role is not None:
-        _step_capacity(job, cluster, role, progress)
-    return observation.ready, observation.applications
-
-
-def _step_capacity(job: Pass, cluster: dict[str, Any], role: Role, progress: Progress) -> None:
-    """KubeRay's target_capacity step (forward or rollback) for one cluster of an incremental upgrade."""
-    options = job.model.upgrade_options
-    if options is None:
-        return
-    gateway_ok = incremental.gateway_ready(job.snapshot.get("Gateway", names.gateway_name(job.model.name)))
-    route_ok = incremental.httproute_ready(
-        job.snapshot.get("HTTPRoute", names.httproute_name(job.model.name)), gateway=names.gateway_name(job.model.name)
-    )
-    status = job.status
-    if progress.rolling_back:
-        if not (status.cluster_name(ACTIVE) and status.cluster_name(PENDING) and gateway_ok and route_ok):
-            return
-        goal = incremental.rollback_capacity_goal(status, cluster=name_of(cluster), options=options)
-    else:
-        if not incremental.needs_capacity_update(status, gateway_ok=gateway_ok, route_ok=route_ok):
-            return
-        goal = incremental.capacity_goal(status, cluster=name_of(cluster), options=options)
-    if goal is None:
-        return
-    assert job.model.spec is not None
-    try:
-        body = serve_config_json(job.model.spec.serve_config_v2, target_capacity=goal)
-    except ServeConfigError as exc:
-        job.emit(
-            "Warning",
-            reason="FailedToUpdateTargetCapacity",
-            message=f"Failed to update target_capacity of serve applications to the RayCluster "
-            f"{job.ref.namespace}/{name_of(cluster)}: {exc}",
-        )
-        job.halt("6.4/target-capacity-invalid-config")
-        return
-    job.put_serve_config(_dashboard(job, cluster), body)
-    status.set_field(role, "targetCapacity", goal)
-    job.emit(
-        "Normal",
-        reason="UpdatedServeTargetCapacity",
-        message=f"Updated target_capacity of serve applications to to the RayCluster "
-        f"{job.ref.namespace}/{name_of(cluster)}",
-    )
-    job.rule("6.4/target-capacity-rollback" if progress.rolling_back else "6.4/target-capacity")
-
-
-def reconcile_serving(job: Pass, progress: Progress) -> None:
-    """SPEC §6.1 step 12: the pending cluster; the active one when no new cluster is to be prepared;
-    both during an incremental upgrade."""
-    active, pending = progress.active, progress.pending
-    if pending is not None:
-        progress.pending_ready, progress.pending_apps = reconcile_serve(job, pending, progress)
-        if job.halted:
-            return
-    if active is None:
-        return
-    if (pending is None and not should_prepare(job, progress, active=active, pending=None, serving_pending=False)) or (
-        pending is not None and job.incremental
-    ):
-        progress.active_ready, progress.active_apps = reconcile_serve(job, active, progress)
-
-
-def _owner(job: Pass) -> dict[str, Any]:
-    return owner_reference(job.snapshot.owner() or {}, kind="RayService")
-
-
-def reconcile_gateway_objects(job: Pass, progress: Progress) -> None:
-    """SPEC §6.4 / §6.1 step 13: per-cluster serve Services, the Gateway, the weighted HTTPRoute."""
-    model, options = job.model, job.model.upgrade_options
-    if options is None:
-        return
-    for cluster in (progress.active, progress.pending):
-        if cluster is None or not text(mapping(cluster.get("metadata")).get("uid")):
-            continue
-        service_name = names.serve_service_name(name_of(cluster))
-        if job.snapshot.get("Service", service_name) is not None:
-            continue
-        try:
-            body = per_cluster_serve_service(model, cluster, owner=owner_reference(cluster, kind="RayCluster"))
-        except ServiceBuildError as exc:
-            job.emit("Warning", reason="FailedToCreateService", message=f"{job.ref.namespace}/{service_name}: {exc}")
-            job.halt("6.4/per-cluster-serve-service-failed")
-            return
-        job.create("Service", body)
-        job.rule("6.4/create-per-cluster-serve-service")
-    gateway_name = names.gateway_name(model.name)
-    gateway = job.snapshot.get("Gateway", gateway_name)
-    desired = incremental.gateway_spec(options.gateway_class_name)
-    if gateway is None:
-        body = incremental.gateway_body(
-            rayservice=model.name, namespace=model.namespace, class_name=options.gateway_class_name, owner=_owner(job)
-        )
-        job.create("Gateway", body)
-        job.emit(
-            "Normal",
-            reason="CreatedGateway",
-            message=f"Created Gateway for RayService {model.namespace}/{gateway_name}",
-        )
-        job.rule("6.4/create-gateway")
-    elif not _subset(desired, mapping(gateway.get("spec"))):
-        job.patch("Gateway", gateway, {"spec": desired}, guarded=False)
-        job.emit("Normal", reason="UpdatedGateway", message=f"Updated the Gateway {model.namespace}/{gateway_name}")
-        job.rule("6.4/update-gateway")
-    active, pending = progress.active, progress.pending
-    if active is None:
-        return
-    weights = incremental.traffic_weights(
-        job.status,
-        options=options,
-        pending_ready=progress.pending_ready,
-        rolling_back=progress.rolling_back,
-        now=job.now,
-    )
-    backends = [(names.serve_service_name(name_of(active)), serve_port(active), weights[0])]
-    if pending is not None:
-        backends.append((names.serve_service_name(name_of(pending)), serve_port(pending), weights[1]))
-    spec = incremental.httproute_spec(rayservice=model.name, namespace=model.namespace, backends=backends)
-    route_name = names.httproute_name(model.name)
-    route = job.snapshot.get("HTTPRoute", route_name)
-    if route is None:
-        job.create(
-            "HTTPRoute",
-            incremental.httproute_body(rayservice=model.name, namespace=model.namespace, spec=spec, owner=_owner(job)),
-        )
-        job.emit(
-            "Normal",
-            reason="CreatedHTTPRoute",
-            message=f"Created HTTPRoute for RayService {model.namespace}/{route_name}",
-        )
-        job.rule("6.4/create-httproute")
-    elif not _subset(spec, mapping(route.get("spec"))):
-        job.patch("HTTPRoute", route, {"spec": spec}, guarded=False)
-        job.emit("Normal", reason="UpdatedHTTPRoute", message=f"Updated the HTTPRoute {model.namespace}/{route_name}")
-        job.rule("6.4/update-httproute")
-    progress.weights = (weights[0], weights[1] if pending is not None else -1)
-
-
-def _subset(desired: Any, actual: Any) -> bool:
-    """``desired`` is contained in ``actual`` (server-side defaults in ``actual`` are tolerated)."""
-    if isinstance(desired, Mapping):
-        return isinstance(actual, Mapping) and all(k in actual and _subset(v, actual[k]) for k, v in desired.items())
-    if isinstance(desired, list):
-        return (
-            isinstance(actual, list)
-            and len(desired) == len(actual)
-            and all(_subset(d, a) for d, a in zip(desired, actual, strict=True))
-        )
-    return bool(desired == actual)
-
-
 def _reconcile_service(job: Pass, desired: dict[str, Any], target: str, *, traffic: bool) -> None:
     name = text(mapping(desired.get("metadata")).get("name"))
     existing = job.snapshot.get("Service", name)
@@ -466,8 +243,8 @@ def reconcile_services(job: Pass, progress: Progress) -> None:
         return
     target_name = name_of(target)
     try:
-        head = rayservice_head_service(job.model, target, owner=_owner(job), config=job.config)
-        serve = None if job.incremental else rayservice_serve_service(job.model, target, owner=_owner(job))
+        head = rayservice_head_service(job.model, target, owner=job.owner_reference(), config=job.config)
+        serve = None if job.incremental else rayservice_serve_service(job.model, target, owner=job.owner_reference())
     except ServiceBuildError as exc:
         job.emit(
             "Warning",

@@ -130,6 +130,17 @@ class Pass:
         """Delete a snapshot object, with its uid as a precondition."""
         self.commands.append(DeleteObject(target=self.ref_of(kind, obj), propagation=propagation))
 
+    def owner_reference(self) -> dict[str, Any]:
+        """A controller owner reference to the RayService (GC cascades from it)."""
+        return {
+            "apiVersion": self.ref.api_version,
+            "kind": "RayService",
+            "name": self.ref.name,
+            "uid": self.ref.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
     def mark_deleted(self, kind: str, name: str) -> bool:
         """Remember a deletion of this pass; False when the object was already deleted in it."""
         if (kind, name) in self._deleted:

@@ -61,14 +61,14 @@ from services.reconciler.rayservice.flow import (
     Progress,
     decide_rollback,
     reconcile_clusters,
-    reconcile_gateway_objects,
     reconcile_services,
-    reconcile_serving,
     update_serve_labels,
 )
 from services.reconciler.rayservice.model import mapping, read_model, text
 from services.reconciler.rayservice.outcome import compute_status
 from services.reconciler.rayservice.passes import Pass
+from services.reconciler.rayservice.routing import reconcile_gateway_objects
+from services.reconciler.rayservice.serving import reconcile_serving
 from services.reconciler.rayservice.status import READY
 from services.reconciler.rayservice.suspend import handle_suspend
 from services.reconciler.rayservice.validation import validate

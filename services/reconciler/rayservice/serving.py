@@ -1,0 +1,161 @@
+"""Serve applications of a RayService pass (SPEC §6.1 step 12, §6.4 target_capacity): KubeRay's
+``reconcileServe`` per cluster and the choice of which clusters to reconcile.
+
+Role: read the cluster's ``obs-serve`` observation, submit ``serveConfigV2`` (YAML→JSON) when KubeRay's
+rule says so and record its digest durably on the RayCluster (``raybus.io/serve-config-hash``, patched
+in the same decision), and during an incremental upgrade move the Serve ``target_capacity`` one step
+(forward, or back during a rollback).
+
+Time: readiness comes from the cluster's HeadPodReady condition and the prober's observation, both
+events; a cluster the prober has not observed yet is simply not ready (nothing polls).
+
+Invariants: pure; a dashboard error ends the pass like KubeRay's error return (no status write); an
+invalid ``serveConfigV2`` is a Warning Event and ends the pass.
+
+Not here: the durable-record semantics (``serve``), traffic weights (``routing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from schema.decision import OBS_SERVE
+from schema.messages import DashboardRef
+from services.reconciler.rayjob.cluster import dashboard_ref
+from services.reconciler.rayservice import incremental, names
+from services.reconciler.rayservice.clusters import annotations_of, head_ready, name_of
+from services.reconciler.rayservice.flow import Progress, should_prepare
+from services.reconciler.rayservice.passes import Pass
+from services.reconciler.rayservice.serve import (
+    ServeConfigError,
+    config_hash,
+    read_observation,
+    serve_config_json,
+    submit_reason,
+)
+from services.reconciler.rayservice.status import ACTIVE, PENDING, Role
+
+
+def _role_of(job: Pass, cluster_name: str) -> Role | None:
+    if cluster_name == job.status.cluster_name(ACTIVE):
+        return ACTIVE
+    if cluster_name == job.status.cluster_name(PENDING):
+        return PENDING
+    return None
+
+
+def _dashboard(job: Pass, cluster: Mapping[str, Any]) -> DashboardRef:
+    return dashboard_ref(job.snapshot, namespace=job.ref.namespace, cluster_name=name_of(cluster), cluster=cluster)
+
+
+def reconcile_serve(
+    job: Pass, cluster: dict[str, Any], progress: Progress
+) -> tuple[bool, dict[str, dict[str, Any]] | None]:
+    """KubeRay's ``reconcileServe`` for one cluster → (ready, application statuses or None)."""
+    name = name_of(cluster)
+    if not head_ready(job.snapshot, cluster, job.config):
+        job.rule("6.1/serve-head-not-ready")
+        return False, None
+    observation = read_observation(job.snapshot.get(OBS_SERVE, name))
+    if observation is None:
+        job.rule("6.1/serve-awaiting-observation")
+        return False, None
+    if observation.error:
+        job.halt("6.1/serve-dashboard-error")
+        return False, None
+    assert job.model.spec is not None
+    serve_config = job.model.spec.serve_config_v2
+    role = _role_of(job, name)
+    skip = (role == ACTIVE and job.incremental and progress.upgrading) or (role == PENDING and progress.rolling_back)
+    recorded = annotations_of(cluster).get(names.ANN_SERVE_CONFIG_HASH, "")
+    wanted = config_hash(serve_config)
+    why = submit_reason(recorded=recorded, wanted=wanted, observation=observation)
+    if why is not None and not skip:
+        capacity = job.status.int_field(role, "targetCapacity") if (job.incremental and role) else None
+        try:
+            body = serve_config_json(serve_config, target_capacity=capacity)
+        except ServeConfigError as exc:
+            job.emit(
+                "Warning",
+                reason="FailedToUpdateServeApplications",
+                message=f"Failed to update serve applications to the RayCluster {job.ref.namespace}/{name}: {exc}",
+            )
+            job.halt("6.1/serve-config-invalid")
+            return False, None
+        job.put_serve_config(_dashboard(job, cluster), body)
+        if recorded != wanted:
+            job.patch(
+                "RayCluster",
+                cluster,
+                {"metadata": {"annotations": {names.ANN_SERVE_CONFIG_HASH: wanted}}},
+                guarded=False,
+            )
+        job.emit(
+            "Normal",
+            reason="UpdatedServeApplications",
+            message=f"Updated serve applications to the RayCluster {job.ref.namespace}/{name}",
+        )
+        job.rule("6.1/serve-submit")
+    if job.incremental and progress.upgrading and role is not None:
+        _step_capacity(job, cluster, role, progress)
+    return observation.ready, observation.applications
+
+
+def _step_capacity(job: Pass, cluster: dict[str, Any], role: Role, progress: Progress) -> None:
+    """KubeRay's target_capacity step (forward or rollback) for one cluster of an incremental upgrade."""
+    options = job.model.upgrade_options
+    if options is None:
+        return
+    gateway_ok = incremental.gateway_ready(job.snapshot.get("Gateway", names.gateway_name(job.model.name)))
+    route_ok = incremental.httproute_ready(
+        job.snapshot.get("HTTPRoute", names.httproute_name(job.model.name)), gateway=names.gateway_name(job.model.name)
+    )
+    status = job.status
+    if progress.rolling_back:
+        if not (status.cluster_name(ACTIVE) and status.cluster_name(PENDING) and gateway_ok and route_ok):
+            return
+        goal = incremental.rollback_capacity_goal(status, cluster=name_of(cluster), options=options)
+    else:
+        if not incremental.needs_capacity_update(status, gateway_ok=gateway_ok, route_ok=route_ok):
+            return
+        goal = incremental.capacity_goal(status, cluster=name_of(cluster), options=options)
+    if goal is None:
+        return
+    assert job.model.spec is not None
+    try:
+        body = serve_config_json(job.model.spec.serve_config_v2, target_capacity=goal)
+    except ServeConfigError as exc:
+        job.emit(
+            "Warning",
+            reason="FailedToUpdateTargetCapacity",
+            message=f"Failed to update target_capacity of serve applications to the RayCluster "
+            f"{job.ref.namespace}/{name_of(cluster)}: {exc}",
+        )
+        job.halt("6.4/target-capacity-invalid-config")
+        return
+    job.put_serve_config(_dashboard(job, cluster), body)
+    status.set_field(role, "targetCapacity", goal)
+    job.emit(
+        "Normal",
+        reason="UpdatedServeTargetCapacity",
+        message=f"Updated target_capacity of serve applications to to the RayCluster "
+        f"{job.ref.namespace}/{name_of(cluster)}",
+    )
+    job.rule("6.4/target-capacity-rollback" if progress.rolling_back else "6.4/target-capacity")
+
+
+def reconcile_serving(job: Pass, progress: Progress) -> None:
+    """SPEC §6.1 step 12: the pending cluster; the active one when no new cluster is to be prepared;
+    both during an incremental upgrade."""
+    active, pending = progress.active, progress.pending
+    if pending is not None:
+        progress.pending_ready, progress.pending_apps = reconcile_serve(job, pending, progress)
+        if job.halted:
+            return
+    if active is None:
+        return
+    if (pending is None and not should_prepare(job, progress, active=active, pending=None, serving_pending=False)) or (
+        pending is not None and job.incremental
+    ):
+        progress.active_ready, progress.active_apps = reconcile_serve(job, active, progress)
