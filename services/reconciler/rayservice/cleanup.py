@@ -47,7 +47,8 @@ def cleanup_dangling(job: Pass, clusters: list[dict[str, Any]]) -> bool:
     deleting = job.model.deleting
     referenced = set() if deleting else {job.status.cluster_name(ACTIVE), job.status.cluster_name(PENDING)} - {""}
     # Suspending deletes every cluster right away anyway (SPEC §6.5): no point in scheduling.
-    delay = 0 if deleting or job.status.is_true(SUSPENDING) else deletion_delay(job.model)
+    suspending = job.status.is_true(SUSPENDING)
+    delay = 0 if deleting or suspending else deletion_delay(job.model)
     remaining = False
     for cluster in clusters:
         name = name_of(cluster)
@@ -57,7 +58,7 @@ def cleanup_dangling(job: Pass, clusters: list[dict[str, Any]]) -> bool:
                 job.patch(
                     "RayCluster",
                     cluster,
-                    {"metadata": {"annotations": {names.ANN_DELETE_AFTER: None}}},
+                    body={"metadata": {"annotations": {names.ANN_DELETE_AFTER: None}}},
                     guarded=False,
                 )
                 job.rule("6.1/cleanup-unschedule-referenced")
@@ -66,13 +67,7 @@ def cleanup_dangling(job: Pass, clusters: list[dict[str, Any]]) -> bool:
         if being_deleted(cluster):
             continue
         if delay == 0:
-            reason = (
-                "RayServiceDeleted"
-                if deleting
-                else "Suspended"
-                if delay == 0 and job.status.is_true(SUSPENDING)
-                else "DeletionDelayPassed"
-            )
+            reason = "RayServiceDeleted" if deleting else "Suspended" if suspending else "DeletionDelayPassed"
             delete_cluster(job, cluster, reason=reason)
             job.rule("6.1/cleanup-delete-now")
             continue
@@ -82,7 +77,7 @@ def cleanup_dangling(job: Pass, clusters: list[dict[str, Any]]) -> bool:
             job.patch(
                 "RayCluster",
                 cluster,
-                {"metadata": {"annotations": {names.ANN_DELETE_AFTER: format_time(deadline)}}},
+                body={"metadata": {"annotations": {names.ANN_DELETE_AFTER: format_time(deadline)}}},
                 guarded=False,
             )
             job.wake(deadline)

@@ -140,8 +140,8 @@ def should_update(
 def in_place_update(
     model: ServiceModel,
     rayservice: Mapping[str, Any],
-    cluster: Mapping[str, Any],
     *,
+    cluster: Mapping[str, Any],
     clear_replicas: bool,
     config: OperatorConfig,
 ) -> list[dict[str, Any]]:
@@ -187,7 +187,7 @@ def _condition_true(conditions: object, type_: str) -> bool:
     return any(isinstance(c, Mapping) and c.get("type") == type_ and c.get("status") == "True" for c in conditions)
 
 
-def head_ready(snapshot: Snapshot, cluster: Mapping[str, Any], config: OperatorConfig) -> bool:
+def head_ready(snapshot: Snapshot, cluster: Mapping[str, Any], *, config: OperatorConfig) -> bool:
     """``reconcileServe``'s gate: the cluster's HeadPodReady condition (gate RayClusterStatusConditions),
     else the head pod Running and Ready."""
     if config.gates.ray_cluster_status_conditions:

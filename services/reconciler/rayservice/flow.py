@@ -75,7 +75,7 @@ def _with_update(cluster: Mapping[str, Any], ops: list[dict[str, Any]]) -> dict[
     return updated
 
 
-def reconcile_clusters(job: Pass, clusters: list[dict[str, Any]], progress: Progress) -> None:
+def reconcile_clusters(job: Pass, progress: Progress, *, clusters: list[dict[str, Any]]) -> None:
     """SPEC §6.1 step 9: create the missing pending cluster, or update the active/pending one in place."""
     status, model = job.status, job.model
     by_name = {name_of(c): c for c in clusters}
@@ -99,8 +99,8 @@ def reconcile_clusters(job: Pass, clusters: list[dict[str, Any]], progress: Prog
         if not should_update(model, cluster, active=role == ACTIVE, upgrading=progress.upgrading, config=job.config):
             continue
         assert cluster is not None
-        ops = in_place_update(model, rayservice, cluster, clear_replicas=clear_replicas, config=job.config)
-        job.patch("RayCluster", cluster, ops, patch_type="json")
+        ops = in_place_update(model, rayservice, cluster=cluster, clear_replicas=clear_replicas, config=job.config)
+        job.patch("RayCluster", cluster, body=ops, patch_type="json")
         which = "active" if role == ACTIVE else "pending"
         job.emit(
             "Normal",
@@ -139,9 +139,9 @@ def decide_rollback(job: Pass, progress: Progress) -> None:
     if not progress.rolling_back:
         status.set_condition(
             ROLLBACK_IN_PROGRESS,
-            "True",
-            "DesiredClusterSpecChanged",
-            "The goal RayCluster spec no longer matches the pending cluster: traffic and capacity move back "
+            status="True",
+            reason="DesiredClusterSpecChanged",
+            message="The goal RayCluster spec no longer matches the pending cluster: traffic and capacity move back "
             "to the active cluster",
             now=job.now,
             observed_generation=job.model.generation,
@@ -185,7 +185,7 @@ def update_serve_labels(job: Pass, progress: Progress) -> None:
         wanted = "false" if exclude else _observed_health(job, pod)
         if wanted is None or labels_of(pod).get(names.LABEL_SERVE) == wanted:
             continue
-        job.patch("Pod", pod, {"metadata": {"labels": {names.LABEL_SERVE: wanted}}}, guarded=False)
+        job.patch("Pod", pod, body={"metadata": {"labels": {names.LABEL_SERVE: wanted}}}, guarded=False)
         job.emit(
             "Normal",
             reason="UpdatedHeadPodServeLabel",
@@ -206,7 +206,7 @@ def should_prepare(job: Pass, progress: Progress, *, active: Any, pending: Any, 
     return zero_downtime_enabled(job.model, job.config)
 
 
-def _reconcile_service(job: Pass, desired: dict[str, Any], target: str, *, traffic: bool) -> None:
+def _reconcile_service(job: Pass, desired: dict[str, Any], *, target: str, traffic: bool) -> None:
     name = text(mapping(desired.get("metadata")).get("name"))
     existing = job.snapshot.get("Service", name)
     if existing is None:
@@ -218,7 +218,7 @@ def _reconcile_service(job: Pass, desired: dict[str, Any], target: str, *, traff
         previous = selected_cluster(existing)
         if previous == target:
             return
-        job.patch("Service", existing, switch_patch(existing, desired), patch_type="json")
+        job.patch("Service", existing, body=switch_patch(existing, desired), patch_type="json")
         job.emit("Normal", reason="UpdatedService", message=f"Updated the service {job.ref.namespace}/{name}")
         job.rule("6.1/switch-service")
     if traffic:
@@ -253,7 +253,7 @@ def reconcile_services(job: Pass, progress: Progress) -> None:
         )
         job.halt("6.1/service-build-failed")
         return
-    _reconcile_service(job, head, target_name, traffic=False)
+    _reconcile_service(job, head, target=target_name, traffic=False)
     if serve is not None:
-        _reconcile_service(job, serve, target_name, traffic=True)
+        _reconcile_service(job, serve, target=target_name, traffic=True)
     progress.services_target = target_name

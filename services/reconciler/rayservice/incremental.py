@@ -181,9 +181,9 @@ def capacity_goal(status: StatusDraft, *, cluster: str, options: UpgradeOptions)
     than 100 the active one goes down by ``maxSurgePercent``, else the pending one goes up by it.
     """
     if status.int_field(ACTIVE, "targetCapacity") is None:
-        status.set_field(ACTIVE, "targetCapacity", 100)
+        status.set_field(ACTIVE, "targetCapacity", value=100)
     if status.int_field(PENDING, "targetCapacity") is None:
-        status.set_field(PENDING, "targetCapacity", 0)
+        status.set_field(PENDING, "targetCapacity", value=0)
     active_capacity = status.int_field(ACTIVE, "targetCapacity") or 0
     pending_capacity = status.int_field(PENDING, "targetCapacity") or 0
     pending_traffic = status.int_field(PENDING, "trafficRoutedPercent") or 0

@@ -38,8 +38,10 @@ from services.reconciler.rayservice.status import (
 )
 
 
-def _set(job: Pass, type_: str, status: str, reason: str, message: str) -> None:
-    job.status.set_condition(type_, status, reason, message, now=job.now, observed_generation=job.model.generation)
+def _set(job: Pass, type_: str, *, status: str, reason: str, message: str) -> None:
+    job.status.set_condition(
+        type_, status=status, reason=reason, message=message, now=job.now, observed_generation=job.model.generation
+    )
 
 
 def _traffic_from_weights(job: Pass, progress: Progress) -> None:
@@ -51,14 +53,14 @@ def _traffic_from_weights(job: Pass, progress: Progress) -> None:
     old_pending = status.int_field(PENDING, "trafficRoutedPercent")
     old_active = status.int_field(ACTIVE, "trafficRoutedPercent")
     if active_weight >= 0 and status.cluster_name(ACTIVE):
-        status.set_field(ACTIVE, "trafficRoutedPercent", active_weight)
+        status.set_field(ACTIVE, "trafficRoutedPercent", value=active_weight)
         if active_weight != (-1 if old_active is None else old_active):
-            status.set_field(ACTIVE, "lastTrafficMigratedTime", format_time(job.now))
+            status.set_field(ACTIVE, "lastTrafficMigratedTime", value=format_time(job.now))
     pending_weight = pending_weight if status.cluster_name(PENDING) else -1
     if pending_weight >= 0:
-        status.set_field(PENDING, "trafficRoutedPercent", pending_weight)
+        status.set_field(PENDING, "trafficRoutedPercent", value=pending_weight)
         if pending_weight != (-1 if old_pending is None else old_pending):
-            status.set_field(PENDING, "lastTrafficMigratedTime", format_time(job.now))
+            status.set_field(PENDING, "lastTrafficMigratedTime", value=format_time(job.now))
     if pending_weight >= 0 and old_pending is not None and old_pending != pending_weight:
         active_name, pending_name = status.cluster_name(ACTIVE), status.cluster_name(PENDING)
         forward = pending_weight > old_pending
@@ -190,14 +192,14 @@ def _initializing_timeout(job: Pass) -> None:
     for role, field in ((ACTIVE, "activeCluster"), (PENDING, "pendingCluster")):
         name = status.cluster_name(role)
         if name:
-            status.set_field(role, "rayClusterName", None)
+            status.set_field(role, "rayClusterName", value=None)
             status.step(field, from_value=name, to_value="", reason="InitializingTimeout", message="cluster released")
     _set(
         job,
         READY,
-        "False",
-        "InitializingTimeout",
-        f"RayService failed to become ready within the configured timeout of {configured}. "
+        status="False",
+        reason="InitializingTimeout",
+        message=f"RayService failed to become ready within the configured timeout of {configured}. "
         f"Time spent initializing: {spent}",
     )
     job.emit(
@@ -212,13 +214,19 @@ def _conditions(job: Pass) -> None:
     status = job.status
     if not status.conditions:
         message = "RayService is initializing"
-        _set(job, READY, "False", "Initializing", message)
-        _set(job, UPGRADE_IN_PROGRESS, "False", "Initializing", message)
+        _set(job, READY, status="False", reason="Initializing", message=message)
+        _set(job, UPGRADE_IN_PROGRESS, status="False", reason="Initializing", message=message)
     endpoints = status.get("numServeEndpoints") or 0
     if endpoints > 0:
-        _set(job, READY, "True", "NonZeroServeEndpoints", "Number of serve endpoints is greater than 0")
+        _set(
+            job,
+            READY,
+            status="True",
+            reason="NonZeroServeEndpoints",
+            message="Number of serve endpoints is greater than 0",
+        )
     elif status.is_true(READY):
-        _set(job, READY, "False", "ZeroServeEndpoints", "Number of serve endpoints dropped to 0")
+        _set(job, READY, status="False", reason="ZeroServeEndpoints", message="Number of serve endpoints dropped to 0")
     else:
         _initializing_timeout(job)
     active_name, pending_name = status.cluster_name(ACTIVE), status.cluster_name(PENDING)
@@ -226,17 +234,17 @@ def _conditions(job: Pass) -> None:
         _set(
             job,
             UPGRADE_IN_PROGRESS,
-            "True",
-            "BothActivePendingClustersExist",
-            "Both active and pending Ray clusters exist",
+            status="True",
+            reason="BothActivePendingClustersExist",
+            message="Both active and pending Ray clusters exist",
         )
     elif active_name:
         _set(
             job,
             UPGRADE_IN_PROGRESS,
-            "False",
-            "NoPendingCluster",
-            "Active Ray cluster exists and no pending Ray cluster",
+            status="False",
+            reason="NoPendingCluster",
+            message="Active Ray cluster exists and no pending Ray cluster",
         )
     elif (
         status.reason(UPGRADE_IN_PROGRESS) not in ("Initializing", "InitializingTimeout")
@@ -245,10 +253,12 @@ def _conditions(job: Pass) -> None:
         _set(
             job,
             UPGRADE_IN_PROGRESS,
-            "Unknown",
-            "NoActiveCluster",
-            "No active Ray cluster exists, and the RayService is not initializing. Please open a GitHub issue in the "
-            "KubeRay repository.",
+            status="Unknown",
+            reason="NoActiveCluster",
+            message=(
+                "No active Ray cluster exists, and the RayService is not initializing. Please open a GitHub issue "
+                "in the KubeRay repository."
+            ),
         )
 
 
@@ -260,8 +270,8 @@ def compute_status(job: Pass, progress: Progress) -> None:
         (ACTIVE, progress.active, progress.active_apps),
         (PENDING, progress.pending, progress.pending_apps),
     ):
-        status.set_field(role, "rayClusterStatus", copy.deepcopy(dict(mapping(mapping(cluster).get("status")))))
-        status.set_field(role, "applicationStatuses", copy.deepcopy(apps) if apps is not None else None)
+        status.set_field(role, "rayClusterStatus", value=copy.deepcopy(dict(mapping(mapping(cluster).get("status")))))
+        status.set_field(role, "applicationStatuses", value=copy.deepcopy(apps) if apps is not None else None)
     _finish_rollback(job, progress)
     serving_pending = False
     if progress.services_target:

@@ -113,8 +113,8 @@ class Pass:
         self,
         kind: str,
         obj: Mapping[str, Any],
-        patch: dict[str, Any] | list[dict[str, Any]],
         *,
+        body: dict[str, Any] | list[dict[str, Any]],
         patch_type: PatchType = "merge",
         guarded: bool = True,
     ) -> None:
@@ -122,7 +122,7 @@ class Pass:
         resource_version = text(mapping(obj.get("metadata")).get("resourceVersion")) if guarded else ""
         self.commands.append(
             PatchObject(
-                target=self.ref_of(kind, obj), patch=patch, patch_type=patch_type, resource_version=resource_version
+                target=self.ref_of(kind, obj), patch=body, patch_type=patch_type, resource_version=resource_version
             )
         )
 

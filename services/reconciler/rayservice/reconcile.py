@@ -90,7 +90,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
         return Decision(rules=("6.1/gone",))
     now = as_utc(now)
     try:
-        return _reconcile(snapshot, rayservice, now, config)
+        return _reconcile(snapshot, rayservice, now=now, config=config)
     except (
         TypeError,
         ValueError,
@@ -114,7 +114,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
         return Decision(commands=(event,), rules=("6.1/malformed",))
 
 
-def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], now: datetime, config: OperatorConfig) -> Decision:
+def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], *, now: datetime, config: OperatorConfig) -> Decision:
     model = read_model(rayservice)
     managed_by = model.raw_spec.get("managedBy")
     if managed_by is not None and managed_by != MANAGED_BY_KUBERAY:
@@ -153,7 +153,7 @@ def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], now: datetime,
         job.rule("6.1/initializing-timeout-terminal")
         return _finish(job)
     progress = Progress()
-    reconcile_clusters(job, clusters, progress)
+    reconcile_clusters(job, progress, clusters=clusters)
     decide_rollback(job, progress)
     update_serve_labels(job, progress)
     reconcile_serving(job, progress)
@@ -213,9 +213,9 @@ def _on_invalid(job: Pass, *, reason: str, message: str) -> None:
     observed = job.status.get("observedGeneration")
     job.status.set_condition(
         READY,
-        "False",
-        "ValidationFailed",
-        message,
+        status="False",
+        reason="ValidationFailed",
+        message=message,
         now=job.now,
         observed_generation=observed if isinstance(observed, int) and not isinstance(observed, bool) else 0,
     )

@@ -62,7 +62,7 @@ def reconcile_gateway_objects(job: Pass, progress: Progress) -> None:
         )
         job.rule("6.4/create-gateway")
     elif not _subset(desired, mapping(gateway.get("spec"))):
-        job.patch("Gateway", gateway, {"spec": desired}, guarded=False)
+        job.patch("Gateway", gateway, body={"spec": desired}, guarded=False)
         job.emit("Normal", reason="UpdatedGateway", message=f"Updated the Gateway {model.namespace}/{gateway_name}")
         job.rule("6.4/update-gateway")
     active, pending = progress.active, progress.pending
@@ -95,7 +95,7 @@ def reconcile_gateway_objects(job: Pass, progress: Progress) -> None:
         )
         job.rule("6.4/create-httproute")
     elif not _subset(spec, mapping(route.get("spec"))):
-        job.patch("HTTPRoute", route, {"spec": spec}, guarded=False)
+        job.patch("HTTPRoute", route, body={"spec": spec}, guarded=False)
         job.emit("Normal", reason="UpdatedHTTPRoute", message=f"Updated the HTTPRoute {model.namespace}/{route_name}")
         job.rule("6.4/update-httproute")
     progress.weights = (weights[0], weights[1] if pending is not None else -1)

@@ -50,11 +50,11 @@ def _dashboard(job: Pass, cluster: Mapping[str, Any]) -> DashboardRef:
 
 
 def reconcile_serve(
-    job: Pass, cluster: dict[str, Any], progress: Progress
+    job: Pass, cluster: dict[str, Any], *, progress: Progress
 ) -> tuple[bool, dict[str, dict[str, Any]] | None]:
     """KubeRay's ``reconcileServe`` for one cluster → (ready, application statuses or None)."""
     name = name_of(cluster)
-    if not head_ready(job.snapshot, cluster, job.config):
+    if not head_ready(job.snapshot, cluster, config=job.config):
         job.rule("6.1/serve-head-not-ready")
         return False, None
     observation = read_observation(job.snapshot.get(OBS_SERVE, name))
@@ -88,7 +88,7 @@ def reconcile_serve(
             job.patch(
                 "RayCluster",
                 cluster,
-                {"metadata": {"annotations": {names.ANN_SERVE_CONFIG_HASH: wanted}}},
+                body={"metadata": {"annotations": {names.ANN_SERVE_CONFIG_HASH: wanted}}},
                 guarded=False,
             )
         job.emit(
@@ -98,11 +98,11 @@ def reconcile_serve(
         )
         job.rule("6.1/serve-submit")
     if job.incremental and progress.upgrading and role is not None:
-        _step_capacity(job, cluster, role, progress)
+        _step_capacity(job, cluster, role=role, progress=progress)
     return observation.ready, observation.applications
 
 
-def _step_capacity(job: Pass, cluster: dict[str, Any], role: Role, progress: Progress) -> None:
+def _step_capacity(job: Pass, cluster: dict[str, Any], *, role: Role, progress: Progress) -> None:
     """KubeRay's target_capacity step (forward or rollback) for one cluster of an incremental upgrade."""
     options = job.model.upgrade_options
     if options is None:
@@ -135,7 +135,7 @@ def _step_capacity(job: Pass, cluster: dict[str, Any], role: Role, progress: Pro
         job.halt("6.4/target-capacity-invalid-config")
         return
     job.put_serve_config(_dashboard(job, cluster), body)
-    status.set_field(role, "targetCapacity", goal)
+    status.set_field(role, "targetCapacity", value=goal)
     job.emit(
         "Normal",
         reason="UpdatedServeTargetCapacity",
@@ -150,7 +150,7 @@ def reconcile_serving(job: Pass, progress: Progress) -> None:
     both during an incremental upgrade."""
     active, pending = progress.active, progress.pending
     if pending is not None:
-        progress.pending_ready, progress.pending_apps = reconcile_serve(job, pending, progress)
+        progress.pending_ready, progress.pending_apps = reconcile_serve(job, pending, progress=progress)
         if job.halted:
             return
     if active is None:
@@ -158,4 +158,4 @@ def reconcile_serving(job: Pass, progress: Progress) -> None:
     if (pending is None and not should_prepare(job, progress, active=active, pending=None, serving_pending=False)) or (
         pending is not None and job.incremental
     ):
-        progress.active_ready, progress.active_apps = reconcile_serve(job, active, progress)
+        progress.active_ready, progress.active_apps = reconcile_serve(job, active, progress=progress)

@@ -122,7 +122,7 @@ class StatusDraft:
         """Replace a whole active/pending RayServiceStatus."""
         self.current[role] = value
 
-    def set_field(self, role: Role, field: str, value: Any) -> None:
+    def set_field(self, role: Role, field: str, *, value: Any) -> None:
         """Set (or, with None, clear) a field of the active/pending status."""
         if value is None:
             self.cluster(role).pop(field, None)
@@ -158,10 +158,10 @@ class StatusDraft:
     def set_condition(
         self,
         type_: str,
+        *,
         status: str,
         reason: str,
         message: str,
-        *,
         now: datetime,
         observed_generation: int,
         fresh: bool = False,

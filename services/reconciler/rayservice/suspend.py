@@ -31,9 +31,15 @@ from services.reconciler.rayservice.status import (
 )
 
 
-def _set(job: Pass, type_: str, status: str, reason: str, message: str, *, fresh: bool = False) -> None:
+def _set(job: Pass, type_: str, *, status: str, reason: str, message: str, fresh: bool = False) -> None:
     job.status.set_condition(
-        type_, status, reason, message, now=job.now, observed_generation=job.model.generation, fresh=fresh
+        type_,
+        status=status,
+        reason=reason,
+        message=message,
+        now=job.now,
+        observed_generation=job.model.generation,
+        fresh=fresh,
     )
 
 
@@ -52,34 +58,47 @@ def handle_suspend(job: Pass, clusters: list[dict[str, Any]]) -> bool:
             _set(
                 job,
                 SUSPENDING,
-                "True",
-                "SuspendInProgress",
-                f"Deleting the resources of the RayService ({remaining} left)",
+                status="True",
+                reason="SuspendInProgress",
+                message=f"Deleting the resources of the RayService ({remaining} left)",
             )
             job.rule("6.5/suspend-in-progress")
             return True
         message = "The RayService is suspended: its RayClusters, Services, Gateway and HTTPRoute are deleted"
-        _set(job, SUSPENDING, "False", "SuspendComplete", message)
-        _set(job, SUSPENDED, "True", "SuspendComplete", message)
+        _set(job, SUSPENDING, status="False", reason="SuspendComplete", message=message)
+        _set(job, SUSPENDED, status="True", reason="SuspendComplete", message=message)
         for type_ in (READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS):
-            _set(job, type_, "False", "SuspendComplete", message)
+            _set(job, type_, status="False", reason="SuspendComplete", message=message)
         job.rule("6.5/suspend-complete")
         return True
     if status.is_true(SUSPENDED):
         if wants_suspend:
             job.rule("6.5/stay-suspended")
             return True
-        _set(job, SUSPENDED, "False", "RayServiceResumed", "spec.suspend is false: the RayService is resumed")
-        _set(job, READY, "False", "Initializing", "RayService is initializing", fresh=True)
-        _set(job, UPGRADE_IN_PROGRESS, "False", "Initializing", "RayService is initializing", fresh=True)
+        _set(
+            job,
+            SUSPENDED,
+            status="False",
+            reason="RayServiceResumed",
+            message="spec.suspend is false: the RayService is resumed",
+        )
+        _set(job, READY, status="False", reason="Initializing", message="RayService is initializing", fresh=True)
+        _set(
+            job,
+            UPGRADE_IN_PROGRESS,
+            status="False",
+            reason="Initializing",
+            message="RayService is initializing",
+            fresh=True,
+        )
         job.rule("6.5/resume")
         return False
     if wants_suspend:
         message = "spec.suspend is true: deleting the resources of the RayService"
-        _set(job, SUSPENDING, "True", "SuspendRequested", message)
-        _set(job, READY, "False", "SuspendInProgress", message)
-        _set(job, UPGRADE_IN_PROGRESS, "False", "SuspendInProgress", message)
-        _set(job, ROLLBACK_IN_PROGRESS, "False", "SuspendInProgress", message)
+        _set(job, SUSPENDING, status="True", reason="SuspendRequested", message=message)
+        _set(job, READY, status="False", reason="SuspendInProgress", message=message)
+        _set(job, UPGRADE_IN_PROGRESS, status="False", reason="SuspendInProgress", message=message)
+        _set(job, ROLLBACK_IN_PROGRESS, status="False", reason="SuspendInProgress", message=message)
         status.set_cluster(ACTIVE, {})
         status.set_cluster(PENDING, {})
         status.set("numServeEndpoints", 0)

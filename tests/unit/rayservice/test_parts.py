@@ -188,25 +188,29 @@ def test_endpoints_count_distinct_ready_pods() -> None:
 
 def test_cluster_status_alone_does_not_write() -> None:
     draft = StatusDraft({"activeServiceStatus": {"rayClusterName": "c", "rayClusterStatus": {"state": "ready"}}})
-    draft.set_field("activeServiceStatus", "rayClusterStatus", {"state": "suspended"})
+    draft.set_field("activeServiceStatus", "rayClusterStatus", value={"state": "suspended"})
     assert not draft.should_write(incremental_gate=True)
-    draft.set_field("activeServiceStatus", "targetCapacity", 50)
+    draft.set_field("activeServiceStatus", "targetCapacity", value=50)
     assert draft.should_write(incremental_gate=True)
     assert not draft.should_write(incremental_gate=False)
 
 
 def test_condition_transition_time_moves_only_on_status_change() -> None:
     draft = StatusDraft({})
-    draft.set_condition("Ready", "False", "Initializing", "m", now=NOW, observed_generation=1)
+    draft.set_condition("Ready", status="False", reason="Initializing", message="m", now=NOW, observed_generation=1)
     later = NOW + timedelta(minutes=1)
-    draft.set_condition("Ready", "False", "ZeroServeEndpoints", "n", now=later, observed_generation=2)
+    draft.set_condition(
+        "Ready", status="False", reason="ZeroServeEndpoints", message="n", now=later, observed_generation=2
+    )
     ready = draft.condition("Ready")
     assert (
         ready is not None
         and ready["lastTransitionTime"] == "2024-05-01T12:00:00Z"
         and ready["reason"] == "ZeroServeEndpoints"
     )
-    draft.set_condition("Ready", "False", "Initializing", "m", now=later, observed_generation=2, fresh=True)
+    draft.set_condition(
+        "Ready", status="False", reason="Initializing", message="m", now=later, observed_generation=2, fresh=True
+    )
     assert draft.condition("Ready")["lastTransitionTime"] == "2024-05-01T12:01:00Z"  # type: ignore[index]
 
 
