@@ -211,7 +211,10 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     log ``raybus replay`` reads: ``inputs`` are the events-stream sequences coalesced into it,
     ``issued_at`` is the ``now`` it was given, ``snapshot_revision`` the KV revision its snapshot
     reflected. ``id`` is a digest of the key, the input sequences and the commands, so a redelivered
-    input that yields the same decision is de-duplicated by JetStream (Nats-Msg-Id).
+    input that yields the same decision is de-duplicated by JetStream (Nats-Msg-Id). ``suppressed`` are
+    the ids of commands the decision contained but the worker withheld because an identical command of
+    the same key is still in flight (see ``services/reconciler/worker/inflight.py``); the decision itself
+    is ``commands`` plus those.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -224,6 +227,7 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     snapshot_revision: int = 0
     wake_at: datetime | None = None
     rules: tuple[str, ...] = ()
+    suppressed: tuple[str, ...] = ()
 
 
 Outcome = Literal["applied", "already_done", "dropped", "failed"]

@@ -101,6 +101,8 @@ class EndpointSliceController:
         self._store: Store | None = None
         self._queue: WorkQueue[ServiceKey] = WorkQueue()
         self._members: dict[ServiceKey, set[str]] = {}
+        # Selectors of the Services seen, so a Pod event does not list (and copy) every Service.
+        self._selectors: dict[ServiceKey, dict[str, str]] = {}
 
     async def run(self, store: Store) -> None:
         """Run until cancelled."""
@@ -119,14 +121,16 @@ class EndpointSliceController:
             key = (namespace, name_of(obj))
             if event.type == "DELETED":
                 self._members.pop(key, None)
+                self._selectors.pop(key, None)
             else:
+                self._selectors[key] = dict(spec_of(obj).get("selector") or {})
                 self._queue.add(key)
-        elif event.gvr == PODS and self._store is not None:
+        elif event.gvr == PODS:
             name, labels = name_of(obj), labels_of(obj)
-            for service in self._store.list(SERVICES, namespace):
-                key = (namespace, name_of(service))
-                selector = spec_of(service).get("selector") or {}
-                if selector_matches(selector, labels) or name in self._members.get(key, set()):
+            for key, selector in self._selectors.items():
+                if key[0] != namespace:
+                    continue
+                if (selector and selector_matches(selector, labels)) or name in self._members.get(key, set()):
                     self._queue.add(key)
 
     def _reconcile(self, key: ServiceKey) -> None:
@@ -142,10 +146,12 @@ class EndpointSliceController:
         if not selector or spec.get("type") == "ExternalName":
             return
         publish = bool(spec.get("publishNotReadyAddresses"))
+        # The store filters by the selector before copying: only this Service's pods are cloned.
+        label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         pods = sorted(
             (
                 pod
-                for pod in store.list(PODS, namespace)
+                for pod in store.list(PODS, namespace, label_selector=label_selector)
                 if selector_matches(selector, labels_of(pod))
                 and status_of(pod).get("podIP")
                 and status_of(pod).get("phase") not in ("Succeeded", "Failed")

@@ -62,6 +62,9 @@ class PartitionSettings:
     """Stable worker identity; empty means hostname + pid."""
     exit_timeout: float = 20.0
     """Seconds in-flight reconciles get to finish on shutdown or partition hand-over."""
+    inflight_window: float = 10.0
+    """Seconds an identical command of a key is withheld after it was published (0 = never), the
+    worker's stand-in for KubeRay's scale expectations; KubeRay waits up to 30 s for a create."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,7 @@ from schema.keys import KeyKind, ReconcileKey
 from schema.messages import BusInput, TimerTick
 from services.reconciler.worker.deadletter import dead_letter
 from services.reconciler.worker.decide import decide, decision_time, min_revision
+from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.timers import TimerScheduler
 from services.runtime.bus import publish
 from services.runtime.errors import RetryableError
@@ -89,6 +90,7 @@ class PartitionConsumer:
         config: OperatorConfig,
         bus: BusSettings,
         lease_valid: Callable[[], bool],
+        inflight: InFlight,
     ) -> None:
         self.partition = partition
         self._js = js
@@ -98,6 +100,7 @@ class PartitionConsumer:
         self._config = config
         self._bus = bus
         self._lease_valid = lease_valid
+        self._inflight = inflight
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
 
@@ -131,6 +134,7 @@ class PartitionConsumer:
                         await settle(msg.nak(delay=1.0))
                     continue
                 await self.process(msgs)
+                self._inflight.prune()
         finally:
             await sub.unsubscribe()
 
@@ -181,9 +185,11 @@ class PartitionConsumer:
                     config=self._config,
                     sequences=[item.msg.metadata.sequence.stream for item in items],
                 )
+                batch = self._inflight.filter(outcome.batch)
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
-                span.set_attribute("raybus.commands", len(outcome.batch.commands))
-                await publish(self._js, subjects.command_subject(key), encode(outcome.batch), msg_id=outcome.batch.id)
+                span.set_attribute("raybus.commands", len(batch.commands))
+                span.set_attribute("raybus.suppressed", len(batch.suppressed))
+                await publish(self._js, subjects.command_subject(key), encode(batch), msg_id=batch.id)
                 if any(isinstance(message, TimerTick) for message in inputs):
                     self._timers.forget(key)
                 if outcome.decision.wake_at is not None:

@@ -19,6 +19,7 @@ from schema.decision import ReconcileFn
 from schema.keys import KeyKind
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.consumer import PartitionConsumer
+from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.leases import PartitionLeases
 from services.reconciler.worker.timers import TimerScheduler
 from services.runtime.bus import connect
@@ -77,6 +78,7 @@ async def run_reconciler(
                 config=settings.operator,
                 bus=settings.bus,
                 lease_valid=lambda: leases.valid(partition),
+                inflight=InFlight(window=settings.partitions.inflight_window),
             )
             task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
             task.add_done_callback(on_done)

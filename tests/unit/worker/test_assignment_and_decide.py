@@ -80,3 +80,31 @@ def test_a_decision_without_commands_is_still_recorded() -> None:
     assert nothing.batch.snapshot_revision == 42
     assert nothing.batch.rules == ("noop",)
     assert nothing.batch.inputs == (7,)
+
+
+def test_in_flight_commands_are_withheld_within_the_window_and_recorded() -> None:
+    from services.reconciler.worker.inflight import InFlight
+
+    clock = [0.0]
+    inflight = InFlight(window=10.0, clock=lambda: clock[0])
+    snap = Snapshot(key=KEY, entries={})
+    first = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[1])
+    again = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[2])
+    assert inflight.filter(first.batch).commands == first.batch.commands
+    withheld = inflight.filter(again.batch)
+    assert withheld.commands == ()
+    assert withheld.suppressed == (again.batch.commands[0].id,)
+    assert withheld.id == again.batch.id
+    clock[0] = 10.5
+    assert inflight.filter(again.batch).commands == again.batch.commands
+
+
+def test_one_status_patch_per_object_version_is_in_flight() -> None:
+    from schema.messages import PatchStatus
+    from services.reconciler.worker.inflight import in_flight_key
+
+    ref = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace="ns", name="c")
+    a = PatchStatus(target=ref, status={"readyWorkerReplicas": 1}, resource_version="7")
+    b = PatchStatus(target=ref, status={"readyWorkerReplicas": 2}, resource_version="7")
+    c = PatchStatus(target=ref, status={"readyWorkerReplicas": 2}, resource_version="8")
+    assert in_flight_key(a) == in_flight_key(b) != in_flight_key(c)
