@@ -26,7 +26,10 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nats-url", help="NATS server URL(s), comma-separated [RAYBUS_NATS_URL]")
     parser.add_argument("--nats-creds", help="NATS credentials file [RAYBUS_NATS_CREDS]")
     parser.add_argument("--health-port", type=int, help="port of /healthz, /readyz, /metrics (0 = free port)")
-    parser.add_argument("--health-host", help="address of the health server (default 127.0.0.1)")
+    parser.add_argument("--metrics-port", type=int, help="separate port for /metrics (default: the health port)")
+    parser.add_argument(
+        "--bind-address", help="address the health, metrics and history servers listen on (default 127.0.0.1)"
+    )
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING [RAYBUS_LOG_LEVEL]")
     parser.add_argument("--partitions", type=int, help="partitions of the events stream (default 16)")
     parser.add_argument("--no-ensure-topology", action="store_true", help="do not create streams and buckets")
@@ -59,7 +62,6 @@ def add_status(parser: argparse.ArgumentParser) -> None:
     """Flags of the status service."""
     parser.add_argument("--db-url", help="SQLAlchemy URL, e.g. postgresql+asyncpg://... [RAYBUS_DB_URL]")
     parser.add_argument("--no-migrate", action="store_true", help="do not run Alembic migrations at start")
-    parser.add_argument("--http-host", help="address of the history API (default 127.0.0.1)")
     parser.add_argument("--http-port", type=int, help="port of the history API (default 8090)")
 
 
@@ -76,12 +78,16 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
     )
     if "no_ensure_topology" in given:
         nats = dataclasses.replace(nats, ensure_topology=False)
-    telemetry = dataclasses.replace(s.telemetry, **pick("health_port", "health_host", "log_level"))
+    telemetry = dataclasses.replace(s.telemetry, **pick("health_port", "metrics_port", "log_level"))
+    if "bind_address" in given:
+        telemetry = dataclasses.replace(telemetry, health_host=given["bind_address"])
     bus = dataclasses.replace(s.bus, **pick("partitions"))
     kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy"))
     if "watch_namespace" in given:
         kube = dataclasses.replace(kube, watch_namespaces=tuple(n for n in given["watch_namespace"].split(",") if n))
-    status = dataclasses.replace(s.status, **pick("db_url", "http_host", "http_port"))
+    status = dataclasses.replace(s.status, **pick("db_url", "http_port"))
+    if "bind_address" in given:
+        status = dataclasses.replace(status, http_host=given["bind_address"])
     if "no_migrate" in given:
         status = dataclasses.replace(status, migrate=False)
     operator = s.operator

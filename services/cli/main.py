@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from services.cli import flags
+from services.runtime.settings import RaybusSettings
 
 SERVICES = ("watcher", "reconciler", "status")
 PASSTHROUGH = {
@@ -37,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="persist transitions and the command audit trail; serve the history API")
     flags.add_common(status)
     flags.add_status(status)
+    topology = sub.add_parser("topology", help="create or update the streams, consumers and KV buckets, then exit")
+    flags.add_common(topology)
+    topology.add_argument("--stream-replicas", type=int, help="replicas of each stream and bucket (3 on a cluster)")
     from services.cli.up import add_arguments as add_up_arguments
 
     add_up_arguments(sub.add_parser("up", help="run the whole stack on loopback (nats-server, kubesim, services)"))
@@ -69,6 +73,8 @@ async def _serve(args: argparse.Namespace) -> int:
     except RaybusError as exc:
         print(f"raybus {args.command}: {exc}", file=sys.stderr)
         return 2
+    if args.command == "topology":
+        return await _topology(settings, args.stream_replicas)
     if args.command == "watcher":
         from services.watcher.service import run_watcher
 
@@ -90,3 +96,20 @@ async def _serve(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+async def _topology(settings: RaybusSettings, replicas: int | None) -> int:
+    """``raybus topology``: what the admin Job of deploy/ runs before the services start."""
+    import dataclasses
+
+    from services.runtime.bus import connect
+    from services.runtime.topology import ensure_topology
+
+    bus = dataclasses.replace(settings.bus, replicas=replicas) if replicas else settings.bus
+    nc = await connect(settings.nats, name="raybus-topology")
+    try:
+        await ensure_topology(nc, bus=bus, partitions=settings.partitions)
+    finally:
+        await nc.close()
+    print(f"topology ready: {bus.partitions} partitions, {bus.replicas} replica(s)")
+    return 0

@@ -19,9 +19,10 @@ ReadinessCheck = Callable[[], str | None]
 class HealthServer:
     """Serves the health and metrics endpoints until stopped."""
 
-    def __init__(self, *, host: str, port: int) -> None:
+    def __init__(self, *, host: str, port: int, metrics_port: int | None = None) -> None:
         self._host = host
         self._port = port
+        self._metrics_port = metrics_port
         self._checks: dict[str, ReadinessCheck] = {}
         self._alive = True
         self._runner: web.AppRunner | None = None
@@ -54,6 +55,9 @@ class HealthServer:
         sockets = getattr(site._server, "sockets", None)
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
+        if self._metrics_port is not None and self._metrics_port != self._port:
+            # Same app: /metrics is also answered here, so the probes' port needs no scrape access.
+            await web.TCPSite(self._runner, self._host, self._metrics_port).start()
 
     async def stop(self) -> None:
         """Stop serving."""

@@ -32,7 +32,8 @@ async def run_service(name: str, settings: RaybusSettings, main: ServiceMain) ->
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    health = HealthServer(host=settings.telemetry.health_host, port=settings.telemetry.health_port)
+    telemetry = settings.telemetry
+    health = HealthServer(host=telemetry.health_host, port=telemetry.health_port, metrics_port=telemetry.metrics_port)
     await health.start()
     log.info("%s started; health and metrics on http://%s:%d", name, settings.telemetry.health_host, health.port)
     try:

@@ -98,7 +98,9 @@ class StatusSettings:
 class TelemetrySettings:
     health_host: str = "127.0.0.1"
     health_port: int = 0
-    """/healthz, /readyz and /metrics; 0 picks a free port (printed at start)."""
+    """/healthz, /readyz (and /metrics unless ``metrics_port`` is set); 0 picks a free port."""
+    metrics_port: int | None = None
+    """A separate port for /metrics (Prometheus scrapes it apart from the kubelet's probes)."""
     log_level: str = "INFO"
     service_name: str = "raybus"
 
