@@ -74,13 +74,17 @@ class _Header(msgspec.Struct, kw_only=True):
     format_version: int = 0
 
 
-class _PlainLoader(yaml.SafeLoader):
-    """SafeLoader without the implicit timestamp type: ``2025-01-01T00:00:00Z`` stays a string."""
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it
+_SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _PlainLoader(_SafeLoader):  # type: ignore[misc,valid-type]
+    """A safe loader without the implicit timestamp type: ``2025-01-01T00:00:00Z`` stays a string."""
 
 
 _PlainLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    for first, resolvers in _SafeLoader.yaml_implicit_resolvers.items()
 }
 
 _json_decoder: Final[msgspec.json.Decoder[HistoryFile]] = msgspec.json.Decoder(HistoryFile)
@@ -117,7 +121,7 @@ def dumps(document: HistoryFile, fmt: FileFormat = "json") -> bytes:
     """Serialize an export document (JSON: one item per line-ish, indented by one space)."""
     if fmt == "yaml":
         plain = msgspec.to_builtins(document)
-        return yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, width=120).encode()
+        return yaml.dump(plain, Dumper=_SafeDumper, sort_keys=False, allow_unicode=True, width=120).encode()
     return msgspec.json.format(msgspec.json.encode(document), indent=1) + b"\n"
 
 

@@ -95,6 +95,9 @@ def parse_key(kind: str, ref: str) -> ReconcileKey:
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nats-url", help="NATS server URL(s) [RAYBUS_NATS_URL]")
     parser.add_argument("--nats-creds", help="NATS credentials file [RAYBUS_NATS_CREDS]")
+    parser.add_argument(
+        "--connect-timeout", type=float, default=5.0, help="seconds to reach NATS before giving up (default 5)"
+    )
     parser.add_argument("--feature-gates", help="KubeRay feature gates replay assumes, e.g. RayCronJob=true")
     parser.add_argument("--operator-config", help="KubeRay Configuration file replay assumes")
 
@@ -192,7 +195,7 @@ def _nats_settings(args: argparse.Namespace, env: Mapping[str, str]) -> NatsSett
         creds_file=args.nats_creds or nats.creds_file,
         user=nats.user,
         password=nats.password,
-        connect_timeout=nats.connect_timeout,
+        connect_timeout=min(nats.connect_timeout, args.connect_timeout),
     )
 
 
@@ -200,9 +203,16 @@ async def _with_nats(
     args: argparse.Namespace, env: Mapping[str, str], keys: list[ReconcileKey] | None, since: datetime | None
 ) -> list[KeyHistory]:
     from services.replay.source import active_keys, read_history, read_window
-    from services.runtime.bus import connect
+    from services.runtime.bus import connect, redact_url
 
-    nc = await connect(_nats_settings(args, env), name="raybus-replay")
+    settings = _nats_settings(args, env)
+    try:
+        # The services' connect retries forever (they must outlive a NATS restart); a tool gives up.
+        nc = await asyncio.wait_for(connect(settings, name="raybus-replay"), args.connect_timeout)
+    except TimeoutError as exc:
+        raise RetryableError(
+            f"cannot connect to NATS at {redact_url(settings.url)} within {args.connect_timeout:g}s"
+        ) from exc
     try:
         window = await read_window(nc)
         if keys is None:

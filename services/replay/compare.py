@@ -13,11 +13,10 @@ Not here: deciding what to compare (``replayer``) or printing (``render``).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final
-
-import hashlib
 
 import msgspec
 

@@ -4,23 +4,23 @@ raybus has no sandbox (temporal's ``workflow_sandbox`` re-imports modules; we do
 contract keeps ``random``/``uuid``/I/O modules out of reconcile code, and this guard catches what an
 import ban cannot (``datetime.now()``, ``time.time()``, ``os.environ``). While active it replaces, by
 patching, the forbidden functions of ``FORBIDDEN`` on their modules and on every module of the watched
-packages that imported them by name (``from time import time``); ``datetime.datetime`` / ``datetime.date``
-become subclasses whose ``now``/``utcnow``/``today`` raise but that construct, compare and ``isinstance``
-exactly like the real classes. Everything is restored on exit.
+packages that imported them by name (``from time import time``), and ``os.environ`` by a mapping whose
+every read raises. ``datetime.now/utcnow/today`` and ``date.today`` are methods of C types, which cannot
+be patched, so a profile hook (this thread only) refuses those calls. Everything is restored on exit.
 
-It is process-global while active (patching is), so use it around a reconcile call only, never around
-code that runs other threads. msgspec resolves struct annotations lazily, so the guard first builds the
-type info of every Struct of the watched modules with the real classes in place.
+Patching is process-global while active, so use the guard around a reconcile call only, never around
+code that runs other threads. A profile hook that raises is removed by CPython: the first forbidden
+``now()`` raises, which is all a test needs.
 
-Rejected: ``sys.setprofile`` tracing (catches C calls without patching, but costs ~10x per call and
-cannot tell a forbidden ``time.time`` call by reconcile from one by msgspec internals).
+Rejected: replacing ``datetime.datetime`` by a subclass with a raising ``now`` (msgspec checks types
+by identity: ``msgspec.convert(x, datetime)`` in a patched module would stop accepting strings), and a
+profile hook for everything (10x slower, and it cannot tell reconcile's calls from msgspec's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import functools
 import os
 import random
 import secrets
@@ -28,10 +28,8 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, Final, NoReturn
-
-import msgspec
 
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
@@ -115,36 +113,18 @@ class _ForbiddenEnviron(Mapping[str, str]):
         self._refuse()
 
 
-def _guarded_class(real: type) -> type:
-    """A subclass of ``real`` whose clock reads raise; instances and isinstance stay the real ones."""
+_CLOCK_READERS: Final = frozenset({"now", "utcnow", "today"})
 
-    class _Meta(type):
-        def __instancecheck__(cls, instance: object) -> bool:
-            return isinstance(instance, real)
 
-        def __subclasscheck__(cls, subclass: type) -> bool:
-            return issubclass(subclass, real)
-
-    def new(_cls: type, *args: Any, **kwargs: Any) -> Any:
-        return real(*args, **kwargs)
-
-    namespace: dict[str, Any] = {"__new__": new, "__module__": real.__module__, "__qualname__": real.__qualname__}
-    for reader in ("now", "utcnow", "today"):
-        if hasattr(real, reader):
-            namespace[reader] = staticmethod(_forbidden(f"{real.__name__}.{reader}"))
-    constructors = (
-        "fromisoformat",
-        "fromtimestamp",
-        "utcfromtimestamp",
-        "fromordinal",
-        "combine",
-        "strptime",
-        "fromisocalendar",
-    )
-    for constructor in constructors:
-        if hasattr(real, constructor):
-            namespace[constructor] = getattr(real, constructor)
-    return _Meta(real.__name__, (real,), namespace)
+def _clock_profile(frame: FrameType, event: str, arg: object) -> None:
+    """A profile hook refusing ``datetime.now/utcnow/today`` and ``date.today`` (C class methods)."""
+    if event != "c_call" or getattr(arg, "__name__", "") not in _CLOCK_READERS:
+        return
+    owner = getattr(arg, "__self__", None)
+    if isinstance(owner, type) and issubclass(owner, _dt.date):
+        raise NondeterministicCall(
+            f"reconcile called {owner.__name__}.{getattr(arg, '__name__', '')}(): now is an argument"
+        )
 
 
 def _watched_modules(packages: Sequence[str]) -> list[ModuleType]:
@@ -155,46 +135,31 @@ def _watched_modules(packages: Sequence[str]) -> list[ModuleType]:
     ]
 
 
-@functools.cache
-def _warm_struct(struct: type[msgspec.Struct]) -> None:
-    with contextlib.suppress(Exception):  # a struct msgspec cannot decode is not our concern here
-        msgspec.json.Decoder(struct)
-
-
-def _warm_msgspec(modules: Sequence[ModuleType]) -> None:
-    for module in modules:
-        for value in list(vars(module).values()):
-            if isinstance(value, type) and issubclass(value, msgspec.Struct) and value.__module__ == module.__name__:
-                _warm_struct(value)
-
-
 @contextlib.contextmanager
 def forbid_nondeterminism(packages: Sequence[str] = WATCHED_PACKAGES) -> Iterator[None]:
     """Inside: every call in ``FORBIDDEN``, ``datetime.now/utcnow/today``, ``date.today`` and any
     ``os.environ`` read raise :class:`NondeterministicCall`, also through names imported by the modules of
     ``packages``."""
     modules = _watched_modules(packages)
-    _warm_msgspec(modules)
     replacements: dict[int, Any] = {}
     for module, name in FORBIDDEN:
         replacements[id(getattr(module, name))] = _forbidden(f"{module.__name__}.{name}")
     replacements[id(os.environ)] = _ForbiddenEnviron()
-    replacements[id(_dt.datetime)] = _guarded_class(_dt.datetime)
-    replacements[id(_dt.date)] = _guarded_class(_dt.date)
     originals: dict[int, Any] = {id(getattr(m, n)): getattr(m, n) for m, n in FORBIDDEN}
     originals[id(os.environ)] = os.environ
-    originals[id(_dt.datetime)] = _dt.datetime
-    originals[id(_dt.date)] = _dt.date
     patched: list[tuple[ModuleType, str, Any]] = []
-    targets = {*modules, time, random, uuid, os, secrets, _dt}
+    targets = {*modules, time, random, uuid, os, secrets}
+    previous_profile = sys.getprofile()
     try:
         for module in targets:
             for attr, value in list(vars(module).items()):
                 if id(value) in replacements and originals.get(id(value)) is value:
                     patched.append((module, attr, value))
                     setattr(module, attr, replacements[id(value)])
+        sys.setprofile(_clock_profile)
         yield
     finally:
+        sys.setprofile(previous_profile)
         for module, attr, value in reversed(patched):
             setattr(module, attr, value)
 
