@@ -157,6 +157,7 @@ def test_rollback_in_the_middle_moves_traffic_back() -> None:
     _, new = _names(world)
     moved = world.status("rs")["pendingServiceStatus"]["trafficRoutedPercent"]
     assert 0 < moved < 100
+    assert world.status("rs")["numServeEndpoints"] == 4  # both per-cluster Services count mid-upgrade
     _bump(world, "2.52.0")  # back to the active cluster's spec
     world.settle("rs")
     rollback = world.condition("rs", "RollbackInProgress")

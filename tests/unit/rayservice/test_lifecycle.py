@@ -513,3 +513,30 @@ def test_missing_serve_port_is_reported() -> None:
     world.settle("rs")
     assert any(e.reason == "FailedToCreateService" for e in world.events)
     assert world.get("Service", "rs-serve-svc") is None
+
+
+def test_created_suspended_never_creates_a_cluster() -> None:
+    world = World()
+    world.add(rayservice(suspend=True))
+    world.settle("rs")
+    assert world.of_kind("RayCluster") == []
+    suspended = world.condition("rs", "Suspended")
+    assert suspended is not None and suspended["status"] == "True"
+
+
+def test_serve_config_record_rides_in_the_same_decision_as_the_put() -> None:
+    world = World()
+    world.add(rayservice())
+    world.settle("rs")
+    submitting = [d for d in world.decisions if any(isinstance(c, PutServeConfig) for c in d.commands)]
+    assert len(submitting) == 1
+    commands = submitting[0].commands
+    put_index = next(i for i, c in enumerate(commands) if isinstance(c, PutServeConfig))
+    record = [
+        c
+        for c in commands[put_index:]
+        if isinstance(c, PatchObject)
+        and c.target.kind == "RayCluster"
+        and "raybus.io/serve-config-hash" in c.patch.get("metadata", {}).get("annotations", {})  # type: ignore[union-attr]
+    ]
+    assert len(record) == 1 and record[0].target.name == commands[put_index].dashboard.cluster  # type: ignore[union-attr]
