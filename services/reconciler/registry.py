@@ -8,6 +8,11 @@ from schema.keys import KeyKind
 
 def default_reconcilers() -> dict[KeyKind, ReconcileFn]:
     """Every kind this build of raybus reconciles."""
-    from services.reconciler import raycluster
+    from services.reconciler import raycluster, raycronjob, rayjob, rayservice
 
-    return {"RayCluster": raycluster.reconcile}
+    return {
+        "RayCluster": raycluster.reconcile,
+        "RayJob": rayjob.reconcile,
+        "RayService": rayservice.reconcile,
+        "RayCronJob": raycronjob.reconcile,
+    }
