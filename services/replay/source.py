@@ -211,8 +211,8 @@ async def active_keys(nc: Client, *, since: datetime | None) -> list[ReconcileKe
         nc, subjects.COMMANDS_STREAM, subject_filter=subjects.COMMANDS_WILDCARD, start_time=since
     ):
         token = stored.subject
-        if token in found:
-            continue
+        if token in found or (since is not None and stored.time < since):
+            continue  # (a start time past the last message answers with older ones: filter here too)
         try:
             found[token] = subjects.key_from_stored_subject(stored.subject)
         except ValueError:

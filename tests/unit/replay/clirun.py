@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,3 +33,14 @@ def replay_cli(
     out, err = io.StringIO(), io.StringIO()
     code = run(list(argv), Environment(env=dict(env or {}), now=now, out=out, err=err, reconcilers=reconcilers))
     return CliRun(code=code, out=out.getvalue(), err=err.getvalue())
+
+
+async def replay_cli_async(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    reconcilers: Mapping[KeyKind, ReconcileFn] | None = None,
+    now: datetime = NOW,
+) -> CliRun:
+    """:func:`replay_cli` from async tests (the CLI runs its own event loop, so in a thread)."""
+    return await asyncio.to_thread(lambda: replay_cli(argv, env=env, reconcilers=reconcilers, now=now))
