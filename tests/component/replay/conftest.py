@@ -44,7 +44,6 @@ async def publish_history(nc: Client, history: KeyHistory) -> None:
     """
     js = nc.jetstream()
     key = history.key
-    revisions: dict[int, int] = {}  # input seq -> KV revision
     writes = [r for r in history.inputs if entry_of(r.message) is not None]
     for recorded in sorted(writes, key=lambda r: (getattr(r.message, "kv_revision", 0), r.seq)):
         wanted = getattr(recorded.message, "kv_revision", 0)
@@ -61,13 +60,9 @@ async def publish_history(nc: Client, history: KeyHistory) -> None:
             value = message.object if isinstance(message, WatchEvent) else getattr(message, "data", {})
             ack = await js.publish(subject, msgspec.json.encode(value))
         assert ack.seq == wanted
-        revisions[recorded.seq] = ack.seq
     sequences: dict[int, int] = {}
-    for recorded in history.inputs:
-        message = recorded.message
-        if recorded.seq in revisions:
-            message = msgspec.structs.replace(message, kv_revision=revisions[recorded.seq])  # type: ignore[call-arg]
-        ack = await js.publish(subjects.events_subject(key), codec.encode(message))
+    for recorded in history.inputs:  # at their recorded KV revisions already
+        ack = await js.publish(subjects.events_subject(key), codec.encode(recorded.message))
         sequences[recorded.seq] = ack.seq
     for recorded_decision in history.decisions:
         batch = recorded_decision.batch
