@@ -1,0 +1,332 @@
+"""The read-only history API (aiohttp), used by ``raybus history`` and by people with ``curl``.
+
+Routes (all GET, JSON; errors are ``ErrorOut`` with 400 / 404 / 503):
+
+- ``/v1/resources?kind=&namespace=&status=&since=&limit=&after=``: resources (incarnations), alive or
+  deleted; ``since`` keeps those updated at or after an RFC 3339 time;
+- ``/v1/resources/{kind}/{namespace}/{name}[?uid=]``: the latest incarnation (by first_seen), or an older
+  one by uid;
+- ``/v1/resources/{kind}/{namespace}/{name}/transitions[?uid=]``: that resource and its timeline;
+- ``/v1/commands?kind=&namespace=&name=&outcome=&limit=&after=``: the command audit trail;
+- per kind, aliases with the kind fixed: ``/v1/rayjobs``, ``/v1/rayjobs/{namespace}/{name}``,
+  ``/v1/rayjobs/{namespace}/{name}/transitions`` (and rayservices, rayclusters, raycronjobs), where
+  ``status`` filters on the kind's status field (``kinds.KINDS``);
+- ``/openapi.json``: the OpenAPI document generated from this very route table.
+
+``{kind}`` accepts ``RayJob``, ``rayjob`` or ``rayjobs``. Pages hold up to ``limit`` items (default 100,
+at most 1000); ``next_after`` is the cursor of the next page. ``/healthz`` and ``/readyz`` are not here:
+the runtime's health server serves them on its own port.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final, get_args
+
+import msgspec
+from aiohttp import web
+
+from schema.messages import Outcome
+from services.runtime.errors import RetryableError
+from services.status.kinds import KINDS, KindInfo, parse_kind
+from services.status.openapi import Handler, Param, Route, build_document
+from services.status.responses import (
+    CommandPage,
+    ErrorOut,
+    History,
+    ResourceOut,
+    ResourcePage,
+    command_out,
+    resource_out,
+    transition_out,
+)
+from services.status.store import ResourceRecord, StatusStore
+
+log = logging.getLogger(__name__)
+
+API_VERSION: Final = "1"
+DEFAULT_LIMIT: Final = 100
+MAX_LIMIT: Final = 1000
+
+_KIND_NAMES = [info.kind for info in KINDS]
+_OUTCOMES = list(get_args(Outcome))
+_P_NAMESPACE = Param("namespace", "path", "namespace of the custom resource")
+_P_NAME = Param("name", "path", "name of the custom resource")
+_P_KIND = Param("kind", "path", "RayJob, RayService, RayCluster or RayCronJob (any case, or plural)")
+_P_UID = Param("uid", "query", "a specific incarnation; default: the latest (by first seen)")
+_Q_NAMESPACE = Param("namespace", "query", "only this namespace")
+_Q_STATUS = Param("status", "query", "only resources whose status field has this value")
+_Q_SINCE = Param(
+    "since", "query", "only resources updated at or after (RFC 3339)", {"type": "string", "format": "date-time"}
+)
+_Q_LIMIT = Param(
+    "limit", "query", "page size", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
+)
+_Q_AFTER = Param("after", "query", "cursor: next_after of the previous page", {"type": "integer", "minimum": 0})
+
+
+class ApiError(Exception):
+    """An answer other than 200, raised by a handler and rendered as ``ErrorOut``."""
+
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+
+
+def _json(body: msgspec.Struct | dict[str, Any], *, status: int = 200) -> web.Response:
+    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _json(ErrorOut(error=exc.error, message=exc.message), status=exc.status)
+    except RetryableError as exc:
+        log.warning("status API %s: %s", request.path, exc)
+        return _json(ErrorOut(error="unavailable", message="the status database is unavailable"), status=503)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = exc.reason.lower().replace(" ", "_")
+        return _json(ErrorOut(error=code, message=f"{exc.reason}: {request.path}"), status=exc.status)
+
+
+def _kind(text: str) -> KindInfo:
+    info = parse_kind(text)
+    if info is None:
+        raise ApiError(404, "not_found", f"unknown kind {text!r}; one of {', '.join(_KIND_NAMES)}")
+    return info
+
+
+def _int(query: Mapping[str, str], name: str, *, default: int, low: int, high: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"{name}={text!r}: not an integer") from None
+    if not low <= value <= high:
+        raise ApiError(400, "bad_request", f"{name}={value}: must be between {low} and {high}")
+    return value
+
+
+def _since(query: Mapping[str, str]) -> datetime | None:
+    text = query.get("since")
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"since={text!r}: not an RFC 3339 time") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _page_size(query: Mapping[str, str]) -> tuple[int, int]:
+    limit = _int(query, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+    return limit, _int(query, "after", default=0, low=0, high=2**63 - 1)
+
+
+class StatusApi:
+    """The route table and handlers over one store."""
+
+    def __init__(self, store: StatusStore) -> None:
+        self._store = store
+        self.routes: tuple[Route, ...] = self._route_table()
+        self.document = build_document(self.routes, title="raybus status API", version=API_VERSION)
+
+    def application(self) -> web.Application:
+        """An aiohttp application serving :attr:`routes`."""
+        app = web.Application(middlewares=[_errors])
+        for route in self.routes:
+            app.router.add_get(route.path, route.handler, allow_head=False)
+        return app
+
+    def _route_table(self) -> tuple[Route, ...]:
+        routes = [
+            Route(
+                "/v1/resources",
+                self._list_resources(None),
+                "listResources",
+                "Custom resources (every incarnation), alive or deleted",
+                ResourcePage,
+                (
+                    Param("kind", "query", "only this kind", {"enum": _KIND_NAMES}),
+                    _Q_NAMESPACE,
+                    _Q_STATUS,
+                    _Q_SINCE,
+                    _Q_LIMIT,
+                    _Q_AFTER,
+                ),
+            ),
+            Route(
+                "/v1/resources/{kind}/{namespace}/{name}",
+                self._get_resource(None),
+                "getResource",
+                "The latest incarnation of a custom resource, or the one with ?uid=",
+                ResourceOut,
+                (_P_KIND, _P_NAMESPACE, _P_NAME, _P_UID),
+                (404,),
+            ),
+            Route(
+                "/v1/resources/{kind}/{namespace}/{name}/transitions",
+                self._get_history(None),
+                "getResourceTransitions",
+                "A custom resource and its transitions, ordered by time",
+                History,
+                (_P_KIND, _P_NAMESPACE, _P_NAME, _P_UID),
+                (404,),
+            ),
+            Route(
+                "/v1/commands",
+                self._list_commands,
+                "listCommands",
+                "The command audit trail, in storage order",
+                CommandPage,
+                (
+                    Param("kind", "query", "reconcile key kind", {"enum": _KIND_NAMES}),
+                    Param("namespace", "query", "reconcile key namespace"),
+                    Param("name", "query", "reconcile key name"),
+                    Param("outcome", "query", "only this outcome", {"enum": _OUTCOMES}),
+                    _Q_LIMIT,
+                    _Q_AFTER,
+                ),
+            ),
+        ]
+        for info in KINDS:
+            base = f"/v1/{info.plural}"
+            title = info.kind
+            routes += [
+                Route(
+                    base,
+                    self._list_resources(info),
+                    f"list{title}s",
+                    f"{title}s (alias of /v1/resources)",
+                    ResourcePage,
+                    (_Q_NAMESPACE, _Q_STATUS, _Q_SINCE, _Q_LIMIT, _Q_AFTER),
+                ),
+                Route(
+                    f"{base}/{{namespace}}/{{name}}",
+                    self._get_resource(info),
+                    f"get{title}",
+                    f"The latest {title} of that name, or the one with ?uid=",
+                    ResourceOut,
+                    (_P_NAMESPACE, _P_NAME, _P_UID),
+                    (404,),
+                ),
+                Route(
+                    f"{base}/{{namespace}}/{{name}}/transitions",
+                    self._get_history(info),
+                    f"get{title}Transitions",
+                    f"A {title} and its transitions",
+                    History,
+                    (_P_NAMESPACE, _P_NAME, _P_UID),
+                    (404,),
+                ),
+            ]
+        routes.append(Route("/openapi.json", self._openapi, "getOpenApi", "This document", None, (), ()))
+        return tuple(routes)
+
+    # --- handlers ----------------------------------------------------------------------------------
+
+    def _list_resources(self, fixed: KindInfo | None) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            query = request.query
+            kind = fixed
+            if kind is None and "kind" in query:
+                kind = _kind(query["kind"])
+            limit, after = _page_size(query)
+            records = await self._store.list_resources(
+                kind=kind.kind if kind else None,
+                namespace=query.get("namespace"),
+                status=query.get("status"),
+                since=_since(query),
+                limit=limit,
+                after=after,
+            )
+            next_after = records[-1].resource.id if len(records) == limit else None
+            return _json(ResourcePage(items=[resource_out(r) for r in records], next_after=next_after))
+
+        return handler
+
+    async def _find(self, request: web.Request, fixed: KindInfo | None) -> ResourceRecord:
+        info = fixed or _kind(request.match_info["kind"])
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        uid = request.query.get("uid")
+        record = await self._store.find_resource(kind=info.kind, namespace=namespace, name=name, uid=uid)
+        if record is None:
+            which = f" with uid {uid}" if uid else ""
+            raise ApiError(404, "not_found", f"no {info.kind} {namespace}/{name}{which} in the history")
+        return record
+
+    def _get_resource(self, fixed: KindInfo | None) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            return _json(resource_out(await self._find(request, fixed)))
+
+        return handler
+
+    def _get_history(self, fixed: KindInfo | None) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            record = await self._find(request, fixed)
+            rows = await self._store.list_transitions(record.resource.uid)
+            return _json(History(resource=resource_out(record), transitions=[transition_out(t) for t in rows]))
+
+        return handler
+
+    async def _list_commands(self, request: web.Request) -> web.Response:
+        query = request.query
+        kind = _kind(query["kind"]).kind if "kind" in query else None
+        outcome = query.get("outcome")
+        if outcome is not None and outcome not in _OUTCOMES:
+            raise ApiError(400, "bad_request", f"outcome={outcome!r}: one of {', '.join(_OUTCOMES)}")
+        limit, after = _page_size(query)
+        rows = await self._store.list_commands(
+            kind=kind,
+            namespace=query.get("namespace"),
+            name=query.get("name"),
+            outcome=outcome,
+            limit=limit,
+            after=after,
+        )
+        next_after = rows[-1].id if len(rows) == limit else None
+        return _json(CommandPage(items=[command_out(r) for r in rows], next_after=next_after))
+
+    async def _openapi(self, _: web.Request) -> web.Response:
+        return _json(self.document)
+
+
+class ApiServer:
+    """Serves a :class:`StatusApi` on ``host:port`` (port 0 picks a free one) until stopped."""
+
+    def __init__(self, api: StatusApi, *, host: str, port: int) -> None:
+        self._api = api
+        self._host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the API."""
+        return f"http://{self._host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind and serve."""
+        self._runner = web.AppRunner(self._api.application(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self.port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

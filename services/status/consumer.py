@@ -1,0 +1,265 @@
+"""Consuming RAYBUS_RESULTS into the status database: fetch a batch, persist it, then ack.
+
+Invariant 5 lives here: a message is acked only after the transaction holding it has committed. A
+crash or a stop between the two leaves it unacked, JetStream redelivers it, and the store's natural keys
+make the second insert a no-op. Several status replicas share the durable ``STATUS_CONSUMER``.
+
+Per batch:
+
+1. decode every message; one that is not a ``CommandResult`` is dead-lettered (``DeadLetter`` on
+   ``raybus.dlq.RAYBUS_RESULTS`` with the reason, de-duplicated by stream sequence) and acked, so garbage
+   never blocks the stream;
+2. persist the good ones in one transaction, inside one ``status.persist`` span per message that continues
+   the trace its headers carry;
+3. on a retryable database error (down, deadlock), retry the *same* batch with backoff while telling
+   JetStream the messages are in progress: nak-ing would burn deliveries (``max_deliver``) and could lose
+   history during a long outage. On a permanent error (data the database refuses), split the batch to
+   find the culprit, dead-letter it and persist the rest;
+4. ack.
+
+A stop request is honoured between batches: the batch in flight is finished (committed and acked)
+first; if the database is down at that moment, the batch is left unacked for another replica.
+Not here: SQL (``store``), HTTP (``api``), process wiring (``service``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import Span, Status, StatusCode
+
+from schema import codec, subjects
+from schema.messages import DeadLetter
+from services.runtime.bus import publish
+from services.runtime.errors import PermanentError, RetryableError
+from services.runtime.metrics import meter
+from services.runtime.tracing import extract_context, tracer
+from services.status.store import ResultRecord, StatusStore
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+RETRY_DELAYS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+"""Seconds between attempts to persist a batch while the database is unavailable (the last repeats)."""
+
+
+def _raise_if_cancelling() -> None:
+    """Honour a cancellation that nats-py swallowed.
+
+    ``Subscription.next_msg`` awaits ``asyncio.wait_for`` in an inner task; on Python 3.11 a cancel that
+    races with an arriving message is lost there and the fetch returns normally, leaving this task
+    "cancelling" but running forever. Checked after every fetch so cancellation always ends the loop.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+def utc_now() -> datetime:
+    """The wall clock, in UTC (the default :data:`Clock`)."""
+    return datetime.now(UTC)
+
+
+@dataclass
+class _Item:
+    msg: Msg
+    record: ResultRecord
+    span: Span
+
+
+class ResultConsumer:
+    """Moves command results from the bus into the store, one batch at a time."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        store: StatusStore,
+        *,
+        batch_size: int = 256,
+        fetch_timeout: float = 0.5,
+        retry_delays: Sequence[float] = RETRY_DELAYS,
+        clock: Clock = utc_now,
+    ) -> None:
+        """Args:
+        js: JetStream context of the service's connection.
+        store: where results go.
+        batch_size: messages per fetch, and so per transaction.
+        fetch_timeout: seconds one fetch waits for messages; bounds how long a stop request waits.
+        retry_delays: backoff while the database is unavailable.
+        clock: time of dead letters.
+        """
+        self._js = js
+        self._store = store
+        self._batch_size = batch_size
+        self._fetch_timeout = fetch_timeout
+        self._retry_delays = tuple(retry_delays)
+        self._clock = clock
+        self._tracer = tracer(__name__)
+        self._lag = 0
+        m = meter(__name__)
+        self._consumed = m.create_counter(
+            "raybus_status_results_consumed", unit="{message}", description="Command results persisted"
+        )
+        self._persisted = m.create_counter(
+            "raybus_status_transitions_persisted", unit="{transition}", description="New transition rows"
+        )
+        self._dead = m.create_counter(
+            "raybus_status_dead_letters", unit="{message}", description="Results sent to the dead-letter stream"
+        )
+        m.create_observable_gauge(
+            "raybus_status_lag",
+            callbacks=[self._observe_lag],
+            unit="{message}",
+            description="Results waiting in RAYBUS_RESULTS behind the last fetched one",
+        )
+
+    def _observe_lag(self, _: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(self._lag)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set, then return after finishing the batch in flight."""
+        sub = await self._js.pull_subscribe_bind(durable=subjects.STATUS_CONSUMER, stream=subjects.RESULTS_STREAM)
+        failures = 0
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(self._batch_size, timeout=self._fetch_timeout)
+                except TimeoutError:  # nats.errors.TimeoutError: nothing to do right now
+                    _raise_if_cancelling()
+                    continue
+                except nats.errors.Error as exc:  # reconnecting, consumer briefly unavailable, ...
+                    log.warning("fetching results failed: %s", exc)
+                    await self._pause(stop, failures)
+                    failures += 1
+                    continue
+                failures = 0
+                _raise_if_cancelling()
+                await self._handle(msgs, stop)
+        finally:
+            await sub.unsubscribe()
+
+    async def _handle(self, msgs: list[Msg], stop: asyncio.Event) -> None:
+        items: list[_Item] = []
+        dead: list[tuple[Msg, str]] = []
+        for msg in msgs:
+            try:
+                result = codec.decode_result(msg.data)
+            except msgspec.DecodeError as exc:
+                dead.append((msg, f"not a CommandResult: {exc}"))
+                continue
+            context = extract_context(msg.headers)
+            span_context = trace.get_current_span(context).get_span_context()
+            carried = format(span_context.trace_id, "032x") if span_context.is_valid else ""
+            span = self._tracer.start_span(
+                "status.persist",
+                context=context,
+                attributes={
+                    "raybus.key": str(result.key),
+                    "raybus.kind": result.key.kind,
+                    "k8s.namespace.name": result.key.namespace,
+                    "raybus.command.verb": result.verb,
+                    "raybus.resource_version": result.resource_version,
+                },
+            )
+            record = ResultRecord(
+                result=result, stream_seq=msg.metadata.sequence.stream, trace_id=result.trace_id or carried
+            )
+            items.append(_Item(msg=msg, record=record, span=span))
+        if msgs:
+            self._lag = msgs[-1].metadata.num_pending
+        try:
+            refused = await self._persist(items, stop)
+        except BaseException as exc:  # recorded on the spans, then re-raised (cancellation included)
+            for item in items:
+                item.span.record_exception(exc)
+            raise
+        finally:
+            for item in items:
+                item.span.end()
+        if refused is None:
+            log.warning("stopping with %d results unpersisted; they stay unacked for redelivery", len(items))
+            return
+        refused_msgs = {id(msg) for msg, _ in refused}
+        for item in items:
+            if id(item.msg) not in refused_msgs:
+                await item.msg.ack()
+        for msg, reason in [*dead, *refused]:
+            await self._dead_letter(msg, reason)
+
+    async def _persist(self, items: list[_Item], stop: asyncio.Event) -> list[tuple[Msg, str]] | None:
+        """Persist ``items``; return the messages the database refused, or None when stopped first."""
+        if not items:
+            return []
+        attempt = 0
+        while True:
+            try:
+                stats = await self._store.persist([item.record for item in items])
+            except PermanentError as exc:
+                if len(items) == 1:
+                    items[0].span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    return [(items[0].msg, f"refused by the database: {exc}")]
+                middle = len(items) // 2
+                refused: list[tuple[Msg, str]] = []
+                for half in (items[:middle], items[middle:]):
+                    more = await self._persist(half, stop)
+                    if more is None:
+                        return None
+                    refused.extend(more)
+                return refused
+            except RetryableError as exc:
+                log.warning("persisting %d results failed (attempt %d): %s", len(items), attempt + 1, exc)
+                if await self._pause(stop, attempt):
+                    return None
+                attempt += 1
+                for item in items:
+                    await item.msg.in_progress()
+                continue
+            self._consumed.add(stats.results)
+            self._persisted.add(stats.transitions)
+            return []
+
+    async def _pause(self, stop: asyncio.Event, attempt: int) -> bool:
+        """Back off before attempt ``attempt + 1``; True when ``stop`` was set meanwhile."""
+        delay = self._retry_delays[min(attempt, len(self._retry_delays) - 1)]
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _dead_letter(self, msg: Msg, reason: str) -> None:
+        meta = msg.metadata
+        letter = DeadLetter(
+            stream=subjects.RESULTS_STREAM,
+            subject=msg.subject,
+            sequence=meta.sequence.stream,
+            deliveries=meta.num_delivered,
+            error=reason,
+            payload=msg.data,
+            at=self._clock(),
+            headers=dict(msg.headers or {}),
+        )
+        try:
+            await publish(
+                self._js,
+                subjects.deadletter_subject(subjects.RESULTS_STREAM),
+                codec.encode(letter),
+                msg_id=f"{subjects.RESULTS_STREAM}/{meta.sequence.stream}",
+            )
+        except (nats.errors.Error, TimeoutError) as exc:  # left unacked: redelivered and retried later
+            log.warning("dead-lettering result %d failed: %s", meta.sequence.stream, exc)
+            return
+        log.warning("dead-lettered result %d from %s: %s", meta.sequence.stream, msg.subject, reason)
+        self._dead.add(1)
+        await msg.ack()

@@ -1,0 +1,190 @@
+"""``raybus history KIND NAMESPACE/NAME [--uid UID] [--json]``: a custom resource's recorded timeline.
+
+It reads the status service's HTTP API, never Kubernetes, so it works after the resource is deleted.
+Without ``--uid`` it shows the latest incarnation of that name (a re-created RayJob is a new uid; pass
+an older uid from ``/v1/resources`` to see a previous life). ``NAME`` alone means namespace ``default``.
+
+Where the API is: ``--status-url``, else ``RAYBUS_STATUS_URL``, else the ``status_url`` that ``raybus up``
+wrote to ``<state dir>/endpoints.json`` (``--state-dir``, else ``RAYBUS_STATE_DIR``, else ``.raybus``).
+
+Output: a header (kind, namespace/name, uid, created, deleted, status) and one row per transition (time,
+field, from → to, reason, message, short trace id); ``--json`` prints the API's ``History`` document.
+Exit codes: 0 found, 1 not in the history, 2 usage error or API unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import quote
+
+import aiohttp
+import msgspec
+
+from services.runtime.errors import PermanentError, RetryableError
+from services.status.kinds import KINDS, parse_kind
+from services.status.responses import ErrorOut, History
+
+DEFAULT_STATE_DIR = ".raybus"
+REQUEST_TIMEOUT = 10.0
+"""Seconds for the whole API call."""
+_MESSAGE_WIDTH = 60
+_history_decoder: msgspec.json.Decoder[History] = msgspec.json.Decoder(History)
+_error_decoder: msgspec.json.Decoder[ErrorOut] = msgspec.json.Decoder(ErrorOut)
+
+
+class NotInHistory(Exception):
+    """The API answered 404."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``raybus history``."""
+    parser.add_argument("kind", help="RayJob, RayService, RayCluster or RayCronJob (any case, or plural)")
+    parser.add_argument("ref", metavar="NAMESPACE/NAME", help="the custom resource (NAME alone: namespace default)")
+    parser.add_argument("--uid", help="a specific incarnation (default: the latest of that name)")
+    parser.add_argument("--json", action="store_true", help="print the History document as JSON")
+    parser.add_argument("--status-url", help="base URL of the status API [RAYBUS_STATUS_URL]")
+    parser.add_argument("--state-dir", help="where `raybus up` keeps endpoints.json [RAYBUS_STATE_DIR, .raybus]")
+
+
+def resolve_status_url(*, flag: str | None, state_dir: str | None, env: Mapping[str, str]) -> str:
+    """The status API's base URL (see the module docstring for the order).
+
+    Raises:
+        PermanentError: none of the sources names one.
+    """
+    if flag:
+        return flag.rstrip("/")
+    if env.get("RAYBUS_STATUS_URL"):
+        return env["RAYBUS_STATUS_URL"].rstrip("/")
+    endpoints = Path(state_dir or env.get("RAYBUS_STATE_DIR") or DEFAULT_STATE_DIR) / "endpoints.json"
+    try:
+        url = json.loads(endpoints.read_text()).get("status_url")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise PermanentError(
+            f"no status API: pass --status-url, set RAYBUS_STATUS_URL, or run `raybus up` ({endpoints}: {exc})"
+        ) from exc
+    if not isinstance(url, str) or not url:
+        raise PermanentError(f"{endpoints} has no status_url")
+    return url.rstrip("/")
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """``ns/name`` → ``(ns, name)``; ``name`` → ``("default", name)``.
+
+    Raises:
+        PermanentError: more than one slash or an empty part.
+    """
+    namespace, _, name = ref.partition("/") if "/" in ref else ("default", "/", ref)
+    if not namespace or not name or "/" in name:
+        raise PermanentError(f"{ref!r}: expected NAMESPACE/NAME")
+    return namespace, name
+
+
+async def fetch_history(status_url: str, *, kind: str, namespace: str, name: str, uid: str | None = None) -> History:
+    """GET the resource's timeline from the status API.
+
+    Raises:
+        NotInHistory: the API has no such resource (its message explains).
+        RetryableError: the API is unreachable or answered with an error.
+    """
+    path = f"/v1/resources/{quote(kind)}/{quote(namespace)}/{quote(name)}/transitions"
+    params = {"uid": uid} if uid else {}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)) as session,
+            session.get(status_url + path, params=params) as response,
+        ):
+            body = await response.read()
+            status = response.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise RetryableError(f"cannot reach the status API at {status_url}: {exc or type(exc).__name__}") from exc
+    if status == 200:
+        return _history_decoder.decode(body)
+    try:
+        message = _error_decoder.decode(body).message
+    except msgspec.DecodeError:
+        message = body[:200].decode(errors="replace")
+    if status == 404:
+        raise NotInHistory(message)
+    raise RetryableError(f"status API answered {status}: {message}")
+
+
+def _time(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_table(history: History) -> str:
+    """The human-readable timeline: a header, then one aligned row per transition."""
+    r = history.resource
+    lines = [
+        f"{r.kind} {r.namespace}/{r.name}",
+        f"  uid      {r.uid}",
+        f"  created  {_time(r.first_seen)}",
+        f"  deleted  {_time(r.deleted_at)}",
+        f"  status   {r.status or '-'}",
+        "",
+    ]
+    header = ("AT", "FIELD", "FROM → TO", "REASON", "MESSAGE", "TRACE")
+    rows = [
+        (
+            _time(t.at),
+            t.field,
+            f"{t.from_value or '-'} → {t.to_value or '-'}",
+            t.reason or "-",
+            _clip(t.message, _MESSAGE_WIDTH) or "-",
+            t.trace_id[:8] or "-",
+        )
+        for t in history.transitions
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if not rows:
+        lines.append("(no transitions recorded)")
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace, *, env: Mapping[str, str], out: TextIO, err: TextIO) -> int:
+    """Execute ``raybus history`` with parsed ``args``; returns the exit code."""
+    info = parse_kind(args.kind)
+    if info is None:
+        print(f"raybus history: unknown kind {args.kind!r} (one of {', '.join(k.kind for k in KINDS)})", file=err)
+        return 2
+    try:
+        namespace, name = split_ref(args.ref)
+        url = resolve_status_url(flag=args.status_url, state_dir=args.state_dir, env=env)
+        history = await fetch_history(url, kind=info.kind, namespace=namespace, name=name, uid=args.uid)
+    except NotInHistory as exc:
+        print(f"raybus history: {exc}", file=err)
+        return 1
+    except (PermanentError, RetryableError) as exc:
+        print(f"raybus history: {exc}", file=err)
+        return 2
+    if args.json:
+        out.write(msgspec.json.format(msgspec.json.encode(history), indent=2).decode() + "\n")
+    else:
+        out.write(render_table(history) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``raybus history ...`` (the CLI dispatches here with the arguments after ``history``)."""
+    parser = argparse.ArgumentParser(prog="raybus history", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return asyncio.run(run(args, env=os.environ, out=sys.stdout, err=sys.stderr))

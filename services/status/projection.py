@@ -1,0 +1,150 @@
+"""Pure rules that derive a resource's row and its kind view from its confirmed transitions.
+
+Every rule here is idempotent and order-insensitive, because the store applies facts that may arrive
+twice (redelivery), late (another status replica, a slow applier) or out of order (results of different
+keys interleave on the stream):
+
+- ``first_seen`` is the earliest ``at`` of any fact of the uid, ``updated_at`` the latest, ``last_seq``
+  the highest results-stream sequence; ``deleted_at`` is the earliest "deleted" lifecycle fact.
+- each field keeps the value of its latest fact, ordered by ``(at, stream sequence)``; applying an
+  older or an already-applied fact changes nothing.
+
+Kind views (the RayJob table) are *folds* over all transitions of one uid, recomputed inside the
+persisting transaction: a RayJob has a few dozen transitions, and a fold is trivially correct under
+redelivery where an incremental update would need its own ordering rules. A new view (issue 7:
+RayService) is a new fold plus a table, nothing else changes.
+
+Nothing here does I/O; the store reads rows into :class:`Fact` and writes the results back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import msgspec
+
+from services.status.kinds import LIFECYCLE_DELETED, LIFECYCLE_FIELD
+
+
+class Fact(msgspec.Struct, frozen=True, kw_only=True):
+    """One confirmed transition of a uid, as the projection needs it."""
+
+    field: str
+    from_value: str
+    to_value: str
+    at: datetime
+    seq: int
+    """Sequence of the result message in RAYBUS_RESULTS (the tie-breaker for equal ``at``)."""
+    attributes: dict[str, str] = {}
+
+
+class FieldMark(msgspec.Struct, frozen=True, kw_only=True):
+    """The latest value of one field, with the time and stream sequence of the fact that set it."""
+
+    value: str
+    at: datetime
+    seq: int
+
+
+class ResourceState(msgspec.Struct, frozen=True, kw_only=True):
+    """What the ``resources`` table keeps per uid, besides its identity."""
+
+    first_seen: datetime
+    updated_at: datetime
+    last_seq: int
+    deleted_at: datetime | None = None
+    fields: dict[str, FieldMark] = {}
+
+
+def _is_newer(fact: Fact, mark: FieldMark) -> bool:
+    return (fact.at, fact.seq) >= (mark.at, mark.seq)
+
+
+def apply_fact(state: ResourceState | None, fact: Fact) -> ResourceState:
+    """``state`` with ``fact`` merged in (a new state when ``state`` is None)."""
+    if state is None:
+        state = ResourceState(first_seen=fact.at, updated_at=fact.at, last_seq=fact.seq)
+    fields = state.fields
+    current = fields.get(fact.field)
+    if current is None or _is_newer(fact, current):
+        fields = {**fields, fact.field: FieldMark(value=fact.to_value, at=fact.at, seq=fact.seq)}
+    deleted_at = state.deleted_at
+    if fact.field == LIFECYCLE_FIELD and fact.to_value == LIFECYCLE_DELETED:
+        deleted_at = fact.at if deleted_at is None else min(deleted_at, fact.at)
+    return ResourceState(
+        first_seen=min(state.first_seen, fact.at),
+        updated_at=max(state.updated_at, fact.at),
+        last_seq=max(state.last_seq, fact.seq),
+        deleted_at=deleted_at,
+        fields=fields,
+    )
+
+
+def fold_resource(state: ResourceState | None, facts: Iterable[Fact]) -> ResourceState | None:
+    """Apply ``facts`` to ``state`` in ``(at, seq)`` order."""
+    for fact in sorted(facts, key=lambda f: (f.at, f.seq)):
+        state = apply_fact(state, fact)
+    return state
+
+
+def status_of(state: ResourceState, status_field: str) -> str:
+    """The resource's one-word status: the latest value of its kind's status field, or ""."""
+    mark = state.fields.get(status_field)
+    return mark.value if mark is not None else ""
+
+
+# --- RayJob view -----------------------------------------------------------------------------------
+
+RAYJOB_STARTED = "Initializing"
+"""KubeRay sets ``startTime`` at each New → Initializing: the start of an attempt (SPEC §5.2)."""
+RAYJOB_ENDED = frozenset({"Complete", "Failed"})
+"""Terminal deployment statuses; KubeRay sets ``endTime`` on entering them."""
+
+
+class RayJobState(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the ``rayjobs`` view.
+
+    ``attempts`` counts transitions into Initializing (the first start, each retry after Retrying and
+    each resume after Suspended); ``ended_at`` is cleared when a new attempt starts. Cluster name, job id
+    and submission mode come from the transitions' ``rayClusterName``, ``jobId`` and ``submissionMode``
+    attributes (the latest one present wins; KubeRay clears the first two on retry).
+    """
+
+    submission_mode: str = ""
+    job_id: str = ""
+    cluster_name: str = ""
+    deployment_status: str = ""
+    job_status: str = ""
+    attempts: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def _rayjob_step(view: RayJobState, fact: Fact) -> RayJobState:
+    attrs = fact.attributes
+    changes: dict[str, object] = {"updated_at": fact.at}
+    if "rayClusterName" in attrs:
+        changes["cluster_name"] = attrs["rayClusterName"]
+    if "jobId" in attrs:
+        changes["job_id"] = attrs["jobId"]
+    if "submissionMode" in attrs:
+        changes["submission_mode"] = attrs["submissionMode"]
+    if fact.field == "jobDeploymentStatus":
+        changes["deployment_status"] = fact.to_value
+        if fact.to_value == RAYJOB_STARTED:
+            changes.update(attempts=view.attempts + 1, started_at=fact.at, ended_at=None)
+        elif fact.to_value in RAYJOB_ENDED:
+            changes["ended_at"] = fact.at
+    elif fact.field == "jobStatus":
+        changes["job_status"] = fact.to_value
+    return msgspec.structs.replace(view, **changes)
+
+
+def fold_rayjob(facts: Iterable[Fact]) -> RayJobState:
+    """The RayJob view of a uid from all its transitions (any order)."""
+    view = RayJobState()
+    for fact in sorted(facts, key=lambda f: (f.at, f.seq)):
+        view = _rayjob_step(view, fact)
+    return view

@@ -1,0 +1,452 @@
+"""The status database: the only module that issues SQL.
+
+Writes: :meth:`StatusStore.persist` stores one fetched batch of command results in **one transaction**
+(the consumer acks only after it commits, invariant 5). Every insert is ``INSERT ... ON CONFLICT DO
+NOTHING`` on a natural key, so a redelivered or duplicated result changes nothing (invariant 1).
+Resource rows and kind views are merged with the idempotent rules of ``projection``. To stay correct
+with several status replicas on PostgreSQL, a batch first creates the rows of the uids it touches
+(conflicts ignored) and then locks them ``FOR UPDATE`` in uid order before reading and merging; the lock
+serialises writers of one uid, the fixed order avoids deadlocks (SQLite serialises writers anyway).
+
+Errors are translated here (house rule 6): connection trouble, lock timeouts and deadlocks become
+``RetryableError`` (the consumer retries the same batch), data the database refuses (a NUL byte on
+PostgreSQL, an out-of-range integer) becomes ``PermanentError`` (the consumer isolates the message and
+dead-letters it).
+
+Reads serve the HTTP API; they return ORM rows (detached, fully loaded) and know nothing about JSON.
+Not here: deciding what to persist (``consumer``), or how views are computed (``projection``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from schema.keys import KeyKind
+from schema.messages import CommandResult
+from schema.messages import Transition as TransitionMessage
+from services.runtime.errors import PermanentError, RetryableError
+from services.status.kinds import kind_info
+from services.status.models import Base, Command, RayJobView, Resource, Transition
+from services.status.projection import Fact, FieldMark, ResourceState, fold_rayjob, fold_resource, status_of
+
+_COMMANDS = Base.metadata.tables[Command.__tablename__]
+_TRANSITIONS = Base.metadata.tables[Transition.__tablename__]
+_RESOURCES = Base.metadata.tables[Resource.__tablename__]
+_TRANSITION_KEY = ("uid", "field", "from_value", "to_value", "resource_version")
+_PERMANENT_SQLSTATE_CLASSES = {"22", "23", "54"}
+"""Data exception, integrity violation, program limit exceeded: the same data will fail again."""
+
+
+class ResultRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A decoded command result with where it came from."""
+
+    result: CommandResult
+    stream_seq: int
+    """Its sequence in RAYBUS_RESULTS."""
+    trace_id: str
+    """The result's own trace id, else the one its message headers carried, else ""."""
+
+
+@dataclass(frozen=True)
+class PersistStats:
+    """What one :meth:`StatusStore.persist` call wrote."""
+
+    results: int
+    transitions: int
+    """Transition rows actually inserted (duplicates excluded)."""
+
+
+@dataclass(frozen=True)
+class ResourceRecord:
+    """A resource row with its kind view, when its kind has one."""
+
+    resource: Resource
+    rayjob: RayJobView | None = None
+
+
+@dataclass(frozen=True)
+class _View:
+    """A kind view: a table keyed by uid, filled by folding the uid's transitions."""
+
+    kind: KeyKind
+    table: sa.Table
+    fold: Callable[[Iterable[Fact]], msgspec.Struct]
+
+
+_VIEWS: tuple[_View, ...] = (
+    _View(kind="RayJob", table=Base.metadata.tables[RayJobView.__tablename__], fold=fold_rayjob),
+)
+
+
+def redact_db_url(db_url: str) -> str:
+    """The URL without its password, safe for logs and error messages."""
+    try:
+        return make_url(db_url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL must not leak through the error that reports it
+        return "<unparsable database URL>"
+
+
+def create_engine(db_url: str, *, connect_timeout: float = 5.0) -> AsyncEngine:
+    """An async engine for ``db_url`` with raybus's connection settings.
+
+    SQLite gets WAL (API readers never block the writer) and a busy timeout, and its directory is
+    created; PostgreSQL gets a connect timeout and pre-ping, so a dead server fails fast.
+
+    Raises:
+        PermanentError: the URL does not parse or names an unsupported driver.
+    """
+    try:
+        url = make_url(db_url)
+        backend = url.get_backend_name()
+        if backend == "sqlite":
+            if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+                with contextlib.suppress(OSError):  # the first connect reports the real problem
+                    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_async_engine(url, connect_args={"timeout": connect_timeout})
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+            return engine
+        if backend == "postgresql":
+            return create_async_engine(url, pool_pre_ping=True, connect_args={"timeout": connect_timeout})
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise PermanentError(f"database URL {redact_db_url(db_url)}: {exc}") from exc
+    raise PermanentError(f"database URL {redact_db_url(db_url)}: only sqlite and postgresql are supported")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
+def _translate(exc: BaseException, what: str) -> PermanentError | RetryableError:
+    """Classify a database failure: does retrying the same statement have a chance?"""
+    orig = getattr(exc, "orig", None)
+    sqlstate = str(getattr(orig, "sqlstate", "") or getattr(orig, "pgcode", "") or "")
+    permanent = (
+        isinstance(exc, sa.exc.IntegrityError | sa.exc.DataError)
+        or sqlstate[:2] in _PERMANENT_SQLSTATE_CLASSES
+        or (isinstance(exc, sa.exc.StatementError) and not isinstance(exc, sa.exc.DBAPIError))
+        or isinstance(exc, OverflowError)
+    )
+    message = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return PermanentError(message) if permanent else RetryableError(message)
+
+
+class StatusStore:
+    """Reads and writes the history tables through one async engine."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self._dialect = engine.dialect.name
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    async def close(self) -> None:
+        """Release every pooled connection."""
+        await self._engine.dispose()
+
+    async def ping(self, *, timeout: float = 5.0) -> None:
+        """Check that the database answers.
+
+        Raises:
+            RetryableError: it does not (within ``timeout`` seconds); the message names the URL without
+                its password.
+        """
+        try:
+            async with asyncio.timeout(timeout), self._engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+        except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+            url = self._engine.url.render_as_string(hide_password=True)
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise RetryableError(f"database {url} is unreachable: {reason}") from exc
+
+    # --- writes ------------------------------------------------------------------------------------
+
+    async def persist(self, records: Sequence[ResultRecord]) -> PersistStats:
+        """Store ``records`` (audit rows, transitions, resource rows, kind views) in one transaction.
+
+        Raises:
+            RetryableError: the database is unavailable or the transaction lost a race; nothing was
+                committed and the same call may be retried.
+            PermanentError: the database refused the data of some record; nothing was committed.
+        """
+        try:
+            async with self._engine.begin() as conn:
+                return await self._persist(conn, records)
+        except (sa.exc.SQLAlchemyError, OSError, TimeoutError, OverflowError) as exc:
+            raise _translate(exc, "persisting results") from exc
+
+    def _insert(self, table: sa.Table) -> Any:
+        return postgresql.insert(table) if self._dialect == "postgresql" else sqlite.insert(table)
+
+    async def _persist(self, conn: AsyncConnection, records: Sequence[ResultRecord]) -> PersistStats:
+        commands: list[dict[str, Any]] = []
+        transitions: list[dict[str, Any]] = []
+        facts: dict[str, list[Fact]] = defaultdict(list)
+        identity: dict[str, tuple[KeyKind, str, str]] = {}
+        for record in records:
+            result = record.result
+            commands.append(_command_row(record))
+            for t in result.transitions:
+                row = _transition_row(record, t)
+                transitions.append(row)
+                facts[t.uid].append(_fact(row))
+                identity.setdefault(t.uid, (t.kind, t.namespace, t.name))
+        uids = sorted(facts)
+        if uids:
+            await self._merge_resources(conn, uids=uids, facts=facts, identity=identity)
+        if commands:
+            insert = self._insert(_COMMANDS).on_conflict_do_nothing(index_elements=["batch_id", "command_id"])
+            await conn.execute(insert, commands)
+        inserted = 0
+        if transitions:
+            insert = self._insert(_TRANSITIONS).on_conflict_do_nothing(index_elements=list(_TRANSITION_KEY))
+            inserted = len((await conn.execute(insert.returning(_TRANSITIONS.c.id), transitions)).all())
+        for view in _VIEWS:
+            view_uids = [uid for uid in uids if identity[uid][0] == view.kind]
+            if view_uids:
+                await self._refresh_view(conn, view, view_uids, identity)
+        return PersistStats(results=len(records), transitions=inserted)
+
+    async def _merge_resources(
+        self,
+        conn: AsyncConnection,
+        *,
+        uids: list[str],
+        facts: dict[str, list[Fact]],
+        identity: dict[str, tuple[KeyKind, str, str]],
+    ) -> None:
+        created = []
+        for uid in uids:
+            kind, namespace, name = identity[uid]
+            state = fold_resource(None, facts[uid])
+            assert state is not None  # every uid here has at least one fact
+            created.append({"uid": uid, "kind": kind, "namespace": namespace, "name": name, **_state_row(kind, state)})
+        await conn.execute(self._insert(_RESOURCES).on_conflict_do_nothing(index_elements=["uid"]), created)
+        locked = await conn.execute(
+            sa.select(_RESOURCES).where(_RESOURCES.c.uid.in_(uids)).order_by(_RESOURCES.c.uid).with_for_update()
+        )
+        updates = []
+        for row in locked:
+            current = ResourceState(
+                first_seen=row.first_seen,
+                updated_at=row.updated_at,
+                last_seq=row.last_seq,
+                deleted_at=row.deleted_at,
+                fields=msgspec.convert(row.fields, dict[str, FieldMark]),
+            )
+            merged = fold_resource(current, facts[row.uid])
+            assert merged is not None
+            if merged != current:
+                updates.append({"row_id": row.id, **_state_row(row.kind, merged)})
+        if updates:
+            await conn.execute(
+                _RESOURCES.update().where(_RESOURCES.c.id == sa.bindparam("row_id")),
+                updates,
+            )
+
+    async def _refresh_view(
+        self, conn: AsyncConnection, view: _View, uids: list[str], identity: dict[str, tuple[KeyKind, str, str]]
+    ) -> None:
+        rows = await conn.execute(
+            sa.select(
+                _TRANSITIONS.c.uid,
+                _TRANSITIONS.c.field,
+                _TRANSITIONS.c.from_value,
+                _TRANSITIONS.c.to_value,
+                _TRANSITIONS.c.at,
+                _TRANSITIONS.c.stream_seq,
+                _TRANSITIONS.c.attributes,
+            )
+            .where(_TRANSITIONS.c.uid.in_(uids))
+            .order_by(_TRANSITIONS.c.uid, _TRANSITIONS.c.at, _TRANSITIONS.c.stream_seq, _TRANSITIONS.c.id)
+        )
+        history: dict[str, list[Fact]] = defaultdict(list)
+        for row in rows:
+            history[row.uid].append(_fact(row._mapping))
+        values = []
+        for uid in uids:
+            _, namespace, name = identity[uid]
+            folded = msgspec.structs.asdict(view.fold(history[uid]))
+            values.append({"uid": uid, "namespace": namespace, "name": name, **folded})
+        insert = self._insert(view.table)
+        columns = [c.name for c in view.table.columns if c.name != "uid"]
+        upsert = insert.on_conflict_do_update(
+            index_elements=["uid"], set_={name: getattr(insert.excluded, name) for name in columns}
+        )
+        await conn.execute(upsert, values)
+
+    # --- reads -------------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncSession]:
+        """A session for one read; database failures become ``RetryableError``."""
+        try:
+            async with self._sessions() as session:
+                yield session
+        except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+            raise RetryableError(f"reading history: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+
+    async def list_resources(
+        self,
+        *,
+        kind: KeyKind | None = None,
+        namespace: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+        after: int = 0,
+    ) -> list[ResourceRecord]:
+        """Resources in first-stored order, optionally filtered; ``since`` keeps those updated since."""
+        query = self._resources_query().where(Resource.id > after).order_by(Resource.id).limit(limit)
+        if kind is not None:
+            query = query.where(Resource.kind == kind)
+        if namespace is not None:
+            query = query.where(Resource.namespace == namespace)
+        if status is not None:
+            query = query.where(Resource.status == status)
+        if since is not None:
+            query = query.where(Resource.updated_at >= since)
+        return await self._resource_records(query)
+
+    async def find_resource(
+        self, *, kind: KeyKind, namespace: str, name: str, uid: str | None = None
+    ) -> ResourceRecord | None:
+        """The latest incarnation of ``kind namespace/name`` (by first_seen), or the one with ``uid``."""
+        query = (
+            self._resources_query()
+            .where(Resource.kind == kind, Resource.namespace == namespace, Resource.name == name)
+            .order_by(Resource.first_seen.desc(), Resource.id.desc())
+            .limit(1)
+        )
+        if uid is not None:
+            query = query.where(Resource.uid == uid)
+        found = await self._resource_records(query)
+        return found[0] if found else None
+
+    async def list_transitions(self, uid: str) -> list[Transition]:
+        """Every transition of ``uid``, ordered by time then storage order."""
+        async with self._reading() as session:
+            result = await session.scalars(
+                sa.select(Transition).where(Transition.uid == uid).order_by(Transition.at, Transition.id)
+            )
+            return list(result.all())
+
+    async def list_commands(
+        self,
+        *,
+        kind: KeyKind | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+        outcome: str | None = None,
+        limit: int = 100,
+        after: int = 0,
+    ) -> list[Command]:
+        """Audit rows in storage order after the ``after`` cursor (a row id)."""
+        query = sa.select(Command).where(Command.id > after).order_by(Command.id).limit(limit)
+        for column, value in (
+            (Command.kind, kind),
+            (Command.namespace, namespace),
+            (Command.name, name),
+            (Command.outcome, outcome),
+        ):
+            if value is not None:
+                query = query.where(column == value)
+        async with self._reading() as session:
+            return list((await session.scalars(query)).all())
+
+    def _resources_query(self) -> sa.Select[tuple[Resource, RayJobView]]:
+        return sa.select(Resource, RayJobView).outerjoin(RayJobView, RayJobView.uid == Resource.uid)
+
+    async def _resource_records(self, query: sa.Select[tuple[Resource, RayJobView]]) -> list[ResourceRecord]:
+        async with self._reading() as session:
+            rows = (await session.execute(query)).all()
+        return [ResourceRecord(resource=resource, rayjob=rayjob) for resource, rayjob in rows]
+
+
+def _state_row(kind: KeyKind, state: ResourceState) -> dict[str, Any]:
+    return {
+        "status": status_of(state, kind_info(kind).status_field),
+        "first_seen": state.first_seen,
+        "updated_at": state.updated_at,
+        "last_seq": state.last_seq,
+        "deleted_at": state.deleted_at,
+        "fields": msgspec.to_builtins(state.fields),
+    }
+
+
+def _command_row(record: ResultRecord) -> dict[str, Any]:
+    r = record.result
+    return {
+        "batch_id": r.batch_id,
+        "command_id": r.command_id,
+        "batch_seq": r.batch_seq,
+        "verb": r.verb,
+        "target": r.target,
+        "kind": r.key.kind,
+        "namespace": r.key.namespace,
+        "name": r.key.name,
+        "outcome": r.outcome,
+        "error": r.error,
+        "status_code": r.status_code,
+        "resource_version": r.resource_version,
+        "at": r.at,
+        "trace_id": record.trace_id,
+        "stream_seq": record.stream_seq,
+    }
+
+
+def _fact(row: Mapping[Any, Any]) -> Fact:
+    """The projection's view of a transition row (as inserted, or as read back)."""
+    return Fact(
+        field=row["field"],
+        from_value=row["from_value"],
+        to_value=row["to_value"],
+        at=row["at"],
+        seq=row["stream_seq"],
+        attributes=row["attributes"],
+    )
+
+
+def _transition_row(record: ResultRecord, t: TransitionMessage) -> dict[str, Any]:
+    return {
+        "kind": t.kind,
+        "uid": t.uid,
+        "namespace": t.namespace,
+        "name": t.name,
+        "field": t.field,
+        "from_value": t.from_value,
+        "to_value": t.to_value,
+        "reason": t.reason,
+        "message": t.message,
+        "resource_version": t.resource_version,
+        "at": t.at,
+        "trace_id": record.trace_id,
+        "attributes": dict(t.attributes),
+        "stream_seq": record.stream_seq,
+        "batch_id": record.result.batch_id,
+        "command_id": record.result.command_id,
+    }
