@@ -62,9 +62,13 @@ class PartitionSettings:
     """Stable worker identity; empty means hostname + pid."""
     exit_timeout: float = 20.0
     """Seconds in-flight reconciles get to finish on shutdown or partition hand-over."""
-    inflight_window: float = 10.0
-    """Seconds an identical command of a key is withheld after it was published (0 = never), the
-    worker's stand-in for KubeRay's scale expectations; KubeRay waits up to 30 s for a create."""
+    inflight_grace: float = 2.0
+    """Seconds a command stays "in flight" after the applier acknowledged it: the time its watch event
+    takes to reach the KV. Identical commands of the key are withheld meanwhile (the worker's stand-in
+    for KubeRay's scale expectations)."""
+    inflight_max_age: float = 60.0
+    """Seconds after which a command no longer counts as in flight even if the applier has not
+    acknowledged it (0 disables withholding); KubeRay lets a create expectation expire after 30 s."""
 
 
 @dataclass(frozen=True, kw_only=True)

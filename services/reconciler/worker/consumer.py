@@ -28,6 +28,7 @@ from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
 from schema.messages import BusInput, TimerTick
+from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.deadletter import dead_letter
 from services.reconciler.worker.decide import decide, decision_time, min_revision
 from services.reconciler.worker.inflight import InFlight
@@ -91,6 +92,7 @@ class PartitionConsumer:
         bus: BusSettings,
         lease_valid: Callable[[], bool],
         inflight: InFlight,
+        applied: AppliedFloor,
     ) -> None:
         self.partition = partition
         self._js = js
@@ -101,6 +103,7 @@ class PartitionConsumer:
         self._bus = bus
         self._lease_valid = lease_valid
         self._inflight = inflight
+        self._applied = applied
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
 
@@ -134,7 +137,7 @@ class PartitionConsumer:
                         await settle(msg.nak(delay=1.0))
                     continue
                 await self.process(msgs)
-                self._inflight.prune()
+                self._inflight.prune(await self._applied.get())
         finally:
             await sub.unsubscribe()
 
@@ -185,11 +188,12 @@ class PartitionConsumer:
                     config=self._config,
                     sequences=[item.msg.metadata.sequence.stream for item in items],
                 )
-                batch = self._inflight.filter(outcome.batch)
+                batch = self._inflight.filter(outcome.batch, applied_floor=await self._applied.get())
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
                 span.set_attribute("raybus.commands", len(batch.commands))
                 span.set_attribute("raybus.suppressed", len(batch.suppressed))
-                await publish(self._js, subjects.command_subject(key), encode(batch), msg_id=batch.id)
+                ack = await publish(self._js, subjects.command_subject(key), encode(batch), msg_id=batch.id)
+                self._inflight.published(key, ack.seq)
                 if any(isinstance(message, TimerTick) for message in inputs):
                     self._timers.forget(key)
                 if outcome.decision.wake_at is not None:

@@ -1,27 +1,39 @@
 """Withholding commands that are already in flight: raybus's answer to KubeRay's scale expectations.
 
-Between the moment a command is published and the moment its effect comes back as a watch event, every
+Between the moment a command is published and the moment its effect is visible in the snapshot, every
 other event of the key is reconciled on a snapshot that does not show the effect yet, so reconcile
 decides the same create, status patch or Event again. That is harmless (commands are idempotent) but
-costly: under load each repeat adds applier work, which adds lag, which adds repeats. KubeRay avoids
-it with in-memory expectations that skip a worker group until the cache caught up; raybus keeps
-``reconcile`` pure and instead lets the worker remember, per key, the content digest of every command
-it published in the last ``window`` seconds, and withhold an identical one (:func:`in_flight_key`). The withheld ids are
-recorded in the batch (``suppressed``), so the decision log still holds the whole decision and replay
-stays exact. A command that did not take effect is decided again after the window, like an expired
-expectation. The memory is per worker and may be lost (restart, partition hand-over): then a duplicate
-is simply applied, which is safe.
+costly: under load each repeat adds applier work, which adds lag, which adds repeats. KubeRay avoids it
+with in-memory expectations that skip a worker group until its cache caught up; raybus keeps
+``reconcile`` pure and lets the worker remember, per key, what it published and withhold an identical
+command (:func:`in_flight_key`) while the first is still in flight.
+
+"In flight" means: the applier has not yet acknowledged the batch that carries it (the applier
+consumer's ack floor is below the batch's stream sequence), or it was acknowledged less than ``grace``
+seconds ago (the time its watch event takes to reach the KV). A time cap (``max_age``) bounds the
+memory when the applier is stuck, like an expired expectation. Withheld ids are recorded in the batch
+(``suppressed``), so the decision log still holds the whole decision and replay stays exact. The
+memory is per worker and may be lost (restart, partition hand-over): then a duplicate is simply
+applied, which is safe.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 
 from schema.keys import ReconcileKey
-from schema.messages import Command, CommandBatch, PatchObject, PatchStatus, command_target, command_verb
+from schema.messages import (
+    Command,
+    CommandBatch,
+    PatchObject,
+    PatchStatus,
+    command_target,
+    command_verb,
+)
 from services.reconciler.worker.decide import command_id
 
 Clock = Callable[[], float]
@@ -39,40 +51,70 @@ def in_flight_key(command: Command) -> str:
     return command_id(command)
 
 
+@dataclass
+class _Sent:
+    batch_seq: int
+    sent_at: float
+    applied_at: float | None = None
+
+
 class InFlight:
-    """Recently published command digests per key."""
+    """Commands published per key, until applied (plus ``grace``) or ``max_age``."""
 
-    def __init__(self, *, window: float, clock: Clock = time.monotonic) -> None:
-        self._window = window
+    def __init__(self, *, grace: float, max_age: float, clock: Clock = time.monotonic) -> None:
+        self._grace = grace
+        self._max_age = max_age
         self._clock = clock
-        self._seen: dict[ReconcileKey, dict[str, float]] = {}
+        self._sent: dict[ReconcileKey, dict[str, _Sent]] = {}
+        self._pending: dict[ReconcileKey, list[str]] = {}
 
-    def filter(self, batch: CommandBatch) -> CommandBatch:
-        """``batch`` without the commands identical to ones published for its key within the window."""
-        if self._window <= 0 or not batch.commands:
+    def filter(self, batch: CommandBatch, *, applied_floor: int) -> CommandBatch:
+        """``batch`` without the commands identical to ones of its key still in flight.
+
+        ``applied_floor`` is the applier's ack floor on RAYBUS_COMMANDS: every batch at or below it
+        has been applied.
+        """
+        if self._max_age <= 0 or not batch.commands:
             return batch
-        now = self._clock()
-        seen = {d: t for d, t in self._seen.get(batch.key, {}).items() if now - t < self._window}
-        kept = []
-        withheld = []
+        sent = self._live(batch.key, applied_floor)
+        kept: list[Command] = []
+        withheld: list[str] = []
+        fresh: list[str] = []
         for command in batch.commands:
-            digest = in_flight_key(command)
-            if digest in seen:
+            key = in_flight_key(command)
+            if key in sent or key in fresh:
                 withheld.append(command.id)
             else:
                 kept.append(command)
-                seen[digest] = now
-        self._seen[batch.key] = seen
+                fresh.append(key)
+        self._pending[batch.key] = fresh
         if not withheld:
             return batch
         return msgspec.structs.replace(batch, commands=tuple(kept), suppressed=tuple(withheld))
 
-    def forget(self, key: ReconcileKey) -> None:
-        """Drop a key's memory (it left this worker)."""
-        self._seen.pop(key, None)
-
-    def prune(self) -> None:
-        """Drop keys whose every memory has expired (bounded memory for idle keys)."""
+    def published(self, key: ReconcileKey, batch_seq: int) -> None:
+        """Record that the commands kept by the last :meth:`filter` of ``key`` are in ``batch_seq``."""
         now = self._clock()
-        for key in [k for k, seen in self._seen.items() if all(now - t >= self._window for t in seen.values())]:
-            del self._seen[key]
+        sent = self._sent.setdefault(key, {})
+        for command_key in self._pending.pop(key, []):
+            sent[command_key] = _Sent(batch_seq=batch_seq, sent_at=now)
+
+    def _live(self, key: ReconcileKey, applied_floor: int) -> dict[str, _Sent]:
+        now = self._clock()
+        live: dict[str, _Sent] = {}
+        for command_key, sent in self._sent.get(key, {}).items():
+            if sent.applied_at is None and sent.batch_seq <= applied_floor:
+                sent.applied_at = now
+            expired = now - sent.sent_at >= self._max_age or (
+                sent.applied_at is not None and now - sent.applied_at >= self._grace
+            )
+            if not expired:
+                live[command_key] = sent
+        self._sent[key] = live
+        return live
+
+    def prune(self, applied_floor: int) -> None:
+        """Drop keys with nothing in flight any more (bounded memory for idle keys)."""
+        for key in list(self._sent):
+            if not self._live(key, applied_floor):
+                del self._sent[key]

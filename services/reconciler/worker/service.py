@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind
 from services.reconciler.registry import default_reconcilers
+from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.consumer import PartitionConsumer
 from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.leases import PartitionLeases
@@ -58,6 +59,7 @@ async def run_reconciler(
         js = nc.jetstream()
         reader = SnapshotReader(nc)
         timers = TimerScheduler(js)
+        applied = AppliedFloor(js)
         kinds = dict(reconcilers if reconcilers is not None else default_reconcilers())
         running: dict[int, tuple[PartitionConsumer, asyncio.Task[None]]] = {}
         crashed: list[BaseException] = []
@@ -78,7 +80,10 @@ async def run_reconciler(
                 config=settings.operator,
                 bus=settings.bus,
                 lease_valid=lambda: leases.valid(partition),
-                inflight=InFlight(window=settings.partitions.inflight_window),
+                inflight=InFlight(
+                    grace=settings.partitions.inflight_grace, max_age=settings.partitions.inflight_max_age
+                ),
+                applied=applied,
             )
             task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
             task.add_done_callback(on_done)

@@ -82,21 +82,38 @@ def test_a_decision_without_commands_is_still_recorded() -> None:
     assert nothing.batch.inputs == (7,)
 
 
-def test_in_flight_commands_are_withheld_within_the_window_and_recorded() -> None:
+def test_in_flight_commands_are_withheld_until_applied_and_recorded() -> None:
     from services.reconciler.worker.inflight import InFlight
 
     clock = [0.0]
-    inflight = InFlight(window=10.0, clock=lambda: clock[0])
+    inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
     snap = Snapshot(key=KEY, entries={})
     first = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[1])
     again = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[2])
-    assert inflight.filter(first.batch).commands == first.batch.commands
-    withheld = inflight.filter(again.batch)
+    assert inflight.filter(first.batch, applied_floor=0).commands == first.batch.commands
+    inflight.published(KEY, batch_seq=10)
+    clock[0] = 30.0  # long after publishing, but not applied yet: still in flight
+    withheld = inflight.filter(again.batch, applied_floor=9)
     assert withheld.commands == ()
     assert withheld.suppressed == (again.batch.commands[0].id,)
     assert withheld.id == again.batch.id
-    clock[0] = 10.5
-    assert inflight.filter(again.batch).commands == again.batch.commands
+    inflight.published(KEY, batch_seq=11)
+    assert inflight.filter(again.batch, applied_floor=10).commands == ()  # applied: grace starts now
+    clock[0] = 32.5
+    assert inflight.filter(again.batch, applied_floor=10).commands == again.batch.commands
+
+
+def test_in_flight_memory_expires_when_the_applier_is_stuck() -> None:
+    from services.reconciler.worker.inflight import InFlight
+
+    clock = [0.0]
+    inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
+    snap = Snapshot(key=KEY, entries={})
+    batch = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).batch
+    inflight.filter(batch, applied_floor=0)
+    inflight.published(KEY, batch_seq=5)
+    clock[0] = 61.0
+    assert inflight.filter(batch, applied_floor=0).commands == batch.commands
 
 
 def test_one_status_patch_per_object_version_is_in_flight() -> None:
