@@ -6,9 +6,9 @@ make the second insert a no-op. Several status replicas share the durable ``STAT
 
 Per batch:
 
-1. decode every message; one that is not a ``CommandResult`` is dead-lettered (``DeadLetter`` on
-   ``raybus.dlq.RAYBUS_RESULTS`` with the reason, de-duplicated by stream sequence) and acked, so garbage
-   never blocks the stream;
+1. decode every message; one that is not a ``CommandResult`` (or carries a transition without a uid)
+   is dead-lettered (``DeadLetter`` on ``raybus.dlq.RAYBUS_RESULTS`` with the reason, de-duplicated by
+   stream sequence) and acked, so garbage never blocks the stream;
 2. persist the good ones in one transaction, inside one ``status.persist`` span per message that continues
    the trace its headers carry;
 3. on a retryable database error (down, deadlock), retry the *same* batch with backoff while telling
@@ -36,14 +36,15 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from schema import codec, subjects
 from schema.messages import DeadLetter
 from services.runtime.bus import publish
 from services.runtime.errors import PermanentError, RetryableError
 from services.runtime.metrics import meter
-from services.runtime.tracing import extract_context, tracer
+from services.runtime.tracing import extract_context
+from services.runtime.tracing import tracer as get_tracer
 from services.status.store import ResultRecord, StatusStore
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class ResultConsumer:
         fetch_timeout: float = 0.5,
         retry_delays: Sequence[float] = RETRY_DELAYS,
         clock: Clock = utc_now,
+        tracer: Tracer | None = None,
     ) -> None:
         """Args:
         js: JetStream context of the service's connection.
@@ -98,6 +100,7 @@ class ResultConsumer:
         fetch_timeout: seconds one fetch waits for messages; bounds how long a stop request waits.
         retry_delays: backoff while the database is unavailable.
         clock: time of dead letters.
+        tracer: where ``status.persist`` spans go (default: the process's tracer provider).
         """
         self._js = js
         self._store = store
@@ -105,7 +108,7 @@ class ResultConsumer:
         self._fetch_timeout = fetch_timeout
         self._retry_delays = tuple(retry_delays)
         self._clock = clock
-        self._tracer = tracer(__name__)
+        self._tracer = tracer or get_tracer(__name__)
         self._lag = 0
         m = meter(__name__)
         self._consumed = m.create_counter(
@@ -157,6 +160,10 @@ class ResultConsumer:
                 result = codec.decode_result(msg.data)
             except msgspec.DecodeError as exc:
                 dead.append((msg, f"not a CommandResult: {exc}"))
+                continue
+            if any(not t.uid for t in result.transitions):
+                # a step without a uid belongs to no incarnation; stored, it would merge unrelated resources
+                dead.append((msg, "a transition has no uid"))
                 continue
             context = extract_context(msg.headers)
             span_context = trace.get_current_span(context).get_span_context()

@@ -184,7 +184,9 @@ async def run(args: argparse.Namespace, *, env: Mapping[str, str], out: TextIO, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``raybus history ...`` (the CLI dispatches here with the arguments after ``history``)."""
-    parser = argparse.ArgumentParser(prog="raybus history", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="raybus history", description="Print a custom resource's recorded state transitions."
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     return asyncio.run(run(args, env=os.environ, out=sys.stdout, err=sys.stderr))

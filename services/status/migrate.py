@@ -98,7 +98,7 @@ def write_config(path: Path, *, db_url: str | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """``raybus migrate {upgrade,config}`` (also ``python -m services.status.migrate``)."""
-    parser = argparse.ArgumentParser(prog="raybus migrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="raybus migrate", description="Migrate the status database (Alembic).")
     sub = parser.add_subparsers(dest="action", required=True)
     up = sub.add_parser("upgrade", help="migrate the database to head")
     up.add_argument("--db-url", help="default: RAYBUS_DB_URL, else the built-in SQLite file")

@@ -75,6 +75,7 @@ async def test_garbage_is_dead_lettered_and_does_not_block(
     subject = subjects.result_subject(KEY)
     await js.publish(subject, b"\x00 definitely not json")
     await js.publish(subject, b'{"type": "command_batch", "id": "x"}')
+    await publish_results(js, [result(transition("state", "", "ready", uid=""), batch_id="no-uid")])
     await publish_results(js, [result(batch_id=f"good-{i}") for i in range(3)])
     await runner.start()
     await wait_until(lambda: settled(nc), message="all results acked")
@@ -83,12 +84,13 @@ async def test_garbage_is_dead_lettered_and_does_not_block(
     dlq = await js.pull_subscribe(
         subjects.deadletter_subject(subjects.RESULTS_STREAM), stream=subjects.DEADLETTER_STREAM
     )
-    letters = [codec.decode_deadletter(m.data) for m in await dlq.fetch(2, timeout=5)]
+    letters = [codec.decode_deadletter(m.data) for m in await dlq.fetch(3, timeout=5)]
     assert [(d.stream, d.subject, d.sequence) for d in letters] == [
         (subjects.RESULTS_STREAM, subject, 1),
         (subjects.RESULTS_STREAM, subject, 2),
+        (subjects.RESULTS_STREAM, subject, 3),
     ]
-    assert all(d.error.startswith("not a CommandResult") for d in letters)
+    assert [d.error.split(":")[0] for d in letters] == ["not a CommandResult"] * 2 + ["a transition has no uid"]
     assert letters[0].payload == b"\x00 definitely not json"
     await dlq.unsubscribe()
 
