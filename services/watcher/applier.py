@@ -56,6 +56,7 @@ from schema.messages import (
 from services.runtime.bus import publish
 from services.runtime.errors import PermanentError
 from services.runtime.tracing import current_trace_id, extract_context, tracer
+from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.calls import ApiError, outcome_of_error, plan_call, retry_delay
 from services.watcher.dashboard import DashboardClient, DashboardOutcome
 from services.watcher.kubeapi import KubeApi
@@ -139,6 +140,7 @@ class Applier:
         sub = await self._js.pull_subscribe_bind(durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM)
         try:
             while not stop.is_set():
+                raise_if_cancelling()
                 self._raise_crashed()
                 room = self._concurrency * 4 - self._outstanding
                 if room <= 0:
@@ -146,9 +148,11 @@ class Applier:
                     continue
                 try:
                     messages = await sub.fetch(batch=min(room, 256), timeout=FETCH_TIMEOUT)
-                except nats.errors.TimeoutError:
+                except TimeoutError:  # nats-py raises both its own and asyncio's (the same in 3.11)
+                    raise_if_cancelling()
                     continue
                 except nats.errors.Error as exc:
+                    raise_if_cancelling()
                     log.warning("fetching command batches failed: %s", exc)
                     await asyncio.sleep(0.5)
                     continue
@@ -199,9 +203,9 @@ class Applier:
         workers = list(self._workers.values())
         if workers:
             _, pending = await asyncio.wait(workers, timeout=self._exit_timeout)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            lingering = await cancel_and_wait(pending, timeout=2.0)
+            if lingering:
+                log.warning("%d applier workers did not stop", len(lingering))
         for queue in self._queues.values():
             for msg, _ in queue:
                 with contextlib.suppress(Exception):
@@ -331,10 +335,12 @@ class Applier:
     async def _publish_retrying(self, subject: str, payload: bytes, msg_id: str) -> None:
         failures = 0
         while True:
+            raise_if_cancelling()
             try:
                 await publish(self._js, subject, payload, msg_id=msg_id)
                 return
             except (nats.errors.Error, TimeoutError) as exc:
+                raise_if_cancelling()
                 failures += 1
                 delay = PUBLISH_RETRY_DELAYS[min(failures, len(PUBLISH_RETRY_DELAYS)) - 1]
                 log.warning("publishing to %s failed (%s); retrying in %.2fs", subject, exc, delay)

@@ -18,6 +18,7 @@ Not here: deciding when to call (reconcile), polling job status (``prober``).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -30,6 +31,7 @@ import msgspec
 
 from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
 from services.runtime.errors import PermanentError
+from services.watcher.aio import raise_if_cancelling
 from services.watcher.calls import ApiError
 from services.watcher.kubeapi import KubeApi
 
@@ -39,6 +41,8 @@ DIRECT_TIMEOUT: Final = 2.0
 PROXY_TIMEOUT: Final = 10.0
 TOKEN_HEADER: Final = "x-ray-authorization"
 TOKEN_KEY: Final = "auth_token"
+TOKEN_TTL: Final = 60.0
+"""Seconds a token read from its Secret is reused (the prober would otherwise read it every poll)."""
 ALREADY_SUBMITTED: Final = "Please use a different submission_id"
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
 
@@ -145,6 +149,7 @@ class DashboardClient:
         self._use_proxy = use_proxy and api is not None
         self._cluster_domain = cluster_domain
         self._session: aiohttp.ClientSession | None = None
+        self._tokens: dict[tuple[str, str], tuple[float, str]] = {}
 
     async def close(self) -> None:
         """Close the HTTP session."""
@@ -171,12 +176,22 @@ class DashboardClient:
             return None
         if self._api is None:
             raise PermanentError("token auth needs the Kubernetes API")
+        now = asyncio.get_running_loop().time()
+        cached = self._tokens.get((ref.namespace, ref.auth_secret))
+        if cached is not None and cached[0] > now:
+            return cached[1]
         try:
             response = await self._api.arequest("GET", secret_path(ref))
         except ApiError as exc:
             # The message names the Secret, never its content.
             raise PermanentError(f"cannot read auth Secret {ref.namespace}/{ref.auth_secret}: {exc}") from exc
-        return decode_token(_json.decode(response.data))
+        token = decode_token(_json.decode(response.data))
+        self._tokens[(ref.namespace, ref.auth_secret)] = (now + TOKEN_TTL, token)
+        return token
+
+    def forget_token(self, ref: DashboardRef) -> None:
+        """Drop a cached token (after a 401: the Secret may have been replaced)."""
+        self._tokens.pop((ref.namespace, ref.auth_secret), None)
 
     async def request(
         self, ref: DashboardRef, method: str, path: str, body: dict[str, Any] | None = None
@@ -198,10 +213,14 @@ class DashboardClient:
             async with self._session_for_use().request(
                 method, url, json=body, headers=headers, timeout=timeout
             ) as response:
-                return DashboardAnswer(status=response.status, data=await response.read())
+                answer = DashboardAnswer(status=response.status, data=await response.read())
         except (aiohttp.ClientError, TimeoutError) as exc:
+            raise_if_cancelling()
             # str(exc) of aiohttp errors names the URL, never request headers.
             return DashboardAnswer(status=0, error=f"{type(exc).__name__}: {exc}")
+        if answer.status == 401 and token is not None:
+            self.forget_token(ref)
+        return answer
 
     async def apply(self, command: Command) -> DashboardOutcome:
         """Run one dashboard command.

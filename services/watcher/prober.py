@@ -42,6 +42,7 @@ from schema.messages import DashboardRef, Observation
 from services.runtime.bus import publish
 from services.runtime.errors import PermanentError
 from services.runtime.tracing import tracer
+from services.watcher.aio import raise_if_cancelling
 from services.watcher.dashboard import DashboardAnswer, DashboardClient
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,7 @@ class Prober:
         self._last: dict[tuple[str, str], Any] = {}
         self._slots = asyncio.Semaphore(PROBE_CONCURRENCY)
         self.published = 0
+        self.polls = 0
 
     def _snapshot(self) -> dict[str, list[dict[str, Any]]]:
         return {
@@ -219,6 +221,7 @@ class Prober:
     async def run(self) -> None:
         """Poll every ``interval`` seconds until cancelled."""
         while True:
+            raise_if_cancelling()
             await self.poll_once()
             await asyncio.sleep(self._interval)
 
@@ -231,6 +234,7 @@ class Prober:
             del self._last[stale]
         if pairs:
             await asyncio.gather(*(self._probe(kind, target) for kind, target in pairs))
+        self.polls += 1
 
     async def _probe(self, kind: ProbeKind, target: ProbeTarget) -> None:
         async with self._slots:
@@ -248,6 +252,7 @@ class Prober:
             try:
                 await self._publish(target, data, significant)
             except (nats.errors.Error, TimeoutError) as exc:
+                raise_if_cancelling()
                 log.warning("publishing an observation of %s failed: %s", target.key, exc)
                 return
             self._last[state_key] = significant

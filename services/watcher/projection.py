@@ -46,6 +46,7 @@ from schema.keys import ReconcileKey, decode_token
 from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
 from services.runtime.bus import publish
 from services.runtime.tracing import current_trace_id, tracer
+from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.informer import Batch, Bookmark, Change, Listing, Scope
 from services.watcher.keymap import dependencies, keys_for
 from services.watcher.relations import ObjectId, Relations
@@ -319,12 +320,11 @@ class Projection:
         flusher = asyncio.create_task(self._flush_loop(), name="watcher-resume-flush")
         try:
             while True:
+                raise_if_cancelling()
                 batch = await queue.get()
                 await self.project(batch)
         finally:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
+            await cancel_and_wait([flusher], timeout=2.0)
 
     async def project(self, batch: Batch) -> None:
         """Plan one batch and start its writes (waits only for free slots in the window)."""
@@ -364,10 +364,9 @@ class Projection:
 
     async def close(self) -> None:
         """Cancel unfinished writes (their items stay uncommitted) and store the committed resume points."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        lingering = await cancel_and_wait(list(self._tasks), timeout=2.0)
+        if lingering:
+            log.warning("%d projection writes did not stop", len(lingering))
         await self.flush()
 
     async def flush(self) -> None:
@@ -380,10 +379,12 @@ class Projection:
 
     async def _flush_loop(self) -> None:
         while True:
+            raise_if_cancelling()
             await asyncio.sleep(self._resume_interval)
             try:
                 await self.flush()
             except (nats.errors.Error, TimeoutError) as exc:
+                raise_if_cancelling()
                 log.warning("storing resume points failed: %s", exc)
 
     async def _perform(self, ops: list[_Op], ticket: Ticket) -> None:
@@ -496,9 +497,11 @@ class Projection:
         """
         failures = 0
         while True:
+            raise_if_cancelling()
             try:
                 return await attempt()
             except (nats.errors.Error, TimeoutError) as exc:
+                raise_if_cancelling()
                 failures += 1
                 delay = WRITE_RETRY_DELAYS[min(failures, len(WRITE_RETRY_DELAYS)) - 1]
                 log.warning("bus write failed (%s); retrying in %.2fs", exc, delay)

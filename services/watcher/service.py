@@ -27,6 +27,7 @@ from services.runtime.bus import connect
 from services.runtime.health import HealthServer
 from services.runtime.settings import RaybusSettings
 from services.runtime.topology import Buckets, ensure_topology, open_buckets
+from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.applier import Applier
 from services.watcher.dashboard import DashboardClient
 from services.watcher.informer import Batch, Informer, queue_deliverer, scopes_for
@@ -43,6 +44,8 @@ QUEUE_SIZE: Final = 256
 DRAIN_TIMEOUT: Final = 10.0
 """Seconds in-flight projection writes get on shutdown."""
 SUPERVISE_INTERVAL: Final = 0.5
+STOP_TIMEOUT: Final = 5.0
+"""Seconds a part gets to stop once cancelled (nats-py can swallow a cancellation)."""
 
 
 class Watcher:
@@ -69,6 +72,12 @@ class Watcher:
         """The API adapter (after :meth:`start`)."""
         assert self._api is not None
         return self._api
+
+    @property
+    def dashboard(self) -> DashboardClient:
+        """The dashboard client (after :meth:`start`)."""
+        assert self._dashboard is not None
+        return self._dashboard
 
     @property
     def nats(self) -> Client:
@@ -157,8 +166,10 @@ class Watcher:
                 if task.done():
                     exc = None if task.cancelled() else task.exception()
                     raise RuntimeError(f"{task.get_name()} stopped unexpectedly") from exc
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(stop.wait(), SUPERVISE_INTERVAL)
+            except TimeoutError:
+                raise_if_cancelling()
 
     async def stop(self) -> None:
         """Stop in order: informers, projection (drain, store resume points), applier, prober, connections."""
@@ -174,8 +185,7 @@ class Watcher:
         by_name = {task.get_name(): task for task in self._tasks}
         projection_task = by_name.get("watcher-projection")
         if projection_task is not None:
-            projection_task.cancel()
-            await asyncio.gather(projection_task, return_exceptions=True)
+            await cancel_and_wait([projection_task], timeout=STOP_TIMEOUT)
         if self.projection is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.projection.drain(), DRAIN_TIMEOUT)
@@ -184,11 +194,10 @@ class Watcher:
         self._applier_stop.set()
         applier_task = by_name.get("watcher-applier")
         if applier_task is not None:
-            await asyncio.gather(applier_task, return_exceptions=True)
-        for task in self._tasks:
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait([applier_task], timeout=self.settings.partitions.exit_timeout + STOP_TIMEOUT)
+        lingering = await cancel_and_wait(self._tasks, timeout=STOP_TIMEOUT)
+        if lingering:
+            log.warning("watcher parts did not stop: %s", ", ".join(t.get_name() for t in lingering))
         if self._dashboard is not None:
             await self._dashboard.close()
         if self._nc is not None:

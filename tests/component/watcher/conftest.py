@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from schema import subjects
 from schema.keys import ReconcileKey
@@ -65,20 +66,17 @@ class Bus:
         return sum((info.state.subjects or {}).values())
 
     async def messages(self, stream: str, filter_subject: str) -> list[dict[str, Any]]:
-        """Every stored message on a subject filter, decoded as JSON, in stream order."""
-        info = await self.js.stream_info(stream, subjects_filter=filter_subject)
-        total = sum((info.state.subjects or {}).values())
-        if total == 0:
-            return []
-        sub = await self.js.pull_subscribe(filter_subject, stream=stream)
+        """Every stored message on a subject filter, decoded as JSON, in stream order (no consumer)."""
         found: list[dict[str, Any]] = []
-        try:
-            while len(found) < total:
-                batch = await sub.fetch(batch=total - len(found), timeout=5)
-                found.extend(msgspec.json.decode(m.data) for m in batch)
-        finally:
-            await sub.unsubscribe()
-        return found
+        sequence = 1
+        while True:
+            try:
+                msg = await self.js.get_msg(stream, seq=sequence, subject=filter_subject, next=True)
+            except NotFoundError:
+                return found
+            assert msg.data is not None and msg.seq is not None
+            found.append(msgspec.json.decode(msg.data))
+            sequence = msg.seq + 1
 
     async def events(self, key: ReconcileKey) -> list[dict[str, Any]]:
         """Stored inputs of a key."""
