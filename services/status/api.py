@@ -97,10 +97,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json(ErrorOut(error=code, message=f"{exc.reason}: {request.path}"), status=exc.status)
 
 
-def _kind(text: str) -> KindInfo:
+def _kind(text: str, *, status: int) -> KindInfo:
     info = parse_kind(text)
     if info is None:
-        raise ApiError(404, "not_found", f"unknown kind {text!r}; one of {', '.join(_KIND_NAMES)}")
+        error = "not_found" if status == 404 else "bad_request"
+        raise ApiError(status, error, f"unknown kind {text!r}; one of {', '.join(_KIND_NAMES)}")
     return info
 
 
@@ -240,7 +241,7 @@ class StatusApi:
             query = request.query
             kind = fixed
             if kind is None and "kind" in query:
-                kind = _kind(query["kind"])
+                kind = _kind(query["kind"], status=400)
             limit, after = _page_size(query)
             records = await self._store.list_resources(
                 kind=kind.kind if kind else None,
@@ -256,7 +257,7 @@ class StatusApi:
         return handler
 
     async def _find(self, request: web.Request, fixed: KindInfo | None) -> ResourceRecord:
-        info = fixed or _kind(request.match_info["kind"])
+        info = fixed or _kind(request.match_info["kind"], status=404)
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         uid = request.query.get("uid")
         record = await self._store.find_resource(kind=info.kind, namespace=namespace, name=name, uid=uid)
@@ -281,7 +282,7 @@ class StatusApi:
 
     async def _list_commands(self, request: web.Request) -> web.Response:
         query = request.query
-        kind = _kind(query["kind"]).kind if "kind" in query else None
+        kind = _kind(query["kind"], status=400).kind if "kind" in query else None
         outcome = query.get("outcome")
         if outcome is not None and outcome not in _OUTCOMES:
             raise ApiError(400, "bad_request", f"outcome={outcome!r}: one of {', '.join(_OUTCOMES)}")

@@ -127,8 +127,9 @@ def create_engine(db_url: str, *, connect_timeout: float = 5.0) -> AsyncEngine:
             return engine
         if backend == "postgresql":
             return create_async_engine(url, pool_pre_ping=True, connect_args={"timeout": connect_timeout})
-    except (sa.exc.ArgumentError, ImportError) as exc:
-        raise PermanentError(f"database URL {redact_db_url(db_url)}: {exc}") from exc
+    except (sa.exc.ArgumentError, ImportError) as exc:  # the error text may quote the URL: never show it
+        reason = "driver not installed" if isinstance(exc, ImportError) else "cannot be parsed"
+        raise PermanentError(f"database URL {redact_db_url(db_url)}: {reason}") from exc
     raise PermanentError(f"database URL {redact_db_url(db_url)}: only sqlite and postgresql are supported")
 
 

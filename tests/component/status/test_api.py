@@ -133,6 +133,7 @@ async def test_one_resource_its_timeline_and_errors(api: tuple[str, StatusApi]) 
         ("/v1/rayservices/default/job-a/transitions", {}, 404, "not_found"),
         ("/v1/resources/Pod/default/job-a", {}, 404, "not_found"),
         ("/v1/nothing-here", {}, 404, "not_found"),
+        ("/v1/resources", {"kind": "Pod"}, 400, "bad_request"),
         ("/v1/resources", {"limit": "0"}, 400, "bad_request"),
         ("/v1/resources", {"after": "x"}, 400, "bad_request"),
         ("/v1/resources", {"since": "yesterday"}, 400, "bad_request"),
