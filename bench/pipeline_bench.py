@@ -1,0 +1,317 @@
+"""Pipeline benchmark (issue 3): N RayClusters (1 head + 3 workers) created at once, through the whole stack.
+
+Every component runs as its own process, as in production and ``raybus up``: nats-server, kubesim
+(kubelet ``instant``), ``raybus watcher``, ``raybus status`` (SQLite) and 1 or 2 ``raybus reconciler``
+workers. Figures: time until every cluster is ``ready``, reconciles/s (every decision is a CommandBatch on
+RAYBUS_COMMANDS, so they are counted there), latency from the watch event to the applied command (per
+decision with commands: the last command result's time minus the earliest input's watch time), CPU
+seconds and peak RSS per process; and, as the ceiling, kubesim's raw Pod-create rate with the official
+client in the same run.
+
+Run: ``.venv/bin/python bench/pipeline_bench.py [--clusters 1000] [--workers 1 2] [--threads 4]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+from kubernetes import client, config
+from kubesim_bench import _accepts, _free_port, _pod, cpu_seconds, kubesim_process
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from schema import subjects  # noqa: E402
+from schema.codec import decode_batch, decode_input, decode_result  # noqa: E402
+from schema.crd import write_crds  # noqa: E402
+from services.runtime.natsbin import nats_server_binary  # noqa: E402
+from tests.e2e.clusters import small_cluster  # noqa: E402
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident set size of a live process (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+
+    def usage(self) -> tuple[float, float]:
+        return cpu_seconds(self.popen.pid), peak_rss_mb(self.popen.pid)
+
+
+@dataclass
+class Stack:
+    workdir: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def spawn(self, name: str, argv: list[str]) -> Proc:
+        with (self.workdir / f"{name}.log").open("ab") as log:
+            popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = Proc(name, popen)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError):
+                proc.popen.terminate()
+        for proc in reversed(self.procs):
+            try:
+                proc.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+
+
+def wait_for(check: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not come up")
+
+
+def ready(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=1) as response:
+        return bool(response.status == 200)
+
+
+@contextlib.contextmanager
+def stack(workdir: Path, reconcilers: int) -> Iterator[tuple[Stack, str, Path]]:
+    s = Stack(workdir)
+    try:
+        port = _free_port()
+        s.spawn(
+            "nats-server", [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(workdir / "js")]
+        )
+        wait_for(lambda: _accepts(port), "nats-server")
+        nats_url = f"nats://127.0.0.1:{port}"
+        crds = workdir / "crds"
+        write_crds(crds)
+        kubeconfig = workdir / "kubeconfig"
+        kport = _free_port()
+        s.spawn(
+            "kubesim",
+            [
+                sys.executable,
+                "-m",
+                "kubesim",
+                "--port",
+                str(kport),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--kubelet",
+                "instant",
+                "--crds",
+                str(crds),
+            ],
+        )
+        wait_for(lambda: kubeconfig.exists() and _accepts(kport), "kubesim")
+        raybus = [sys.executable, "-m", "services.cli.main"]
+        services = [
+            ("watcher", ["--kubeconfig", str(kubeconfig)]),
+            ("status", ["--db-url", f"sqlite+aiosqlite:///{workdir}/raybus.db", "--http-port", str(_free_port())]),
+        ]
+        services += [(f"reconciler-{i + 1}", ["--worker-id", f"w{i + 1}"]) for i in range(reconcilers)]
+        for name, extra in services:
+            health = _free_port()
+            command = name.split("-")[0]
+            s.spawn(
+                name,
+                [
+                    *raybus,
+                    command,
+                    "--nats-url",
+                    nats_url,
+                    "--health-port",
+                    str(health),
+                    "--log-level",
+                    "WARNING",
+                    *extra,
+                ],
+            )
+            wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name)
+        yield s, nats_url, kubeconfig
+    finally:
+        s.stop()
+
+
+def count_ready(api: client.ApiClient) -> int:
+    response = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "ray.io", "v1", "default", "rayclusters", _preload_content=False
+    )
+    items = msgspec.json.decode(response.read())["items"]
+    return sum(1 for c in items if (c.get("status") or {}).get("state") == "ready")
+
+
+async def stream_figures(nats_url: str) -> dict[str, float]:
+    """Decisions and watch-event → applied-command latencies, read back from the streams."""
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+
+    async def read_all(stream: str) -> list[Any]:
+        info = await js.stream_info(stream)
+        if info.state.messages == 0:
+            return []
+        sub = await js.subscribe(">", stream=stream, ordered_consumer=True)
+        found = []
+        while True:
+            msg = await sub.next_msg(timeout=10)
+            found.append(msg)
+            if msg.metadata.num_pending == 0:
+                break
+        await sub.unsubscribe()
+        return found
+
+    event_time: dict[int, datetime] = {}
+    for msg in await read_all(subjects.EVENTS_STREAM):
+        with contextlib.suppress(Exception):
+            event = decode_input(msg.data)
+            stamp = getattr(event, "observed_at", None) or getattr(event, "due_at", None)
+            event_time[msg.metadata.sequence.stream] = stamp
+    batches = {m.metadata.sequence.stream: decode_batch(m.data) for m in await read_all(subjects.COMMANDS_STREAM)}
+    applied: dict[int, datetime] = {}
+    results = 0
+    outcomes: dict[str, int] = {}
+    for msg in await read_all(subjects.RESULTS_STREAM):
+        result = decode_result(msg.data)
+        results += 1
+        outcomes[f"{result.verb}/{result.outcome}"] = outcomes.get(f"{result.verb}/{result.outcome}", 0) + 1
+        if result.batch_seq:
+            applied[result.batch_seq] = max(applied.get(result.batch_seq, result.at), result.at)
+    await nc.close()
+    latencies = []
+    for seq, batch in batches.items():
+        inputs = [event_time[i] for i in batch.inputs if i in event_time]
+        if batch.commands and seq in applied and inputs:
+            latencies.append((applied[seq] - min(inputs)).total_seconds())
+    latencies.sort()
+    return {
+        "decisions": len(batches),
+        "decisions_with_commands": sum(1 for b in batches.values() if b.commands),
+        "commands": sum(len(b.commands) for b in batches.values()),
+        "results": results,
+        "outcomes": dict(sorted(outcomes.items(), key=lambda kv: -kv[1])),
+        "suppressed": sum(len(b.suppressed) for b in batches.values()),
+        "events": len(event_time),
+        "latency_p50_ms": 1000 * statistics.median(latencies) if latencies else 0.0,
+        "latency_p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0,
+    }
+
+
+def run_pipeline(clusters: int, reconcilers: int, threads: int, timeout: float) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp,
+        stack(Path(tmp), reconcilers) as (s, nats_url, kubeconfig),
+    ):
+        api = config.new_client_from_config(str(kubeconfig))
+        api.configuration.connection_pool_maxsize = threads + 2
+        api = client.ApiClient(api.configuration)
+        custom = client.CustomObjectsApi(api)
+        before = {p.name: p.usage()[0] for p in s.procs}
+
+        def create(i: int) -> None:
+            custom.create_namespaced_custom_object(
+                "ray.io", "v1", "default", "rayclusters", small_cluster(f"bench-{i:04d}", workers=3)
+            )
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(create, range(clusters)))
+        created_in = time.perf_counter() - started
+        done = 0
+        while time.perf_counter() - started < timeout:
+            done = count_ready(api)
+            if done == clusters:
+                break
+            time.sleep(0.5)
+        all_ready_in = time.perf_counter() - started
+        usage = {p.name: p.usage() for p in s.procs}
+        api.close()
+        figures = asyncio.run(stream_figures(nats_url))
+        return {
+            "clusters": clusters,
+            "pods": clusters * 4,
+            "reconcilers": reconcilers,
+            "created_in_s": created_in,
+            "ready": done,
+            "all_ready_in_s": all_ready_in,
+            "reconciles_per_s": figures["decisions"] / all_ready_in,
+            **figures,
+            "processes": {
+                name: {"cpu_s": usage[name][0] - before[name], "peak_rss_mb": usage[name][1]} for name in usage
+            },
+        }
+
+
+def pod_create_ceiling(pods: int, threads: int) -> float:
+    """kubesim's raw Pod-create rate through the official client (kubelet off)."""
+    with tempfile.TemporaryDirectory(prefix="ceiling-") as tmp, kubesim_process(Path(tmp)) as (kubeconfig, _):
+        api = config.new_client_from_config(str(kubeconfig))
+        api.configuration.connection_pool_maxsize = threads + 2
+        core = client.CoreV1Api(client.ApiClient(api.configuration))
+        core.create_namespace({"metadata": {"name": "bench"}})
+        started = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda i: core.create_namespaced_pod("bench", _pod(f"pod-{i:05d}")), range(pods)))
+        return pods / (time.perf_counter() - started)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clusters", type=int, default=1000)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args()
+    cpus = len(os.sched_getaffinity(0))
+    print(f"machine: {platform.platform()}, {cpus} cpus, python {platform.python_version()}")
+    ceiling = pod_create_ceiling(args.clusters * 4, args.threads)
+    print(f"ceiling: kubesim raw Pod creates/s with the official client ({args.threads} threads): {ceiling:.0f}")
+    for workers in args.workers:
+        r = run_pipeline(args.clusters, workers, args.threads, args.timeout)
+        pods_per_s = r["pods"] / r["all_ready_in_s"]
+        print(
+            f"\n{workers} reconciler(s): {r['ready']}/{r['clusters']} clusters ready ({r['pods']} pods) "
+            f"in {r['all_ready_in_s']:.1f} s (created in {r['created_in_s']:.1f} s); "
+            f"{pods_per_s:.0f} pods ready/s = {100 * pods_per_s / ceiling:.0f}% of the ceiling"
+        )
+        print(
+            f"  decisions {r['decisions']} ({r['reconciles_per_s']:.0f}/s), "
+            f"with commands {r['decisions_with_commands']}, commands {r['commands']}, "
+            f"results {r['results']}, events {r['events']}"
+        )
+        print(f"  suppressed as in flight {r['suppressed']}; outcomes {r['outcomes']}")
+        print(f"  watch event → command applied: p50 {r['latency_p50_ms']:.0f} ms, p99 {r['latency_p99_ms']:.0f} ms")
+        for name, u in r["processes"].items():
+            print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

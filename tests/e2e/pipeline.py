@@ -1,0 +1,204 @@
+"""The whole raybus pipeline in one test process, on real servers.
+
+nats-server runs as a child process (restartable with its file store), kubesim in its own thread with the
+kubelet and dashboard simulators, and the watcher, reconciler and status services as asyncio tasks of the
+test, each restartable on its own. In-process services share one tracer provider, so a test can follow
+one trace from the watch event to the persisted transition. The kill -9 test runs its reconcilers as real
+``raybus reconciler`` processes instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+from kubernetes import client
+
+from schema.crd import write_crds
+from services.reconciler.worker.service import run_reconciler
+from services.runtime.health import HealthServer
+from services.runtime.settings import (
+    BusSettings,
+    KubeSettings,
+    NatsSettings,
+    PartitionSettings,
+    RaybusSettings,
+    StatusSettings,
+)
+from services.status.service import run_status
+from services.watcher.service import run_watcher
+from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
+from tests.fixtures.nats import NatsServer, free_port
+from tests.helpers import eventually
+
+ServiceFn = Callable[[RaybusSettings, asyncio.Event, HealthServer], Awaitable[None]]
+
+
+@dataclass
+class Component:
+    """One in-process service task that can be stopped and started again."""
+
+    name: str
+    run: ServiceFn
+    settings: RaybusSettings
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    health: HealthServer = field(default_factory=lambda: HealthServer(host="127.0.0.1", port=0))
+
+    def start(self) -> None:
+        self.stop_event = asyncio.Event()
+        self.health = HealthServer(host="127.0.0.1", port=0)
+        self.task = asyncio.create_task(self.run(self.settings, self.stop_event, self.health), name=self.name)
+
+    async def ready(self, timeout: float = 60.0) -> None:
+        """Wait until the service's readiness checks pass (or raise if it died)."""
+
+        def probe() -> bool:
+            self.check()
+            return not self.health.readiness()
+
+        await eventually(probe, timeout=timeout, message=f"{self.name} never became ready")
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        if self.task is None:
+            return
+        self.stop_event.set()
+        try:
+            await asyncio.wait_for(self.task, timeout)
+        finally:
+            self.task = None
+
+    def check(self) -> None:
+        """Raise the service's exception if it died."""
+        if self.task is not None and self.task.done() and not self.task.cancelled():
+            exc = self.task.exception()
+            if exc is not None:
+                raise RuntimeError(f"{self.name} crashed") from exc
+
+
+@dataclass
+class Pipeline:
+    """Handles on every part of a running pipeline."""
+
+    nats: NatsServer
+    kube: KubeSimHandle
+    settings: RaybusSettings
+    components: dict[str, Component]
+    workdir: Path
+
+    @property
+    def api(self) -> client.ApiClient:
+        return self.kube.api_client
+
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.kube.api_client)
+
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.kube.api_client)
+
+    async def nc(self) -> nats.aio.client.Client:
+        return await nats.connect(self.nats.url)
+
+    async def restart(self, name: str) -> None:
+        await self.components[name].stop()
+        self.components[name].start()
+        await self.components[name].ready()
+
+    def check(self) -> None:
+        for component in self.components.values():
+            component.check()
+
+
+def spawn_raybus(
+    args: list[str], *, log_path: Path, home: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A ``raybus`` subcommand as a real process whose environment holds no kubeconfig (invariant 6)."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), **(extra_env or {})}
+    with log_path.open("ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(Path(__file__).resolve().parents[2]),
+        )
+
+
+def pipeline_settings(nats_url: str, kubeconfig: str, db_url: str, *, partitions: int = 8) -> RaybusSettings:
+    """Settings for a fast test pipeline (short lease TTL and ack wait so failover is quick)."""
+    return RaybusSettings(
+        nats=NatsSettings(url=nats_url),
+        bus=BusSettings(partitions=partitions, ack_wait=5.0, max_deliver=5),
+        partitions=PartitionSettings(lease_ttl=3.0, renew_interval=0.5, exit_timeout=10.0),
+        kube=KubeSettings(kubeconfig=kubeconfig, use_kubernetes_proxy=True, dashboard_poll_interval=0.5),
+        status=StatusSettings(db_url=db_url, http_port=free_port()),
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_pipeline(
+    workdir: Path,
+    *,
+    db_url: str | None = None,
+    kubelet: str = "instant",
+    with_reconciler: bool = True,
+    settings_hook: Callable[[RaybusSettings], RaybusSettings] | None = None,
+) -> AsyncIterator[Pipeline]:
+    """Start nats-server, kubesim and the three services; stop them all afterwards."""
+    crds = workdir / "crds"
+    write_crds(crds)
+    server = NatsServer(workdir / "nats")
+    await asyncio.to_thread(server.start)
+    try:
+        async with running_kubesim(kubelet=kubelet, crd_paths=[crds], workdir=workdir / "kube") as kube:
+            settings = pipeline_settings(
+                server.url, str(kube.kubeconfig), db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
+            )
+            if settings_hook is not None:
+                settings = settings_hook(settings)
+            components = {
+                "status": Component("status", run_status, settings),
+                "watcher": Component("watcher", run_watcher, settings),
+            }
+            if with_reconciler:
+                worker = dataclasses.replace(
+                    settings, partitions=dataclasses.replace(settings.partitions, worker_id="in-process")
+                )
+                components["reconciler"] = Component("reconciler", run_reconciler, worker)
+            for component in components.values():
+                component.start()
+            for component in components.values():
+                await component.ready()
+            pipeline = Pipeline(nats=server, kube=kube, settings=settings, components=components, workdir=workdir)
+            try:
+                yield pipeline
+            finally:
+                for name in ("watcher", "reconciler", "status"):
+                    if name in components:
+                        with contextlib.suppress(Exception):
+                            await components[name].stop()
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
+    """Documents of a YAML file (non-dicts dropped)."""
+    import yaml
+
+    return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+
+
+def to_plain(obj: Any) -> Any:
+    """A Kubernetes client model or dict as plain JSON data."""
+    return msgspec.json.decode(msgspec.json.encode(obj)) if isinstance(obj, dict) else obj.to_dict()
