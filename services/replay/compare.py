@@ -14,6 +14,7 @@ Not here: deciding what to compare (``replayer``) or printing (``render``).
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -96,6 +97,37 @@ def commands_equal(expected: Sequence[Command], actual: Sequence[Command]) -> bo
     return len(expected) == len(actual) and all(
         a is b or fingerprint(a) == fingerprint(b) for a, b in zip(expected, actual, strict=True)
     )
+
+
+def split_withheld(
+    today: Sequence[Command], kept: Sequence[Command], suppressed: Sequence[str]
+) -> tuple[list[Command], list[Command], list[str]]:
+    """Split today's commands like the worker split the recorded decision.
+
+    The worker publishes a decision's commands minus those identical to one of its key still in flight,
+    whose ids it records as ``suppressed``. Today's commands are walked in order: one equal to the next
+    recorded (kept) command is kept, else one whose id is among the suppressed is withheld, else it is
+    kept (and will show as a difference).
+
+    Returns:
+        today's kept commands, today's withheld commands, and the suppressed ids today's decision lacks.
+    """
+    remaining = Counter(suppressed)
+    expected = [fingerprint(c) for c in kept]
+    position = 0
+    kept_today: list[Command] = []
+    withheld_today: list[Command] = []
+    for command in today:
+        if position < len(expected) and fingerprint(command) == expected[position]:
+            kept_today.append(command)
+            position += 1
+        elif remaining[command.id] > 0:
+            remaining[command.id] -= 1
+            withheld_today.append(command)
+        else:
+            kept_today.append(command)
+    missing = [command_id for command_id, count in remaining.items() for _ in range(count)]
+    return kept_today, withheld_today, missing
 
 
 def command_diff(expected: Sequence[Command], actual: Sequence[Command], *, limit: int = 6) -> list[str]:

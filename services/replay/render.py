@@ -100,10 +100,13 @@ def _transitions(command: Command) -> list[str]:
     ]
 
 
-def _decision_lines(commands: Sequence[Command], wake_at: datetime | None, now: datetime, indent: str) -> list[str]:
+def _decision_lines(
+    commands: Sequence[Command], wake_at: datetime | None, now: datetime, indent: str, withheld: Sequence[str] = ()
+) -> list[str]:
     lines = []
     for command in commands:
-        lines.append(f"{indent}→ {describe(command)}")
+        note = "  (withheld: in flight)" if command.id in withheld else ""
+        lines.append(f"{indent}→ {describe(command)}{note}")
         lines.extend(f"{indent}    {t}" for t in _transitions(command))
     if not commands:
         lines.append(f"{indent}→ (no commands)")
@@ -125,16 +128,21 @@ def render_step(step: ReplayStep, describer: InputDescriber) -> list[str]:
     if step.missing_inputs:
         lines.append(f"    ← seq {', '.join(map(str, step.missing_inputs))}: no longer in the stream")
     if step.replayed is not None:
-        lines.extend(_decision_lines(step.replayed.commands, step.replayed.wake_at, step.issued_at, "    "))
+        lines.extend(
+            _decision_lines(step.replayed.commands, step.replayed.wake_at, step.issued_at, "    ", step.withheld)
+        )
         if step.replayed.rules:
             lines.append(f"    rules {', '.join(step.replayed.rules)}")
     else:
         lines.append(f"    ! reconcile raised {step.error}")
     if step.verdict == "match":
-        lines.append(f"    recorded: same ({len(batch.commands)} command(s), same wake-up)")
+        withheld = f" + {len(batch.suppressed)} withheld" if batch.suppressed else ""
+        lines.append(f"    recorded: same ({len(batch.commands)} command(s){withheld}, same wake-up)")
     else:
         lines.append("    recorded:")
         lines.extend(_decision_lines(batch.commands, batch.wake_at, step.issued_at, "      "))
+        if batch.suppressed:
+            lines.append(f"      withheld (in flight): {', '.join(batch.suppressed)}")
         if batch.rules:
             lines.append(f"      rules {', '.join(batch.rules)}")
         lines.append("    diff:")
@@ -251,6 +259,10 @@ def render_step_detail(step: ReplayStep, history: KeyHistory, *, total: int) -> 
         text += "why (rules that fired, in order):\n" + "".join(
             f"  - {r}\n" for r in step.decision.rules or ("(none)",)
         )
+        if step.withheld:
+            text += "withheld by the worker (an identical command was in flight):\n" + "".join(
+                f"  - {describe(c)} ({c.id})\n" for c in step.replayed.commands if c.id in step.withheld
+            )
     else:
         text += f"decision: reconcile raised {step.error}\n"
     if step.verdict != "match":

@@ -3,9 +3,12 @@
 Per recorded decision (a ``CommandBatch``, in commands-stream order) it rebuilds the snapshot the
 reconciler read (``rebuild``), calls ``services.reconciler.worker.decide.decide`` with the recorded
 ``now`` (``issued_at``) and input sequences, and compares: the commands (ids and contents) in order
-and ``wake_at``. A difference is a divergence (``ReplayDivergence``); a decision whose snapshot cannot
-be rebuilt because older inputs aged out of the stream is ``unverifiable``, never a divergence. Rules
-that changed are shown but do not count: they explain, they are not effects.
+and ``wake_at``. The worker may have withheld some of the decision's commands as still in flight
+(their ids are the batch's ``suppressed``): today's decision is split the same way, the published ones
+are compared in full and the withheld ones by id. A difference is a divergence (``ReplayDivergence``);
+a decision whose snapshot cannot be rebuilt because older inputs aged out of the stream is
+``unverifiable``, never a divergence. Rules that changed are shown but do not count: they explain,
+they are not effects.
 
 Entry points, after temporal's ``Replayer``: :meth:`Replayer.replay_history` (one history; raises the
 first divergence unless told not to), :meth:`Replayer.replay_histories` (many; fail fast, or collect),
@@ -33,7 +36,7 @@ from schema.keys import KeyKind, ReconcileKey
 from schema.messages import CommandBatch
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.decide import LOGIC_VERSION, decide
-from services.replay.compare import command_diff, describe, wake_diff
+from services.replay.compare import command_diff, describe, split_withheld, wake_diff
 from services.replay.history import HistoryWindow, KeyHistory, RecordedInput, incarnations
 from services.replay.rebuild import SnapshotTimeline
 from services.runtime.errors import ReplayDivergence
@@ -53,6 +56,8 @@ class ReplayStep(msgspec.Struct, frozen=True, kw_only=True):
         recorded: the batch as recorded; ``replayed`` the batch today's code builds (None if it raised).
         verdict: ``match``, ``diverged`` or ``unverifiable`` (snapshot needs inputs that aged out).
         diff: the divergence in readable lines (empty on a match).
+        withheld: ids of today's commands that the recording shows withheld by the worker because an
+            identical command of the key was still in flight (``CommandBatch.suppressed``).
         error: the exception today's reconcile raised, if any (a divergence).
         snapshot: the rebuilt snapshot, kept only when asked (``keep_snapshots``).
     """
@@ -69,6 +74,7 @@ class ReplayStep(msgspec.Struct, frozen=True, kw_only=True):
     decision: Decision | None
     verdict: Verdict
     diff: tuple[str, ...] = ()
+    withheld: tuple[str, ...] = ()
     error: str = ""
     snapshot: Snapshot | None = None
 
@@ -205,10 +211,15 @@ class Replayer:
         except Exception as exc:  # a crash of today's reconcile is a finding, not the replayer's failure
             error = f"{type(exc).__name__}: {exc}"
         diff: list[str] = []
+        withheld: tuple[str, ...] = ()
         if replayed is None:
             diff = [f"! reconcile raised {error}", *(f"- {describe(c)}" for c in batch.commands)]
         else:
-            diff = command_diff(batch.commands, replayed.commands) + wake_diff(batch.wake_at, replayed.wake_at)
+            kept, withheld_now, lacking = split_withheld(replayed.commands, batch.commands, batch.suppressed)
+            withheld = tuple(c.id for c in withheld_now)
+            diff = command_diff(batch.commands, kept)
+            diff += [f"- withheld command {i} (recorded as in flight, not decided now)" for i in lacking]
+            diff += wake_diff(batch.wake_at, replayed.wake_at)
         verdict: Verdict = "match"
         if diff:
             verdict = "diverged" if complete else "unverifiable"
@@ -229,6 +240,7 @@ class Replayer:
             decision=decision,
             verdict=verdict,
             diff=tuple(diff),
+            withheld=withheld,
             error=error,
             snapshot=snapshot if self.keep_snapshots else None,
         )

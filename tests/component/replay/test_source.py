@@ -25,6 +25,7 @@ from tests.unit.replay.test_divergence import slower_requeue
 
 LIFECYCLE = REPLAYS / "raycluster-sample-lifecycle.json"
 RECREATED = REPLAYS / "raycluster-recreated.json"
+SCALING = REPLAYS / "raycluster-scaling.json"  # recorded before RECREATED, in the same pipeline
 
 
 def url(nc: Client) -> str:
@@ -62,12 +63,12 @@ async def test_direct_gets_page_through_long_histories(bus: Client, monkeypatch:
 
 
 async def test_other_keys_are_not_read(bus: Client) -> None:
-    await publish_history(bus, load(LIFECYCLE).history())
+    await publish_history(bus, load(SCALING).history())
     await publish_history(bus, load(RECREATED).history())
     history = await read_history(bus, load(RECREATED).key)
     assert {r.message.key for r in history.inputs} == {load(RECREATED).key}
     same_messages(history, load(RECREATED).history())
-    nothing = await read_history(bus, ReconcileKey(kind="RayJob", namespace="default", name="replay-lifecycle"))
+    nothing = await read_history(bus, ReconcileKey(kind="RayJob", namespace="default", name="replay-scaling"))
     assert nothing.inputs == () and nothing.decisions == ()
 
 
@@ -112,10 +113,10 @@ async def test_cli_live_replay_export_and_file_replay(bus: Client, tmp_path: Pat
 
 
 async def test_all_replays_every_key_with_recent_activity(bus: Client) -> None:
-    await publish_history(bus, load(LIFECYCLE).history())
+    await publish_history(bus, load(SCALING).history())
     await publish_history(bus, load(RECREATED).history())
     keys = await source.active_keys(bus, since=None)
-    assert [str(k) for k in keys] == ["RayCluster/default/replay-lifecycle", "RayCluster/default/replay-recreated"]
+    assert [str(k) for k in keys] == ["RayCluster/default/replay-recreated", "RayCluster/default/replay-scaling"]
     run = await replay_cli_async(["--all", "--since", "1h", "--nats-url", url(bus)], now=_now())
     assert run.code == 0, run.err
     assert "replayed 2 key(s)" in run.out and "0 key(s) diverged" in run.out
@@ -126,7 +127,7 @@ async def test_all_replays_every_key_with_recent_activity(bus: Client) -> None:
     assert changed.code == 1
     assert "2 key(s) diverged" in changed.out
     assert "by rule:" in changed.out and "diverged keys:" in changed.out
-    assert "RayCluster/default/replay-lifecycle: step(s) " in changed.out
+    assert "RayCluster/default/replay-scaling: step(s) " in changed.out
     future = await replay_cli_async(["--all", "--since", "2999-01-01T00:00:00Z", "--nats-url", url(bus)], now=_now())
     assert future.code == 0 and "replayed 0 key(s)" in future.out
 

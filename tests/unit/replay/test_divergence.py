@@ -117,6 +117,29 @@ def test_dropped_commands_show_as_recorded_only() -> None:
     )
 
 
+def test_withheld_commands_are_compared_by_id() -> None:
+    """The worker withheld commands still in flight (``suppressed``): today's decision must still make
+    them, and a reconcile that no longer does diverges on exactly those."""
+    history = load(REPLAYS / "raycluster-scaling.json").history()
+    normal = Replayer().replay_history(history)
+    step = next(s for s in normal.steps if s.withheld and s.replayed is not None)
+    events = [c.id for c in step.replayed.commands if c.id in step.withheld and type(c).__name__ == "EmitEvent"]  # type: ignore[union-attr]
+    if not events:
+        step = next(
+            s
+            for s in normal.steps
+            if s.replayed is not None
+            and any(c.id in s.withheld and type(c).__name__ == "EmitEvent" for c in s.replayed.commands)
+        )
+        events = [c.id for c in step.replayed.commands if c.id in step.withheld and type(c).__name__ == "EmitEvent"]  # type: ignore[union-attr]
+    changed = Replayer(reconcilers={"RayCluster": without_events}).replay_history(history, raise_on_divergence=False)
+    diff = next(s.diff for s in changed.steps if s.index == step.index)
+    for command_id in events:
+        assert f"- withheld command {command_id} (recorded as in flight, not decided now)" in diff
+    run = replay_cli(["--from-file", str(REPLAYS / "raycluster-scaling.json")])
+    assert run.code == 0 and "(withheld: in flight)" in run.out and " withheld, same wake-up)" in run.out
+
+
 def test_a_crash_of_todays_code_is_a_divergence_not_a_replayer_failure() -> None:
     history = load(LIFECYCLE).history()
     result = Replayer(reconcilers={"RayCluster": crashing}).replay_history(history, raise_on_divergence=False)
