@@ -71,7 +71,8 @@ def deadletter_subject(stream: str) -> str:
 
 def partition_transform_destination(partitions: int) -> str:
     """Subject-transform destination that prefixes events with their key's partition."""
-    return f"{PREFIX}.part.{{{{partition({partitions},1,2,3)}}}}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}.{{{{wildcard(3)}}}}"
+    tokens = ".".join(f"{{{{wildcard({n})}}}}" for n in (1, 2, 3))
+    return f"{PREFIX}.part.{{{{partition({partitions},1,2,3)}}}}.{tokens}"
 
 
 def partition_filter(partition: int) -> str:
