@@ -252,7 +252,7 @@ class ResultConsumer:
             subject=msg.subject,
             sequence=meta.sequence.stream,
             deliveries=meta.num_delivered,
-            error=reason,
+            error=reason[:4000],
             payload=msg.data,
             at=self._clock(),
             headers=dict(msg.headers or {}),
@@ -262,7 +262,7 @@ class ResultConsumer:
                 self._js,
                 subjects.deadletter_subject(subjects.RESULTS_STREAM),
                 codec.encode(letter),
-                msg_id=f"{subjects.RESULTS_STREAM}/{meta.sequence.stream}",
+                msg_id=f"dlq/{subjects.RESULTS_STREAM}/{meta.sequence.stream}",  # as the other services do
             )
         except (nats.errors.Error, TimeoutError) as exc:  # left unacked: redelivered and retried later
             log.warning("dead-lettering result %d failed: %s", meta.sequence.stream, exc)
