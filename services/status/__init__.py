@@ -8,5 +8,6 @@ past, including the whole life of custom resources that no longer exist.
 Modules: ``kinds`` (names and status fields per kind), ``projection`` (pure rules deriving resource rows
 and kind views from transitions), ``models`` (tables), ``store`` (the only module issuing SQL),
 ``migrate`` (Alembic), ``consumer`` (bus → store), ``responses`` / ``openapi`` / ``api`` (HTTP),
-``service`` (the process), ``cli`` (``raybus status``) and ``history_cli`` (``raybus history``).
+``service`` (the process: ``run_status``, which ``raybus status`` runs), ``history_cli``
+(``raybus history``).
 """
