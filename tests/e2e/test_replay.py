@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from schema.config import OperatorConfig
 from services.reconciler.registry import default_reconcilers
+from services.reconciler.worker.decide import with_ids
 from services.replay.archive import read_history_file
 from services.replay.history import KeyHistory
 from services.replay.replayer import Replayer
@@ -28,6 +30,7 @@ def assert_deterministic(history: KeyHistory) -> None:
     for step in Replayer(config=config, keep_snapshots=True).iter_steps(history):
         assert step.snapshot is not None and step.decision is not None
         second = again[history.key.kind](reversed_entries(step.snapshot), step.issued_at, config)
+        second = msgspec.structs.replace(second, commands=with_ids(second.commands))  # as decide fills ids
         assert encoded(second) == encoded(step.decision), f"step {step.index} is not deterministic"
 
 
@@ -98,3 +101,21 @@ async def test_recreated_name_incarnations_and_the_upgrade_rehearsal(tmp_path: P
 
 def scenarios_now() -> datetime:
     return datetime.now(UTC)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_rayjob_and_rayservice_histories_replay(tmp_path: Path, db_url: str) -> None:
+    """The other kinds the registry reconciles: a RayJob that runs to Complete (with a dashboard
+    observation among its inputs) and a RayService up to its cluster's head, both deleted."""
+    async with running_pipeline(tmp_path, db_url=db_url) as p:
+        for scenario in (scenarios.rayjob, scenarios.rayservice):
+            key = await scenario(p)
+            history = await scenarios.settled_history(p, key)
+            assert_deterministic(history)
+            run = await replay_cli_async([key.kind, f"{key.namespace}/{key.name}", "--nats-url", p.nats.url])
+            assert run.code == 0, run.out + run.err
+            assert f"{len(history.decisions)} match, 0 diverged" in run.out
+        assert (
+            "OBSERVED rayjob"
+            in (await replay_cli_async(["RayJob", "default/replay-rayjob", "--nats-url", p.nats.url])).out
+        )

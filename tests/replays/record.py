@@ -49,6 +49,16 @@ DEFAULT_SETTINGS: tuple[Recording, ...] = (
         scenarios.recreated,
         incarnations=2,
     ),
+    Recording(
+        "rayjob-sample",
+        "RayJob sample: cluster, submitter Job, dashboard observation SUCCEEDED, Complete, deleted",
+        scenarios.rayjob,
+    ),
+    Recording(
+        "rayservice-sample",
+        "RayService sample: pending cluster up to a running head (no serve observations yet), deleted",
+        scenarios.rayservice,
+    ),
 )
 WITHOUT_WITHHOLDING: tuple[Recording, ...] = (
     Recording(

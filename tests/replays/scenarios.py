@@ -11,14 +11,14 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from schema.keys import ReconcileKey
+from schema.keys import KeyKind, ReconcileKey
 from services.replay.history import KeyHistory
 from services.replay.source import read_history
 from services.runtime.settings import RaybusSettings
 from tests.e2e.pipeline import Pipeline, load_yaml_docs
 from tests.helpers import eventually, samples_dir
 
-GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
+GROUP, VERSION = "ray.io", "v1"
 T = TypeVar("T")
 
 
@@ -29,9 +29,19 @@ async def until(probe: Callable[[], Awaitable[T | None]], *, timeout: float = 60
     return result
 
 
-def sample(file_name: str, *, name: str | None = None, namespace: str = "default") -> dict[str, Any]:
-    """The RayCluster of a KubeRay sample, optionally renamed."""
-    body = next(d for d in load_yaml_docs(samples_dir() / file_name) if d.get("kind") == "RayCluster")
+PLURALS: dict[KeyKind, str] = {
+    "RayCluster": "rayclusters",
+    "RayJob": "rayjobs",
+    "RayService": "rayservices",
+    "RayCronJob": "raycronjobs",
+}
+
+
+def sample(
+    file_name: str, *, name: str | None = None, namespace: str = "default", kind: KeyKind = "RayCluster"
+) -> dict[str, Any]:
+    """The custom resource of a KubeRay sample, optionally renamed."""
+    body = next(d for d in load_yaml_docs(samples_dir() / file_name) if d.get("kind") == kind)
     body["metadata"]["namespace"] = namespace
     if name:
         body["metadata"]["name"] = name
@@ -39,17 +49,19 @@ def sample(file_name: str, *, name: str | None = None, namespace: str = "default
 
 
 class Driver:
-    """Drives one RayCluster through the Kubernetes API (kubesim) and waits for its states."""
+    """Drives one custom resource through the Kubernetes API (kubesim) and waits for its states."""
 
     def __init__(self, p: Pipeline, body: dict[str, Any]) -> None:
         self.p = p
         self.body = body
         self.name = str(body["metadata"]["name"])
         self.namespace = str(body["metadata"]["namespace"])
-        self.key = ReconcileKey(kind="RayCluster", namespace=self.namespace, name=self.name)
+        kind: KeyKind = body["kind"]
+        self.key = ReconcileKey(kind=kind, namespace=self.namespace, name=self.name)
+        self.plural = PLURALS[kind]
 
     def _custom(self, method: str, *args: Any) -> Any:
-        return getattr(self.p.custom(), method)(GROUP, VERSION, self.namespace, PLURAL, *args)
+        return getattr(self.p.custom(), method)(GROUP, VERSION, self.namespace, self.plural, *args)
 
     async def call(self, method: str, *args: Any) -> Any:
         return await asyncio.to_thread(self._custom, method, *args)
@@ -57,6 +69,11 @@ class Driver:
     async def status(self) -> dict[str, Any]:
         obj = await self.call("get_namespaced_custom_object", self.name)
         return dict(obj.get("status") or {})
+
+    async def pods_of_any(self) -> list[Any]:
+        """Pods of every cluster labelled as originating from this custom resource."""
+        found: Any = await asyncio.to_thread(self.p.core().list_namespaced_pod, self.namespace)
+        return [x for x in found.items if self.name in (x.metadata.labels or {}).get("ray.io/cluster", "")]
 
     async def pods(self) -> list[Any]:
         selector = f"ray.io/cluster={self.name}"
@@ -103,6 +120,23 @@ class Driver:
             return (await self.status()).get("state") == "suspended" and not await self.pods()
 
         await until(probe, message=f"{self.key} never became suspended")
+
+    async def wait_status(self, predicate: Callable[[dict[str, Any]], bool], what: str) -> None:
+        async def probe() -> bool:
+            self.p.check()
+            return predicate(await self.status())
+
+        await until(probe, message=f"{self.key} never {what}")
+
+    async def wait_gone(self) -> None:
+        async def gone() -> bool:
+            self.p.check()
+            found: Any = await asyncio.to_thread(
+                self.p.custom().list_namespaced_custom_object, GROUP, VERSION, self.namespace, self.plural
+            )
+            return all(item["metadata"]["name"] != self.name for item in found.get("items", []))
+
+        await until(gone, message=f"{self.key} was never deleted")
 
     async def delete(self) -> None:
         await self.call("delete_namespaced_custom_object", self.name)
@@ -166,6 +200,38 @@ def without_withholding(settings: RaybusSettings) -> RaybusSettings:
     creates as "withheld: in flight"). Drop this once the worker retries withheld commands sooner.
     """
     return dataclasses.replace(settings, partitions=dataclasses.replace(settings.partitions, inflight_max_age=0.0))
+
+
+async def rayjob(p: Pipeline, *, name: str = "replay-rayjob") -> ReconcileKey:
+    """The RayJob sample: its cluster comes up, the job runs on the dashboard simulator and succeeds,
+    then the RayJob is deleted (its cluster goes with it)."""
+    job = Driver(p, sample("ray-job.sample.yaml", name=name, kind="RayJob"))
+    await job.create_config_maps("ray-job.sample.yaml")
+    await job.create()
+    await job.wait_status(lambda s: s.get("jobDeploymentStatus") == "Complete", "completed")
+    await job.call("delete_namespaced_custom_object", job.name)
+    await job.wait_gone()
+    return job.key
+
+
+async def rayservice(p: Pipeline, *, name: str = "replay-rayservice") -> ReconcileKey:
+    """The RayService sample until its cluster's head is up (the serve flow then waits for dashboard
+    observations), then deleted."""
+    service = Driver(p, sample("ray-service.sample.yaml", name=name, kind="RayService"))
+    await service.create()
+    await service.wait_status(
+        lambda s: bool(s.get("pendingServiceStatus", {}).get("rayClusterName") or s.get("activeServiceStatus")),
+        "named a cluster",
+    )
+
+    async def head_running() -> bool:
+        pods = await service.pods_of_any()
+        return any(x.metadata.labels.get("ray.io/node-type") == "head" and x.status.phase == "Running" for x in pods)
+
+    await until(head_running, message=f"{service.key}'s cluster never got a running head")
+    await service.call("delete_namespaced_custom_object", service.name)
+    await service.wait_gone()
+    return service.key
 
 
 async def recreated(p: Pipeline, *, name: str = "replay-recreated") -> ReconcileKey:

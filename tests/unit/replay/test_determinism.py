@@ -20,6 +20,7 @@ import pytest
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from services.reconciler.registry import default_reconcilers
+from services.reconciler.worker.decide import with_ids
 from services.replay.archive import HistoryFile
 from services.replay.replayer import Replayer
 from tests.unit.replay.conftest import REPLAYS, load
@@ -50,7 +51,7 @@ def test_every_reconcile_twice_on_the_same_snapshot_agrees(recorded: HistoryFile
         again = guarded(reconcilers)[step.snapshot.key.kind](reversed_entries(step.snapshot), step.issued_at, config)
         third = reconcile(step.snapshot, step.issued_at, config)
         assert encoded(again) == encoded(third), f"step {step.index}: reconcile is not deterministic"
-        assert [c.id for c in again.commands if c.id] == [c.id for c in step.decision.commands][: len(again.commands)]
+        assert with_ids(again.commands) == step.decision.commands  # and the same as the replay's decide
         checked += 1
     assert checked == len(recorded.decisions)
 

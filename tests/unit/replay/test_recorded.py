@@ -33,14 +33,28 @@ def test_recorded_histories_cover_the_scenarios() -> None:
         "raycluster-autoscaler-lifecycle",
         "raycluster-recreated",
         "raycluster-scaling",
+        "rayjob-sample",
+        "rayservice-sample",
     }
+    kinds = {load(path).key.kind for path in RECORDED}
+    assert kinds >= {"RayCluster", "RayJob", "RayService"}  # every kind the registry reconciles but RayCronJob
     withheld = load(REPLAYS / "raycluster-scaling.json").decisions
     assert sum(len(d.batch.suppressed) for d in withheld) > 0  # recorded with in-flight withholding on
     rules: Counter[str] = Counter()
     for path in RECORDED:
         for recorded in load(path).decisions:
             rules.update(rule.split(":")[0] for rule in recorded.batch.rules)
-    for rule in ("4.2/scale-up", "4.2/scale-down", "4.2/suspend-delete-all-pods", "4.5/state", "4.2/create-head-pod"):
+    for rule in (
+        "4.2/scale-up",
+        "4.2/scale-down",
+        "4.2/suspend-delete-all-pods",
+        "4.5/state",
+        "4.2/create-head-pod",
+        "5.4/job-complete",
+        "5.1/deleting-remove-finalizer",
+        "6.1/create-pending-cluster",
+        "6.1/deleting-remove-finalizer",
+    ):
         assert rules[rule] > 0, (rule, rules)
     assert len(load(REPLAYS / "raycluster-recreated.json").history().inputs) > 0
     result = Replayer().replay_history(load(REPLAYS / "raycluster-recreated.json").history())
