@@ -37,6 +37,7 @@ import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
 from schema.keys import ReconcileKey
@@ -113,6 +114,7 @@ class Applier:
         dashboard: DashboardClient | None = None,
         concurrency: int = 32,
         clock: Clock = lambda: datetime.now(UTC),
+        tracer: Tracer | None = None,
         generate: Callable[[str], str] = generate_token,
         exit_timeout: float = 20.0,
         retry_delays: tuple[float, ...] | None = None,
@@ -123,6 +125,7 @@ class Applier:
         self._concurrency = max(1, concurrency)
         self._slots = asyncio.Semaphore(self._concurrency)
         self._clock = clock
+        self._tracer = tracer or _tracer
         self._generate = generate
         self._exit_timeout = exit_timeout
         self._retry_delays = retry_delays
@@ -242,7 +245,7 @@ class Applier:
         sequence = msg.metadata.sequence.stream if msg.reply else 0
         for index, command in enumerate(batch.commands):
             verb = command_verb(command)
-            with _tracer.start_as_current_span(
+            with self._tracer.start_as_current_span(
                 f"applier.{verb}",
                 context=parent,
                 attributes={

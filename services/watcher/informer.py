@@ -373,6 +373,9 @@ class Informer:
             read_timeout=READ_TIMEOUT,
         )
         with self._lock:
+            if self._stop.is_set():  # stop() ran while the request was being opened
+                response.close()
+                return
             self._response = response
         self._synced.set()
         try:

@@ -96,7 +96,12 @@ def _error_from_body(status: int, reason: str, data: bytes, headers: Any) -> Api
 class KubeApi:
     """Raw access to the API server with the official client's auth and TLS."""
 
-    def __init__(self, configuration: k8s_client.Configuration, *, threads: int = 16) -> None:
+    def __init__(self, configuration: k8s_client.Configuration, *, threads: int = 16, watches: int = 32) -> None:
+        # One pooled connection per request thread plus one per long-lived watch; urllib3 would
+        # otherwise open and discard extra connections ("Connection pool is full").
+        wanted = threads + watches + 4
+        if (configuration.connection_pool_maxsize or 0) < wanted:
+            configuration.connection_pool_maxsize = wanted
         self.configuration = configuration
         self._client = k8s_client.ApiClient(configuration)
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="kubeapi")

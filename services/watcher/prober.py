@@ -34,6 +34,7 @@ import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
+from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
 from schema.decision import OBS_RAY_JOB
@@ -199,6 +200,7 @@ class Prober:
         objects: KeyValue | None = None,
         probes: tuple[ProbeKind, ...] = PROBES,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        tracer: Tracer | None = None,
     ) -> None:
         self._js = js
         self._source = source
@@ -207,6 +209,7 @@ class Prober:
         self._objects = objects
         self._probes = probes
         self._clock = clock
+        self._tracer = tracer or _tracer
         self._last: dict[tuple[str, str], Any] = {}
         self._slots = asyncio.Semaphore(PROBE_CONCURRENCY)
         self.published = 0
@@ -272,7 +275,7 @@ class Prober:
 
     async def _publish(self, target: ProbeTarget, data: dict[str, Any], significant: Any) -> None:
         msg_id = observation_id(target, significant)
-        with _tracer.start_as_current_span(
+        with self._tracer.start_as_current_span(
             "watcher.observe",
             attributes={
                 "raybus.key": str(target.key),

@@ -40,6 +40,7 @@ import msgspec
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
+from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
 from schema.keys import ReconcileKey, decode_token
@@ -122,12 +123,14 @@ class Projection:
         resume_kv: KeyValue | None = None,
         resume_points: dict[str, str] | None = None,
         clock: Clock = lambda: datetime.now(UTC),
+        tracer: Tracer | None = None,
         window: int = 512,
         resume_interval: float = 0.5,
     ) -> None:
         self._js = js
         self._resume_kv = resume_kv
         self._clock = clock
+        self._tracer = tracer or _tracer
         self._relations = Relations()
         self._objects: dict[ObjectId, Placed] = {}
         self._by_kind: dict[str, dict[str, Placed]] = {}
@@ -401,7 +404,17 @@ class Projection:
 
     async def _do(self, op: _Op, now: datetime) -> None:
         if isinstance(op, _Fact):
-            await self._retrying(lambda: self._publish_fact(op, now))
+            with self._tracer.start_as_current_span(
+                "watcher.lifecycle",
+                attributes={
+                    "k8s.namespace.name": op.change.namespace,
+                    "raybus.kind": op.key.kind,
+                    "raybus.key": str(op.key),
+                    "k8s.resource_version": op.change.resource_version,
+                    "raybus.lifecycle": op.what,
+                },
+            ):
+                await self._retrying(lambda: self._publish_fact(op, now))
             return
         subject = self._kv_subject(op)
 
@@ -410,7 +423,7 @@ class Projection:
             return self._latest.get(subject, op.msg_id) != op.msg_id
 
         try:
-            with _tracer.start_as_current_span(
+            with self._tracer.start_as_current_span(
                 "watcher.project",
                 attributes={
                     "k8s.namespace.name": op.change.namespace,
