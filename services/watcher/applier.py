@@ -61,6 +61,7 @@ from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.calls import ApiError, outcome_of_error, plan_call, retry_delay
 from services.watcher.dashboard import DashboardClient, DashboardOutcome
 from services.watcher.kubeapi import KubeApi
+from services.watcher.throttle import RateLimiter
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -118,6 +119,9 @@ class Applier:
         generate: Callable[[str], str] = generate_token,
         exit_timeout: float = 20.0,
         retry_delays: tuple[float, ...] | None = None,
+        qps: float = 0.0,
+        max_deliver: int = 0,
+        progress_interval: float = 10.0,
     ) -> None:
         self._js = js
         self._api = api
@@ -129,6 +133,9 @@ class Applier:
         self._generate = generate
         self._exit_timeout = exit_timeout
         self._retry_delays = retry_delays
+        self._limiter = RateLimiter(qps)
+        self._max_deliver = max_deliver
+        self._progress_interval = progress_interval
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
         self._workers: dict[ReconcileKey, asyncio.Task[None]] = {}
         self._outstanding = 0
@@ -176,6 +183,11 @@ class Applier:
             batch = codec.decode_batch(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             await self._dead_letter(msg, f"malformed command batch: {exc}")
+            return
+        deliveries = msg.metadata.num_delivered
+        if self._max_deliver and deliveries > self._max_deliver:
+            # A batch that keeps coming back (an applier died on it each time) must not block its key.
+            await self._dead_letter(msg, f"command batch {batch.id} delivered {deliveries} times without an ack")
             return
         self._outstanding += 1
         self._queues.setdefault(batch.key, deque()).append((msg, batch))
@@ -243,7 +255,14 @@ class Applier:
         """Apply a batch's commands in order and publish one result per command (the caller acks)."""
         parent = extract_context(msg.headers)
         sequence = msg.metadata.sequence.stream if msg.reply else 0
+        loop = asyncio.get_running_loop()
+        last_progress = loop.time()
         for index, command in enumerate(batch.commands):
+            if msg.reply and loop.time() - last_progress > self._progress_interval:
+                # A long batch keeps its delivery: tell JetStream it is still being worked on.
+                with contextlib.suppress(Exception):
+                    await msg.in_progress()
+                last_progress = loop.time()
             verb = command_verb(command)
             with self._tracer.start_as_current_span(
                 f"applier.{verb}",
@@ -305,6 +324,7 @@ class Applier:
         attempt = 0
         while True:
             attempt += 1
+            await self._limiter.acquire()
             try:
                 response = await self._api.aexecute(call)
             except ApiError as exc:

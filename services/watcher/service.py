@@ -141,6 +141,9 @@ class Watcher:
             dashboard=self._dashboard,
             concurrency=settings.kube.applier_concurrency,
             exit_timeout=settings.partitions.exit_timeout,
+            qps=settings.kube.qps,
+            max_deliver=settings.bus.max_deliver,
+            progress_interval=settings.bus.ack_wait / 3,
         )
         self._spawn(self.applier.run(self._applier_stop), "watcher-applier")
         if self._with_prober:

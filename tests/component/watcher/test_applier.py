@@ -180,3 +180,29 @@ async def test_garbage_goes_to_the_dead_letter_stream_and_the_next_batch_is_appl
     assert letter.payload == b'{"type": "command_batch", "id": 3}'
     info = await bus.js.consumer_info(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER)
     assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def test_a_batch_redelivered_too_often_is_dead_lettered(
+    bus: Bus, kube_api: KubeApi, kubesim_namespace: str
+) -> None:
+    ns = kubesim_namespace
+    key = ReconcileKey(kind="RayJob", namespace=ns, name="poison")
+    await send(bus, key, "poison-1", [CreateObject(id="sa", target=sa_ref(ns, "never"), body={})])
+    sub = await bus.js.pull_subscribe_bind(durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM)
+    for _ in range(2):  # two appliers died on it
+        (msg,) = await sub.fetch(1, timeout=5)
+        await msg.nak()
+    await sub.unsubscribe()
+    applier = Applier(bus.js, kube_api, concurrency=1, max_deliver=2)
+    stop = asyncio.Event()
+    task = asyncio.create_task(applier.run(stop))
+    try:
+        letters = await until(
+            lambda: bus.messages(subjects.DEADLETTER_STREAM, subjects.deadletter_subject(subjects.COMMANDS_STREAM)),
+            message="the poison batch dead-lettered",
+        )
+    finally:
+        stop.set()
+        await task
+    assert "delivered 3 times" in letters[0]["error"]
+    assert await bus.results(key) == []
