@@ -9,6 +9,10 @@ Secret; only here does it become a URL (SPEC §5.4: ``http://<svc>.<ns>.svc.<dom
 :class:`DashboardClient` does the I/O with aiohttp (async), using the API server's credentials and TLS
 settings when it goes through the proxy.
 
+The head pod's Serve proxy (SPEC §6.1 step 11) is reached the same two ways: ``http://<podIP>:<port>``
+directly, or ``<apiserver>/api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy`` (:func:`pod_base_url`,
+:meth:`DashboardClient.request_pod`); no token is sent there (Ray does not protect the proxy).
+
 Invariants: the token never reaches a log, a span attribute, an error string or a result; HTTP timeouts
 are 2 s direct and 10 s through the proxy (KubeRay's). A 500 answer to a submit that says "Please use a
 different submission_id" means the job was already submitted (``already_done``).
@@ -74,6 +78,17 @@ class DashboardAnswer:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PodEndpoint:
+    """A port of one pod (the Ray head's Serve proxy), and which incarnation of the pod it is."""
+
+    namespace: str
+    name: str
+    uid: str
+    ip: str
+    port: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class DashboardOutcome:
     """The applier's view of a dashboard command."""
 
@@ -105,6 +120,14 @@ def dashboard_base_url(ref: DashboardRef, *, use_proxy: bool, api_host: str, clu
     if use_proxy:
         return f"{api_host.rstrip('/')}/api/v1/namespaces/{ref.namespace}/services/{ref.service}:{ref.port}/proxy"
     return f"http://{ref.service}.{ref.namespace}.svc.{cluster_domain}:{ref.port}"
+
+
+def pod_base_url(pod: PodEndpoint, *, use_proxy: bool, api_host: str) -> str:
+    """The base URL of a pod's port, direct (its IP) or through the API server's pod proxy."""
+    if use_proxy:
+        return f"{api_host.rstrip('/')}/api/v1/namespaces/{pod.namespace}/pods/{pod.name}:{pod.port}/proxy"
+    host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
+    return f"http://{host}:{pod.port}"
 
 
 def dashboard_outcome(command: Command, answer: DashboardAnswer) -> DashboardOutcome:
@@ -201,26 +224,34 @@ class DashboardClient:
         Raises:
             PermanentError: the auth Secret cannot be read.
         """
-        headers: dict[str, str] = {}
-        if self._use_proxy and self._api is not None:
-            headers.update(self._api.auth_headers())
         token = await self._token(ref)
-        if token is not None:
-            headers[TOKEN_HEADER] = f"Bearer {token}"
+        headers = {TOKEN_HEADER: f"Bearer {token}"} if token is not None else {}
+        answer = await self._send(method, self.base_url(ref) + path, headers=headers, body=body)
+        if answer.status == 401 and token is not None:
+            self.forget_token(ref)
+        return answer
+
+    async def request_pod(self, pod: PodEndpoint, method: str, path: str) -> DashboardAnswer:
+        """Send one request to a pod's port (no Ray token); failures to connect become status 0."""
+        host = self._api.host if self._api is not None else ""
+        url = pod_base_url(pod, use_proxy=self._use_proxy, api_host=host) + path
+        return await self._send(method, url, headers={}, body=None)
+
+    async def _send(
+        self, method: str, url: str, *, headers: dict[str, str], body: dict[str, Any] | None
+    ) -> DashboardAnswer:
+        if self._use_proxy and self._api is not None:
+            headers = {**self._api.auth_headers(), **headers}
         timeout = aiohttp.ClientTimeout(total=PROXY_TIMEOUT if self._use_proxy else DIRECT_TIMEOUT)
-        url = self.base_url(ref) + path
         try:
             async with self._session_for_use().request(
                 method, url, json=body, headers=headers, timeout=timeout
             ) as response:
-                answer = DashboardAnswer(status=response.status, data=await response.read())
+                return DashboardAnswer(status=response.status, data=await response.read())
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise_if_cancelling()
             # str(exc) of aiohttp errors names the URL, never request headers.
             return DashboardAnswer(status=0, error=f"{type(exc).__name__}: {exc}")
-        if answer.status == 401 and token is not None:
-            self.forget_token(ref)
-        return answer
 
     async def apply(self, command: Command) -> DashboardOutcome:
         """Run one dashboard command.

@@ -7,9 +7,11 @@ path, and when the significant part of the answer differs from what is projected
 KV (entry kind ``OBS_RAY_JOB``, entry name = job id) and publishes an :class:`Observation` carrying that
 write's revision on the key's events subject.
 
-Probe kinds are data (:class:`ProbeKind`: how to find targets, which fields matter), so RayService
-probes (``GET /api/serve/applications/?api_type=declarative`` per cluster; the head's Serve proxy
-``/-/healthz``) are one more table row later.
+Probe kinds are data (:class:`ProbeKind`: which projected kinds its rules read, how to find targets,
+how an answer becomes observation data, which fields matter). A target is a dashboard path or a pod's
+port (:class:`~services.watcher.dashboard.PodEndpoint`: the RayService head's Serve proxy). The
+RayService rows (``serveprobes``) are added by the watcher service: :data:`PROBES` holds this module's
+RayJob row only, because the RayService rules build this module's targets.
 
 Invariants: an unchanged answer publishes nothing; an unreachable dashboard is an observation too
 (``{"http_status": N, "error": "..."}``) so reconcile can run its failure timers; the message id is a
@@ -44,35 +46,59 @@ from services.runtime.bus import publish
 from services.runtime.errors import PermanentError
 from services.runtime.tracing import tracer
 from services.watcher.aio import raise_if_cancelling
-from services.watcher.dashboard import DashboardAnswer, DashboardClient
+from services.watcher.dashboard import DashboardAnswer, DashboardClient, PodEndpoint
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
 
 DEFAULT_DASHBOARD_PORT: Final = 8265
 PROBE_CONCURRENCY: Final = 16
+DEFAULT_KINDS: Final = ("RayJob", "RayCluster", "Service")
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeTarget:
-    """One thing to poll: a dashboard path, and where its observation goes."""
+    """One thing to poll: a dashboard path (or a pod's port and path), and where its observation goes."""
 
     key: ReconcileKey
     source: str
     entry_kind: str
     entry_name: str
-    dashboard: DashboardRef
     path: str
+    dashboard: DashboardRef | None = None
+    pod: PodEndpoint | None = None
+    """When set, the request goes to this pod's port instead of a dashboard."""
+
+
+def answer_data(answer: DashboardAnswer) -> dict[str, Any]:
+    """The observation data of a dashboard answer."""
+    if 200 <= answer.status <= 299:
+        decoded = answer.json()
+        if decoded is not None:
+            return decoded
+        return {"http_status": answer.status, "error": "the dashboard's answer is not a JSON object"}
+    if answer.status == 0:
+        return {"http_status": 0, "error": answer.error[:500]}
+    text = answer.data[:500].decode("utf-8", "replace") if answer.data else ""
+    return {"http_status": answer.status, "error": text or f"HTTP {answer.status}"}
+
+
+def dashboard_data(_target: ProbeTarget, answer: DashboardAnswer) -> dict[str, Any]:
+    """The default :attr:`ProbeKind.observe`: the JSON body, or the error (:func:`answer_data`)."""
+    return answer_data(answer)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeKind:
-    """A family of probes: how targets are found and which fields of an answer matter."""
+    """A family of probes: the projected kinds its rules read, how targets are found, how an answer
+    becomes observation data and which fields of that data matter."""
 
     name: str
     targets: Callable[[Mapping[str, list[dict[str, Any]]]], Iterable[ProbeTarget]]
     significant: Callable[[dict[str, Any]], Any]
+    kinds: tuple[str, ...] = DEFAULT_KINDS
+    observe: Callable[[ProbeTarget, DashboardAnswer], dict[str, Any]] = dashboard_data
 
 
 def check_name(name: str) -> str:
@@ -168,19 +194,6 @@ def job_significant(data: dict[str, Any]) -> Any:
 PROBES: Final[tuple[ProbeKind, ...]] = (ProbeKind(name="rayjob", targets=rayjob_targets, significant=job_significant),)
 
 
-def answer_data(answer: DashboardAnswer) -> dict[str, Any]:
-    """The observation data of a dashboard answer."""
-    if 200 <= answer.status <= 299:
-        decoded = answer.json()
-        if decoded is not None:
-            return decoded
-        return {"http_status": answer.status, "error": "the dashboard's answer is not a JSON object"}
-    if answer.status == 0:
-        return {"http_status": 0, "error": answer.error[:500]}
-    text = answer.data[:500].decode("utf-8", "replace") if answer.data else ""
-    return {"http_status": answer.status, "error": text or f"HTTP {answer.status}"}
-
-
 def observation_id(target: ProbeTarget, significant: Any) -> str:
     """De-duplication id: the target and a digest of what matters in the answer."""
     digest = hashlib.sha256(msgspec.json.encode(significant)).hexdigest()[:16]
@@ -216,10 +229,8 @@ class Prober:
         self.polls = 0
 
     def _snapshot(self) -> dict[str, list[dict[str, Any]]]:
-        return {
-            kind: [placed.change.obj for placed in self._source.objects_of(kind)]
-            for kind in ("RayJob", "RayCluster", "RayService", "Service")
-        }
+        kinds = dict.fromkeys(kind for probe in self._probes for kind in probe.kinds)
+        return {kind: [placed.change.obj for placed in self._source.objects_of(kind)] for kind in kinds}
 
     async def run(self) -> None:
         """Poll every ``interval`` seconds until cancelled."""
@@ -242,10 +253,15 @@ class Prober:
     async def _probe(self, kind: ProbeKind, target: ProbeTarget) -> None:
         async with self._slots:
             try:
-                answer = await self._dashboard.request(target.dashboard, "GET", target.path)
+                if target.pod is not None:
+                    answer = await self._dashboard.request_pod(target.pod, "GET", target.path)
+                elif target.dashboard is not None:
+                    answer = await self._dashboard.request(target.dashboard, "GET", target.path)
+                else:
+                    answer = DashboardAnswer(status=0, error="the target names no dashboard and no pod")
             except PermanentError as exc:
                 answer = DashboardAnswer(status=0, error=str(exc))
-            data = answer_data(answer)
+            data = kind.observe(target, answer)
             significant = kind.significant(data)
             state_key = (target.key.token(), f"{target.entry_kind}/{target.entry_name}")
             if state_key not in self._last:

@@ -36,6 +36,7 @@ from services.watcher.prober import Prober
 from services.watcher.projection import Projection
 from services.watcher.resources import select_served
 from services.watcher.resume import load_resume_points
+from services.watcher.serveprobes import WATCHER_PROBES
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ class Watcher:
                 self._dashboard,
                 interval=settings.kube.dashboard_poll_interval,
                 objects=self.buckets.objects,
+                probes=WATCHER_PROBES,
             )
             self._spawn(self.prober.run(), "watcher-prober")
 

@@ -21,7 +21,7 @@ from schema.keys import ReconcileKey
 from schema.messages import CommandBatch, DashboardRef, PutServeConfig, StopRayJob, SubmitRayJob
 from services.runtime.bus import publish
 from services.watcher.applier import Applier
-from services.watcher.dashboard import DashboardClient
+from services.watcher.dashboard import DashboardClient, PodEndpoint
 from services.watcher.kubeapi import KubeApi, load_configuration
 from tests.component.watcher.conftest import (
     Bus,
@@ -247,3 +247,21 @@ async def test_the_prober_publishes_only_changes(nats_server: NatsServer, bus: B
                 return bool((await observations())[-1]["data"].get("status") == "STOPPED")
 
             await until(stopped, message="the STOPPED observation")
+
+
+async def test_serve_proxy_health_through_the_pod_proxy(kube: KubeSimHandle, kube_api: KubeApi) -> None:
+    async with namespace_with_head(kube, "c3") as ns:
+        pod = await in_thread(client.CoreV1Api(kube.api_client).read_namespaced_pod, "c3-head-abcde", ns)
+        endpoint = PodEndpoint(
+            namespace=ns, name="c3-head-abcde", uid=pod.metadata.uid, ip=pod.status.pod_ip, port=8000
+        )
+        dashboard = DashboardClient(kube_api, use_proxy=True)
+        try:
+            answer = await dashboard.request_pod(endpoint, "GET", "/-/healthz")
+            gone = await dashboard.request_pod(
+                PodEndpoint(namespace=ns, name="nope", uid="", ip="10.0.0.9", port=8000), "GET", "/-/healthz"
+            )
+        finally:
+            await dashboard.close()
+    assert (answer.status, answer.data) == (200, b"success")
+    assert gone.status == 404
