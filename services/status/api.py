@@ -8,6 +8,9 @@ Routes (all GET, JSON; errors are ``ErrorOut`` with 400 / 404 / 503):
   one by uid;
 - ``/v1/resources/{kind}/{namespace}/{name}/transitions[?uid=]``: that resource and its timeline;
 - ``/v1/commands?kind=&namespace=&name=&outcome=&limit=&after=``: the command audit trail;
+- ``/v1/raycronjobs/{namespace}/{name}/runs[?uid=&limit=]``: a RayCronJob's latest scheduled runs (its
+  ``schedule`` transitions), each joined with the RayJob it created: uid, statuses, and the path of that
+  RayJob's own history;
 - per kind, aliases with the kind fixed: ``/v1/rayjobs``, ``/v1/rayjobs/{namespace}/{name}``,
   ``/v1/rayjobs/{namespace}/{name}/transitions`` (and rayservices, rayclusters, raycronjobs), where
   ``status`` filters on the kind's status field (``kinds.KINDS``);
@@ -30,7 +33,7 @@ from aiohttp import web
 
 from schema.messages import Outcome
 from services.runtime.errors import RetryableError
-from services.status.kinds import KINDS, KindInfo, parse_kind
+from services.status.kinds import KINDS, KindInfo, kind_info, parse_kind
 from services.status.openapi import Handler, Param, Route, build_document
 from services.status.responses import (
     CommandPage,
@@ -38,8 +41,10 @@ from services.status.responses import (
     History,
     ResourceOut,
     ResourcePage,
+    RunsOut,
     command_out,
     resource_out,
+    run_out,
     transition_out,
 )
 from services.status.store import ResourceRecord, StatusStore
@@ -51,6 +56,7 @@ DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
 
 _KIND_NAMES = [info.kind for info in KINDS]
+_RAYCRONJOB = kind_info("RayCronJob")
 _OUTCOMES = list(get_args(Outcome))
 _P_NAMESPACE = Param("namespace", "path", "namespace of the custom resource")
 _P_NAME = Param("name", "path", "name of the custom resource")
@@ -231,6 +237,27 @@ class StatusApi:
                     (404,),
                 ),
             ]
+        routes.append(
+            Route(
+                "/v1/raycronjobs/{namespace}/{name}/runs",
+                self._get_runs,
+                "getRayCronJobRuns",
+                "A RayCronJob's scheduled runs, each linked to the history of the RayJob it created",
+                RunsOut,
+                (
+                    _P_NAMESPACE,
+                    _P_NAME,
+                    _P_UID,
+                    Param(
+                        "limit",
+                        "query",
+                        "how many of the latest runs",
+                        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+                    ),
+                ),
+                (400, 404),
+            )
+        )
         routes.append(Route("/openapi.json", self._openapi, "getOpenApi", "This document", None, (), ()))
         return tuple(routes)
 
@@ -279,6 +306,12 @@ class StatusApi:
             return _json(History(resource=resource_out(record), transitions=[transition_out(t) for t in rows]))
 
         return handler
+
+    async def _get_runs(self, request: web.Request) -> web.Response:
+        record = await self._find(request, _RAYCRONJOB)
+        limit = _int(request.query, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+        runs, total = await self._store.list_runs(record.resource, limit=limit)
+        return _json(RunsOut(resource=resource_out(record), runs=[run_out(r) for r in runs], total=total))
 
     async def _list_commands(self, request: web.Request) -> web.Response:
         query = request.query

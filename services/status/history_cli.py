@@ -8,7 +8,10 @@ Where the API is: ``--status-url``, else ``RAYBUS_STATUS_URL``, else the ``statu
 wrote to ``<state dir>/endpoints.json`` (``--state-dir``, else ``RAYBUS_STATE_DIR``, else ``.raybus``).
 
 Output: a header (kind, namespace/name, uid, created, deleted, status) and one row per transition (time,
-field, from → to, reason, message, short trace id); ``--json`` prints the API's ``History`` document.
+field, from → to, reason, message, short trace id); for a RayCronJob, then its latest scheduled runs, each
+with the RayJob it created and that RayJob's current status (``raybus history rayjob NS/RAYJOB`` shows a
+run's own timeline). ``--json`` prints the API's ``History`` document (a RayCronJob's runs as JSON:
+``GET /v1/raycronjobs/NS/NAME/runs``).
 Exit codes: 0 found, 1 not in the history, 2 usage error or API unreachable.
 """
 
@@ -30,13 +33,14 @@ import msgspec
 
 from services.runtime.errors import PermanentError, RetryableError
 from services.status.kinds import KINDS, parse_kind
-from services.status.responses import ErrorOut, History
+from services.status.responses import ErrorOut, History, RunOut, RunsOut
 
 DEFAULT_STATE_DIR = ".raybus"
 REQUEST_TIMEOUT = 10.0
 """Seconds for the whole API call."""
 _MESSAGE_WIDTH = 60
 _history_decoder: msgspec.json.Decoder[History] = msgspec.json.Decoder(History)
+_runs_decoder: msgspec.json.Decoder[RunsOut] = msgspec.json.Decoder(RunsOut)
 _error_decoder: msgspec.json.Decoder[ErrorOut] = msgspec.json.Decoder(ErrorOut)
 
 
@@ -88,15 +92,13 @@ def split_ref(ref: str) -> tuple[str, str]:
     return namespace, name
 
 
-async def fetch_history(status_url: str, *, kind: str, namespace: str, name: str, uid: str | None = None) -> History:
-    """GET the resource's timeline from the status API.
+async def _fetch(status_url: str, path: str, params: dict[str, str]) -> bytes:
+    """GET ``path`` from the status API; the body of a 200 answer.
 
     Raises:
-        NotInHistory: the API has no such resource (its message explains).
-        RetryableError: the API is unreachable or answered with an error.
+        NotInHistory: the API answered 404 (its message explains).
+        RetryableError: the API is unreachable or answered with another error.
     """
-    path = f"/v1/resources/{quote(kind)}/{quote(namespace)}/{quote(name)}/transitions"
-    params = {"uid": uid} if uid else {}
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)) as session,
@@ -107,7 +109,7 @@ async def fetch_history(status_url: str, *, kind: str, namespace: str, name: str
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise RetryableError(f"cannot reach the status API at {status_url}: {exc or type(exc).__name__}") from exc
     if status == 200:
-        return _history_decoder.decode(body)
+        return body
     try:
         message = _error_decoder.decode(body).message
     except msgspec.DecodeError:
@@ -115,6 +117,28 @@ async def fetch_history(status_url: str, *, kind: str, namespace: str, name: str
     if status == 404:
         raise NotInHistory(message)
     raise RetryableError(f"status API answered {status}: {message}")
+
+
+async def fetch_history(status_url: str, *, kind: str, namespace: str, name: str, uid: str | None = None) -> History:
+    """GET the resource's timeline from the status API.
+
+    Raises:
+        NotInHistory: the API has no such resource (its message explains).
+        RetryableError: the API is unreachable or answered with an error.
+    """
+    path = f"/v1/resources/{quote(kind)}/{quote(namespace)}/{quote(name)}/transitions"
+    return _history_decoder.decode(await _fetch(status_url, path, {"uid": uid} if uid else {}))
+
+
+async def fetch_runs(status_url: str, *, namespace: str, name: str, uid: str) -> RunsOut:
+    """GET a RayCronJob incarnation's latest scheduled runs, each linked to its RayJob.
+
+    Raises:
+        NotInHistory: the API has no such RayCronJob.
+        RetryableError: the API is unreachable or answered with an error.
+    """
+    path = f"/v1/raycronjobs/{quote(namespace)}/{quote(name)}/runs"
+    return _runs_decoder.decode(await _fetch(status_url, path, {"uid": uid}))
 
 
 def _time(value: datetime | None) -> str:
@@ -126,6 +150,12 @@ def _time(value: datetime | None) -> str:
 def _clip(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _aligned(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """``header`` and ``rows`` as left-aligned columns two spaces apart."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
 
 
 def render_table(history: History) -> str:
@@ -151,11 +181,42 @@ def render_table(history: History) -> str:
         )
         for t in history.transitions
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    lines += _aligned(header, rows)
     if not rows:
         lines.append("(no transitions recorded)")
+    return "\n".join(lines)
+
+
+def _run_status(run: RunOut) -> str:
+    if not run.rayjob_name:
+        return "-"
+    if run.rayjob_uid is None:
+        return "(not in the history yet)"
+    status = "/".join(s for s in (run.deployment_status, run.job_status) if s) or "-"
+    return f"{status} (deleted)" if run.rayjob_deleted_at is not None else status
+
+
+def render_runs(runs: RunsOut) -> str:
+    """A RayCronJob's scheduled runs: one row per tick with its RayJob and that RayJob's status."""
+    shown = f"the latest {len(runs.runs)} of {runs.total}" if runs.total > len(runs.runs) else str(runs.total)
+    lines = [f"Runs ({shown})"]
+    header = ("SCHEDULED", "OUTCOME", "RAYJOB", "UID", "STATUS")
+    rows = [
+        (
+            _time(run.scheduled_at),
+            run.outcome or "-",
+            run.rayjob_name or "-",
+            (run.rayjob_uid or "-")[:8],
+            _run_status(run),
+        )
+        for run in runs.runs
+    ]
+    if rows:
+        lines += _aligned(header, rows)
+        namespace = runs.resource.namespace
+        lines.append(f"(a run's own timeline: raybus history rayjob {namespace}/RAYJOB)")
+    else:
+        lines.append("(no runs recorded)")
     return "\n".join(lines)
 
 
@@ -177,8 +238,16 @@ async def run(args: argparse.Namespace, *, env: Mapping[str, str], out: TextIO, 
         return 2
     if args.json:
         out.write(msgspec.json.format(msgspec.json.encode(history), indent=2).decode() + "\n")
-    else:
-        out.write(render_table(history) + "\n")
+        return 0
+    text = render_table(history)
+    if info.kind == "RayCronJob":
+        try:
+            runs = await fetch_runs(url, namespace=namespace, name=name, uid=history.resource.uid)
+        except (NotInHistory, RetryableError) as exc:
+            print(f"raybus history: {exc}", file=err)
+            return 2
+        text += "\n\n" + render_runs(runs)
+    out.write(text + "\n")
     return 0
 
 

@@ -3,7 +3,8 @@
 Each kind has a plural path alias (``/v1/rayjobs``) and a *status field*: the transition field whose
 latest value is the resource's one-word status (what ``?status=`` filters on). RayCronJob has no state
 machine of its own (only ``lastScheduleTime``), so its status is its lifecycle (``created`` /
-``deleted``). Pure data; no I/O.
+``deleted``); each tick is a ``schedule`` transition naming the RayJob it created, which is how the
+API links a run to that RayJob's history. Pure data; no I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ LIFECYCLE_FIELD: Final = "lifecycle"
 """Transition field of the watcher's lifecycle facts (``verb="observe"`` results)."""
 LIFECYCLE_CREATED: Final = "created"
 LIFECYCLE_DELETED: Final = "deleted"
+SCHEDULE_FIELD: Final = "schedule"
+"""Transition field of a RayCronJob's scheduled runs (``from``/``to``: previous/new ``lastScheduleTime``)."""
+RUN_RAYJOB_ATTRIBUTE: Final = "rayJobName"
+"""Attribute of a ``schedule`` transition naming the RayJob created for the tick ("" when skipped)."""
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,21 @@ from these same definitions (``msgspec.json.schema_components``), and decoded by
 
 Evolution follows the bus rules: a new field gets a default, a field never changes type. Kind views are
 optional members (``rayjob``; issue 7 adds ``rayservice``), present only on resources of that kind.
+``RunsOut`` lists a RayCronJob's scheduled runs, each joined with the RayJob it created.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import msgspec
 
+from services.status.kinds import RUN_RAYJOB_ATTRIBUTE
 from services.status.models import Command, RayJobView, Transition
 from services.status.projection import FieldMark
-from services.status.store import ResourceRecord
+from services.status.store import ResourceRecord, RunRecord
 
 
 class FieldValue(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +94,37 @@ class History(msgspec.Struct, frozen=True, kw_only=True):
     transitions: list[TransitionOut]
 
 
+class RunOut(msgspec.Struct, frozen=True, kw_only=True):
+    """One scheduled run of a RayCronJob and, when it created one, its RayJob as the history knows it."""
+
+    scheduled_at: datetime | None
+    """The tick (the new ``lastScheduleTime``); null only if the recorded value does not parse."""
+    recorded_at: datetime
+    """When the reconcile that scheduled it ran."""
+    outcome: str
+    """``Scheduled`` (a RayJob was created) or ``Skipped`` (concurrencyPolicy Forbid)."""
+    message: str
+    rayjob_name: str
+    """The RayJob created for the tick; "" when skipped."""
+    rayjob_uid: str | None = None
+    """Null while the history has not seen that RayJob (or the tick was skipped)."""
+    deployment_status: str | None = None
+    job_status: str | None = None
+    rayjob_deleted_at: datetime | None = None
+    history_url: str | None = None
+    """Path of that RayJob's own history (``/v1/rayjobs/{namespace}/{name}/transitions?uid=``)."""
+    trace_id: str
+    stream_seq: int
+
+
+class RunsOut(msgspec.Struct, frozen=True, kw_only=True):
+    """A RayCronJob and its latest scheduled runs, oldest first; ``total`` counts every recorded run."""
+
+    resource: ResourceOut
+    runs: list[RunOut]
+    total: int
+
+
 class CommandOut(msgspec.Struct, frozen=True, kw_only=True):
     """One command outcome of the audit trail."""
 
@@ -158,6 +192,41 @@ def rayjob_out(row: RayJobView) -> RayJobOut:
 def transition_out(row: Transition) -> TransitionOut:
     """The API form of a transition row."""
     return TransitionOut(**_columns(row, TransitionOut))
+
+
+def _instant(text: str) -> datetime | None:
+    """An RFC 3339 time as the reconcile wrote it (``...Z``), or None."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def run_out(record: RunRecord) -> RunOut:
+    """The API form of a scheduled run, linked to its RayJob's history when that is known."""
+    t = record.transition
+    linked: dict[str, Any] = {}
+    if record.rayjob is not None:
+        job = record.rayjob.resource
+        path = f"/v1/rayjobs/{quote(job.namespace, safe='')}/{quote(job.name, safe='')}/transitions"
+        linked = {
+            "rayjob_uid": job.uid,
+            "deployment_status": record.rayjob.rayjob.deployment_status if record.rayjob.rayjob else job.status,
+            "job_status": record.rayjob.rayjob.job_status if record.rayjob.rayjob else None,
+            "rayjob_deleted_at": job.deleted_at,
+            "history_url": f"{path}?{urlencode({'uid': job.uid})}",
+        }
+    return RunOut(
+        scheduled_at=_instant(t.to_value),
+        recorded_at=t.at,
+        outcome=t.reason,
+        message=t.message,
+        rayjob_name=str(t.attributes.get(RUN_RAYJOB_ATTRIBUTE) or ""),
+        trace_id=t.trace_id,
+        stream_seq=t.stream_seq,
+        **linked,
+    )
 
 
 def command_out(row: Command) -> CommandOut:

@@ -45,7 +45,7 @@ from schema.keys import KeyKind
 from schema.messages import CommandResult
 from schema.messages import Transition as TransitionMessage
 from services.runtime.errors import PermanentError, RetryableError
-from services.status.kinds import kind_info
+from services.status.kinds import RUN_RAYJOB_ATTRIBUTE, SCHEDULE_FIELD, kind_info
 from services.status.models import Base, Command, RayJobView, Resource, Transition
 from services.status.projection import Fact, FieldMark, ResourceState, fold_rayjob, fold_resource, status_of
 
@@ -82,6 +82,17 @@ class ResourceRecord:
 
     resource: Resource
     rayjob: RayJobView | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One scheduled run of a RayCronJob (a ``schedule`` transition) and the RayJob it created.
+
+    ``rayjob`` is None for a skipped tick and for a RayJob the history has not seen (yet).
+    """
+
+    transition: Transition
+    rayjob: ResourceRecord | None
 
 
 @dataclass(frozen=True)
@@ -356,6 +367,33 @@ class StatusStore:
             )
             return list(result.all())
 
+    async def list_runs(self, cron: Resource, *, limit: int = 100) -> tuple[list[RunRecord], int]:
+        """The latest ``limit`` scheduled runs of the RayCronJob incarnation ``cron``, oldest first, each
+        joined with its RayJob, and how many runs are recorded in all.
+
+        A run's RayJob is the latest incarnation of that name in the cron job's namespace first seen no
+        earlier than the cron job itself (a RayJob of an older cron job of the same name predates it).
+        """
+        schedule = (Transition.uid == cron.uid, Transition.field == SCHEDULE_FIELD)
+        async with self._reading() as session:
+            total = await session.scalar(sa.select(sa.func.count()).select_from(Transition).where(*schedule))
+            latest = await session.scalars(
+                sa.select(Transition).where(*schedule).order_by(Transition.at.desc(), Transition.id.desc()).limit(limit)
+            )
+            runs = list(reversed(latest.all()))
+        names = sorted({name for t in runs if (name := _run_rayjob(t))})
+        found: dict[str, ResourceRecord] = {}
+        if names:
+            query = self._resources_query().where(
+                Resource.kind == "RayJob",
+                Resource.namespace == cron.namespace,
+                Resource.name.in_(names),
+                Resource.first_seen >= cron.first_seen,
+            )
+            for record in await self._resource_records(query.order_by(Resource.first_seen, Resource.id)):
+                found[record.resource.name] = record  # ascending, so the latest incarnation wins
+        return [RunRecord(transition=t, rayjob=found.get(_run_rayjob(t))) for t in runs], int(total or 0)
+
     async def list_commands(
         self,
         *,
@@ -386,6 +424,12 @@ class StatusStore:
         async with self._reading() as session:
             rows = (await session.execute(query)).all()
         return [ResourceRecord(resource=resource, rayjob=rayjob) for resource, rayjob in rows]
+
+
+def _run_rayjob(row: Transition) -> str:
+    """The RayJob a ``schedule`` transition names ("" for a skipped tick)."""
+    name = row.attributes.get(RUN_RAYJOB_ATTRIBUTE)
+    return name if isinstance(name, str) else ""
 
 
 def _state_row(kind: KeyKind, state: ResourceState) -> dict[str, Any]:
