@@ -34,16 +34,23 @@ def list_clusters(p: Pipeline) -> list[dict[str, Any]]:
 
 
 async def all_ready(p: Pipeline, names: set[str], *, timeout: float = 120) -> None:
+    """Wait until every named cluster is ready; on timeout, say which are not and what they show."""
+    states: dict[str, str] = {}
+
     async def check() -> bool:
         p.check()
-        ready = {
-            c["metadata"]["name"]
-            for c in await asyncio.to_thread(list_clusters, p)
-            if c.get("status", {}).get("state") == "ready"
-        }
-        return names <= ready
+        clusters = await asyncio.to_thread(list_clusters, p)
+        states.clear()
+        states.update({c["metadata"]["name"]: (c.get("status") or {}).get("state", "") for c in clusters})
+        return all(states.get(name) == "ready" for name in names)
 
-    await eventually(check, timeout=timeout, interval=0.3, message=f"not all of {len(names)} clusters became ready")
+    try:
+        await eventually(check, timeout=timeout, interval=0.3)
+    except AssertionError:
+        laggards = {n: states.get(n, "<missing>") for n in sorted(names) if states.get(n) != "ready"}
+        counts = await pod_counts(p)
+        detail = {n: (state, counts.get(n, 0)) for n, state in laggards.items()}
+        raise AssertionError(f"{len(laggards)} of {len(names)} clusters not ready (state, pods): {detail}") from None
 
 
 async def pod_counts(p: Pipeline) -> dict[str, int]:
