@@ -11,10 +11,13 @@ Behaviour (SPEC §7 + issue 9 extensions):
   oldest first (None = keep all: KubeRay's behaviour). This runs even while suspended.
 - ``suspend`` → Normal ``SuspendedRayCronJob``, no tick.
 - next = the first tick after ``status.lastScheduleTime`` (or the creation time). In the future → wake
-  up then. Due → create ``<name>-<floor(next/60)>`` (``concurrencyPolicy`` Allow), skip it while a child
-  is active (Forbid), or delete the active children first (Replace); then ``lastScheduleTime = next``
-  with a ``schedule`` Transition, and wake at the following tick, or right away when that one is past
-  too, so missed ticks are replayed one per pass, in order.
+  up then. Due → create ``<name>-<floor(next/60)>``, set ``lastScheduleTime = next`` with a ``schedule``
+  Transition, and wake at the following tick, or right away when that one is past too, so missed ticks
+  are replayed one per pass, in order (``concurrencyPolicy`` Allow, the default: KubeRay).
+- Forbid and Replace follow Kubernetes CronJob: only the most recent due tick runs (earlier missed ones
+  are skipped); Forbid postpones it while a child is active (Normal ``JobAlreadyActive``, lastScheduleTime
+  unchanged, so it starts late once that child finishes, or a later tick replaces it), Replace deletes
+  the active children first.
 
 Invariants: pure; the child name and body depend only on the snapshot and the tick; the status patch
 carries the cron job's resourceVersion, so a pass on a stale snapshot cannot move lastScheduleTime
@@ -35,7 +38,7 @@ from schema.decision import Decision, Snapshot
 from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, ObjectRef, PatchStatus, Transition
 from schema.ray.common import API_VERSION
 from schema.ray.raycronjob import RayCronJobSpec
-from services.reconciler.raycronjob.schedule import next_tick, parse_schedule
+from services.reconciler.raycronjob.schedule import latest_tick, next_tick, parse_schedule
 from services.reconciler.raycronjob.validation import validate_raycronjob
 from services.reconciler.rayjob.times import format_time, parse_time, truncate
 
@@ -96,38 +99,45 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
     previous = status.get("lastScheduleTime")
     previous_text = previous if isinstance(previous, str) else ""
     start = parse_time(previous) or parse_time(metadata.get("creationTimestamp")) or truncate(now)
-    tick = next_tick(schedule, start)
-    if tick is None:
+    first_due = next_tick(schedule, start)
+    if first_due is None:
         rules.append("7/no-next-tick")
         return Decision(commands=tuple(commands), rules=tuple(rules))
-    if tick > now:
+    if first_due > now:
         rules.append("7/wait-next-tick")
-        return Decision(commands=tuple(commands), wake_at=tick, rules=tuple(rules))
+        return Decision(commands=tuple(commands), wake_at=first_due, rules=tuple(rules))
 
+    policy = spec.concurrency_policy
+    # Allow (KubeRay): every missed tick, one per pass. Forbid/Replace (Kubernetes CronJob): only the most
+    # recent one; a backlog of runs that may not overlap, or that replace each other, makes no sense.
+    tick = first_due if policy == "Allow" else (latest_tick(schedule, now) or first_due)
     child_name = f"{ref.name}-{int(tick.timestamp()) // 60}"
     active = [child for child in children if _is_active(child) and _name(child) != child_name and child not in history]
     tick_text = format_time(tick)
-    if spec.concurrency_policy == "Forbid" and active:
-        rules.append("ext/forbid-skip")
+    if policy == "Forbid" and active:
+        # Kubernetes: not started while a RayJob runs, but not given up either: lastScheduleTime stays, so
+        # the event of the finishing RayJob starts the most recent tick then (late), or a later tick does.
+        rules.append("ext/forbid-postpone")
         commands.append(
             EmitEvent(
                 regarding=ref,
                 event_type="Normal",
                 reason="JobAlreadyActive",
                 message=(
-                    f"Not starting RayJob for the tick at {tick_text} because RayJob "
-                    f"{_name(active[0])} is still active and concurrencyPolicy is Forbid"
+                    f"Not starting RayJob for {tick_text} because prior execution {_name(active[0])} is "
+                    "running and concurrency policy is Forbid"
                 ),
             )
         )
-        transition_reason, child_attr = "Skipped", ""
-    else:
-        if spec.concurrency_policy == "Replace" and active:
-            rules.append("ext/replace-delete")
-            commands.extend(_delete_child(child) for child in active)
-        rules.append("7/create-rayjob")
-        commands.append(_create_child(cron, ref=ref, child_name=child_name, tick=tick))
-        transition_reason, child_attr = "Scheduled", child_name
+        return Decision(commands=tuple(commands), wake_at=next_tick(schedule, now), rules=tuple(rules))
+    if policy == "Replace" and active:
+        rules.append("ext/replace-delete")
+        commands.extend(_delete_child(child) for child in active)
+    rules.append("7/create-rayjob")
+    commands.append(_create_child(cron, ref=ref, child_name=child_name, tick=tick))
+    message = f"concurrencyPolicy={policy}"
+    if tick != first_due:
+        message += f"; missed ticks from {format_time(first_due)} skipped"
 
     transition = Transition(
         kind="RayCronJob",
@@ -138,10 +148,10 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
         from_value=previous_text,
         to_value=tick_text,
         at=now,
-        reason=transition_reason,
-        message=f"concurrencyPolicy={spec.concurrency_policy}",
+        reason="Scheduled",
+        message=message,
         resource_version=_resource_version(metadata),
-        attributes={"rayJobName": child_attr},
+        attributes={"rayJobName": child_name},
     )
     commands.append(
         PatchStatus(

@@ -15,7 +15,7 @@ duration parser (raybus reports it as an unparsable schedule).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -97,3 +97,18 @@ def next_tick(schedule: CronSchedule, after: datetime) -> datetime | None:
         return None
     result = as_utc(found).replace(microsecond=0)
     return result if result > start else None
+
+
+def latest_tick(schedule: CronSchedule, at_or_before: datetime) -> datetime | None:
+    """The last tick at or before ``at_or_before`` (UTC, whole seconds); None when there is none."""
+    zone = load_zone(None if schedule.zone == "UTC" else schedule.zone)
+    # croniter's get_prev is strictly-before: start one second later so a tick at the instant counts.
+    start = as_utc(at_or_before).replace(microsecond=0) + timedelta(seconds=1)
+    try:
+        found = croniter(schedule.expression, start.astimezone(zone)).get_prev(datetime)
+    except Exception:  # as in next_tick
+        return None
+    if not isinstance(found, datetime):
+        return None
+    result = as_utc(found).replace(microsecond=0)
+    return result if result < start else None

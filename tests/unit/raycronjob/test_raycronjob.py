@@ -238,7 +238,8 @@ def test_descriptor_schedule() -> None:
     assert step(world, "nightly").wake_at == datetime(2024, 5, 1, 13, tzinfo=UTC)
 
 
-def test_forbid_skips_ticks_while_a_child_is_active() -> None:
+def test_forbid_postpones_the_tick_until_the_active_child_finishes() -> None:
+    """Kubernetes CronJob: the tick is not started while a RayJob runs, and starts late once it is done."""
     world = World(config=ON, now=T0)
     world.add(cron(concurrencyPolicy="Forbid"))
     world.advance_to(datetime(2024, 5, 1, 12, 1, tzinfo=UTC))
@@ -247,14 +248,48 @@ def test_forbid_skips_ticks_while_a_child_is_active() -> None:
     world.advance(60)
     decision = step(world, "nightly")
     assert children(world) == [first]
-    assert [c.reason for c in decision.commands if isinstance(c, EmitEvent)] == ["JobAlreadyActive"]
+    (event,) = decision.commands
+    assert isinstance(event, EmitEvent) and (event.event_type, event.reason) == ("Normal", "JobAlreadyActive")
+    assert event.message == (
+        f"Not starting RayJob for 2024-05-01T12:02:00Z because prior execution {first} is running and "
+        "concurrency policy is Forbid"
+    )
+    assert decision.transitions() == () and decision.rules == ("ext/forbid-postpone",)
+    assert decision.wake_at == datetime(2024, 5, 1, 12, 3, tzinfo=UTC)
+    assert world.get("RayCronJob", "nightly")["status"]["lastScheduleTime"] == "2024-05-01T12:01:00Z"
+    world.advance(30)
+    set_child_state(world, first, "Complete")  # its event reconciles the cron job at 12:02:30
+    decision = step(world, "nightly")
+    late = f"nightly-{int(datetime(2024, 5, 1, 12, 2, tzinfo=UTC).timestamp()) // 60}"
+    assert children(world) == [first, late]
     (transition,) = decision.transitions()
-    assert (transition.reason, transition.attributes) == ("Skipped", {"rayJobName": ""})
-    assert world.get("RayCronJob", "nightly")["status"]["lastScheduleTime"] == "2024-05-01T12:02:00Z"
-    set_child_state(world, first, "Complete")
-    world.advance(60)
-    step(world, "nightly")
-    assert len(children(world)) == 2
+    assert (transition.from_value, transition.to_value, transition.attributes) == (
+        "2024-05-01T12:01:00Z",
+        "2024-05-01T12:02:00Z",
+        {"rayJobName": late},
+    )
+    assert decision.wake_at == datetime(2024, 5, 1, 12, 3, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("policy", ["Forbid", "Replace"])
+def test_forbid_and_replace_start_only_the_most_recent_missed_tick(policy: str) -> None:
+    """Kubernetes CronJob after an outage: one run, for the latest tick; Allow replays each (KubeRay)."""
+    world = World(config=ON, now=T0)
+    world.add(cron(concurrencyPolicy=policy))
+    world.update(
+        "RayCronJob", "nightly", lambda o: o.__setitem__("status", {"lastScheduleTime": "2024-05-01T12:00:00Z"})
+    )
+    world.advance_to(datetime(2024, 5, 1, 12, 5, 30, tzinfo=UTC))
+    decision = step(world, "nightly")
+    latest = datetime(2024, 5, 1, 12, 5, tzinfo=UTC)
+    assert children(world) == [f"nightly-{int(latest.timestamp()) // 60}"]
+    (transition,) = decision.transitions()
+    assert (transition.to_value, transition.message) == (
+        "2024-05-01T12:05:00Z",
+        f"concurrencyPolicy={policy}; missed ticks from 2024-05-01T12:01:00Z skipped",
+    )
+    assert decision.wake_at == datetime(2024, 5, 1, 12, 6, tzinfo=UTC)
+    assert step(world, "nightly").commands == ()
 
 
 def test_replace_deletes_the_active_child_first() -> None:
