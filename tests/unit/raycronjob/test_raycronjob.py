@@ -23,7 +23,7 @@ T0 = datetime(2024, 5, 1, 12, 0, 30, tzinfo=UTC)
 def sample(name: str) -> dict[str, Any]:
     """The RayCronJob document of one of KubeRay's samples."""
     with (samples_dir() / name).open() as handle:
-        docs = [d for d in yaml.safe_load_all(handle) if d and d.get("kind") == "RayCronJob"]
+        docs: list[dict[str, Any]] = [d for d in yaml.safe_load_all(handle) if d and d.get("kind") == "RayCronJob"]
     return docs[0]
 
 
@@ -42,6 +42,13 @@ def cron(name: str = "nightly", *, schedule: str = "* * * * *", **spec: Any) -> 
 
 def step(world: World, name: str) -> Any:
     return world.reconcile(reconcile, "RayCronJob", name)
+
+
+def stored(world: World, kind: str, name: str) -> dict[str, Any]:
+    """An object that must exist in the world."""
+    obj = world.get(kind, name)
+    assert obj is not None, f"no {kind} {name}"
+    return obj
 
 
 def children(world: World) -> list[str]:
@@ -77,7 +84,7 @@ def test_every_minute_sample_creates_a_rayjob_each_minute() -> None:
         True,
     )
     assert body["spec"] == obj["spec"]["jobTemplate"]
-    assert world.get("RayCronJob", name)["status"] == {"lastScheduleTime": "2024-05-01T12:01:00Z"}
+    assert stored(world, "RayCronJob", name)["status"] == {"lastScheduleTime": "2024-05-01T12:01:00Z"}
     (transition,) = patch.transitions
     assert (transition.kind, transition.field, transition.from_value, transition.to_value) == (
         "RayCronJob",
@@ -112,7 +119,7 @@ def test_timezone_sample_fires_at_local_time() -> None:
     world.advance_to(tick)
     step(world, name)
     assert children(world) == [f"{name}-{int(tick.timestamp()) // 60}"]
-    assert world.get("RayCronJob", name)["status"]["lastScheduleTime"] == "2024-05-01T13:45:00Z"
+    assert stored(world, "RayCronJob", name)["status"]["lastScheduleTime"] == "2024-05-01T13:45:00Z"
     assert world.decisions[-1].wake_at == tick + timedelta(days=1)
 
 
@@ -147,10 +154,10 @@ def test_stale_snapshot_is_harmless() -> None:
     world.advance(30)
     stale = world.snapshot("RayCronJob", "nightly")
     world.apply(reconcile(stale, world.now, ON))
-    rv = world.get("RayCronJob", "nightly")["metadata"]["resourceVersion"]
+    rv = stored(world, "RayCronJob", "nightly")["metadata"]["resourceVersion"]
     world.apply(reconcile(stale, world.now, ON))  # a redelivery of the same input
     assert len(children(world)) == 1
-    assert world.get("RayCronJob", "nightly")["metadata"]["resourceVersion"] == rv
+    assert stored(world, "RayCronJob", "nightly")["metadata"]["resourceVersion"] == rv
     assert any(isinstance(c, PatchStatus) for c in world.dropped)
 
 
@@ -256,7 +263,7 @@ def test_forbid_postpones_the_tick_until_the_active_child_finishes() -> None:
     )
     assert decision.transitions() == () and decision.rules == ("ext/forbid-postpone",)
     assert decision.wake_at == datetime(2024, 5, 1, 12, 3, tzinfo=UTC)
-    assert world.get("RayCronJob", "nightly")["status"]["lastScheduleTime"] == "2024-05-01T12:01:00Z"
+    assert stored(world, "RayCronJob", "nightly")["status"]["lastScheduleTime"] == "2024-05-01T12:01:00Z"
     world.advance(30)
     set_child_state(world, first, "Complete")  # its event reconciles the cron job at 12:02:30
     decision = step(world, "nightly")
@@ -298,7 +305,7 @@ def test_replace_deletes_the_active_child_first() -> None:
     world.advance_to(datetime(2024, 5, 1, 12, 1, tzinfo=UTC))
     step(world, "nightly")
     (first,) = children(world)
-    first_uid = world.get("RayJob", first)["metadata"]["uid"]
+    first_uid = stored(world, "RayJob", first)["metadata"]["uid"]
     set_child_state(world, first, "Running")
     world.advance(60)
     decision = step(world, "nightly")
