@@ -3,7 +3,8 @@
 Role: :data:`REQUIRED_RULES` is computed from the same code that makes the requests, so it cannot drift
 from them: the informers' list and watch queries (the ``resources`` table with ``informer.WatchDriver``), the
 applier's planned calls for every command kind on every writable resource (``calls.plan_call``), the
-dashboard client's token read and service-proxy calls (``dashboard``), and the prober's GETs. Each planned
+dashboard client's token read and service-proxy calls (``dashboard``), and the prober's GETs (Ray jobs and
+Serve applications through the service proxy, the head's Serve health through the pod proxy). Each planned
 request is turned into an RBAC triple by :func:`rule_for` (method + path + query → verb, the way the
 API server's authorizer does it). ``deploy/`` must grant exactly this set (``tests/deploy/test_rbac.py``).
 
@@ -15,7 +16,7 @@ Two additions are not requests but API-server rules, so they are listed with the
   ``tests/unit/watcher/test_permissions.py`` checks the reconciler's Role against it.
 
 Deliberately absent: ``update`` (the applier only patches), configmaps, endpoints, nodes, leases (HA is
-message de-duplication, not leader election), ``pods/proxy`` (added with the Serve health probe).
+message de-duplication, not leader election).
 """
 
 from __future__ import annotations
@@ -39,9 +40,16 @@ from schema.messages import (
     SubmitRayJob,
 )
 from services.watcher.calls import plan_call
-from services.watcher.dashboard import dashboard_base_url, plan_dashboard_call, secret_path
+from services.watcher.dashboard import (
+    PodEndpoint,
+    dashboard_base_url,
+    plan_dashboard_call,
+    pod_base_url,
+    secret_path,
+)
 from services.watcher.informer import Scope, WatchDriver
 from services.watcher.resources import RESOURCES, ResourceType
+from services.watcher.serveprobes import HEALTHZ_PATH, SERVE_APPLICATIONS_PATH
 
 Rule = tuple[str, str, str]
 """``(apiGroup, resource[/subresource], verb)``."""
@@ -140,7 +148,10 @@ def _dashboard_rules() -> Iterator[Rule]:
     for command in commands:
         call = plan_dashboard_call(command)
         yield rule_for(call.method, base + call.path)
-    yield rule_for("GET", base + "/api/jobs/j")  # the prober
+    yield rule_for("GET", base + "/api/jobs/j")  # the prober: Ray jobs
+    yield rule_for("GET", base + SERVE_APPLICATIONS_PATH)  # the prober: Serve applications
+    head = PodEndpoint(namespace=_SAMPLE_NS, name="head", uid="u", ip="10.0.0.1", port=8000)
+    yield rule_for("GET", pod_base_url(head, use_proxy=True, api_host="") + HEALTHZ_PATH)  # Serve proxy health
 
 
 def _finalizer_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:

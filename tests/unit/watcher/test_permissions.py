@@ -54,11 +54,13 @@ def test_required_rules_cover_every_request_kind() -> None:
         ("", "services/proxy", "get"),
         ("", "services/proxy", "create"),
         ("", "services/proxy", "update"),
+        ("", "pods/proxy", "get"),
         ("discovery.k8s.io", "endpointslices", "watch"),
         ("gateway.networking.k8s.io", "httproutes", "create"),
     }
     assert expected <= REQUIRED_RULES
     assert ("discovery.k8s.io", "endpointslices", "create") not in REQUIRED_RULES
+    assert ("", "pods/proxy", "create") not in REQUIRED_RULES
     assert not {r for r in REQUIRED_RULES if r[2] == "update" and not r[1].endswith(("/finalizers", "/proxy"))}
 
 
