@@ -10,7 +10,10 @@ Not here: when to tick (``raycronjob.reconcile``).
 
 Rejected alternatives: a hand-written cron parser (croniter is maintained and handles DST); the
 ``@every <duration>`` descriptor of robfig/cron, which croniter lacks and which would need a Go
-duration parser (raybus reports it as an unparsable schedule).
+duration parser (raybus reports it as an unparsable schedule). Error texts are robfig's where raybus
+checks the same thing itself (empty spec, field count, unknown descriptor); a field croniter rejects is
+reported as ``failed to parse the schedule: <spec>`` rather than robfig's per-field detail (``end of
+range (61) above maximum (59): 61``), which only a hand-written parser could reproduce.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def parse_schedule(expression: str, time_zone: str | None = None) -> CronSchedul
     else:
         fields = text.split()
         if len(fields) != 5:
-            raise ScheduleError(f"expected exactly 5 fields, found {len(fields)}: {text}")
+            # robfig/cron formats the fields as a Go []string: "[* * * *]"
+            raise ScheduleError(f"expected exactly 5 fields, found {len(fields)}: [{' '.join(fields)}]")
         text = " ".join(fields)
     try:
         valid = croniter.is_valid(text)

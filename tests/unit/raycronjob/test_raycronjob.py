@@ -195,7 +195,7 @@ def test_gate_off_is_an_empty_decision() -> None:
         ),
         pytest.param(
             lambda o: o["spec"].update(schedule="* * * *"),
-            "invalid cron schedule: expected exactly 5 fields, found 4: * * * *",
+            "invalid cron schedule: expected exactly 5 fields, found 4: [* * * *]",
             id="four-fields",
         ),
         pytest.param(
