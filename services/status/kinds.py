@@ -21,7 +21,7 @@ LIFECYCLE_DELETED: Final = "deleted"
 SCHEDULE_FIELD: Final = "schedule"
 """Transition field of a RayCronJob's scheduled runs (``from``/``to``: previous/new ``lastScheduleTime``)."""
 RUN_RAYJOB_ATTRIBUTE: Final = "rayJobName"
-"""Attribute of a ``schedule`` transition naming the RayJob created for the tick ("" when skipped)."""
+"""Attribute of a ``schedule`` transition naming the RayJob created for the tick."""
 
 
 @dataclass(frozen=True)

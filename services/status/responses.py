@@ -102,12 +102,12 @@ class RunOut(msgspec.Struct, frozen=True, kw_only=True):
     recorded_at: datetime
     """When the reconcile that scheduled it ran."""
     outcome: str
-    """``Scheduled`` (a RayJob was created) or ``Skipped`` (concurrencyPolicy Forbid)."""
+    """The reason recorded with the tick (``Scheduled``)."""
     message: str
     rayjob_name: str
-    """The RayJob created for the tick; "" when skipped."""
+    """The RayJob created for the tick ("" if the transition names none)."""
     rayjob_uid: str | None = None
-    """Null while the history has not seen that RayJob (or the tick was skipped)."""
+    """Null while the history has not seen that RayJob (or there is none)."""
     deployment_status: str | None = None
     job_status: str | None = None
     rayjob_deleted_at: datetime | None = None

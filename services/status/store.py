@@ -88,7 +88,7 @@ class ResourceRecord:
 class RunRecord:
     """One scheduled run of a RayCronJob (a ``schedule`` transition) and the RayJob it created.
 
-    ``rayjob`` is None for a skipped tick and for a RayJob the history has not seen (yet).
+    ``rayjob`` is None while the history has not seen that RayJob (or the tick names none).
     """
 
     transition: Transition
@@ -427,7 +427,7 @@ class StatusStore:
 
 
 def _run_rayjob(row: Transition) -> str:
-    """The RayJob a ``schedule`` transition names ("" for a skipped tick)."""
+    """The RayJob a ``schedule`` transition names ("" if none)."""
     name = row.attributes.get(RUN_RAYJOB_ATTRIBUTE)
     return name if isinstance(name, str) else ""
 

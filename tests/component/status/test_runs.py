@@ -90,7 +90,7 @@ async def test_runs_are_linked_to_their_rayjobs(base: str) -> None:
     status, linked = await get(base, first["history_url"].split("?")[0], uid="ra")
     assert status == 200
     assert linked["resource"]["uid"] == "ra"
-    # skipped: no RayJob; nightly-b: not seen yet, and the older RayJob of that name is not this run's
+    # a tick naming no RayJob; nightly-b: not seen yet, and the older RayJob of that name is not this run's
     for one in runs[1:]:
         assert one["rayjob_uid"] is None and one["history_url"] is None and one["deployment_status"] is None
 
