@@ -7,7 +7,8 @@ an older uid from ``/v1/resources`` to see a previous life). ``NAME`` alone mean
 Where the API is: ``--status-url``, else ``RAYBUS_STATUS_URL``, else the ``status_url`` that ``raybus up``
 wrote to ``<state dir>/endpoints.json`` (``--state-dir``, else ``RAYBUS_STATE_DIR``, else ``.raybus``).
 
-Output: a header (kind, namespace/name, uid, created, deleted, status) and one row per transition (time,
+Output: a header (kind, namespace/name, uid, created, deleted, status; for a RayService also its view:
+active, pending and serving clusters, traffic, upgrades, rollbacks) and one row per transition (time,
 field, from → to, reason, message, short trace id); for a RayCronJob, then its latest scheduled runs, each
 with the RayJob it created and that RayJob's current status (``raybus history rayjob NS/RAYJOB`` shows a
 run's own timeline). ``--json`` prints the API's ``History`` document (a RayCronJob's runs as JSON:
@@ -33,7 +34,7 @@ import msgspec
 
 from services.runtime.errors import PermanentError, RetryableError
 from services.status.kinds import KINDS, parse_kind
-from services.status.responses import ErrorOut, History, RunOut, RunsOut
+from services.status.responses import ErrorOut, History, RayServiceOut, RunOut, RunsOut
 
 DEFAULT_STATE_DIR = ".raybus"
 REQUEST_TIMEOUT = 10.0
@@ -158,6 +159,25 @@ def _aligned(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[s
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
 
 
+def _rayservice_lines(view: RayServiceOut | None) -> list[str]:
+    """The RayService view under the header: clusters, traffic, upgrades and rollbacks."""
+    if view is None:
+        return []
+    pending = view.pending_cluster or "-"
+    if view.pending_cluster and view.pending_traffic_percent is not None:
+        pending += f" ({view.pending_traffic_percent}% of the traffic)"
+    last = f", the last took {view.last_upgrade_seconds:.1f}s" if view.last_upgrade_seconds is not None else ""
+    rollback = f" (last: {view.rollback_status})" if view.rollback_status else ""
+    return [
+        f"  ready    {view.ready_reason or '-'} (first ready {_time(view.ready_at)})",
+        f"  active   {view.active_cluster or '-'}",
+        f"  pending  {pending}",
+        f"  serving  {view.serving_cluster or '-'}",
+        f"  clusters {view.clusters_created} created, {view.clusters_deleted} deleted",
+        f"  upgrades {view.upgrades} completed{last}; {view.rollbacks} rollback(s){rollback}",
+    ]
+
+
 def render_table(history: History) -> str:
     """The human-readable timeline: a header, then one aligned row per transition."""
     r = history.resource
@@ -167,6 +187,7 @@ def render_table(history: History) -> str:
         f"  created  {_time(r.first_seen)}",
         f"  deleted  {_time(r.deleted_at)}",
         f"  status   {r.status or '-'}",
+        *_rayservice_lines(r.rayservice),
         "",
     ]
     header = ("AT", "FIELD", "FROM → TO", "REASON", "MESSAGE", "TRACE")

@@ -7,8 +7,9 @@ Alembic migrations in ``migrations/versions``; a test checks that both agree).
   records the RAYBUS_RESULTS sequence it came from (``raybus replay`` can start there).
 - ``resources``: one row per custom-resource uid (an *incarnation*), kept after the CR is deleted; the
   latest incarnation of a namespace/name is the one with the latest ``first_seen``.
-- ``rayjobs``: the RayJob view (migration 0002), one row per RayJob uid. Further kind views (issue 7:
-  RayService) are further tables keyed by ``resources.uid``, added by their own migration.
+- ``rayjobs``: the RayJob view (migration 0002), one row per RayJob uid; ``rayservices``: the RayService
+  view (migration 0003), one row per RayService uid. Further kind views are further tables keyed by
+  ``resources.uid``, added by their own migration.
 
 Times are stored in UTC (``UtcDateTime``: aware on PostgreSQL, naive-UTC text on SQLite, aware in Python
 either way). Text columns have no length limit: the bus decides what a reason or message may hold.
@@ -160,4 +161,31 @@ class RayJobView(Base):
     attempts: Mapped[int] = mapped_column(sa.Integer())
     started_at: Mapped[datetime | None]
     ended_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
+
+
+class RayServiceView(Base):
+    """The RayService view (:func:`services.status.projection.fold_rayservice`)."""
+
+    __tablename__ = "rayservices"
+    __table_args__ = (sa.Index(None, "namespace", "name"),)
+
+    uid: Mapped[str] = mapped_column(sa.ForeignKey("resources.uid"), primary_key=True)
+    namespace: Mapped[str]
+    name: Mapped[str]
+    service_status: Mapped[str]
+    ready_reason: Mapped[str]
+    active_cluster: Mapped[str]
+    pending_cluster: Mapped[str]
+    serving_cluster: Mapped[str]
+    pending_traffic_percent: Mapped[int | None] = mapped_column(sa.Integer())
+    rollback_status: Mapped[str]
+    clusters_created: Mapped[int] = mapped_column(sa.Integer())
+    clusters_deleted: Mapped[int] = mapped_column(sa.Integer())
+    upgrades: Mapped[int] = mapped_column(sa.Integer())
+    rollbacks: Mapped[int] = mapped_column(sa.Integer())
+    ready_at: Mapped[datetime | None]
+    upgrade_started_at: Mapped[datetime | None]
+    upgraded_at: Mapped[datetime | None]
+    last_upgrade_seconds: Mapped[float | None] = mapped_column(sa.Float())
     updated_at: Mapped[datetime]

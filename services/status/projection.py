@@ -11,8 +11,8 @@ keys interleave on the stream):
 
 Kind views (the RayJob table) are *folds* over all transitions of one uid, recomputed inside the
 persisting transaction: a RayJob has a few dozen transitions, and a fold is trivially correct under
-redelivery where an incremental update would need its own ordering rules. A new view (issue 7:
-RayService) is a new fold plus a table, nothing else changes.
+redelivery where an incremental update would need its own ordering rules. A new view is a new fold
+plus a table (the RayService view, issue 7, is the second), nothing else changes.
 
 Nothing here does I/O; the store reads rows into :class:`Fact` and writes the results back.
 """
@@ -37,6 +37,7 @@ class Fact(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     """Sequence of the result message in RAYBUS_RESULTS (the tie-breaker for equal ``at``)."""
     attributes: dict[str, str] = {}
+    reason: str = ""
 
 
 class FieldMark(msgspec.Struct, frozen=True, kw_only=True):
@@ -147,4 +148,107 @@ def fold_rayjob(facts: Iterable[Fact]) -> RayJobState:
     view = RayJobState()
     for fact in sorted(facts, key=lambda f: (f.at, f.seq)):
         view = _rayjob_step(view, fact)
+    return view
+
+
+# --- RayService view -------------------------------------------------------------------------------
+
+RAYSERVICE_RUNNING = "Running"
+"""``serviceStatus`` of a ready RayService (KubeRay writes "" otherwise)."""
+
+
+class RayServiceState(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the ``rayservices`` view, folded from the RayService reconcile's transitions.
+
+    The reconcile records ``serviceStatus``, ``condition/<Type>`` and step facts: ``pendingCluster``
+    (attribute ``activeCluster``: the cluster it will replace), ``traffic`` (reason
+    ``ServiceSelectorSwitched``: the serve Service's selector moved from one cluster to another;
+    ``IncrementalStep``/``RollbackStep``: a weight step, attributes ``from``/``to`` clusters and
+    ``toPercent``), ``activeCluster`` (a promotion), ``rollback`` (``InProgress`` → ``Complete`` or
+    ``Cancelled``) and ``clusterDeleted``.
+
+    An *upgrade* starts when a pending cluster is prepared while an active one exists, and completes
+    when that pending cluster is promoted; ``last_upgrade_seconds`` is the time between the two.
+    ``serving_cluster`` is the cluster the RayService's serve Service selects (its last selector
+    switch); ``pending_traffic_percent`` is the pending cluster's share of the traffic during an
+    incremental upgrade (None otherwise).
+    """
+
+    service_status: str = ""
+    ready_reason: str = ""
+    active_cluster: str = ""
+    pending_cluster: str = ""
+    serving_cluster: str = ""
+    pending_traffic_percent: int | None = None
+    rollback_status: str = ""
+    clusters_created: int = 0
+    clusters_deleted: int = 0
+    upgrades: int = 0
+    rollbacks: int = 0
+    ready_at: datetime | None = None
+    upgrade_started_at: datetime | None = None
+    upgraded_at: datetime | None = None
+    last_upgrade_seconds: float | None = None
+    updated_at: datetime | None = None
+
+
+def _percent(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _traffic_step(view: RayServiceState, fact: Fact) -> dict[str, object]:
+    attrs = fact.attributes
+    if fact.reason == "ServiceSelectorSwitched":
+        return {"serving_cluster": fact.to_value}
+    percent = _percent(attrs.get("toPercent"))
+    if percent is None or not view.pending_cluster:
+        return {}
+    if attrs.get("to") == view.pending_cluster:
+        return {"pending_traffic_percent": percent}
+    if attrs.get("from") == view.pending_cluster:
+        return {"pending_traffic_percent": 100 - percent}
+    return {}
+
+
+def _rayservice_step(view: RayServiceState, fact: Fact) -> RayServiceState:
+    changes: dict[str, object] = {"updated_at": fact.at}
+    match fact.field:
+        case "serviceStatus":
+            changes["service_status"] = fact.to_value
+            if fact.to_value == RAYSERVICE_RUNNING and view.ready_at is None:
+                changes["ready_at"] = fact.at
+        case "condition/Ready":
+            changes["ready_reason"] = fact.reason
+        case "pendingCluster":
+            changes.update(pending_cluster=fact.to_value, pending_traffic_percent=None)
+            if fact.to_value:
+                changes["clusters_created"] = view.clusters_created + 1
+                if fact.attributes.get("activeCluster"):
+                    changes["upgrade_started_at"] = fact.at
+        case "activeCluster":
+            changes["active_cluster"] = fact.to_value
+            if view.pending_cluster == fact.to_value:
+                changes.update(pending_cluster="", pending_traffic_percent=None)
+            if fact.from_value and fact.to_value:
+                changes.update(upgrades=view.upgrades + 1, upgraded_at=fact.at)
+                if view.upgrade_started_at is not None:
+                    changes["last_upgrade_seconds"] = (fact.at - view.upgrade_started_at).total_seconds()
+        case "traffic":
+            changes.update(_traffic_step(view, fact))
+        case "rollback":
+            changes["rollback_status"] = fact.to_value
+            if fact.to_value == "InProgress":
+                changes["rollbacks"] = view.rollbacks + 1
+            elif fact.to_value == "Complete":
+                changes.update(pending_cluster="", pending_traffic_percent=None)
+        case "clusterDeleted":
+            changes["clusters_deleted"] = view.clusters_deleted + 1
+    return msgspec.structs.replace(view, **changes)
+
+
+def fold_rayservice(facts: Iterable[Fact]) -> RayServiceState:
+    """The RayService view of a uid from all its transitions (any order)."""
+    view = RayServiceState()
+    for fact in sorted(facts, key=lambda f: (f.at, f.seq)):
+        view = _rayservice_step(view, fact)
     return view

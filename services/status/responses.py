@@ -2,7 +2,7 @@
 from these same definitions (``msgspec.json.schema_components``), and decoded by ``raybus history``.
 
 Evolution follows the bus rules: a new field gets a default, a field never changes type. Kind views are
-optional members (``rayjob``; issue 7 adds ``rayservice``), present only on resources of that kind.
+optional members (``rayjob``, ``rayservice``), present only on resources of that kind.
 ``RunsOut`` lists a RayCronJob's scheduled runs, each joined with the RayJob it created.
 """
 
@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 import msgspec
 
 from services.status.kinds import RUN_RAYJOB_ATTRIBUTE
-from services.status.models import Command, RayJobView, Transition
+from services.status.models import Command, RayJobView, RayServiceView, Transition
 from services.status.projection import FieldMark
 from services.status.store import ResourceRecord, RunRecord
 
@@ -40,6 +40,26 @@ class RayJobOut(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: datetime | None
 
 
+class RayServiceOut(msgspec.Struct, frozen=True, kw_only=True):
+    """The RayService view of a resource (``services.status.projection.RayServiceState`` explains it)."""
+
+    service_status: str
+    ready_reason: str
+    active_cluster: str
+    pending_cluster: str
+    serving_cluster: str
+    pending_traffic_percent: int | None
+    rollback_status: str
+    clusters_created: int
+    clusters_deleted: int
+    upgrades: int
+    rollbacks: int
+    ready_at: datetime | None
+    upgrade_started_at: datetime | None
+    upgraded_at: datetime | None
+    last_upgrade_seconds: float | None
+
+
 class ResourceOut(msgspec.Struct, frozen=True, kw_only=True):
     """One incarnation (uid) of a custom resource; ``deleted_at`` is set once it is gone."""
 
@@ -55,6 +75,7 @@ class ResourceOut(msgspec.Struct, frozen=True, kw_only=True):
     """Highest RAYBUS_RESULTS sequence that changed this resource."""
     fields: dict[str, FieldValue]
     rayjob: RayJobOut | None = None
+    rayservice: RayServiceOut | None = None
 
 
 class ResourcePage(msgspec.Struct, frozen=True, kw_only=True):
@@ -181,12 +202,18 @@ def resource_out(record: ResourceRecord) -> ResourceOut:
         last_seq=row.last_seq,
         fields={name: FieldValue(value=mark.value, at=mark.at) for name, mark in sorted(marks.items())},
         rayjob=rayjob_out(record.rayjob) if record.rayjob is not None else None,
+        rayservice=rayservice_out(record.rayservice) if record.rayservice is not None else None,
     )
 
 
 def rayjob_out(row: RayJobView) -> RayJobOut:
     """The API form of a RayJob view row."""
     return RayJobOut(**_columns(row, RayJobOut))
+
+
+def rayservice_out(row: RayServiceView) -> RayServiceOut:
+    """The API form of a RayService view row."""
+    return RayServiceOut(**_columns(row, RayServiceOut))
 
 
 def transition_out(row: Transition) -> TransitionOut:

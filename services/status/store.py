@@ -46,8 +46,16 @@ from schema.messages import CommandResult
 from schema.messages import Transition as TransitionMessage
 from services.runtime.errors import PermanentError, RetryableError
 from services.status.kinds import RUN_RAYJOB_ATTRIBUTE, SCHEDULE_FIELD, kind_info
-from services.status.models import Base, Command, RayJobView, Resource, Transition
-from services.status.projection import Fact, FieldMark, ResourceState, fold_rayjob, fold_resource, status_of
+from services.status.models import Base, Command, RayJobView, RayServiceView, Resource, Transition
+from services.status.projection import (
+    Fact,
+    FieldMark,
+    ResourceState,
+    fold_rayjob,
+    fold_rayservice,
+    fold_resource,
+    status_of,
+)
 
 _COMMANDS = Base.metadata.tables[Command.__tablename__]
 _TRANSITIONS = Base.metadata.tables[Transition.__tablename__]
@@ -82,6 +90,7 @@ class ResourceRecord:
 
     resource: Resource
     rayjob: RayJobView | None = None
+    rayservice: RayServiceView | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,7 @@ class _View:
 
 _VIEWS: tuple[_View, ...] = (
     _View(kind="RayJob", table=Base.metadata.tables[RayJobView.__tablename__], fold=fold_rayjob),
+    _View(kind="RayService", table=Base.metadata.tables[RayServiceView.__tablename__], fold=fold_rayservice),
 )
 
 
@@ -292,6 +302,7 @@ class StatusStore:
                 _TRANSITIONS.c.at,
                 _TRANSITIONS.c.stream_seq,
                 _TRANSITIONS.c.attributes,
+                _TRANSITIONS.c.reason,
             )
             .where(_TRANSITIONS.c.uid.in_(uids))
             .order_by(_TRANSITIONS.c.uid, _TRANSITIONS.c.at, _TRANSITIONS.c.stream_seq, _TRANSITIONS.c.id)
@@ -417,13 +428,22 @@ class StatusStore:
         async with self._reading() as session:
             return list((await session.scalars(query)).all())
 
-    def _resources_query(self) -> sa.Select[tuple[Resource, RayJobView]]:
-        return sa.select(Resource, RayJobView).outerjoin(RayJobView, RayJobView.uid == Resource.uid)
+    def _resources_query(self) -> sa.Select[tuple[Resource, RayJobView, RayServiceView]]:
+        return (
+            sa.select(Resource, RayJobView, RayServiceView)
+            .outerjoin(RayJobView, RayJobView.uid == Resource.uid)
+            .outerjoin(RayServiceView, RayServiceView.uid == Resource.uid)
+        )
 
-    async def _resource_records(self, query: sa.Select[tuple[Resource, RayJobView]]) -> list[ResourceRecord]:
+    async def _resource_records(
+        self, query: sa.Select[tuple[Resource, RayJobView, RayServiceView]]
+    ) -> list[ResourceRecord]:
         async with self._reading() as session:
             rows = (await session.execute(query)).all()
-        return [ResourceRecord(resource=resource, rayjob=rayjob) for resource, rayjob in rows]
+        return [
+            ResourceRecord(resource=resource, rayjob=rayjob, rayservice=rayservice)
+            for resource, rayjob, rayservice in rows
+        ]
 
 
 def _run_rayjob(row: Transition) -> str:
@@ -473,6 +493,7 @@ def _fact(row: Mapping[Any, Any]) -> Fact:
         at=row["at"],
         seq=row["stream_seq"],
         attributes=row["attributes"],
+        reason=row["reason"],
     )
 
 
