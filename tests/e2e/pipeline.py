@@ -15,7 +15,7 @@ import dataclasses
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +39,14 @@ from services.status.service import run_status
 from services.watcher.service import run_watcher
 from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
 from tests.fixtures.nats import NatsServer, free_port
-from tests.helpers import eventually
+from tests.helpers import eventually, shared_dir
 
 ServiceFn = Callable[[RaybusSettings, asyncio.Event, HealthServer], Awaitable[None]]
+
+
+def gateway_api_crds() -> Path:
+    """The Gateway API standard-channel CRDs (what a cluster admin installs for incremental upgrades)."""
+    return shared_dir() / "gateway-api"
 
 
 @dataclass
@@ -154,14 +159,19 @@ async def running_pipeline(
     kubelet: str = "instant",
     with_reconciler: bool = True,
     settings_hook: Callable[[RaybusSettings], RaybusSettings] | None = None,
+    extra_crds: Sequence[Path] = (),
 ) -> AsyncIterator[Pipeline]:
-    """Start nats-server, kubesim and the three services; stop them all afterwards."""
+    """Start nats-server, kubesim and the three services; stop them all afterwards.
+
+    ``extra_crds`` (files or directories) are registered beside raybus's own, before anything starts,
+    e.g. the Gateway API CRDs a RayService incremental upgrade needs (:func:`gateway_api_crds`).
+    """
     crds = workdir / "crds"
     write_crds(crds)
     server = NatsServer(workdir / "nats")
     await asyncio.to_thread(server.start)
     try:
-        async with running_kubesim(kubelet=kubelet, crd_paths=[crds], workdir=workdir / "kube") as kube:
+        async with running_kubesim(kubelet=kubelet, crd_paths=[crds, *extra_crds], workdir=workdir / "kube") as kube:
             settings = pipeline_settings(
                 server.url, str(kube.kubeconfig), db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
             )
