@@ -24,17 +24,19 @@ from typing import Any, Final
 from nats.aio.client import Client
 
 from services.runtime.bus import connect
+from services.runtime.errors import PermanentError
 from services.runtime.health import HealthServer
 from services.runtime.settings import RaybusSettings
 from services.runtime.topology import Buckets, ensure_topology, open_buckets
 from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.applier import Applier
+from services.watcher.calls import ApiError
 from services.watcher.dashboard import DashboardClient
-from services.watcher.informer import Batch, Informer, queue_deliverer, scopes_for
+from services.watcher.informer import Batch, Informer, queue_deliverer, reconnect_delay, scopes_for
 from services.watcher.kubeapi import KubeApi, load_configuration
 from services.watcher.prober import Prober
 from services.watcher.projection import Projection
-from services.watcher.resources import select_served
+from services.watcher.resources import ResourceType, select_served
 from services.watcher.resume import load_resume_points
 from services.watcher.serveprobes import WATCHER_PROBES
 
@@ -45,6 +47,8 @@ QUEUE_SIZE: Final = 256
 DRAIN_TIMEOUT: Final = 10.0
 """Seconds in-flight projection writes get on shutdown."""
 SUPERVISE_INTERVAL: Final = 0.5
+DISCOVERY_TIMEOUT: Final = 120.0
+"""Seconds the watcher waits at start for the API server and the ray.io CRDs before giving up."""
 STOP_TIMEOUT: Final = 5.0
 """Seconds a part gets to stop once cancelled (nats-py can swallow a cancellation)."""
 
@@ -67,6 +71,7 @@ class Watcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = threading.Event()
         self._applier_stop = asyncio.Event()
+        self._waiting_for = ""
 
     @property
     def api(self) -> KubeApi:
@@ -91,8 +96,10 @@ class Watcher:
         if self._nc is None or not self._nc.is_connected:
             return "NATS not connected"
         waiting = [i.scope.name for i in self.informers if not i.synced]
-        if not self.informers or waiting:
-            return f"informers not synced: {', '.join(waiting[:5]) or 'not started'}"
+        if not self.informers:
+            return f"informers not started: {self._waiting_for or 'starting'}"
+        if waiting:
+            return f"informers not synced: {', '.join(waiting[:5])}"
         return None
 
     async def start(self) -> None:
@@ -108,13 +115,7 @@ class Watcher:
             self.buckets = await open_buckets(self._nc, bus=settings.bus, partitions=settings.partitions)
         js = self._nc.jetstream()
 
-        served = await asyncio.to_thread(self.api.served_resources)
-        try:
-            available, skipped = select_served(served)
-        except LookupError as exc:
-            from services.runtime.errors import PermanentError
-
-            raise PermanentError(str(exc)) from exc
+        available, skipped = await self._discover()
         for resource in skipped:
             log.info("the API server does not serve %s: not watching it", resource.name)
         scopes = scopes_for(available, settings.kube.watch_namespaces)
@@ -157,6 +158,29 @@ class Watcher:
                 probes=WATCHER_PROBES,
             )
             self._spawn(self.prober.run(), "watcher-prober")
+
+    async def _discover(self) -> tuple[list[ResourceType], list[ResourceType]]:
+        """Which resources to watch; retried while the API server is unreachable or the ray.io CRDs are
+        not served yet (they are often applied together with the watcher's Deployment).
+
+        Raises:
+            PermanentError: still not possible after :data:`DISCOVERY_TIMEOUT` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DISCOVERY_TIMEOUT
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                served = await asyncio.to_thread(self.api.served_resources)
+                return select_served(served)
+            except (ApiError, LookupError) as exc:
+                self._waiting_for = str(exc)
+                if loop.time() >= deadline:
+                    raise PermanentError(f"cannot start watching: {exc}") from exc
+                delay = reconnect_delay(attempt)
+                log.warning("discovery: %s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
