@@ -17,7 +17,9 @@ Not here: which reconcile keys an object maps to (``keymap``), and how a command
 (``calls``).
 
 Label selectors mirror KubeRay's informer cache filter (SPEC §2.2): Pods only with ``ray.io/node-type``
-in {head, worker, redis-cleanup}, batch Jobs only with ``app.kubernetes.io/created-by=kuberay-operator``.
+in {head, worker, redis-cleanup}, batch Jobs only with ``app.kubernetes.io/created-by=kuberay-operator``;
+and Secrets only with ``ray.io/cluster`` (the auth Secrets raybus creates), so other Secrets never reach
+the watcher at all.
 """
 
 from __future__ import annotations
@@ -105,7 +107,16 @@ RESOURCES: Final[tuple[ResourceType, ...]] = (
         label_selector="ray.io/node-type in (head,worker,redis-cleanup)",
     ),
     ResourceType(group="", version="v1", kind="Service", plural="services", status_subresource=True),
-    ResourceType(group="", version="v1", kind="Secret", plural="secrets", strip_fields=_SECRET_STRIP),
+    # Only the Secrets raybus makes (auth tokens, labelled with their cluster): the watcher never even
+    # receives other Secrets of the cluster, and what it receives is stripped to metadata.
+    ResourceType(
+        group="",
+        version="v1",
+        kind="Secret",
+        plural="secrets",
+        strip_fields=_SECRET_STRIP,
+        label_selector="ray.io/cluster",
+    ),
     ResourceType(group="", version="v1", kind="ServiceAccount", plural="serviceaccounts"),
     ResourceType(group="", version="v1", kind="PersistentVolumeClaim", plural="persistentvolumeclaims"),
     ResourceType(
