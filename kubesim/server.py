@@ -82,6 +82,8 @@ class KubeSim:
         self._controllers = list(controllers)
         self._api = ResourceApi(store=self.store, settings=self.settings)
         self._proxy = Proxy(store=self.store, resolvers=proxy_resolvers)
+        self.proxy_resolvers: tuple[ProxyResolver, ...] = tuple(proxy_resolvers)
+        """Where the proxies forward (tests reach the Ray dashboard registry through it)."""
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.controller_errors: list[BaseException] = []
