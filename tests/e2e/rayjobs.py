@@ -1,0 +1,209 @@
+"""RayJob bodies and a driver for the RayJob end-to-end tests (issue 6).
+
+``small_rayjob`` builds a tiny RayJob (a head, optionally workers, tiny resources) whose outcome is
+scripted with kubesim's markers (``KUBESIM_RUN_SECONDS``, ``KUBESIM_EXIT_CODE``, ...; see
+kubesim/dashboard/README.md). :class:`JobDriver` creates one in a namespace of its own and reads back
+its status, its children, its recorded history and its command audit trail.
+
+``shared_pipeline`` is one pipeline for a whole test module. Its services start tasks of their own at
+any time, so the project's per-test leak guard cannot tell them from a test's: modules using it replace
+that guard with a no-op and the leak check runs once, after the pipeline has stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from tests.e2e.clusters import small_cluster
+from tests.e2e.pipeline import Pipeline, running_pipeline
+from tests.helpers import eventually
+
+GROUP, VERSION = "ray.io", "v1"
+Rows = list[dict[str, Any]]
+LONG = "KUBESIM_RUN_SECONDS=inf python main.py"
+"""An entrypoint whose Ray job runs until it is stopped."""
+
+
+@contextlib.asynccontextmanager
+async def shared_pipeline(workdir: Path, **kwargs: Any) -> AsyncIterator[Pipeline]:
+    """``running_pipeline`` for a whole module, failing if it leaves asyncio tasks behind once stopped."""
+    before = asyncio.all_tasks()
+    async with running_pipeline(workdir, **kwargs) as p:
+        yield p
+    leaked = [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()]
+    for task in leaked:
+        task.cancel()
+    await asyncio.gather(*leaked, return_exceptions=True)
+    assert not leaked, f"the pipeline left {len(leaked)} task(s) running: {leaked}"
+
+
+def small_rayjob(name: str, *, entrypoint: str = "python main.py", workers: int = 0, **spec: Any) -> dict[str, Any]:
+    """A RayJob running ``entrypoint`` on a tiny cluster of its own; ``spec`` adds or replaces fields."""
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name},
+        "spec": {"entrypoint": entrypoint, "rayClusterSpec": small_cluster(name, workers=workers)["spec"], **spec},
+    }
+
+
+def status_api(p: Pipeline, path: str) -> Any:
+    """GET a path of the pipeline's status API (JSON)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{p.settings.status.http_port}{path}", timeout=5) as response:
+        return json.loads(response.read())
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 time as Kubernetes and the status API write it."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def steps(rows: Rows, field: str = "jobDeploymentStatus") -> list[tuple[str, str]]:
+    """(from, to) of the recorded transitions of one field, in order."""
+    return [(r["from_value"], r["to_value"]) for r in rows if r["field"] == field]
+
+
+def ended(state: str) -> Callable[[Rows], bool]:
+    """A history predicate: the last recorded deployment transition went to ``state``."""
+    return lambda rows: bool(steps(rows)) and steps(rows)[-1][1] == state
+
+
+def applied(verb: str, kind: str) -> Callable[[Rows], bool]:
+    """An audit predicate: a ``verb`` command on a ``kind`` (or ``dashboard``) was applied."""
+    return lambda rows: any(
+        r["verb"] == verb and r["target"].split()[0] == kind and r["outcome"] == "applied" for r in rows
+    )
+
+
+class JobDriver:
+    """One RayJob in a namespace of its own: create, patch, wait, inspect children, history and audit."""
+
+    def __init__(self, p: Pipeline, body: dict[str, Any], namespace: str) -> None:
+        self.p = p
+        self.body = body
+        self.namespace = namespace
+        self.name = str(body["metadata"]["name"])
+        body["metadata"]["namespace"] = namespace
+
+    async def _custom(self, method: str, plural: str, *args: Any) -> Any:
+        fn = getattr(self.p.custom(), method)
+        return await asyncio.to_thread(fn, GROUP, VERSION, self.namespace, plural, *args)
+
+    async def create_namespace(self) -> None:
+        namespace = client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace))
+        await asyncio.to_thread(self.p.core().create_namespace, namespace)
+
+    async def create(self, *, namespace: bool = True) -> None:
+        """Create the RayJob (and first its namespace)."""
+        if namespace:
+            await self.create_namespace()
+        await self._custom("create_namespaced_custom_object", "rayjobs", self.body)
+
+    async def create_cluster(self, body: dict[str, Any]) -> None:
+        body["metadata"]["namespace"] = self.namespace
+        await self._custom("create_namespaced_custom_object", "rayclusters", body)
+
+    async def status(self) -> dict[str, Any]:
+        obj = await self._custom("get_namespaced_custom_object", "rayjobs", self.name)
+        return dict(obj.get("status") or {})
+
+    async def patch(self, patch: dict[str, Any]) -> None:
+        await self._custom("patch_namespaced_custom_object", "rayjobs", self.name, patch)
+
+    async def delete(self) -> None:
+        await self._custom("delete_namespaced_custom_object", "rayjobs", self.name)
+
+    async def wait(
+        self, predicate: Callable[[dict[str, Any]], bool], what: str, *, timeout: float = 60
+    ) -> dict[str, Any]:
+        """The RayJob's status once ``predicate`` holds for it."""
+
+        async def probe() -> dict[str, Any] | None:
+            self.p.check()
+            status = await self.status()
+            return status if predicate(status) else None
+
+        found: dict[str, Any] | None = await eventually(probe, timeout=timeout, message=f"{self.name} never {what}")
+        assert found is not None
+        return found
+
+    async def wait_deployment(self, state: str, *, timeout: float = 60) -> dict[str, Any]:
+        return await self.wait(lambda s: s.get("jobDeploymentStatus") == state, f"reached {state}", timeout=timeout)
+
+    async def wait_gone(self, what: str = "was deleted") -> None:
+        async def gone() -> bool:
+            self.p.check()
+            return not (await self._custom("list_namespaced_custom_object", "rayjobs"))["items"]
+
+        await eventually(gone, message=f"{self.name} never {what}")
+
+    async def clusters(self) -> list[str]:
+        """Names of the RayClusters of the namespace."""
+        found = await self._custom("list_namespaced_custom_object", "rayclusters")
+        return [c["metadata"]["name"] for c in found.get("items", [])]
+
+    async def cluster(self, name: str) -> dict[str, Any] | None:
+        found = await self._custom("list_namespaced_custom_object", "rayclusters")
+        return next((c for c in found.get("items", []) if c["metadata"]["name"] == name), None)
+
+    async def wait_no_clusters(self, what: str) -> None:
+        async def none() -> bool:
+            return not await self.clusters()
+
+        await eventually(none, message=f"{self.name}: {what}")
+
+    async def submitter_jobs(self) -> list[str]:
+        """Names of the batch Jobs of the namespace."""
+        found = await asyncio.to_thread(client.BatchV1Api(self.p.api).list_namespaced_job, self.namespace)
+        return [j.metadata.name for j in found.items]
+
+    async def head_pod(self, cluster: str) -> client.V1Pod:
+        selector = f"ray.io/cluster={cluster},ray.io/node-type=head"
+        pods = await asyncio.to_thread(self.p.core().list_namespaced_pod, self.namespace, label_selector=selector)
+        assert len(pods.items) == 1, [x.metadata.name for x in pods.items]
+        return pods.items[0]
+
+    async def dashboard_post(self, service: str, path: str, body: dict[str, Any]) -> Any:
+        """POST to a Ray dashboard through kubesim's service proxy, as a user with kubectl access would."""
+        url = f"{self.p.kube.url}/api/v1/namespaces/{self.namespace}/services/{service}:dashboard/proxy{path}"
+        request = urllib.request.Request(
+            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+        )
+
+        def post() -> Any:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read())
+
+        return await asyncio.to_thread(post)
+
+    async def history(self, *, until: Callable[[Rows], bool]) -> Rows:
+        """The RayJob's recorded transitions (status API) once ``until`` holds for them (the status
+        service persists a transition a moment after the applier confirmed it)."""
+        path = f"/v1/rayjobs/{self.namespace}/{self.name}/transitions"
+        return await self._settled(path, "transitions", until, "history")
+
+    async def commands(self, *, until: Callable[[Rows], bool]) -> Rows:
+        """The RayJob's command audit trail (status API) once ``until`` holds for it."""
+        path = f"/v1/commands?kind=RayJob&namespace={self.namespace}&name={self.name}&limit=500"
+        return await self._settled(path, "items", until, "audit trail")
+
+    async def _settled(self, path: str, field: str, until: Callable[[Rows], bool], what: str) -> Rows:
+        def probe() -> Rows | None:
+            rows: Rows = status_api(self.p, path)[field]
+            return rows if until(rows) else None
+
+        async def probe_async() -> Rows | None:
+            return await asyncio.to_thread(probe)
+
+        found: Rows | None = await eventually(probe_async, message=f"{self.name}'s {what} never settled")
+        assert found is not None
+        return found
