@@ -39,8 +39,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from schema import codec, subjects
-from schema.messages import DeadLetter
-from services.runtime.bus import publish
+from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import PermanentError, RetryableError
 from services.runtime.metrics import meter
 from services.runtime.tracing import extract_context
@@ -247,23 +246,9 @@ class ResultConsumer:
 
     async def _dead_letter(self, msg: Msg, reason: str) -> None:
         meta = msg.metadata
-        letter = DeadLetter(
-            stream=subjects.RESULTS_STREAM,
-            subject=msg.subject,
-            sequence=meta.sequence.stream,
-            deliveries=meta.num_delivered,
-            error=reason[:4000],
-            payload=msg.data,
-            at=self._clock(),
-            headers=dict(msg.headers or {}),
-        )
+        letter = dead_letter_of(msg, stream=subjects.RESULTS_STREAM, error=reason, at=self._clock())
         try:
-            await publish(
-                self._js,
-                subjects.deadletter_subject(subjects.RESULTS_STREAM),
-                codec.encode(letter),
-                msg_id=f"dlq/{subjects.RESULTS_STREAM}/{meta.sequence.stream}",  # as the other services do
-            )
+            await publish_dead_letter(self._js, letter)
         except (nats.errors.Error, TimeoutError) as exc:  # left unacked: redelivered and retried later
             log.warning("dead-lettering result %d failed: %s", meta.sequence.stream, exc)
             return

@@ -45,7 +45,6 @@ from schema.messages import (
     Command,
     CommandBatch,
     CommandResult,
-    DeadLetter,
     Outcome,
     PatchStatus,
     PutServeConfig,
@@ -54,6 +53,7 @@ from schema.messages import (
     command_target,
 )
 from services.runtime.bus import publish
+from services.runtime.deadletter import dead_letter_of, destination
 from services.runtime.errors import PermanentError
 from services.runtime.tracing import current_trace_id, extract_context, tracer
 from services.watcher.aio import cancel_and_wait, raise_if_cancelling
@@ -235,21 +235,9 @@ class Applier:
 
     async def _dead_letter(self, msg: Msg, error: str) -> None:
         metadata = msg.metadata
-        letter = DeadLetter(
-            stream=subjects.COMMANDS_STREAM,
-            subject=msg.subject,
-            sequence=metadata.sequence.stream,
-            deliveries=metadata.num_delivered,
-            error=error[:2000],
-            payload=msg.data,
-            at=self._clock(),
-            headers={k: v for k, v in (msg.headers or {}).items() if k != "Nats-Msg-Id"},
-        )
-        await self._publish_retrying(
-            subjects.deadletter_subject(subjects.COMMANDS_STREAM),
-            codec.encode(letter),
-            f"dlq/{subjects.COMMANDS_STREAM}/{metadata.sequence.stream}",
-        )
+        letter = dead_letter_of(msg, stream=subjects.COMMANDS_STREAM, error=error, at=self._clock())
+        subject, msg_id = destination(letter)
+        await self._publish_retrying(subject, codec.encode(letter), msg_id)
         self.dead_letters += 1
         log.warning("dead-lettered command message %d on %s: %s", metadata.sequence.stream, msg.subject, error)
         await msg.ack()

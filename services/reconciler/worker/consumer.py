@@ -29,11 +29,11 @@ from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
 from schema.messages import BusInput, TimerTick
 from services.reconciler.worker.applied import AppliedFloor
-from services.reconciler.worker.deadletter import dead_letter
 from services.reconciler.worker.decide import decide, decision_time, min_revision
 from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.timers import TimerScheduler
 from services.runtime.bus import publish
+from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
@@ -219,7 +219,8 @@ class PartitionConsumer:
     async def _park(self, msg: Msg, reason: str) -> None:
         """Dead-letter ``msg``; if NATS is unreachable it stays unacked and comes back later."""
         try:
-            await dead_letter(self._js, msg, stream=subjects.EVENTS_STREAM, error=reason)
+            await publish_dead_letter(self._js, dead_letter_of(msg, stream=subjects.EVENTS_STREAM, error=reason))
+            await settle(msg.ack())
         except NatsError as exc:
             log.warning("partition %d: could not dead-letter (%s); it will be redelivered", self.partition, exc)
 
