@@ -35,6 +35,7 @@ from services.status import history_cli
 from tests.e2e.pipeline import Pipeline, running_pipeline, spawn_raybus
 from tests.e2e.test_pipeline import status_api
 from tests.replays.scenarios import Driver, sample, until
+from tests.unit.replay.clirun import replay_cli_async
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
@@ -247,6 +248,12 @@ async def test_missed_ticks_after_an_outage_are_created_one_per_pass_in_order(tm
         runs = await until(linked, message="the runs were not linked to their RayJobs")
         assert [r["rayjob_uid"] for r in runs] == [job["metadata"]["uid"] for job in jobs]
         assert [parse(r["scheduled_at"]) for r in runs] == ticks
+
+        # and the catch-up replays exactly (DESIGN invariant 3), under the gates it ran with
+        replay = await replay_cli_async(
+            ["RayCronJob", f"default/{cron.name}", "--nats-url", p.nats.url, "--feature-gates", "RayCronJob=true"]
+        )
+        assert replay.code == 0 and " 0 diverged" in replay.out, replay.out + replay.err
 
 
 async def test_suspend_stops_new_runs_and_leaves_existing_rayjobs_alone(tmp_path: Path, db_url: str) -> None:
