@@ -15,6 +15,10 @@ Rules, in the order keys are listed (duplicates removed):
    Pods out to every RayJob using it, and those RayJobs never read Pods).
 7. An EndpointSlice labelled ``kubernetes.io/service-name=<s>`` → the keys of Service ``<s>``
    (``index.service_keys``).
+8. Any other object created for a RayCluster ``<c>`` (rule 2 or 3 names it) → also the keys ``<c>``
+   originates from (``index.cluster_owners``), as rule 6 does by label: a RayService incremental
+   upgrade's per-cluster ``<c>-serve-svc`` is owned by ``<c>`` and carries no ``ray.io/cluster`` label,
+   yet its EndpointSlices are what the RayService counts as serve endpoints.
 
 Invariants: the result depends only on the object and the :class:`KeyIndex` given, and
 :func:`dependencies` names exactly the index entries :func:`keys_for` read, so the projection can
@@ -139,8 +143,14 @@ def keys_for(kind: str, obj: Mapping[str, Any], index: KeyIndex = EMPTY_INDEX) -
     api_version = obj.get("apiVersion")
     if own and (api_version is None or _group(api_version) == RAY_GROUP):
         found[ReconcileKey(kind=own, namespace=namespace, name=name)] = None
-    for key in origin_keys(obj):
+    origins = origin_keys(obj)
+    for key in origins:
         found[key] = None
+    if own != "RayCluster":
+        for origin in origins:
+            if origin.kind == "RayCluster":
+                for key in index.cluster_owners.get((namespace, origin.name), ()):
+                    found[key] = None
     labels = _labels(metadata)
     if own == "RayJob":
         cron = labels.get(CRONJOB_LABEL)
@@ -183,6 +193,10 @@ def dependencies(kind: str, obj: Mapping[str, Any]) -> tuple[Ref, ...]:
         cluster = labels.get(CLUSTER_LABEL)
         if isinstance(cluster, str) and cluster:
             refs.append(("cluster", namespace, cluster))
+        for origin in origin_keys(obj):
+            ref: Ref = ("cluster", namespace, origin.name)
+            if origin.kind == "RayCluster" and ref not in refs:
+                refs.append(ref)
     if kind == "EndpointSlice":
         service = labels.get(SERVICE_NAME_LABEL)
         if isinstance(service, str) and service:

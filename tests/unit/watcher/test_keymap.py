@@ -150,6 +150,27 @@ INDEX = KeyIndex(
             id="service-originated-from-a-raycluster",
         ),
         pytest.param(
+            "Service",
+            obj(
+                "Service",
+                "rs-xyz12-serve-svc",
+                labels={"ray.io/originated-from-crd": "RayService", "ray.io/originated-from-cr-name": "rs-xyz12"},
+                owners=[owner("RayCluster", "rs-xyz12")],
+            ),
+            [key("RayCluster", "rs-xyz12"), key("RayService", "rs-xyz12"), key("RayService", "rs")],
+            id="per-cluster-serve-service-of-an-incremental-upgrade-reaches-the-rayservice",
+        ),
+        pytest.param(
+            "Service",
+            obj(
+                "Service",
+                "rj-abcde-serve-svc",
+                labels={"ray.io/originated-from-crd": "RayCluster", "ray.io/originated-from-cr-name": "rj-abcde"},
+            ),
+            [key("RayCluster", "rj-abcde"), key("RayJob", "rj")],
+            id="object-originated-from-a-cluster-reaches-its-owners",
+        ),
+        pytest.param(
             "Job",
             obj("Job", "rj", labels={**ORIGIN_RJ, "app.kubernetes.io/created-by": "kuberay-operator"}),
             [key("RayJob", "rj")],
@@ -227,6 +248,24 @@ def test_keys_for_defaults_to_an_empty_index() -> None:
             obj("EndpointSlice", "s", labels={"kubernetes.io/service-name": "svc"}),
             [("service", NS, "svc")],
             id="slice",
+        ),
+        pytest.param(
+            "Service",
+            obj("Service", "c1-serve-svc", owners=[owner("RayCluster", "c1")], labels={"ray.io/cluster": "c1"}),
+            [("cluster", NS, "c1")],
+            id="owned-by-a-cluster-once",
+        ),
+        pytest.param(
+            "Service",
+            obj("Service", "c2-serve-svc", owners=[owner("RayCluster", "c2")]),
+            [("cluster", NS, "c2")],
+            id="owned-by-a-cluster",
+        ),
+        pytest.param(
+            "RayCluster",
+            obj("RayCluster", "c3", owners=[owner("RayService", "rs")]),
+            [("cluster", NS, "c3")],
+            id="cluster-owned-by-a-rayservice",
         ),
         pytest.param("Pod", obj("Pod", "p"), [], id="nothing"),
         pytest.param("Pod", obj("Pod", "p", namespace=None), [], id="cluster-scoped"),
