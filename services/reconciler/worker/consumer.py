@@ -93,6 +93,7 @@ class PartitionConsumer:
         lease_valid: Callable[[], bool],
         inflight: InFlight,
         applied: AppliedFloor,
+        coalesce_window: float = 0.0,
     ) -> None:
         self.partition = partition
         self._js = js
@@ -104,6 +105,7 @@ class PartitionConsumer:
         self._lease_valid = lease_valid
         self._inflight = inflight
         self._applied = applied
+        self._coalesce_window = coalesce_window
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
 
@@ -125,6 +127,7 @@ class PartitionConsumer:
                     continue
                 try:
                     msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT)
+                    msgs += await self._linger(sub, FETCH_BATCH - len(msgs))
                 except TimeoutError:  # nats-py raises its own subclass or the builtin
                     continue
                 except NatsError as exc:  # disconnected, server restarting: nats-py reconnects
@@ -140,6 +143,18 @@ class PartitionConsumer:
                 self._inflight.prune(await self._applied.get())
         finally:
             await sub.unsubscribe()
+
+    async def _linger(self, sub: JetStreamContext.PullSubscription, room: int) -> list[Msg]:
+        """After a fetch, wait ``coalesce_window`` and take what arrived meanwhile (kopf's batch
+        window): a burst of events of one key (a Pod going Pending → Running → Ready) then becomes one
+        reconcile instead of one per event, at the price of that much latency."""
+        if self._coalesce_window <= 0 or room <= 0:
+            return []
+        await asyncio.sleep(self._coalesce_window)
+        try:
+            return list(await sub.fetch(room, timeout=0.01))
+        except TimeoutError:
+            return []
 
     async def process(self, msgs: list[Msg]) -> None:
         """Decode, group by key, and reconcile each key once."""

@@ -84,6 +84,7 @@ async def run_reconciler(
                     grace=settings.partitions.inflight_grace, max_age=settings.partitions.inflight_max_age
                 ),
                 applied=applied,
+                coalesce_window=settings.partitions.coalesce_window,
             )
             task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
             task.add_done_callback(on_done)
