@@ -17,6 +17,9 @@ Invariants: pure and deterministic (the cluster name and job id come from ``name
 RayJob uid, the attempt counters and the generation); at most one PatchStatus per pass, carrying the
 RayJob's resourceVersion and the Transitions of the pass.
 
+Deviation: a SidecarMode RayJob whose submitter container ended before its RayCluster was seen ``ready``
+leaves Initializing anyway (see ``_initializing``); KubeRay would wait there forever.
+
 Not here: the Running state's checks (``running``), cleanup after the end (``cleanup``), builders
 (``cluster``, ``submitter``), validation (``validation``), status write rule (``status``).
 """
@@ -210,9 +213,14 @@ def _initializing(job: Pass) -> None:
     if not status.get("dashboardURL"):
         cluster_status = mapping(cluster.get("status"))
         if cluster_status.get("state") != "ready":
-            status.set("rayClusterStatus", dict(cluster_status))
-            job.rule("5.2/wait-cluster-ready")
-            return
+            if not running.sidecar_submitter_terminated(job):
+                status.set("rayClusterStatus", dict(cluster_status))
+                job.rule("5.2/wait-cluster-ready")
+                return
+            # Deviation: KubeRay waits for `ready` here forever once the SidecarMode submitter ended
+            # before the cluster was seen ready (the head pod is never Ready again). Its job was
+            # submitted on a working head, so Running's submitter and job checks decide instead.
+            job.rule("5.2/sidecar-ended-before-cluster-ready")
         url = dashboard_url(
             job.snapshot,
             namespace=job.ref.namespace,

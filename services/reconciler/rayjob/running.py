@@ -202,6 +202,15 @@ def _check_submitter(job: Pass) -> tuple[bool, datetime | None] | None:
     return True, finished_at
 
 
+def sidecar_submitter_terminated(job: Pass) -> bool:
+    """SidecarMode only: the head pod's ``ray-job-submitter`` container has terminated (any exit code)."""
+    if job.spec.submission_mode != SIDECAR_MODE:
+        return False
+    pod = head_pod(job.snapshot, job.status.get("rayClusterName"))
+    container = _submitter_container_status(pod) if pod is not None else {}
+    return bool(mapping(mapping(container.get("state")).get("terminated")))
+
+
 def _submitter_container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     statuses = mapping(pod.get("status")).get("containerStatuses")
     if isinstance(statuses, list):

@@ -295,6 +295,44 @@ def test_sidecar_mode() -> None:
     assert status_of(world)["jobDeploymentStatus"] == "Complete"
 
 
+def test_sidecar_submitter_ending_before_the_cluster_was_seen_ready() -> None:
+    """Deviation: the sidecar ran its job to the end before the RayCluster was ever seen ``ready`` (a
+    terminated container keeps the head pod unready for good). KubeRay would wait in Initializing
+    forever; raybus goes on to Running, whose submitter and job checks decide."""
+    world = World()
+    world.add(rayjob("rj", finalizer=False, submissionMode="SidecarMode"))
+    step(world)
+    step(world)
+    status = status_of(world)
+    cluster, job_id = status["rayClusterName"], status["jobId"]
+    step(world)
+    make_cluster_ready(world, cluster)
+    world.set_status("RayCluster", cluster, {"state": None})  # the head pod was never seen Ready
+    assert "5.2/wait-cluster-ready" in step(world).rules
+    terminate_sidecar(world, cluster, exit_code=0, reason="Completed")
+    decision = step(world)
+    assert "5.2/sidecar-ended-before-cluster-ready" in decision.rules
+    status = status_of(world)
+    assert status["jobDeploymentStatus"] == "Running"
+    assert status["dashboardURL"] == f"{cluster}-head-svc.default.svc.cluster.local:8265"
+    world.observations[job_id] = job_info(job_id, "SUCCEEDED", end_ms=1714564900000)
+    step(world)
+    assert (status_of(world)["jobDeploymentStatus"], status_of(world)["jobStatus"]) == ("Complete", "SUCCEEDED")
+
+
+def test_a_running_sidecar_does_not_skip_the_wait_for_a_ready_cluster() -> None:
+    world = World()
+    world.add(rayjob("rj", finalizer=False, submissionMode="SidecarMode"))
+    step(world)
+    step(world)
+    cluster = status_of(world)["rayClusterName"]
+    step(world)
+    make_cluster_ready(world, cluster)
+    world.set_status("RayCluster", cluster, {"state": None})
+    assert "5.2/wait-cluster-ready" in step(world).rules
+    assert status_of(world)["jobDeploymentStatus"] == "Initializing"
+
+
 def test_sidecar_submitter_failure() -> None:
     world = World()
     cluster, _ = start_to_running(world, submissionMode="SidecarMode")
