@@ -35,7 +35,14 @@ from schema.config import RAYBUS_VERSION, OperatorConfig
 from schema.keys import ReconcileKey
 from schema.messages import SCHEMA_VERSION
 from services.reconciler.worker.decide import LOGIC_VERSION
-from services.replay.history import HistoryWindow, KeyHistory, KvSeedEntry, RecordedDecision, RecordedInput
+from services.replay.history import (
+    HistoryWindow,
+    KeyHistory,
+    KvSeedEntry,
+    RecordedDecision,
+    RecordedInput,
+    collector_paused,
+)
 from services.runtime.errors import PermanentError
 
 FORMAT: Final = "raybus-replay-history"
@@ -140,6 +147,11 @@ def loads(data: bytes, *, where: str = "history") -> HistoryFile:
     Raises:
         PermanentError: not a history file, a newer format, or a malformed one.
     """
+    with collector_paused():
+        return _loads(data, where)
+
+
+def _loads(data: bytes, where: str) -> HistoryFile:
     stripped = data.lstrip()
     try:
         if stripped.startswith(b"{"):

@@ -13,6 +13,9 @@ Not here: reading (``source``), the file format (``archive``), the snapshot rebu
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -128,3 +131,21 @@ def incarnations(history: KeyHistory) -> tuple[str, ...]:
             if uid:
                 seen[uid] = None
     return tuple(seen)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a long history is decoded or replayed.
+
+    Both build millions of containers that stay alive (the history, the steps with their decisions), and
+    every generation-2 pass walks all of them: measured on a 10,000-input history, decoding went from 13.9
+    to 3.1 s and replaying from 2.3-3.5 to 1.2 s. Neither creates reference cycles worth collecting
+    meanwhile; the previous state is restored on exit.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -23,7 +23,7 @@ Not here: I/O of any kind (``source``, ``archive``, ``cli``), printing (``render
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -33,11 +33,11 @@ import msgspec
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import CommandBatch
+from schema.messages import Command, CommandBatch
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.decide import LOGIC_VERSION, decide
 from services.replay.compare import command_diff, describe, split_withheld, wake_diff
-from services.replay.history import HistoryWindow, KeyHistory, RecordedInput, incarnations
+from services.replay.history import HistoryWindow, KeyHistory, RecordedInput, collector_paused, incarnations
 from services.replay.rebuild import SnapshotTimeline
 from services.runtime.errors import ReplayDivergence
 
@@ -215,8 +215,11 @@ class Replayer:
         if replayed is None:
             diff = [f"! reconcile raised {error}", *(f"- {describe(c)}" for c in batch.commands)]
         else:
-            kept, withheld_now, lacking = split_withheld(replayed.commands, batch.commands, batch.suppressed)
-            withheld = tuple(c.id for c in withheld_now)
+            kept: Sequence[Command] = replayed.commands
+            lacking: list[str] = []
+            if batch.suppressed:
+                kept, withheld_now, lacking = split_withheld(replayed.commands, batch.commands, batch.suppressed)
+                withheld = tuple(c.id for c in withheld_now)
             diff = command_diff(batch.commands, kept)
             diff += [f"- withheld command {i} (recorded as in flight, not decided now)" for i in lacking]
             diff += wake_diff(batch.wake_at, replayed.wake_at)
@@ -254,13 +257,14 @@ class Replayer:
         steps: list[ReplayStep] = []
         divergences: list[ReplayDivergence] = []
         timeline = SnapshotTimeline(history)
-        for step in self.iter_steps(history, timeline=timeline):
-            steps.append(step)
-            if step.diverged:
-                divergence = _divergence(history.key, step)
-                if raise_on_divergence:
-                    raise divergence
-                divergences.append(divergence)
+        with collector_paused():
+            for step in self.iter_steps(history, timeline=timeline):
+                steps.append(step)
+                if step.diverged:
+                    divergence = _divergence(history.key, step)
+                    if raise_on_divergence:
+                        raise divergence
+                    divergences.append(divergence)
         consumed = {seq for recorded in history.decisions for seq in recorded.batch.inputs}
         return ReplayResult(
             key=history.key,
