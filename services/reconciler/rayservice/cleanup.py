@@ -17,7 +17,7 @@ Not here: the finalizer (``reconcile``), suspend conditions (``suspend``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from services.reconciler.rayjob.times import format_time, parse_time
@@ -36,6 +36,12 @@ def delete_cluster(job: Pass, cluster: Mapping[str, Any], *, reason: str) -> Non
     job.delete("RayCluster", cluster, propagation="Background")
     job.emit("Normal", reason="DeletedRayCluster", message=f"Deleted the RayCluster {job.ref.namespace}/{name}")
     job.status.step("clusterDeleted", from_value=name, to_value="", reason=reason, message=f"RayCluster {name} deleted")
+
+
+def _ceil_seconds(moment: datetime) -> datetime:
+    """``moment`` rounded up to a whole second."""
+    whole = moment.replace(microsecond=0)
+    return whole if whole == moment else whole + timedelta(seconds=1)
 
 
 def cleanup_dangling(job: Pass, clusters: list[dict[str, Any]]) -> bool:
@@ -73,7 +79,8 @@ def cleanup_dangling(job: Pass, clusters: list[dict[str, Any]]) -> bool:
             continue
         deadline = parse_time(annotations.get(names.ANN_DELETE_AFTER))
         if deadline is None:
-            deadline = job.now + timedelta(seconds=delay)
+            # The annotation holds whole seconds: round up, so the delay is never cut short.
+            deadline = _ceil_seconds(job.now + timedelta(seconds=delay))
             job.patch(
                 "RayCluster",
                 cluster,

@@ -17,7 +17,9 @@ from services.reconciler.raycluster import pods
 from services.reconciler.raycluster.model import creator_crd, decode_view
 from services.reconciler.rayservice import reconcile
 from tests.unit.rayservice.builders import SERVE_CONFIG, cluster_config, load_sample, rayservice
-from tests.unit.rayservice.sim import World, stamp
+from tests.unit.rayservice.sim import NOW, World, stamp
+
+NOW_SUBSECOND = NOW + timedelta(milliseconds=700)
 
 
 def active_name(world: World, name: str = "rs") -> str:
@@ -198,6 +200,24 @@ def test_deletion_delay_survives_a_restart_and_a_replay() -> None:
     assert decision.wake_at == world.now + timedelta(seconds=50)
     assert not any(isinstance(c, PatchObject) and c.target.name == old for c in decision.commands)
     assert world.get("RayCluster", old)["metadata"]["annotations"]["raybus.io/delete-after"] == scheduled  # type: ignore[index]
+
+
+def test_deletion_delay_is_never_cut_short_by_whole_second_timestamps() -> None:
+    world = World(now=NOW_SUBSECOND)
+    world.add(rayservice(rayClusterDeletionDelaySeconds=2))
+    world.settle("rs")
+    old = active_name(world)
+    edit_spec(world, "rs", lambda s: s["rayClusterConfig"]["workerGroupSpecs"][0].update(groupName="other"))
+    decision = world.settle("rs")
+    scheduled = world.get("RayCluster", old)["metadata"]["annotations"]["raybus.io/delete-after"]  # type: ignore[index]
+    assert scheduled == "2024-05-01T12:00:03Z"  # 12:00:00.7 + 2 s, rounded up
+    assert decision.wake_at == NOW_SUBSECOND.replace(microsecond=0) + timedelta(seconds=3)
+    world.advance_to(NOW_SUBSECOND + timedelta(seconds=2))  # 12:00:02.7: the delay has not passed
+    world.settle("rs")
+    assert world.get("RayCluster", old) is not None
+    world.advance_to(decision.wake_at)
+    world.settle("rs")
+    assert world.get("RayCluster", old) is None
 
 
 def test_serve_config_only_change_goes_to_the_active_cluster() -> None:
