@@ -3,7 +3,7 @@
 Usage::
 
     raybus replay KIND NAMESPACE/NAME [--uid UID] [--since TIME] [--until TIME] [--nats-url URL]
-                  [--step N | --at TIME] [--divergences-only] [--fail-fast]
+                  [--step N | --at TIME | --batch-seq SEQ] [--divergences-only] [--fail-fast]
     raybus replay --from-file FILE [same options]
     raybus replay --all [--since 24h] [--until TIME] [--fail-fast]
     raybus replay export KIND NAMESPACE/NAME -o FILE [--format json|yaml]
@@ -119,6 +119,9 @@ def replay_parser() -> argparse.ArgumentParser:
     show = parser.add_mutually_exclusive_group()
     show.add_argument("--step", type=int, help="show step N in full (snapshot, decision, rules)")
     show.add_argument("--at", help="show in full the last step at or before TIME")
+    show.add_argument(
+        "--batch-seq", type=int, help="show in full the step of the batch stored at this RAYBUS_COMMANDS sequence"
+    )
     parser.add_argument("--divergences-only", action="store_true", help="print only steps that do not match")
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first divergence")
     parser.add_argument(
@@ -223,6 +226,11 @@ async def _with_nats(
 
 
 def _pick_step(steps: Sequence[ReplayStep], args: argparse.Namespace, now: datetime) -> ReplayStep:
+    if args.batch_seq is not None:
+        for step in steps:
+            if step.batch_seq == args.batch_seq:
+                return step
+        raise PermanentError(f"no recorded decision at commands-stream sequence {args.batch_seq}")
     if args.step is not None:
         for step in steps:
             if step.index == args.step:
@@ -246,8 +254,8 @@ def run_replay(args: argparse.Namespace, io: Environment) -> int:
     since = parse_time(args.since, now=io.now) if args.since else None
     until = parse_time(args.until, now=io.now) if args.until else None
     if args.all:
-        if args.kind or args.from_file or args.step is not None or args.at:
-            raise PermanentError("--all takes no KIND NAME, --from-file, --step or --at")
+        if args.kind or args.from_file or args.step is not None or args.at or args.batch_seq is not None:
+            raise PermanentError("--all takes no KIND NAME, --from-file, --step, --at or --batch-seq")
         since = since or io.now - timedelta(hours=24)
         config = current_config(args, io.env)
         histories = asyncio.run(_with_nats(args, io.env, None, since))
@@ -278,7 +286,7 @@ def run_replay(args: argparse.Namespace, io: Environment) -> int:
     if not history.decisions:
         io.err.write(f"raybus replay: no recorded decision for {history.key} ({len(history.inputs)} input(s))\n")
         return EXIT_ERROR
-    detail = args.step is not None or args.at is not None
+    detail = args.step is not None or args.at is not None or args.batch_seq is not None
     replayer = io.replayer(config, StepFilter(uid=args.uid, since=since, until=until), keep_snapshots=detail)
     if detail:
         steps = list(replayer.iter_steps(history))

@@ -115,6 +115,16 @@ def test_step_shows_snapshot_decision_and_rules() -> None:
     assert "recorded decision: the same" in run.out
 
 
+def test_batch_seq_picks_the_step_of_a_stored_batch() -> None:
+    """What ``raybus history`` can point at: a transition's result carries its batch's sequence."""
+    path = REPLAYS / "raycluster-sample-lifecycle.json"
+    decisions = load(path).decisions
+    run = replay_cli(["--from-file", str(path), "--batch-seq", str(decisions[6].seq)])
+    assert run.code == 0 and run.out.startswith(f"step 7 of {len(decisions)}")
+    missing = replay_cli(["--from-file", str(path), "--batch-seq", "999999"])
+    assert missing.code == 2 and "no recorded decision at commands-stream sequence 999999" in missing.err
+
+
 def test_at_picks_the_last_step_at_or_before_a_time() -> None:
     path = REPLAYS / "raycluster-sample-lifecycle.json"
     decisions = load(path).decisions
