@@ -95,7 +95,8 @@ class Driver:
         await self.call("patch_namespaced_custom_object", self.name, patch)
 
     async def scale(self, replicas: int) -> None:
-        group = {**self.body["spec"]["workerGroupSpecs"][0], "replicas": replicas, "minReplicas": 0}
+        group = dict(self.body["spec"]["workerGroupSpecs"][0])
+        group.update(replicas=replicas, minReplicas=0, maxReplicas=max(replicas, int(group.get("maxReplicas", 0))))
         await self.patch({"spec": {"workerGroupSpecs": [group]}})
 
     async def wait_ready(self, workers: int) -> None:
