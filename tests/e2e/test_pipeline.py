@@ -114,3 +114,35 @@ async def test_scale_up_down_and_delete_cascades(tmp_path: Path, db_url: str) ->
             return not pods and not services.items
 
         await eventually(all_gone, timeout=60, message="children were not garbage-collected")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_repeated_scaling_and_suspend_resume_converge(tmp_path: Path, db_url: str) -> None:
+    """Deterministic pod names make the re-created pods' commands identical to earlier ones; withholding
+    identical in-flight commands must never leave a cluster short of pods."""
+    from tests.e2e.clusters import small_cluster
+
+    async with running_pipeline(tmp_path, db_url=db_url) as p:
+        body = small_cluster("again", workers=0)
+        await asyncio.to_thread(apply_cluster, p, body)
+        group = body["spec"]["workerGroupSpecs"][0]
+
+        async def live_workers(n: int) -> bool:
+            p.check()
+            pods = await asyncio.to_thread(pods_of, p, "again", "default", "worker")
+            return len(pods) == n and all(x.status.phase == "Running" for x in pods)
+
+        async def patch(spec: dict[str, Any]) -> None:
+            await asyncio.to_thread(
+                p.custom().patch_namespaced_custom_object, GROUP, VERSION, "default", PLURAL, "again", {"spec": spec}
+            )
+
+        for replicas in (3, 0, 3, 0, 3):
+            await patch({"workerGroupSpecs": [{**group, "replicas": replicas}]})
+            await eventually(
+                lambda r=replicas: live_workers(r), timeout=60, message=f"never reached {replicas} workers"
+            )
+        await patch({"suspend": True})
+        await eventually(lambda: asyncio.to_thread(lambda: not pods_of(p, "again")), timeout=60)
+        await patch({"suspend": False})
+        await eventually(lambda: live_workers(3), timeout=60, message="workers not re-created after resume")

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 import msgspec
 from nats.aio.msg import Msg
@@ -211,8 +212,15 @@ class PartitionConsumer:
                 self._inflight.published(key, ack.seq)
                 if any(isinstance(message, TimerTick) for message in inputs):
                     self._timers.forget(key)
-                if outcome.decision.wake_at is not None:
-                    await self._timers.schedule(key, outcome.decision.wake_at)
+                wake_at = outcome.decision.wake_at
+                if batch.suppressed:
+                    # A withheld command may be needed after all (its twin was a no-op, e.g. an
+                    # AlreadyExists on a Pod still terminating): look again when the memory expires,
+                    # whether or not another event comes. The batch keeps reconcile's own wake_at.
+                    retry = now + timedelta(seconds=self._inflight.grace + 1.0)
+                    wake_at = retry if wake_at is None else min(wake_at, retry)
+                if wake_at is not None:
+                    await self._timers.schedule(key, wake_at)
             except Exception as exc:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))

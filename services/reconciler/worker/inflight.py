@@ -68,6 +68,11 @@ class InFlight:
         self._sent: dict[ReconcileKey, dict[str, _Sent]] = {}
         self._pending: dict[ReconcileKey, list[str]] = {}
 
+    @property
+    def grace(self) -> float:
+        """Seconds a command stays in flight after it was applied."""
+        return self._grace
+
     def filter(self, batch: CommandBatch, *, applied_floor: int) -> CommandBatch:
         """``batch`` without the commands identical to ones of its key still in flight.
 
