@@ -34,8 +34,10 @@ class RayCronJobSpec(RayStruct, frozen=True, kw_only=True):
         crd_default("Allow"),
         Meta(
             description=(
-                "raybus extension. Allow: start a RayJob at every tick; Forbid: skip a tick while one is "
-                "still running; Replace: delete the running one and start the new one."
+                "raybus extension, as in Kubernetes CronJob. Allow: start a RayJob at every tick (missed "
+                "ticks are caught up one by one); Forbid: start none while one is still running (the most "
+                "recent due tick starts once it finishes); Replace: delete the running one and start the new "
+                "one. Forbid and Replace start only the most recent of several missed ticks."
             )
         ),
     ] = "Allow"
