@@ -1,7 +1,7 @@
 """``raybus replay`` benchmark: inputs (events) replayed per second over a long recorded history.
 
 The history is recorded from a real pipeline run (nats-server, kubesim, watcher, reconciler, status in
-one process; in-flight withholding off, see ``tests/replays/scenarios.without_withholding``): one
+one process): one
 RayCluster of the sample scaled 0 → ``--workers`` → 0 over and over until its key has at least
 ``--events`` inputs, then deleted; it is exported (``raybus replay export``'s format) to ``--history``
 and reused by later runs (``--rerecord`` to record again).
@@ -56,8 +56,7 @@ async def record(path: Path, *, events: int, workers: int) -> None:
     from tests.replays import scenarios
 
     with tempfile.TemporaryDirectory() as tmp:
-        # Withholding off: scaling back up re-creates Pods of the same names (see without_withholding).
-        async with running_pipeline(Path(tmp), settings_hook=scenarios.without_withholding) as p:
+        async with running_pipeline(Path(tmp)) as p:
             cluster = scenarios.Driver(p, scenarios.sample("ray-cluster.sample.yaml", name="bench-churn"))
             await cluster.create()
             await cluster.wait_ready(1)

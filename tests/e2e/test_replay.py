@@ -36,8 +36,8 @@ def assert_deterministic(history: KeyHistory) -> None:
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_lifecycle_replays_live_and_from_an_export(tmp_path: Path, db_url: str) -> None:
-    """Apply, scale, suspend, resume, scale down, delete (withholding off: see scenarios.without_withholding)."""
-    async with running_pipeline(tmp_path, db_url=db_url, settings_hook=scenarios.without_withholding) as p:
+    """Apply, scale, suspend, resume, scale down, delete."""
+    async with running_pipeline(tmp_path, db_url=db_url) as p:
         key = await scenarios.lifecycle(p)
         history = await scenarios.settled_history(p, key)
         url = p.nats.url

@@ -1,8 +1,7 @@
 """Record the golden histories of this folder from real pipeline runs (kubesim + NATS + services).
 
 Run: ``.venv/bin/python -m tests.replays.record [DIR]`` (about 30 s). It runs the scenarios of
-``scenarios.py`` in two pipelines (default settings; in-flight withholding off for suspend/resume, see
-``scenarios.without_withholding``) and writes one export file per key, in ``raybus replay export``'s
+``scenarios.py`` in a pipeline with default settings and writes one export file per key, in ``raybus replay export``'s
 format. Files of one pipeline share its KV revisions, in recording order (the component tests put them
 back on a bus at those revisions). Re-record only when a scenario changes; a reconcile change that
 alters recorded commands must bump ``LOGIC_VERSION`` and be gated, never be "fixed" by re-recording
@@ -59,16 +58,14 @@ DEFAULT_SETTINGS: tuple[Recording, ...] = (
         "RayService sample: pending cluster up to a running head (no serve observations yet), deleted",
         scenarios.rayservice,
     ),
-)
-WITHOUT_WITHHOLDING: tuple[Recording, ...] = (
     Recording(
         "raycluster-sample-lifecycle",
-        "sample: apply (1 worker), scale to 3, suspend, resume, scale to 1, delete; withholding off",
+        "sample: apply (1 worker), scale to 3, suspend, resume, scale to 1, delete",
         scenarios.lifecycle,
     ),
     Recording(
         "raycluster-autoscaler-lifecycle",
-        "autoscaler sample (0 workers): scale to 3, suspend, resume, delete; withholding off",
+        "autoscaler sample (0 workers): scale to 3, suspend, resume, delete",
         lambda p: scenarios.lifecycle(
             p, name="replay-autoscaler", file_name="ray-cluster.autoscaler.yaml", scale_down=False
         ),
@@ -107,7 +104,6 @@ async def record(out_dir: Path) -> list[Path]:
     """Every recording, in its pipeline."""
     return [
         *await record_in_pipeline(out_dir, DEFAULT_SETTINGS, None),
-        *await record_in_pipeline(out_dir, WITHOUT_WITHHOLDING, scenarios.without_withholding),
     ]
 
 

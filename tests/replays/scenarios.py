@@ -7,14 +7,12 @@ folder). Each scenario returns the reconcile key it drove and leaves it deleted,
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from schema.keys import KeyKind, ReconcileKey
 from services.replay.history import KeyHistory
 from services.replay.source import read_history
-from services.runtime.settings import RaybusSettings
 from tests.e2e.pipeline import Pipeline, load_yaml_docs
 from tests.helpers import eventually, samples_dir
 
@@ -157,8 +155,6 @@ async def lifecycle(
 ) -> ReconcileKey:
     """Apply a sample, scale to 3, suspend, resume, scale to 1 (unless ``scale_down`` is off), delete.
 
-    Run it in a pipeline started with :func:`without_withholding` (see there why).
-
     With in-tree autoscaling KubeRay never picks pods to remove itself (the autoscaler names them in
     ``workersToDelete``), so the autoscaler sample skips the scale-down.
     """
@@ -189,18 +185,6 @@ async def scaling(p: Pipeline, *, name: str = "replay-scaling") -> ReconcileKey:
         await cluster.wait_ready(replicas)
     await cluster.delete()
     return cluster.key
-
-
-def without_withholding(settings: RaybusSettings) -> RaybusSettings:
-    """Pipeline settings with the worker's in-flight withholding off (``inflight_max_age=0``).
-
-    TODO(issue 8): needed for suspend/resume only. With withholding on, a resumed cluster's worker
-    Pods (same deterministic names and bodies as before the suspend) are withheld as "in flight"
-    and the decision that withholds them asks for its next wake-up in 300 s, so the cluster stays
-    without workers (`raybus replay` of such a run shows it: every step after the resume lists the
-    creates as "withheld: in flight"). Drop this once the worker retries withheld commands sooner.
-    """
-    return dataclasses.replace(settings, partitions=dataclasses.replace(settings.partitions, inflight_max_age=0.0))
 
 
 async def rayjob(p: Pipeline, *, name: str = "replay-rayjob") -> ReconcileKey:
