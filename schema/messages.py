@@ -185,10 +185,16 @@ class StopRayJob(_Command, tag="stop_ray_job", frozen=True, kw_only=True):
 
 
 class PutServeConfig(_Command, tag="put_serve_config", frozen=True, kw_only=True):
-    """PUT /api/serve/applications/ with a Serve config (already JSON, not YAML)."""
+    """PUT /api/serve/applications/ with a Serve config (already JSON, not YAML).
+
+    ``record``, when set, is applied right after the PUT and only if the dashboard accepted it: the
+    durable record of what the cluster was given (KubeRay updates its in-memory serve-config cache only
+    after a successful submission, so a failed PUT is retried on the next pass).
+    """
 
     dashboard: DashboardRef
     config: dict[str, Any]
+    record: PatchObject | None = None
 
 
 Command = (

@@ -305,7 +305,7 @@ class Applier:
         """Apply one command; every failure becomes an outcome (only cancellation propagates)."""
         try:
             if isinstance(command, SubmitRayJob | StopRayJob | PutServeConfig):
-                return await self._apply_dashboard(command)
+                return await self._apply_dashboard(command, msg)
             return await self._apply_api(command, msg)
         except PermanentError as exc:
             return Applied(outcome="failed", error=str(exc))
@@ -342,11 +342,20 @@ class Applier:
                 resource_version = _head_decoder.decode(response.data).metadata.resourceVersion if response.data else ""
             return Applied(outcome="applied", status_code=response.status, resource_version=resource_version)
 
-    async def _apply_dashboard(self, command: SubmitRayJob | StopRayJob | PutServeConfig) -> Applied:
+    async def _apply_dashboard(
+        self, command: SubmitRayJob | StopRayJob | PutServeConfig, msg: Msg | None = None
+    ) -> Applied:
         if self._dashboard is None:
             raise PermanentError("no dashboard client configured")
         result: DashboardOutcome = await self._dashboard.apply(command)
-        return Applied(outcome=result.outcome, status_code=result.status_code, error=result.error)
+        applied = Applied(outcome=result.outcome, status_code=result.status_code, error=result.error)
+        if isinstance(command, PutServeConfig) and command.record is not None and result.outcome != "failed":
+            # The record says "the cluster has this config": written only once that is true.
+            recorded = await self._apply_api(command.record, msg)
+            if recorded.outcome == "failed":
+                error = f"the serve config was applied, recording it failed: {recorded.error}"
+                return Applied(outcome="failed", status_code=recorded.status_code, error=error[:1000])
+        return applied
 
     async def _publish_retrying(self, subject: str, payload: bytes, msg_id: str) -> None:
         failures = 0

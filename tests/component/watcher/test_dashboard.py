@@ -18,7 +18,15 @@ from kubernetes import client
 from schema import codec, subjects
 from schema.decision import OBS_RAY_JOB
 from schema.keys import ReconcileKey
-from schema.messages import CommandBatch, DashboardRef, PutServeConfig, StopRayJob, SubmitRayJob
+from schema.messages import (
+    CommandBatch,
+    DashboardRef,
+    ObjectRef,
+    PatchObject,
+    PutServeConfig,
+    StopRayJob,
+    SubmitRayJob,
+)
 from services.runtime.bus import publish
 from services.watcher.applier import Applier
 from services.watcher.dashboard import DashboardClient, PodEndpoint
@@ -141,12 +149,18 @@ async def test_dashboard_commands_through_the_proxy_with_token_auth(
         no_token = DashboardRef(namespace=ns, service="c1-head-svc", port=8265, cluster="c1")
         job = {"entrypoint": "KUBESIM_RUN_SECONDS=inf python job.py", "submission_id": "j1"}
         serve = {"applications": [{"name": "app", "import_path": "m:app", "route_prefix": "/"}]}
+        svc = ObjectRef(api_version="v1", kind="Service", namespace=ns, name="c1-head-svc")
+
+        def record(value: str) -> PatchObject:
+            return PatchObject(target=svc, patch={"metadata": {"annotations": {f"test/{value}": value}}})
+
         commands = (
             SubmitRayJob(id="submit", dashboard=ref, request=job),
             SubmitRayJob(id="submit-again", dashboard=ref, request=job),
             StopRayJob(id="stop", dashboard=ref, job_id="j1"),
             StopRayJob(id="stop-unknown", dashboard=ref, job_id="nope"),
-            PutServeConfig(id="serve", dashboard=ref, config=serve),
+            PutServeConfig(id="serve", dashboard=ref, config=serve, record=record("recorded")),
+            PutServeConfig(id="serve-refused", dashboard=ref, config={"applications": "x"}, record=record("nope")),
             SubmitRayJob(id="no-token", dashboard=no_token, request={**job, "submission_id": "j2"}),
         )
         key = ReconcileKey(kind="RayJob", namespace=ns, name="rj")
@@ -166,6 +180,7 @@ async def test_dashboard_commands_through_the_proxy_with_token_auth(
             stop.set()
             await task
             answer = await dashboard.request(ref, "GET", "/api/jobs/j1")
+            head_svc = await in_thread(client.CoreV1Api(kube.api_client).read_namespaced_service, "c1-head-svc", ns)
         finally:
             await dashboard.close()
 
@@ -176,9 +191,12 @@ async def test_dashboard_commands_through_the_proxy_with_token_auth(
         "stop": ("applied", 200),
         "stop-unknown": ("already_done", 404),
         "serve": ("applied", 200),
+        "serve-refused": ("failed", 400),
         "no-token": ("failed", 401),
     }
     assert answer.json() is not None and answer.json()["status"] in ("STOPPED", "RUNNING")  # type: ignore[index]
+    # a PUT's record is patched only after the dashboard accepted the PUT
+    assert head_svc.metadata.annotations == {"test/recorded": "recorded"}
     everything = msgspec.json.encode(results).decode() + caplog.text
     assert TOKEN not in everything
     assert base64.b64encode(TOKEN.encode()).decode() not in everything
