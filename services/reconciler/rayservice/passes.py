@@ -7,8 +7,8 @@ it into a frozen :class:`Decision` whose ``wake_at`` is the earliest real deadli
 
 Invariants: ``wake_at`` is strictly after ``now`` (or None); at most one PutServeConfig per cluster per
 pass (a later one, e.g. a target_capacity step right after a submission, replaces the earlier one in
-place, so the dashboard ends in the same state as after KubeRay's two PUTs); command ids are left empty
-for the worker to fill with content digests (as the RayJob reconcile does).
+place and keeps its record, so the dashboard ends in the same state as after KubeRay's two PUTs);
+command ids are left empty for the worker to fill with content digests (as the RayJob reconcile does).
 
 Not here: the handlers (``reconcile`` and its sibling modules).
 """
@@ -148,15 +148,24 @@ class Pass:
         self._deleted.add((kind, name))
         return True
 
-    def put_serve_config(self, dashboard: DashboardRef, config: dict[str, Any]) -> None:
-        """PUT a Serve config to a cluster's dashboard (replacing this pass's earlier PUT to it)."""
-        command = PutServeConfig(dashboard=dashboard, config=config)
+    def put_serve_config(
+        self, dashboard: DashboardRef, config: dict[str, Any], *, record: PatchObject | None = None
+    ) -> None:
+        """PUT a Serve config to a cluster's dashboard (replacing this pass's earlier PUT to it, whose
+        ``record`` is kept unless a new one is given); ``record`` is applied only if the PUT succeeds."""
         index = self._serve_puts.get(dashboard.cluster)
         if index is None:
             self._serve_puts[dashboard.cluster] = len(self.commands)
-            self.commands.append(command)
-        else:
-            self.commands[index] = command
+            self.commands.append(PutServeConfig(dashboard=dashboard, config=config, record=record))
+            return
+        earlier = self.commands[index]
+        if record is None and isinstance(earlier, PutServeConfig):
+            record = earlier.record
+        self.commands[index] = PutServeConfig(dashboard=dashboard, config=config, record=record)
+
+    def annotation_patch(self, kind: str, obj: Mapping[str, Any], annotations: dict[str, str]) -> PatchObject:
+        """A merge patch of ``annotations`` on a snapshot object (unguarded), not yet part of the pass."""
+        return PatchObject(target=self.ref_of(kind, obj), patch={"metadata": {"annotations": annotations}})
 
     # -- result ---------------------------------------------------------------------------------------
     def decision(self) -> Decision:

@@ -15,15 +15,16 @@ contract.
 
 Time: KubeRay requeues every RayService every 2 s; raybus reacts to events (observations,
 EndpointSlices, cluster and pod changes, its own writes) and asks for ``wake_at`` only at real
-deadlines: deletion delays, the initializing timeout, incremental traffic steps.
+deadlines: deletion delays, the initializing timeout, incremental traffic steps, and 2 s after a Serve
+config submission (to retry one the dashboard refused).
 
 Deliberate differences from KubeRay (kept here so they are found):
 - The serve-config cache and the cluster-deletion timers are durable annotations on the RayClusters
   (``raybus.io/serve-config-hash``, ``raybus.io/delete-after``) instead of operator memory; a restart
-  neither resubmits configs nor restarts delays. The hash annotation is patched in the same decision
-  as the PUT, so a PUT that fails on a cluster still running its old applications is only retried
-  when something else changes (KubeRay retries every 2 s). A cluster with no applications is always
-  resubmitted.
+  neither resubmits configs nor restarts delays. The hash annotation is the PUT's ``record``, which the
+  applier patches only once the dashboard accepted it, and a pass that submits asks to look again
+  after 2 s (KubeRay's requeue), so a refused PUT is retried as in KubeRay. A cluster with no
+  applications is always resubmitted.
 - A missing head pod does not end the pass (KubeRay returns an error): the cluster is not ready, and
   the status computation, including the initializing timeout, still runs.
 - Names ``<rs>-<5 chars>`` come from a hash of (uid, generation, the cluster replaced, collision count).

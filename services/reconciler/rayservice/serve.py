@@ -8,10 +8,11 @@ PUT takes, and apply KubeRay's ``checkIfNeedSubmitServeApplications`` against th
 the last submission.
 
 Durable serve-config record (KubeRay keeps it in an in-memory LRU): the digest of the last submitted
-``serveConfigV2`` is the ``raybus.io/serve-config-hash`` annotation of the RayCluster, patched in the
-same decision as the PutServeConfig. A restarted or rescheduled worker therefore does not resubmit an
-unchanged config; a cluster that lost its applications (head restart without GCS FT) reports none and
-is resubmitted, exactly as in KubeRay.
+``serveConfigV2`` is the ``raybus.io/serve-config-hash`` annotation of the RayCluster, the ``record`` of
+the PutServeConfig: the applier patches it only after the dashboard accepted the PUT, so a failed PUT is
+retried on the next pass as in KubeRay (whose cache is updated only on success). A restarted or
+rescheduled worker therefore does not resubmit an unchanged config; a cluster that lost its
+applications (head restart without GCS FT) reports none and is resubmitted, exactly as in KubeRay.
 
 Invariants: pure and total: malformed observations read as "no information" or as a dashboard error,
 never raise.

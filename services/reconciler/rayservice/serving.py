@@ -2,9 +2,10 @@
 ``reconcileServe`` per cluster and the choice of which clusters to reconcile.
 
 Role: read the cluster's ``obs-serve`` observation, submit ``serveConfigV2`` (YAML→JSON) when KubeRay's
-rule says so and record its digest durably on the RayCluster (``raybus.io/serve-config-hash``, patched
-in the same decision), and during an incremental upgrade move the Serve ``target_capacity`` one step
-(forward, or back during a rollback).
+rule says so and record its digest durably on the RayCluster (``raybus.io/serve-config-hash``: the
+PutServeConfig's ``record``, which the applier patches only once the dashboard accepted the PUT), and
+during an incremental upgrade move the Serve ``target_capacity`` one step (forward, or back during a
+rollback).
 
 Time: readiness comes from the cluster's HeadPodReady condition and the prober's observation, both
 events; a cluster the prober has not observed yet is simply not ready (nothing polls).
@@ -18,7 +19,8 @@ Not here: the durable-record semantics (``serve``), traffic weights (``routing``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from datetime import timedelta
+from typing import Any, Final
 
 from schema.decision import OBS_SERVE
 from schema.messages import DashboardRef
@@ -35,6 +37,9 @@ from services.reconciler.rayservice.serve import (
     submit_reason,
 )
 from services.reconciler.rayservice.status import ACTIVE, PENDING, Role
+
+SUBMIT_CHECK_DELAY: Final = 2.0
+"""Seconds after a Serve config submission when the pass looks again (KubeRay requeues every 2 s)."""
 
 
 def _role_of(job: Pass, cluster_name: str) -> Role | None:
@@ -83,14 +88,15 @@ def reconcile_serve(
             )
             job.halt("6.1/serve-config-invalid")
             return False, None
-        job.put_serve_config(_dashboard(job, cluster), body)
-        if recorded != wanted:
-            job.patch(
-                "RayCluster",
-                cluster,
-                body={"metadata": {"annotations": {names.ANN_SERVE_CONFIG_HASH: wanted}}},
-                guarded=False,
-            )
+        record = (
+            job.annotation_patch("RayCluster", cluster, {names.ANN_SERVE_CONFIG_HASH: wanted})
+            if recorded != wanted
+            else None
+        )
+        job.put_serve_config(_dashboard(job, cluster), body, record=record)
+        # Nothing follows a PUT the dashboard refused (no record, no new observation): look again when
+        # KubeRay would (its 2 s requeue); after a successful one, that pass finds nothing to do.
+        job.wake(job.now + timedelta(seconds=SUBMIT_CHECK_DELAY))
         job.emit(
             "Normal",
             reason="UpdatedServeApplications",

@@ -110,6 +110,8 @@ class World:
         self.observations: dict[str, dict[str, dict[str, Any]]] = {OBS_SERVE: {}, OBS_SERVE_HEALTH: {}}
         self.events: list[EmitEvent] = []
         self.puts: list[PutServeConfig] = []
+        self.failed_puts: list[PutServeConfig] = []
+        self.unreachable_dashboards: set[str] = set()  # clusters whose dashboard refuses every PUT
         self.dropped: list[Command] = []
         self.decisions: list[Decision] = []
         self.transitions: list[Transition] = []
@@ -233,8 +235,13 @@ class World:
             case EmitEvent():
                 self.events.append(command)
             case PutServeConfig():
+                if command.dashboard.cluster in self.unreachable_dashboards:
+                    self.failed_puts.append(command)  # the applier reports it failed; the record is not applied
+                    return
                 self.puts.append(command)
                 self.dashboards[command.dashboard.cluster] = copy.deepcopy(command.config)
+                if command.record is not None:
+                    self.apply_command(command.record)
             case SubmitRayJob() | StopRayJob() | DeleteCollection():
                 raise AssertionError(f"unexpected command {command!r}")
 

@@ -544,19 +544,40 @@ def test_created_suspended_never_creates_a_cluster() -> None:
     assert suspended is not None and suspended["status"] == "True"
 
 
-def test_serve_config_record_rides_in_the_same_decision_as_the_put() -> None:
+def test_serve_config_record_rides_with_the_put() -> None:
     world = World()
     world.add(rayservice())
     world.settle("rs")
-    submitting = [d for d in world.decisions if any(isinstance(c, PutServeConfig) for c in d.commands)]
-    assert len(submitting) == 1
-    commands = submitting[0].commands
-    put_index = next(i for i, c in enumerate(commands) if isinstance(c, PutServeConfig))
-    record = [
-        c
-        for c in commands[put_index:]
-        if isinstance(c, PatchObject)
-        and c.target.kind == "RayCluster"
-        and "raybus.io/serve-config-hash" in c.patch.get("metadata", {}).get("annotations", {})  # type: ignore[union-attr]
+    puts = [c for d in world.decisions for c in d.commands if isinstance(c, PutServeConfig)]
+    assert len(puts) == 1
+    record = puts[0].record
+    assert record is not None and record.target.kind == "RayCluster"
+    assert record.target.name == puts[0].dashboard.cluster
+    assert "raybus.io/serve-config-hash" in record.patch["metadata"]["annotations"]  # type: ignore[call-overload]
+    loose = [
+        c for d in world.decisions for c in d.commands if isinstance(c, PatchObject) and c.target.kind == "RayCluster"
     ]
-    assert len(record) == 1 and record[0].target.name == commands[put_index].dashboard.cluster  # type: ignore[union-attr]
+    assert not any("raybus.io/serve-config-hash" in str(c.patch) for c in loose)
+
+
+def test_a_failed_put_is_not_recorded_and_is_retried_after_two_seconds() -> None:
+    world = World()
+    world.add(rayservice())
+    world.settle("rs")
+    cluster = active_name(world)
+    recorded = world.get("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"]  # type: ignore[index]
+    world.unreachable_dashboards.add(cluster)
+    edit_spec(
+        world, "rs", lambda s: s.update(serveConfigV2=s["serveConfigV2"].replace("num_replicas: 1", "num_replicas: 3"))
+    )
+    failed = world.reconcile("rs")  # the dashboard refuses the PUT: no event follows, only the timer
+    assert world.failed_puts and "'num_replicas': 3" in str(world.failed_puts[-1].config)
+    assert world.get("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"] == recorded  # type: ignore[index]
+    assert failed.wake_at == world.now + timedelta(seconds=2)  # KubeRay's requeue
+    world.unreachable_dashboards.clear()
+    world.advance(2)
+    retried = world.reconcile("rs")
+    assert any(isinstance(c, PutServeConfig) for c in retried.commands)
+    world.settle("rs")
+    assert world.get("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"] != recorded  # type: ignore[index]
+    assert "'num_replicas': 3" in str(world.dashboards[cluster])
