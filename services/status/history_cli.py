@@ -205,7 +205,19 @@ def render_table(history: History) -> str:
     lines += _aligned(header, rows)
     if not rows:
         lines.append("(no transitions recorded)")
+    else:
+        lines += ["", replay_hint(history)]
     return "\n".join(lines)
+
+
+def replay_hint(history: History) -> str:
+    """How to replay the decision behind a row: a transition's ``at`` is its decision's ``now``."""
+    r = history.resource
+    last = _time(history.transitions[-1].at)
+    return (
+        f"replay from a row: raybus replay {r.kind} {r.namespace}/{r.name} --uid {r.uid} --at <AT>"
+        f"   (the last: --at {last})"
+    )
 
 
 def _run_status(run: RunOut) -> str:

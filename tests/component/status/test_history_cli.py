@@ -74,7 +74,9 @@ async def test_table_of_the_latest_incarnation(status_url: str) -> None:
     assert lines[3].split() == ["deleted", "2026-01-01T12:00:30.000Z"]
     assert lines[4].split() == ["status", "Failed"]
     assert lines[6].split()[:5] == ["AT", "FIELD", "FROM", "→", "TO"]
-    rows = lines[7:]
+    rows = lines[7 : lines.index("", 7)]
+    assert lines[-1].startswith("replay from a row: raybus replay RayJob default/demo --uid u-new --at <AT>")
+    assert lines[-1].endswith("(the last: --at 2026-01-01T12:00:30.000Z)")
     assert [row.split()[:5] for row in rows] == [
         ["2026-01-01T12:00:10.000Z", "lifecycle", "-", "→", "created"],
         ["2026-01-01T12:00:11.000Z", "jobDeploymentStatus", "-", "→", "Initializing"],

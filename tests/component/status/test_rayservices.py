@@ -123,7 +123,8 @@ async def test_raybus_history_shows_the_view_and_every_step(base: str) -> None:
     assert "clusters 2 created, 1 deleted" in out
     assert "upgrades 1 completed, the last took 12.0s; 0 rollback(s)" in out
     lines = out.splitlines()
-    table = lines[next(i for i, line in enumerate(lines) if line.startswith("AT ")) + 1 :]
+    start = next(i for i, line in enumerate(lines) if line.startswith("AT ")) + 1
+    table = lines[start : lines.index("", start)]
     steps = [tuple(re.split(r"\s{2,}", line)[1:3]) for line in table]
     assert steps == [
         ("lifecycle", "- → created"),
