@@ -16,7 +16,10 @@ subject, so the status service keeps rows after the object is gone.
 Invariants:
 - Per change, writes are planned synchronously (cache and relations update atomically on the loop);
   the planned writes of successive changes run concurrently in a bounded window, each one KV write then
-  one publish; a failed write is retried until it succeeds or the watcher stops (never skipped).
+  one publish; a failed write is retried until it succeeds or the watcher stops, and is skipped only
+  when a newer version of the same entry is queued behind it.
+- Writes of one entry are strictly ordered: each waits for the previous write of the same KV entry to
+  finish (retries included), so an older version never overwrites a newer one.
 - Message ids: ``<uid>/<rv>/<type>/<key token>`` for a change, with ``/<cause uid>/<cause rv>`` appended
   when a relation change moved the object (so the same version can re-enter a key later). The KV writes
   carry the same id, so HA replicas store each version once and agree on ``kv_revision``.
@@ -101,6 +104,9 @@ class _Write:
     change: Change
     event_type: WatchEventType
     msg_id: str
+    # Per-entry order: a write starts only when the previous write of the same entry has finished.
+    after: asyncio.Future[None] | None = None
+    done: asyncio.Future[None] | None = None
 
 
 @dataclass(slots=True)
@@ -139,7 +145,7 @@ class Projection:
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
         self._resume_interval = resume_interval
-        self._latest: dict[str, str] = {}
+        self._tails: dict[str, asyncio.Future[None]] = {}
         self.events_published = 0
         self.writes_done = 0
 
@@ -335,9 +341,12 @@ class Projection:
             raise RuntimeError("a projection write failed") from self._failure
         for item in batch.items:
             ops = self.plan(batch.scope, item)
+            loop = asyncio.get_running_loop()
             for op in ops:
                 if isinstance(op, _Write):
-                    self._latest[self._kv_subject(op)] = op.msg_id
+                    subject = self._kv_subject(op)
+                    op.after = self._tails.get(subject)
+                    op.done = self._tails[subject] = loop.create_future()
             # A listing can plan thousands of writes: run them in chunks, each holding one window slot;
             # only the last chunk's ticket carries the resourceVersion (earlier ones never commit alone).
             chunks = [ops[i : i + _CHUNK] for i in range(0, len(ops), _CHUNK)] or [[]]
@@ -419,10 +428,12 @@ class Projection:
         subject = self._kv_subject(op)
 
         def superseded() -> bool:
-            # A retried write must not overwrite a newer version planned meanwhile for the same entry.
-            return self._latest.get(subject, op.msg_id) != op.msg_id
+            # A retried write need not happen once a newer version of the same entry is queued behind it.
+            return self._tails.get(subject) is not op.done
 
         try:
+            if op.after is not None and not op.after.done():
+                await asyncio.shield(op.after)
             with self._tracer.start_as_current_span(
                 "watcher.project",
                 attributes={
@@ -450,8 +461,11 @@ class Projection:
                 await self._retrying(lambda: self._publish_event(op, payload), superseded)
             self.writes_done += 1
         finally:
-            if self._latest.get(subject) == op.msg_id:
-                del self._latest[subject]
+            if op.done is not None:
+                if not op.done.done():
+                    op.done.set_result(None)
+                if self._tails.get(subject) is op.done:
+                    del self._tails[subject]
 
     async def _write_kv(self, op: _Write, subject: str) -> int:
         if op.event_type == "DELETED":
