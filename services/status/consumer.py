@@ -44,6 +44,7 @@ from services.runtime.errors import PermanentError, RetryableError
 from services.runtime.metrics import meter
 from services.runtime.tracing import extract_context
 from services.runtime.tracing import tracer as get_tracer
+from services.status.metrics import ResourceMetrics
 from services.status.store import ResultRecord, StatusStore
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class ResultConsumer:
         retry_delays: Sequence[float] = RETRY_DELAYS,
         clock: Clock = utc_now,
         tracer: Tracer | None = None,
+        metrics: ResourceMetrics | None = None,
     ) -> None:
         """Args:
         js: JetStream context of the service's connection.
@@ -100,6 +102,7 @@ class ResultConsumer:
         retry_delays: backoff while the database is unavailable.
         clock: time of dead letters.
         tracer: where ``status.persist`` spans go (default: the process's tracer provider).
+        metrics: custom-resource metrics fed with each persisted batch (none by default).
         """
         self._js = js
         self._store = store
@@ -108,6 +111,7 @@ class ResultConsumer:
         self._retry_delays = tuple(retry_delays)
         self._clock = clock
         self._tracer = tracer or get_tracer(__name__)
+        self._metrics = metrics
         self._lag = 0
         m = meter(__name__)
         self._consumed = m.create_counter(
@@ -233,6 +237,8 @@ class ResultConsumer:
                 continue
             self._consumed.add(stats.results)
             self._persisted.add(stats.transitions)
+            if self._metrics is not None:
+                self._metrics.observe(stats)
             return []
 
     async def _pause(self, stop: asyncio.Event, attempt: int) -> bool:

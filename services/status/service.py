@@ -23,6 +23,7 @@ from services.runtime.settings import RaybusSettings
 from services.runtime.topology import ensure_topology
 from services.status.api import ApiServer, StatusApi
 from services.status.consumer import ResultConsumer
+from services.status.metrics import ResourceMetrics
 from services.status.migrate import upgrade
 from services.status.store import StatusStore, create_engine, redact_db_url
 
@@ -83,9 +84,11 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
             server = ApiServer(StatusApi(store), host=status.http_host, port=status.http_port)
             await server.start()
             log.info("status API on %s", server.url)
+            metrics = ResourceMetrics()
+            await metrics.load(store)
             probe_task = asyncio.create_task(probe.run(stop), name="status-db-probe")
             try:
-                await ResultConsumer(nc.jetstream(), store).run(stop)
+                await ResultConsumer(nc.jetstream(), store, metrics=metrics).run(stop)
             finally:
                 probe_task.cancel()
                 await asyncio.wait([probe_task])  # unlike awaiting it, never swallows our own cancellation

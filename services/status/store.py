@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,22 @@ _COMMANDS = Base.metadata.tables[Command.__tablename__]
 _TRANSITIONS = Base.metadata.tables[Transition.__tablename__]
 _RESOURCES = Base.metadata.tables[Resource.__tablename__]
 _TRANSITION_KEY = ("uid", "field", "from_value", "to_value", "resource_version")
+_INSERTED_COLUMNS = tuple(
+    _TRANSITIONS.c[name]
+    for name in (
+        "kind",
+        "uid",
+        "namespace",
+        "name",
+        "field",
+        "from_value",
+        "to_value",
+        "at",
+        "stream_seq",
+        "attributes",
+        "reason",
+    )
+)
 _PERMANENT_SQLSTATE_CLASSES = {"22", "23", "54"}
 """Data exception, integrity violation, program limit exceeded: the same data will fail again."""
 
@@ -82,6 +98,21 @@ class PersistStats:
     results: int
     transitions: int
     """Transition rows actually inserted (duplicates excluded)."""
+    inserted: tuple[InsertedTransition, ...] = ()
+    """Those rows, each once per database however often its result is delivered (what metrics count)."""
+    views: Mapping[str, msgspec.Struct] = field(default_factory=dict)
+    """The kind views refreshed by the call, by uid (the projection's fold results)."""
+
+
+@dataclass(frozen=True)
+class InsertedTransition:
+    """A transition row this database had not stored before."""
+
+    kind: str
+    uid: str
+    namespace: str
+    name: str
+    fact: Fact
 
 
 @dataclass(frozen=True)
@@ -243,15 +274,22 @@ class StatusStore:
         if commands:
             insert = self._insert(_COMMANDS).on_conflict_do_nothing(index_elements=["batch_id", "command_id"])
             await conn.execute(insert, commands)
-        inserted = 0
+        inserted: list[InsertedTransition] = []
         if transitions:
             insert = self._insert(_TRANSITIONS).on_conflict_do_nothing(index_elements=list(_TRANSITION_KEY))
-            inserted = len((await conn.execute(insert.returning(_TRANSITIONS.c.id), transitions)).all())
+            returned = await conn.execute(insert.returning(*_INSERTED_COLUMNS), transitions)
+            inserted = [
+                InsertedTransition(
+                    kind=row.kind, uid=row.uid, namespace=row.namespace, name=row.name, fact=_fact(row._mapping)
+                )
+                for row in returned
+            ]
+        views: dict[str, msgspec.Struct] = {}
         for view in _VIEWS:
             view_uids = [uid for uid in uids if identity[uid][0] == view.kind]
             if view_uids:
-                await self._refresh_view(conn, view, view_uids, identity)
-        return PersistStats(results=len(records), transitions=inserted)
+                views.update(await self._refresh_view(conn, view, view_uids, identity))
+        return PersistStats(results=len(records), transitions=len(inserted), inserted=tuple(inserted), views=views)
 
     async def _merge_resources(
         self,
@@ -292,7 +330,7 @@ class StatusStore:
 
     async def _refresh_view(
         self, conn: AsyncConnection, view: _View, uids: list[str], identity: dict[str, tuple[KeyKind, str, str]]
-    ) -> None:
+    ) -> dict[str, msgspec.Struct]:
         rows = await conn.execute(
             sa.select(
                 _TRANSITIONS.c.uid,
@@ -311,16 +349,18 @@ class StatusStore:
         for row in rows:
             history[row.uid].append(_fact(row._mapping))
         values = []
+        folds: dict[str, msgspec.Struct] = {}
         for uid in uids:
             _, namespace, name = identity[uid]
-            folded = msgspec.structs.asdict(view.fold(history[uid]))
-            values.append({"uid": uid, "namespace": namespace, "name": name, **folded})
+            folds[uid] = view.fold(history[uid])
+            values.append({"uid": uid, "namespace": namespace, "name": name, **msgspec.structs.asdict(folds[uid])})
         insert = self._insert(view.table)
         columns = [c.name for c in view.table.columns if c.name != "uid"]
         upsert = insert.on_conflict_do_update(
             index_elements=["uid"], set_={name: getattr(insert.excluded, name) for name in columns}
         )
         await conn.execute(upsert, values)
+        return folds
 
     # --- reads -------------------------------------------------------------------------------------
 

@@ -10,10 +10,13 @@ from typing import Any
 import jsonschema
 import pytest
 import sqlalchemy as sa
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from schema.messages import CommandResult
 from services.status import store as store_module
 from services.status.api import ApiServer, StatusApi
+from services.status.metrics import ResourceMetrics
 from services.status.migrate import upgrade
 from services.status.store import ResultRecord, StatusStore, create_engine
 from tests.component.status.test_api import get
@@ -162,3 +165,35 @@ async def test_migration_backfills_recorded_history(db_url: str, monkeypatch: py
         assert found.rayservice.upgraded_at == EXPECTED_TIMES["upgraded_at"]
     finally:
         await engine.dispose()
+
+
+def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    found: dict[str, list[Any]] = {}
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                found.setdefault(metric.name, []).extend(metric.data.data_points)
+    return found
+
+
+async def test_metrics_count_each_persisted_transition_once(store: StatusStore) -> None:
+    reader = InMemoryMetricReader()
+    metrics = ResourceMetrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    history = upgrade_history()
+    alive = history[:-1]  # everything but the deletion
+    stats = await store.persist(records(alive))
+    metrics.observe(stats)
+    metrics.observe(await store.persist(records(alive)))  # redelivered: nothing new
+    points = metric_points(reader)
+    [info] = points["kuberay_service_info"]
+    assert (info.value, dict(info.attributes)) == (1, {"name": "svc", "namespace": "default", "uid": "rs-1"})
+    [upgrade] = points["raybus_rayservice_upgrade_duration_seconds"]
+    assert (upgrade.count, upgrade.sum) == (1, 12.0)
+
+    restarted = ResourceMetrics(MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("test"))
+    await restarted.load(store)
+    assert list(restarted.live_rayservices) == ["rs-1"]
+    metrics.observe(await store.persist(records(history)))  # the deletion (its sequence is new)
+    assert metrics.live_rayservices == {}
+    assert "kuberay_service_info" not in metric_points(reader) or not metric_points(reader)["kuberay_service_info"]
