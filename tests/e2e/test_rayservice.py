@@ -299,6 +299,10 @@ async def test_incremental_upgrade_steps_weights_then_promotes_and_a_rollback_re
     await eventually_names(rs, {second})
     assert await route_weights(rs) == {f"{second}-serve-svc": 100}
 
+    await rs.delete()
+    await rs.wait_gone()
+    await assert_replays(pipe, rs)
+
 
 async def test_pending_cluster_whose_applications_fail_never_gets_traffic(pipe: Pipeline) -> None:
     body = sample_service("ray-service.sample.yaml")
