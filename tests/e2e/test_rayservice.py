@@ -20,8 +20,11 @@ import pytest_asyncio
 import yaml
 
 from schema.keys import ReconcileKey
+from schema.messages import Observation
+from services.replay.history import KeyHistory
 from services.replay.replayer import Replayer
 from services.status import history_cli
+from services.watcher.serveprobes import health_significant, serve_significant
 from tests.e2e.pipeline import Pipeline, gateway_api_crds, running_pipeline
 from tests.e2e.rayservices import (
     ServiceDriver,
@@ -180,11 +183,29 @@ async def eventually_names(rs: ServiceDriver, names: set[str], *, timeout: float
     await eventually(probe, timeout=timeout, message=f"{rs.name}'s clusters never became {names}")
 
 
+def assert_observations_only_on_change(history: KeyHistory) -> None:
+    """The prober published a Serve or proxy-health observation only when its significant part changed."""
+    significance = {"serve": serve_significant, "servehealth": health_significant}
+    last: dict[tuple[str, str], Any] = {}
+    seen = 0
+    for recorded in history.inputs:
+        message = recorded.message
+        if not isinstance(message, Observation) or message.source not in significance:
+            continue
+        seen += 1
+        entry = (message.source, message.entry_name)
+        now = significance[message.source](message.data)
+        assert last.get(entry) != now, f"observation {recorded.seq} of {entry} repeats the previous one"
+        last[entry] = now
+    assert {source for source, _ in last} == {"serve", "servehealth"} and seen >= len(last)
+
+
 async def assert_replays(p: Pipeline, rs: ServiceDriver) -> None:
     """The RayService's recorded inputs replayed through today's reconcile decide what was recorded, and
     the transitions the status service confirmed are among the replayed decisions' transitions."""
     key = ReconcileKey(kind="RayService", namespace=rs.namespace, name=rs.name)
     history = await settled_history(p, key)
+    assert_observations_only_on_change(history)
     result = Replayer().replay_history(history, raise_on_divergence=False)
     assert result.divergences == (), [str(d) for d in result.divergences]
     replayed = {
