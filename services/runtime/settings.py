@@ -81,7 +81,8 @@ class KubeSettings:
     watch_namespaces: tuple[str, ...] = ()
     """Namespaces to watch; empty means all."""
     use_kubernetes_proxy: bool = False
-    """Reach Ray dashboards through the API server's service proxy (needed outside the cluster)."""
+    """Reach Ray dashboards through the API server's service proxy, and head pods' Serve proxy
+    (``/-/healthz``) through its pod proxy (needed outside the cluster)."""
     qps: float = 100.0
     """API requests per second the applier may send (KubeRay's ``--qps``)."""
     applier_concurrency: int = 32
