@@ -221,6 +221,8 @@ class PartitionConsumer:
                     wake_at = retry if wake_at is None else min(wake_at, retry)
                 if wake_at is not None:
                     await self._timers.schedule(key, wake_at)
+                else:
+                    await self._timers.cancel(key)
             except Exception as exc:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))

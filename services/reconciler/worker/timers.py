@@ -6,7 +6,9 @@ key's events subject, so it arrives on the key's own partition like any other in
 past fires at once. Schedules have one-second resolution, so due times are rounded up: a tick never
 arrives before its time. To avoid one publish per reconcile, a worker remembers the earliest pending
 due time it scheduled per key and republishes only when the new one is earlier or the old one has
-passed; a tick that arrives "too early" for a later wish is a harmless no-op reconcile.
+passed; a tick that arrives "too early" for a later wish is a harmless no-op reconcile. When a key's
+latest decision wants no wake-up at all, its pending tick is withdrawn, so a key whose state stopped
+changing is not reconciled again (a retry wish that was overtaken by events, for instance).
 """
 
 from __future__ import annotations
@@ -60,6 +62,21 @@ class TimerScheduler:
             },
         )
         self._pending[key] = due
+        return True
+
+    async def cancel(self, key: ReconcileKey) -> bool:
+        """Withdraw the tick this worker scheduled for ``key`` if it is still pending (the key's latest
+        decision asks for no wake-up); returns whether there was one.
+
+        A newer message on a schedule subject supersedes the schedule, so an empty message rolled up
+        onto the subject leaves nothing to fire (checked with nats-server 2.15); it stays, one per key,
+        on a subject no consumer reads. A tick this worker does not know of (scheduled before a restart
+        or by a former owner of the partition) still fires: a no-op reconcile.
+        """
+        known = self._pending.pop(key, None)
+        if known is None or known <= self._clock():
+            return False
+        await publish(self._js, subjects.timer_subject(key), b"", headers={"Nats-Rollup": "sub"})
         return True
 
     def forget(self, key: ReconcileKey) -> None:

@@ -206,6 +206,32 @@ async def test_wake_at_becomes_a_timer_tick(nats_server: NatsServer, client: Cli
         await worker.close()
 
 
+async def test_a_wake_up_no_longer_wanted_is_withdrawn(nats_server: NatsServer, client: Client) -> None:
+    """A decision asks for a tick in 2 s; the next decision (another event) asks for none: the pending
+    tick is withdrawn, so nothing wakes the key at the first one's due time."""
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+    seen: list[datetime] = []
+
+    def once(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        seen.append(now)
+        return Decision(wake_at=due) if len(seen) == 1 else Decision()
+
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": once})
+    try:
+        await put_cr(client, key(1))
+        await eventually(lambda: len(seen) == 1, timeout=30)
+        await put_cr(client, key(1), {"spec": {"changed": True}})
+        await eventually(lambda: len(seen) == 2, timeout=30)
+        msg = await client.jetstream().get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1)))
+        assert not msg.data and "Nats-Schedule" not in (msg.headers or {})  # the schedule was superseded
+        await eventually(lambda: datetime.now(UTC) > due + timedelta(seconds=1), timeout=30)
+        await put_cr(client, key(1), {"spec": {"changed": "again"}})  # an input after the due time
+        await eventually(lambda: len(seen) == 3, timeout=30)
+        assert due not in seen  # no tick came in between
+    finally:
+        await worker.close()
+
+
 async def test_two_workers_split_partitions_and_hand_over(nats_server: NatsServer, client: Client) -> None:
     s1 = settings_for(nats_server, worker_id="w1")
     s2 = settings_for(nats_server, worker_id="w2")
