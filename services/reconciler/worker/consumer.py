@@ -28,7 +28,7 @@ from schema.codec import decode_input, encode
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import BusInput, TimerTick
+from schema.messages import BusInput, CommandBatch, CreateObject, DeleteCollection, DeleteObject, TimerTick
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
 from services.reconciler.worker.inflight import InFlight
@@ -65,6 +65,20 @@ async def settle(ack: Awaitable[None]) -> None:
         await ack
     except NatsError as exc:
         log.warning("ack/nak not sent (%s); the message will be redelivered", exc)
+
+
+def needs_second_look(decided: CommandBatch, suppressed: tuple[str, ...]) -> bool:
+    """Whether a withheld command's effect may never be observed otherwise: a create or delete.
+
+    A withheld duplicate Event needs nothing, and a withheld patch of an object version is always
+    followed by that object's next watch event (the twin applied, or someone else changed it).
+    """
+    if not suppressed:
+        return False
+    withheld = set(suppressed)
+    return any(
+        isinstance(c, CreateObject | DeleteObject | DeleteCollection) for c in decided.commands if c.id in withheld
+    )
 
 
 def retry_delay(deliveries: int) -> float:
@@ -213,10 +227,10 @@ class PartitionConsumer:
                 if any(isinstance(message, TimerTick) for message in inputs):
                     self._timers.forget(key)
                 wake_at = outcome.decision.wake_at
-                if batch.suppressed:
-                    # A withheld command may be needed after all (its twin was a no-op, e.g. an
-                    # AlreadyExists on a Pod still terminating): look again when the memory expires,
-                    # whether or not another event comes. The batch keeps reconcile's own wake_at.
+                if needs_second_look(outcome.batch, batch.suppressed):
+                    # A withheld create or delete may be needed after all (its twin was a no-op, e.g.
+                    # an AlreadyExists on a Pod still terminating) and may bring no further event:
+                    # look again when the memory expires. The batch keeps reconcile's own wake_at.
                     retry = now + timedelta(seconds=self._inflight.grace + 1.0)
                     wake_at = retry if wake_at is None else min(wake_at, retry)
                 if wake_at is not None:

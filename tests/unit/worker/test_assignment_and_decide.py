@@ -125,3 +125,22 @@ def test_one_status_patch_per_object_version_is_in_flight() -> None:
     b = PatchStatus(target=ref, status={"readyWorkerReplicas": 2}, resource_version="7")
     c = PatchStatus(target=ref, status={"readyWorkerReplicas": 2}, resource_version="8")
     assert in_flight_key(a) == in_flight_key(b) != in_flight_key(c)
+
+
+def test_only_withheld_creates_and_deletes_need_a_second_look() -> None:
+    from schema.messages import EmitEvent
+    from services.reconciler.worker.consumer import needs_second_look
+
+    ref = ObjectRef(api_version="v1", kind="Pod", namespace="ns", name="p")
+    create = CreateObject(id="c", target=ref, body={})
+    event = EmitEvent(id="e", regarding=ref, event_type="Warning", reason="Invalid", message="bad")
+    snap = Snapshot(key=KEY, entries={})
+    decided = decide(
+        reconcilers={"RayCluster": lambda s, n, c: Decision(commands=(create, event))},
+        snapshot=snap,
+        now=T0,
+        config=OperatorConfig(),
+    ).batch
+    assert needs_second_look(decided, ("c",))
+    assert not needs_second_look(decided, ("e",))
+    assert not needs_second_look(decided, ())
