@@ -27,9 +27,9 @@ def setup_metrics(service_name: str) -> None:
     )
 
 
-def meter(name: str) -> metrics.Meter:
-    """The meter of a module."""
-    return metrics.get_meter(name)
+def meter(name: str, *, version: str = "") -> metrics.Meter:
+    """The meter of a module (``version`` makes a separate instrumentation scope of the same name)."""
+    return metrics.get_meter(name, version)
 
 
 def render_prometheus() -> tuple[bytes, str]:

@@ -90,6 +90,7 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
             try:
                 await ResultConsumer(nc.jetstream(), store, metrics=metrics).run(stop)
             finally:
+                metrics.close()
                 probe_task.cancel()
                 await asyncio.wait([probe_task])  # unlike awaiting it, never swallows our own cancellation
                 await server.stop()

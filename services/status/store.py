@@ -418,6 +418,17 @@ class StatusStore:
             )
             return list(result.all())
 
+    async def count_transitions(self, *, kind: KeyKind, field: str, to_value: str) -> dict[str, int]:
+        """How many transitions of each ``kind`` uid went to ``to_value`` in ``field`` (uids with none are
+        absent); one grouped query, for seeding per-resource counters at start."""
+        query = (
+            sa.select(Transition.uid, sa.func.count())
+            .where(Transition.kind == kind, Transition.field == field, Transition.to_value == to_value)
+            .group_by(Transition.uid)
+        )
+        async with self._reading() as session:
+            return {uid: int(count) for uid, count in (await session.execute(query)).all()}
+
     async def list_runs(self, cron: Resource, *, limit: int = 100) -> tuple[list[RunRecord], int]:
         """The latest ``limit`` scheduled runs of the RayCronJob incarnation ``cron``, oldest first, each
         joined with its RayJob, and how many runs are recorded in all.
