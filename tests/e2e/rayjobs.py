@@ -150,7 +150,8 @@ class JobDriver:
     async def wait_gone(self, what: str = "was deleted") -> None:
         async def gone() -> bool:
             self.p.check()
-            return not (await self._custom("list_namespaced_custom_object", "rayjobs"))["items"]
+            items = (await self._custom("list_namespaced_custom_object", "rayjobs"))["items"]
+            return all(item["metadata"]["name"] != self.name for item in items)
 
         await eventually(gone, message=f"{self.name} never {what}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,11 @@ from typing import Any
 import msgspec
 import pytest
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
 from kubesim.dashboard import JobStatus
+from services.runtime.health import HealthServer
+from services.runtime.metrics import setup_metrics
 from services.runtime.settings import RaybusSettings
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
@@ -331,3 +335,66 @@ async def test_dashboard_outage_longer_than_the_status_check_timeout(tmp_path: P
         rows = await job.history(until=ended("Failed"))
         assert steps(rows)[-1] == ("Running", "Failed")
         assert rows[-1]["reason"] == "JobStatusCheckTimeoutExceeded"
+
+
+async def scrape(health: HealthServer, namespace: str) -> dict[str, list[dict[str, str]]]:
+    """``/metrics`` of a service: the labels of every ``kuberay_job_*`` sample of ``namespace``."""
+
+    def get() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{health.port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    found: dict[str, list[dict[str, str]]] = {}
+    for family in text_string_to_metric_families(await asyncio.to_thread(get)):
+        for sample in family.samples:
+            if sample.name.startswith("kuberay_job_") and sample.labels.get("namespace") == namespace:
+                labels = {k: v for k, v in sample.labels.items() if not k.startswith("otel_scope_")}
+                found.setdefault(sample.name, []).append({**labels, "value": f"{sample.value:g}"})
+    return found
+
+
+async def test_kuberay_job_metrics_on_the_status_service(pipe: Pipeline) -> None:
+    """KubeRay's RayJob metrics on the status service's ``/metrics``: info and deployment status of each
+    live RayJob, one execution duration per ended attempt (a retried one counts its retries), nothing
+    left of a deleted RayJob."""
+    setup_metrics("raybus-e2e")  # what `raybus status` does at start; once per process
+    health = pipe.components["status"].health
+    await health.start()
+    try:
+        body = small_rayjob("metered", entrypoint="KUBESIM_EXIT_CODE=1 python main.py", backoffLimit=1)
+        body["spec"]["submissionMode"] = "HTTPMode"
+        failing = JobDriver(pipe, body, "metrics")
+        await failing.create()
+        ok = JobDriver(pipe, small_rayjob("fine"), "metrics")
+        await ok.create(namespace=False)
+        await failing.wait(lambda s: s.get("failed") == 2, "failed twice")
+        await ok.wait_deployment("Complete")
+
+        async def exported() -> dict[str, list[dict[str, str]]] | None:
+            found = await scrape(health, "metrics")
+            durations = found.get("kuberay_job_execution_duration_seconds", [])
+            return found if len(durations) == 3 else None
+
+        found = await eventually(exported, message="the execution durations were never all exported")
+        assert found is not None
+        uids = {labels["name"]: labels["uid"] for labels in found["kuberay_job_info"]}
+        assert sorted(uids) == ["fine", "metered"] and all(uids.values())
+        statuses = {(m["name"], m["deployment_status"], m["value"]) for m in found["kuberay_job_deployment_status"]}
+        assert statuses == {("fine", "Complete", "1"), ("metered", "Failed", "1")}
+        ends = {
+            (m["name"], m["job_deployment_status"], m["retry_count"])
+            for m in found["kuberay_job_execution_duration_seconds"]
+        }
+        assert ends == {("fine", "Complete", "0"), ("metered", "Retrying", "0"), ("metered", "Failed", "1")}
+        assert all(float(m["value"]) > 0 for m in found["kuberay_job_execution_duration_seconds"])
+
+        await failing.delete()
+        await failing.wait_gone()
+
+        async def forgotten() -> bool:
+            found = await scrape(health, "metrics")
+            return all(m["name"] == "fine" for samples in found.values() for m in samples)
+
+        await eventually(forgotten, message="the deleted RayJob's series stayed")
+    finally:
+        await health.stop()
