@@ -5,15 +5,16 @@ five characters from a hash of stable inputs instead (the RayService uid, its ge
 cluster it replaces and a collision counter), so a replay of the same snapshot names the same cluster
 and every new cluster of one RayService gets a fresh name.
 
-Invariants: every function here is pure; :func:`cluster_suffix` only yields ``[a-z0-9]{5}``.
+Invariants: every function here is pure; suffixes are ``rayjob.names.rand5`` (only ``[a-z0-9]{5}``).
 
 Not here: the RayCluster controller's own names (``raycluster.names``).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Final
+
+from services.reconciler.rayjob.names import rand5
 
 FINALIZER: Final = "ray.io/rayservice-finalizer"
 
@@ -46,19 +47,6 @@ GATEWAY_LISTENER_NAME: Final = "http"
 GATEWAY_LISTENER_PORT: Final = 80
 GATEWAY_API_VERSION: Final = "gateway.networking.k8s.io/v1"
 
-_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-
-def cluster_suffix(*parts: str) -> str:
-    """Five ``[a-z0-9]`` characters derived from ``parts`` (a stand-in for KubeRay's rand5)."""
-    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
-    number = int.from_bytes(digest[:16], "big")
-    chars = []
-    for _ in range(5):
-        number, index = divmod(number, len(_ALPHABET))
-        chars.append(_ALPHABET[index])
-    return "".join(chars)
-
 
 def cluster_name(*, rayservice: str, uid: str, generation: int, replaces: str, taken: frozenset[str]) -> str:
     """The name of the next RayCluster of a RayService: ``<rs>-<5 chars>``.
@@ -74,7 +62,7 @@ def cluster_name(*, rayservice: str, uid: str, generation: int, replaces: str, t
     """
     attempt = 0
     while True:
-        name = f"{rayservice}-{cluster_suffix(uid, str(generation), replaces, str(attempt))}"
+        name = f"{rayservice}-{rand5(uid, str(generation), replaces, str(attempt))}"
         if name not in taken:
             return name
         attempt += 1

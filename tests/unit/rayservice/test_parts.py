@@ -9,10 +9,11 @@ import pytest
 
 from schema.decision import Snapshot
 from schema.keys import ReconcileKey
+from services.reconciler.rayjob.names import rand5
 from services.reconciler.rayservice import probe_targets
 from services.reconciler.rayservice.godur import go_duration_string, parse_go_duration, parse_timeout
 from services.reconciler.rayservice.model import goal_hash, read_model
-from services.reconciler.rayservice.names import cluster_name, cluster_suffix
+from services.reconciler.rayservice.names import cluster_name
 from services.reconciler.rayservice.serve import (
     ServeConfigError,
     config_hash,
@@ -81,7 +82,7 @@ def test_cluster_names_are_deterministic_fresh_and_collision_free() -> None:
     assert first != cluster_name(rayservice="rs", uid="u2", generation=1, replaces="", taken=frozenset())
     assert first != cluster_name(rayservice="rs", uid="u1", generation=1, replaces=first, taken=frozenset())
     assert first != cluster_name(rayservice="rs", uid="u1", generation=1, replaces="", taken=frozenset({first}))
-    assert all((c.isalnum() and c.islower()) or c.isdigit() for c in cluster_suffix("x"))
+    assert all((c.isalnum() and c.islower()) or c.isdigit() for c in rand5("x"))
 
 
 def test_goal_hash_ignores_suspend_and_replicas_and_cuts_groups() -> None:
