@@ -3,7 +3,7 @@ export, ``--all``, and a history whose oldest events aged out (purged) of the st
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -113,16 +113,21 @@ async def test_cli_live_replay_export_and_file_replay(bus: Client, tmp_path: Pat
 
 
 async def test_all_replays_every_key_with_recent_activity(bus: Client) -> None:
-    await publish_history(bus, load(SCALING).history())
-    await publish_history(bus, load(RECREATED).history())
+    histories = [load(SCALING).history(), load(RECREATED).history()]
+    for history in histories:
+        await publish_history(bus, history)
     keys = await source.active_keys(bus, since=None)
     assert [str(k) for k in keys] == ["RayCluster/default/replay-recreated", "RayCluster/default/replay-scaling"]
-    run = await replay_cli_async(["--all", "--since", "1h", "--nats-url", url(bus)], now=_now())
+    # Decisions are dated by their recorded `now`, fixed when the files were recorded: the window
+    # starts at the recordings' first decision, not at an age relative to today.
+    first = min(d.batch.issued_at for h in histories for d in h.decisions) - timedelta(seconds=1)
+    since = first.strftime("%Y-%m-%dT%H:%M:%SZ")
+    run = await replay_cli_async(["--all", "--since", since, "--nats-url", url(bus)], now=_now())
     assert run.code == 0, run.err
     assert "replayed 2 key(s)" in run.out and "0 key(s) diverged" in run.out
     assert "RayCluster  2 key(s)" in run.out
     changed = await replay_cli_async(
-        ["--all", "--since", "1h", "--nats-url", url(bus)], reconcilers={"RayCluster": slower_requeue}, now=_now()
+        ["--all", "--since", since, "--nats-url", url(bus)], reconcilers={"RayCluster": slower_requeue}, now=_now()
     )
     assert changed.code == 1
     assert "2 key(s) diverged" in changed.out
