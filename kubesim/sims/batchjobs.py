@@ -119,7 +119,10 @@ class JobController:
             return
         now_wall = self._clock.time()
         now = rfc3339(now_wall)
-        pods = [p for p in store.list(PODS, namespace) if controller_owner_uid(p, "Job") == uid]
+        # Like the real controller, select the Job's pods by its controller-uid label (filtered before
+        # the store copies them: copying every pod of the namespace per Job made this quadratic).
+        owned = store.list(PODS, namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}")
+        pods = [p for p in owned if controller_owner_uid(p, "Job") == uid]
         active = [p for p in pods if status_of(p).get("phase") not in ("Succeeded", "Failed") and not is_terminating(p)]
         succeeded = sum(1 for p in pods if status_of(p).get("phase") == "Succeeded")
         failed = sum(1 for p in pods if status_of(p).get("phase") == "Failed")

@@ -200,9 +200,12 @@ class RayDashboards:
         if target is None:
             return None
         publish = bool(spec.get("publishNotReadyAddresses"))
+        # The store filters by the selector before copying: copying every pod of the namespace per
+        # request made kubesim's CPU grow with pods times requests (prober, submitters, proxy users).
+        wanted = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
         candidates = [
             pod
-            for pod in self._store.list(PODS, namespace)
+            for pod in self._store.list(PODS, namespace, label_selector=wanted)
             if selector_matches(selector, labels_of(pod))
             and status_of(pod).get("phase") == "Running"
             and not is_terminating(pod)
