@@ -9,6 +9,9 @@ Invariants: pure; each wait is either an event the watcher delivers (observation
 changed) or a wake-up registered on the pass; no fixed-interval requeue, except the HTTPMode submit
 retry while the dashboard still answers 404 for a job raybus just submitted.
 
+Deviation: the 30 s submitter-finished grace waits for the prober's answer about the job and yields to
+a terminal one (see ``_submitter_finished_timeout``).
+
 Not here: the other states (``reconcile``).
 """
 
@@ -220,9 +223,27 @@ def _submitter_container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
+def _dashboard_answer(job: Pass) -> Mapping[str, Any] | None:
+    """The prober's latest report of the dashboard's answer (or error) about the current job id."""
+    job_id = job.status.get("jobId")
+    return job.snapshot.get(OBS_RAY_JOB, job_id) if job_id else None
+
+
 def _submitter_finished_timeout(job: Pass, finished_at: datetime | None) -> bool:
-    """The submitter finished more than 30 s ago and the job is still not terminal → Failed."""
+    """The submitter finished more than 30 s ago and Ray still reports the job not terminal → Failed.
+
+    Deviation: KubeRay asks the dashboard in the very pass that the submitter's end triggers; raybus
+    learns the answer from the prober, which may lag behind under load. So the rule waits for an answer
+    (without one, "Ray never ended the job" and "not asked yet" look the same), and a terminal answer
+    that arrives late is taken (Ray did end the job) instead of being overridden.
+    """
     if finished_at is None or job.now < finished_at + timedelta(seconds=SUBMITTER_FINISHED_TIMEOUT):
+        return False
+    answer = _dashboard_answer(job)
+    if answer is None:
+        job.rule("5.3/submitter-finished-awaiting-dashboard")
+        return False
+    if answer.get("status") in TERMINAL_JOB_STATUSES:
         return False
     reason = "JobDeploymentStatusTransitionGracePeriodExceeded"
     job.status.set_job_status("FAILED", reason=reason)

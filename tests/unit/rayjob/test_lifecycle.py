@@ -198,6 +198,26 @@ def test_submitter_finished_but_job_never_terminal() -> None:
     assert status["reason"] == "JobDeploymentStatusTransitionGracePeriodExceeded"
 
 
+def test_submitter_finished_before_the_dashboard_was_heard_from() -> None:
+    """Deviation: the prober has not answered about the job yet (it lags under load), so 30 s after the
+    submitter's end raybus does not know that Ray never ended it: it waits for the answer instead."""
+    world = World()
+    _, job_id = start_to_running(world)
+    step(world)
+    finish_submitter(world, "rj", succeeded=True)
+    decision = step(world)
+    assert decision.wake_at == world.now + timedelta(seconds=30)
+    world.advance_to(decision.wake_at)
+    decision = step(world)
+    assert "5.3/submitter-finished-awaiting-dashboard" in decision.rules
+    assert decision.commands == () and decision.wake_at is None  # the answer's arrival is the next event
+    assert status_of(world)["jobDeploymentStatus"] == "Running"
+    world.observations[job_id] = job_info(job_id, "SUCCEEDED", end_ms=1714564900000)
+    step(world)
+    status = status_of(world)
+    assert (status["jobDeploymentStatus"], status["jobStatus"]) == ("Complete", "SUCCEEDED")
+
+
 def test_active_deadline_is_a_timer_and_is_not_retried() -> None:
     world = World()
     _, job_id = start_to_running(world, activeDeadlineSeconds=60, backoffLimit=3)
