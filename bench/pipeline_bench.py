@@ -24,7 +24,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -102,7 +103,10 @@ def ready(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def stack(workdir: Path, reconcilers: int) -> Iterator[tuple[Stack, str, Path]]:
+def stack(
+    workdir: Path, reconcilers: int, *, db_url: str | None = None, watcher_args: Sequence[str] = ()
+) -> Iterator[tuple[Stack, str, Path]]:
+    """The processes of a pipeline; the status service on ``db_url`` (default: SQLite in ``workdir``)."""
     s = Stack(workdir)
     try:
         port = _free_port()
@@ -134,8 +138,11 @@ def stack(workdir: Path, reconcilers: int) -> Iterator[tuple[Stack, str, Path]]:
         wait_for(lambda: kubeconfig.exists() and _accepts(kport), "kubesim")
         raybus = [sys.executable, "-m", "services.cli.main"]
         services = [
-            ("watcher", ["--kubeconfig", str(kubeconfig)]),
-            ("status", ["--db-url", f"sqlite+aiosqlite:///{workdir}/raybus.db", "--http-port", str(_free_port())]),
+            ("watcher", ["--kubeconfig", str(kubeconfig), *watcher_args]),
+            (
+                "status",
+                ["--db-url", db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db", "--http-port", str(_free_port())],
+            ),
         ]
         services += [(f"reconciler-{i + 1}", ["--worker-id", f"w{i + 1}"]) for i in range(reconcilers)]
         for name, extra in services:
@@ -213,6 +220,7 @@ async def stream_figures(nats_url: str) -> dict[str, float]:
     latencies.sort()
     return {
         "decisions": len(batches),
+        "decisions_by_kind": dict(Counter(b.key.kind for b in batches.values())),
         "decisions_with_commands": sum(1 for b in batches.values() if b.commands),
         "commands": sum(len(b.commands) for b in batches.values()),
         "results": results,
