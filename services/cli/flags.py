@@ -56,6 +56,10 @@ def add_kube(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="reach Ray dashboards through the API server's service proxy",
     )
+    parser.add_argument(
+        "--qps", type=float, help="API requests per second of the applier, 0 = unlimited (default 100) [RAYBUS_QPS]"
+    )
+    parser.add_argument("--burst", type=int, help="API requests at once above --qps (default 200) [RAYBUS_BURST]")
 
 
 def add_status(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +86,7 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
     if "bind_address" in given:
         telemetry = dataclasses.replace(telemetry, health_host=given["bind_address"])
     bus = dataclasses.replace(s.bus, **pick("partitions"))
-    kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy"))
+    kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy", "qps", "burst"))
     if "watch_namespace" in given:
         kube = dataclasses.replace(kube, watch_namespaces=tuple(n for n in given["watch_namespace"].split(",") if n))
     status = dataclasses.replace(s.status, **pick("db_url", "http_port"))

@@ -84,7 +84,9 @@ class KubeSettings:
     """Reach Ray dashboards through the API server's service proxy, and head pods' Serve proxy
     (``/-/healthz``) through its pod proxy (needed outside the cluster)."""
     qps: float = 100.0
-    """API requests per second the applier may send (KubeRay's ``--qps``)."""
+    """API requests per second the applier may send (KubeRay's ``--qps``; 0 disables the limit)."""
+    burst: int = 200
+    """Requests the applier may send at once above ``qps`` (KubeRay's ``--burst``)."""
     applier_concurrency: int = 32
     """Command batches applied in parallel (one per key at a time)."""
     dashboard_poll_interval: float = 3.0
@@ -135,6 +137,18 @@ def _bool(name: str, value: str) -> bool:
     if lowered in _FALSE:
         return False
     raise PermanentError(f"{name}={value!r}: expected true or false")
+
+
+def _number(name: str, value: str | None, default: float) -> float:
+    if value is None or not value.strip():
+        return default
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise PermanentError(f"{name}={value!r}: expected a number") from exc
+    if number < 0:
+        raise PermanentError(f"{name}={value!r}: expected a number >= 0")
+    return number
 
 
 def parse_feature_gates(text: str, base: FeatureGates | None = None) -> FeatureGates:
@@ -226,6 +240,8 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
         kubeconfig=env.get("RAYBUS_KUBECONFIG") or env.get("KUBECONFIG") or None,
         watch_namespaces=tuple(n for n in env.get("RAYBUS_WATCH_NAMESPACE", "").split(",") if n),
         use_kubernetes_proxy=_bool("RAYBUS_USE_KUBERNETES_PROXY", env.get("RAYBUS_USE_KUBERNETES_PROXY", "false")),
+        qps=_number("RAYBUS_QPS", env.get("RAYBUS_QPS"), s.kube.qps),
+        burst=int(_number("RAYBUS_BURST", env.get("RAYBUS_BURST"), s.kube.burst)),
     )
     status = dataclasses.replace(s.status, db_url=env.get("RAYBUS_DB_URL", s.status.db_url))
     gates = parse_feature_gates(env.get("RAYBUS_FEATURE_GATES", ""))

@@ -125,6 +125,7 @@ class Applier:
         exit_timeout: float = 20.0,
         retry_delays: tuple[float, ...] | None = None,
         qps: float = 0.0,
+        burst: int | None = None,
         max_deliver: int = 0,
         progress_interval: float = 10.0,
     ) -> None:
@@ -138,7 +139,7 @@ class Applier:
         self._generate = generate
         self._exit_timeout = exit_timeout
         self._retry_delays = retry_delays
-        self._limiter = RateLimiter(qps)
+        self._limiter = RateLimiter(qps, burst=burst)
         self._max_deliver = max_deliver
         self._progress_interval = progress_interval
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}

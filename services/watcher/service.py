@@ -144,6 +144,7 @@ class Watcher:
             concurrency=settings.kube.applier_concurrency,
             exit_timeout=settings.partitions.exit_timeout,
             qps=settings.kube.qps,
+            burst=settings.kube.burst,
             max_deliver=settings.bus.max_deliver,
             progress_interval=settings.bus.ack_wait / 3,
         )

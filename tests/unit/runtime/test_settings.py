@@ -1,0 +1,35 @@
+"""Settings from flags and environment: the applier's API budget (KubeRay's --qps / --burst)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from services.cli.flags import add_kube, settings_from
+from services.runtime.errors import PermanentError
+from services.runtime.settings import load_settings
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_kube(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_kuberay_defaults() -> None:
+    kube = load_settings({}).kube
+    assert (kube.qps, kube.burst) == (100.0, 200)
+
+
+def test_environment_then_flags() -> None:
+    env = {"RAYBUS_QPS": "250", "RAYBUS_BURST": "500"}
+    assert (load_settings(env).kube.qps, load_settings(env).kube.burst) == (250.0, 500)
+    kube = settings_from(_parse("--qps", "0", "--burst", "10"), env).kube
+    assert (kube.qps, kube.burst) == (0.0, 10)
+
+
+@pytest.mark.parametrize("value", ["fast", "-1"])
+def test_bad_qps_is_named(value: str) -> None:
+    with pytest.raises(PermanentError, match="RAYBUS_QPS"):
+        load_settings({"RAYBUS_QPS": value})
