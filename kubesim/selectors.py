@@ -104,7 +104,21 @@ def _all(reqs: list[Matcher]) -> Matcher:
     return lambda o: all(r(o) for r in reqs)
 
 
-def parse_label_selector(text: str | None) -> Matcher | None:
+class LabelSelector:
+    """A compiled label selector: a Matcher that also names its ``key=value`` requirements, so a store
+    can look candidates up in its label index instead of testing every object."""
+
+    __slots__ = ("_reqs", "equalities")
+
+    def __init__(self, reqs: list[Matcher], equalities: list[tuple[str, str]]) -> None:
+        self._reqs = reqs
+        self.equalities: tuple[tuple[str, str], ...] = tuple(equalities)
+
+    def __call__(self, obj: Obj) -> bool:
+        return all(r(obj) for r in self._reqs)
+
+
+def parse_label_selector(text: str | None) -> LabelSelector | None:
     """Compile a label selector; None (or empty) matches everything and returns None.
 
     Raises:
@@ -114,6 +128,7 @@ def parse_label_selector(text: str | None) -> Matcher | None:
         return None
     toks = _tokens(text)
     reqs: list[Matcher] = []
+    equalities: list[tuple[str, str]] = []
     i = 0
 
     def need(index: int) -> str:
@@ -135,6 +150,8 @@ def parse_label_selector(text: str | None) -> Matcher | None:
                 value = toks[i + 2] if i + 2 < len(toks) and toks[i + 2] != "," else ""
                 i += 3 if value else 2
                 reqs.append(_differs(key, value) if op == "!=" else _equals(key, value))
+                if op != "!=":
+                    equalities.append((key, value))
             elif op in ("in", "notin"):
                 if need(i + 2) != "(":
                     raise bad_request(f"unable to parse requirement: expected '(' in {text!r}")
@@ -153,7 +170,7 @@ def parse_label_selector(text: str | None) -> Matcher | None:
             if toks[i] != ",":
                 raise bad_request(f"unable to parse requirement: expected ',' in {text!r}")
             i += 1
-    return _all(reqs)
+    return LabelSelector(reqs, equalities)
 
 
 def _field_equals(field: str, value: str) -> Matcher:
@@ -216,4 +233,5 @@ def combine(*matchers: Matcher | None) -> Matcher | None:
         return None
     if len(real) == 1:
         return real[0]
-    return lambda o: all(m(o) for m in real)
+    equalities = [e for m in real if isinstance(m, LabelSelector) for e in m.equalities]
+    return LabelSelector(real, equalities)

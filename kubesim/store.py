@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import yaml
@@ -42,7 +42,7 @@ from kubesim.errors import (
 from kubesim.hooks import GVR, EventType, StoreEvent
 from kubesim.patches import json_patch, merge_patch
 from kubesim.resources import CRD_KEY, NAMESPACE_KEY, Registry, ResourceInfo, StorageKey
-from kubesim.selectors import Matcher, parse_label_selector
+from kubesim.selectors import LabelSelector, Matcher, parse_label_selector
 from kubesim.strategic import strategic_merge_patch
 from kubesim.validation import validate_metadata
 from kubesim.watchhub import Change, Subscription, WatchHub
@@ -91,6 +91,8 @@ class ObjectStore:
         self.uids: dict[str, ObjKey] = {}
         self.dependents: dict[str, set[ObjKey]] = {}
         self._ns_count: dict[str, int] = {}
+        self._by_label: dict[tuple[StorageKey, str, str, str], set[str]] = {}
+        """Names of the objects of a bucket and namespace carrying a label value (for ``k=v`` selectors)."""
         self._ips = ClusterIPAllocator()
         self.rv = 0
         self.handles_pod_termination = False
@@ -115,13 +117,22 @@ class ObjectStore:
         return obj
 
     def select(self, key: StorageKey, namespace: str | None, matcher: Matcher | None = None) -> list[Obj]:
-        """Stored objects of one bucket, sorted by namespace and name (etcd key order)."""
+        """Stored objects of one bucket, sorted by namespace and name (etcd key order).
+
+        A label selector with a ``k=v`` requirement reads its candidates from the label index: the
+        simulators select a few Pods among thousands on every reconcile.
+        """
         bucket = self._buckets.get(key, {})
         spaces = [namespace] if namespace is not None else sorted(bucket)
+        equalities = matcher.equalities if isinstance(matcher, LabelSelector) else ()
         out: list[Obj] = []
         for ns in spaces:
             names = bucket.get(ns, {})
-            for name in sorted(names):
+            candidates: Iterable[str] = names
+            if equalities:
+                label, value = equalities[0]
+                candidates = self._by_label.get((key, ns, label, value), ())
+            for name in sorted(candidates):
                 obj = names[name]
                 if matcher is None or matcher(obj):
                     out.append(obj)
@@ -151,6 +162,7 @@ class ObjectStore:
         assert target is not None
         meta = target["metadata"]
         ident: ObjKey = (key, meta.get("namespace", ""), meta["name"])
+        self._index_labels(ident, obj, old)
         old_owners = {r.get("uid") for r in (old or {}).get("metadata", {}).get("ownerReferences") or ()}
         new_owners = {r.get("uid") for r in (obj or {}).get("metadata", {}).get("ownerReferences") or ()}
         for uid in old_owners - new_owners:
@@ -165,6 +177,23 @@ class ObjectStore:
             self.uids.pop(meta["uid"], None)
         elif old is None:
             self.uids[meta["uid"]] = ident
+
+    def _index_labels(self, ident: ObjKey, obj: Obj | None, old: Obj | None) -> None:
+        key, ns, name = ident
+        before = ((old or {}).get("metadata") or {}).get("labels") or {}
+        after = ((obj or {}).get("metadata") or {}).get("labels") or {}
+        if before == after:
+            return
+        for label, value in before.items():
+            if after.get(label) != value:
+                names = self._by_label.get((key, ns, label, value))
+                if names is not None:
+                    names.discard(name)
+                    if not names:
+                        del self._by_label[(key, ns, label, value)]
+        for label, value in after.items():
+            if before.get(label) != value:
+                self._by_label.setdefault((key, ns, label, value), set()).add(name)
 
     def commit(self, key: StorageKey, type_: EventType, obj: Obj, old: Obj | None) -> None:
         """Store (or drop, for DELETED) ``obj`` and publish the event; obj carries its new RV."""

@@ -14,6 +14,7 @@ PODS = {
     "b": ({"app": "ray", "tier": "worker"}, "node-2"),
     "c": ({"app": "web"}, ""),
 }
+PODS_SPEC = {"containers": [{"name": "c", "image": "x"}]}
 
 
 @pytest.fixture
@@ -49,6 +50,21 @@ def pods(core: client.CoreV1Api, kubesim_namespace: str) -> str:
 def test_label_selectors(core: client.CoreV1Api, pods: str, selector: str, expected: list[str]) -> None:
     listed = core.list_namespaced_pod(pods, label_selector=selector)
     assert [p.metadata.name for p in listed.items] == expected
+
+
+def test_label_index_follows_relabels_and_deletes(core: client.CoreV1Api, pods: str) -> None:
+    core.patch_namespaced_pod("b", pods, {"metadata": {"labels": {"app": "web", "tier": None}}})
+    core.delete_namespaced_pod("a", pods, grace_period_seconds=0)
+    core.create_namespaced_pod(pods, {"metadata": {"name": "d", "labels": {"app": "ray"}}, "spec": PODS_SPEC})
+
+    def names(selector: str, field: str | None = None) -> list[str]:
+        listed = core.list_namespaced_pod(pods, label_selector=selector, field_selector=field)
+        return [p.metadata.name for p in listed.items]
+
+    assert names("app=ray") == ["d"]
+    assert names("app=web") == ["b", "c"]
+    assert names("tier=worker") == []
+    assert names("app=web", "metadata.name=c") == ["c"]
 
 
 @pytest.mark.parametrize(
