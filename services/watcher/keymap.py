@@ -19,6 +19,8 @@ Rules, in the order keys are listed (duplicates removed):
    originates from (``index.cluster_owners``), as rule 6 does by label: a RayService incremental
    upgrade's per-cluster ``<c>-serve-svc`` is owned by ``<c>`` and carries no ``ray.io/cluster`` label,
    yet its EndpointSlices are what the RayService counts as serve endpoints.
+9. An EndpointSlice goes only to RayService keys, whatever the rules above name: no other controller
+   reads EndpointSlices, and at scale they were a tenth of a RayCluster's inputs for nothing.
 
 Invariants: the result depends only on the object and the :class:`KeyIndex` given, and
 :func:`dependencies` names exactly the index entries :func:`keys_for` read, so the projection can
@@ -41,6 +43,8 @@ ORIGIN_NAME_LABEL: Final = "ray.io/originated-from-cr-name"
 CRONJOB_LABEL: Final = "ray.io/cronjob-name"
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 RAY_GROUP: Final = "ray.io"
+ENDPOINTS_READER: Final[KeyKind] = "RayService"
+"""The one kind whose reconcile reads EndpointSlices (rule 9)."""
 
 NamespacedName = tuple[str, str]
 """``(namespace, name)``."""
@@ -174,6 +178,7 @@ def keys_for(kind: str, obj: Mapping[str, Any], index: KeyIndex = EMPTY_INDEX) -
         if isinstance(service, str) and service:
             for key in index.service_keys.get((namespace, service), ()):
                 found[key] = None
+        return tuple(key for key in found if key.kind == ENDPOINTS_READER)
     return tuple(found) if found else _NO_KEYS
 
 

@@ -53,6 +53,7 @@ INDEX = KeyIndex(
     cluster_selectors={(NS, "shared"): (key("RayJob", "sel-1"), key("RayJob", "sel-2"))},
     service_keys={
         (NS, "rj-abcde-head-svc"): (key("RayCluster", "rj-abcde"), key("RayJob", "rj")),
+        (NS, "rs-xyz12-serve-svc"): (key("RayCluster", "rs-xyz12"), key("RayService", "rs")),
         (NS, "plain"): (),
     },
 )
@@ -184,9 +185,19 @@ INDEX = KeyIndex(
         ),
         pytest.param(
             "EndpointSlice",
-            obj("EndpointSlice", "rj-abcde-head-svc-8xk2p", labels={"kubernetes.io/service-name": "rj-abcde-head-svc"}),
-            [key("RayCluster", "rj-abcde"), key("RayJob", "rj")],
-            id="endpointslice-follows-its-service",
+            obj("EndpointSlice", "rs-xyz12-serve-svc-8x", labels={"kubernetes.io/service-name": "rs-xyz12-serve-svc"}),
+            [key("RayService", "rs")],
+            id="endpointslice-follows-its-service-to-rayservice-keys-only",
+        ),
+        pytest.param(
+            "EndpointSlice",
+            obj(
+                "EndpointSlice",
+                "rj-abcde-head-svc-8xk2p",
+                labels={"kubernetes.io/service-name": "rj-abcde-head-svc", "ray.io/cluster": "rj-abcde"},
+            ),
+            [],
+            id="endpointslice-read-by-no-key-of-its-service",
         ),
         pytest.param(
             "EndpointSlice",

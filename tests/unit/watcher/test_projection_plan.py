@@ -123,7 +123,7 @@ def test_a_label_change_moves_an_object_out_of_a_key() -> None:
     ]
 
 
-def test_a_selecting_rayjob_pulls_the_cluster_and_its_head_service_but_not_pods() -> None:
+def test_a_selecting_rayjob_pulls_the_cluster_and_its_head_service_but_not_pods_or_endpointslices() -> None:
     p = projection()
     p.plan(scope("RayCluster"), change("RayCluster", "shared"))
     p.plan(scope("Service"), change("Service", "shared-head-svc", labels={"ray.io/cluster": "shared"}))
@@ -139,7 +139,6 @@ def test_a_selecting_rayjob_pulls_the_cluster_and_its_head_service_but_not_pods(
         (f"RayJob/{NS}/sel", "fact", "created"),
         (f"RayJob/{NS}/sel", "RayCluster", "shared", "ADDED"),
         (f"RayJob/{NS}/sel", "Service", "shared-head-svc", "ADDED"),
-        (f"RayJob/{NS}/sel", "EndpointSlice", "shared-head-svc-x", "ADDED"),
     ]
     deleted = p.plan(scope("RayJob"), change("RayJob", "sel", rv="5", type_="DELETED"))
     assert sorted(summary(deleted)) == sorted(
@@ -148,7 +147,6 @@ def test_a_selecting_rayjob_pulls_the_cluster_and_its_head_service_but_not_pods(
             (f"RayJob/{NS}/sel", "fact", "deleted"),
             (f"RayJob/{NS}/sel", "RayCluster", "shared", "DELETED"),
             (f"RayJob/{NS}/sel", "Service", "shared-head-svc", "DELETED"),
-            (f"RayJob/{NS}/sel", "EndpointSlice", "shared-head-svc-x", "DELETED"),
         ]
     )
 
