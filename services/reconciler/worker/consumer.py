@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime
 
 import msgspec
 from nats.aio.msg import Msg
@@ -28,7 +28,7 @@ from schema.codec import decode_input, encode
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import BusInput, CommandBatch, CreateObject, DeleteCollection, DeleteObject, TimerTick
+from schema.messages import BusInput, TimerTick
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
 from services.reconciler.worker.inflight import InFlight
@@ -65,20 +65,6 @@ async def settle(ack: Awaitable[None]) -> None:
         await ack
     except NatsError as exc:
         log.warning("ack/nak not sent (%s); the message will be redelivered", exc)
-
-
-def needs_second_look(decided: CommandBatch, suppressed: tuple[str, ...]) -> bool:
-    """Whether a withheld command's effect may never be observed otherwise: a create or delete.
-
-    A withheld duplicate Event needs nothing, and a withheld patch of an object version is always
-    followed by that object's next watch event (the twin applied, or someone else changed it).
-    """
-    if not suppressed:
-        return False
-    withheld = set(suppressed)
-    return any(
-        isinstance(c, CreateObject | DeleteObject | DeleteCollection) for c in decided.commands if c.id in withheld
-    )
 
 
 def retry_delay(deliveries: int) -> float:
@@ -144,6 +130,7 @@ class PartitionConsumer:
                     msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT)
                     msgs += await self._linger(sub, FETCH_BATCH - len(msgs))
                 except TimeoutError:  # nats-py raises its own subclass or the builtin
+                    await self._tend_memory()
                     continue
                 except NatsError as exc:  # disconnected, server restarting: nats-py reconnects
                     log.warning("partition %d: fetch failed (%s); retrying", self.partition, exc)
@@ -155,9 +142,19 @@ class PartitionConsumer:
                         await settle(msg.nak(delay=1.0))
                     continue
                 await self.process(msgs)
-                self._inflight.prune(await self._applied.get())
+                await self._tend_memory()
         finally:
             await sub.unsubscribe()
+
+    async def _tend_memory(self) -> None:
+        """Forget commands no longer in flight; look again at keys that were waiting for that."""
+        floor = await self._applied.get()
+        for key, wake_at in self._inflight.due(floor):
+            try:
+                await self._timers.schedule(key, wake_at or datetime.now(UTC), reason="in-flight commands landed")
+            except NatsError as exc:  # the key's next event looks instead
+                log.warning("partition %d: could not schedule a look at %s (%s)", self.partition, key, exc)
+        self._inflight.prune(floor)
 
     async def _linger(self, sub: JetStreamContext.PullSubscription, room: int) -> list[Msg]:
         """After a fetch, wait ``coalesce_window`` and take what arrived meanwhile (kopf's batch
@@ -218,7 +215,8 @@ class PartitionConsumer:
                     config=self._config,
                     sequences=[item.msg.metadata.sequence.stream for item in items],
                 )
-                batch = self._inflight.filter(outcome.batch, applied_floor=await self._applied.get())
+                floor = await self._applied.get()
+                batch = self._inflight.filter(outcome.batch, applied_floor=floor)
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
                 span.set_attribute("raybus.commands", len(batch.commands))
                 span.set_attribute("raybus.suppressed", len(batch.suppressed))
@@ -227,16 +225,10 @@ class PartitionConsumer:
                 if any(isinstance(message, TimerTick) for message in inputs):
                     self._timers.forget(key)
                 wake_at = outcome.decision.wake_at
-                if needs_second_look(outcome.batch, batch.suppressed):
-                    # A withheld create or delete may be needed after all (its twin was a no-op, e.g.
-                    # an AlreadyExists on a Pod still terminating) and may bring no further event:
-                    # look again when the memory expires. The batch keeps reconcile's own wake_at.
-                    retry = now + timedelta(seconds=self._inflight.grace + 1.0)
-                    wake_at = retry if wake_at is None else min(wake_at, retry)
-                if wake_at is not None:
-                    await self._timers.schedule(key, wake_at)
-                else:
+                if wake_at is None or self._inflight.defer(key, wake_at, applied_floor=floor):
                     await self._timers.cancel(key)
+                else:
+                    await self._timers.schedule(key, wake_at)
             except Exception as exc:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.keys import ReconcileKey
-from schema.messages import CreateObject, ObjectRef, TimerTick, WatchEvent
+from schema.messages import Command, CommandBatch, CreateObject, ObjectRef, TimerTick, WatchEvent
 from services.reconciler.worker.assignment import owner_of, partitions_of
 from services.reconciler.worker.decide import decide, decision_time
 from services.reconciler.worker.timers import schedule_header
@@ -127,20 +128,69 @@ def test_one_status_patch_per_object_version_is_in_flight() -> None:
     assert in_flight_key(a) == in_flight_key(b) != in_flight_key(c)
 
 
-def test_only_withheld_creates_and_deletes_need_a_second_look() -> None:
+def test_a_withheld_create_is_looked_at_again_once_its_memory_expires() -> None:
     from schema.messages import EmitEvent
-    from services.reconciler.worker.consumer import needs_second_look
+    from services.reconciler.worker.inflight import InFlight
 
+    clock = [0.0]
+    inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
     ref = ObjectRef(api_version="v1", kind="Pod", namespace="ns", name="p")
     create = CreateObject(id="c", target=ref, body={})
     event = EmitEvent(id="e", regarding=ref, event_type="Warning", reason="Invalid", message="bad")
-    snap = Snapshot(key=KEY, entries={})
-    decided = decide(
-        reconcilers={"RayCluster": lambda s, n, c: Decision(commands=(create, event))},
-        snapshot=snap,
-        now=T0,
-        config=OperatorConfig(),
+
+    def decided(*commands: Command, seq: int) -> CommandBatch:
+        return decide(
+            reconcilers={"RayCluster": lambda s, n, c: Decision(commands=commands)},
+            snapshot=Snapshot(key=KEY, entries={}),
+            now=T0,
+            config=OperatorConfig(),
+            sequences=[seq],
+        ).batch
+
+    inflight.filter(decided(create, event, seq=1), applied_floor=0)
+    inflight.published(KEY, batch_seq=10)
+    assert inflight.filter(decided(create, event, seq=2), applied_floor=0).commands == ()
+    assert inflight.due(applied_floor=9) == []  # not applied yet: no look, however long it takes
+    clock[0] = 30.0
+    assert inflight.due(applied_floor=10) == []  # applied: in flight for the grace period
+    clock[0] = 32.5
+    assert inflight.due(applied_floor=10) == [(KEY, None)]
+    assert inflight.due(applied_floor=10) == []  # once
+
+    # A withheld Event alone needs no look; nor does a create the key's latest decision no longer wants.
+    inflight.filter(decided(create, event, seq=3), applied_floor=10)
+    inflight.published(KEY, batch_seq=11)
+    inflight.filter(decided(event, seq=4), applied_floor=10)
+    inflight.filter(decided(create, seq=5), applied_floor=10)
+    inflight.filter(decided(seq=6), applied_floor=10)
+    clock[0] = 100.0
+    assert inflight.due(applied_floor=11) == []
+
+
+def test_a_wake_up_waits_for_the_keys_commands_to_land() -> None:
+    from services.reconciler.worker.inflight import InFlight
+
+    clock = [0.0]
+    inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
+    wake = T0.replace(second=2)
+    batch = decide(
+        reconcilers={"RayCluster": _create}, snapshot=Snapshot(key=KEY, entries={}), now=T0, config=OperatorConfig()
     ).batch
-    assert needs_second_look(decided, ("c",))
-    assert not needs_second_look(decided, ("e",))
-    assert not needs_second_look(decided, ())
+    assert not inflight.defer(KEY, wake, applied_floor=0)  # nothing in flight: schedule it now
+    inflight.filter(batch, applied_floor=0)
+    inflight.published(KEY, batch_seq=3)
+    assert inflight.defer(KEY, wake, applied_floor=0)
+    clock[0] = 20.0
+    assert inflight.due(applied_floor=2) == []
+    assert inflight.due(applied_floor=3) == []
+    clock[0] = 22.0
+    assert inflight.due(applied_floor=3) == [(KEY, wake)]
+    assert inflight.due(applied_floor=3) == []
+
+    # A later decision without a wake-up withdraws the held one.
+    inflight.filter(batch, applied_floor=3)
+    inflight.published(KEY, batch_seq=4)
+    assert inflight.defer(KEY, wake, applied_floor=3)
+    inflight.filter(msgspec.structs.replace(batch, commands=()), applied_floor=3)
+    clock[0] = 100.0
+    assert inflight.due(applied_floor=4) == []
