@@ -129,9 +129,8 @@ class ObjectStore:
         for ns in spaces:
             names = bucket.get(ns, {})
             candidates: Iterable[str] = names
-            if equalities:
-                label, value = equalities[0]
-                candidates = self._by_label.get((key, ns, label, value), ())
+            if equalities:  # the rarest label value, e.g. a cluster's name rather than app=kuberay
+                candidates = min((self._by_label.get((key, ns, k, v), ()) for k, v in equalities), key=len)
             for name in sorted(candidates):
                 obj = names[name]
                 if matcher is None or matcher(obj):
