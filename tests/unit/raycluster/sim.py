@@ -27,27 +27,9 @@ from schema.messages import (
     PatchStatus,
 )
 from services.reconciler.raycluster import reconcile
+from tests.unit.apiserver import NAMESPACE, merge_patch, stamp
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-NAMESPACE = "default"
-
-
-def stamp(moment: datetime) -> str:
-    """RFC3339 as the API server writes it."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 def matches(labels: dict[str, str], selector: str) -> bool:
