@@ -130,7 +130,9 @@ class ObjectStore:
             names = bucket.get(ns, {})
             candidates: Iterable[str] = names
             if equalities:  # the rarest label value, e.g. a cluster's name rather than app=kuberay
-                candidates = min((self._by_label.get((key, ns, k, v), ()) for k, v in equalities), key=len)
+                indexed = [self._by_label.get((key, ns, k, v), set()) for k, v in equalities]
+                rarest = min(indexed, key=len)
+                candidates = rarest
             for name in sorted(candidates):
                 obj = names[name]
                 if matcher is None or matcher(obj):

@@ -37,6 +37,8 @@ from kubesim.sims.objects import (
 )
 
 ServiceKey = tuple[str, str]
+Pair = tuple[str, str, str]
+"""``(namespace, label, value)``."""
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 MANAGED_BY = "endpointslice-controller.k8s.io"
@@ -93,6 +95,59 @@ def _ports(service: dict[str, Any], first_pod: dict[str, Any] | None) -> list[di
     return ports
 
 
+class SelectorIndex:
+    """Which Services may select a Pod, without testing every Service per Pod event.
+
+    Each Service is filed under one pair of its selector, the one fewest Services' selectors shared
+    when it was filed (a cluster's name rather than ``app.kubernetes.io/created-by``). A Service can
+    only select a Pod that carries that pair, so a Pod's candidates are the Services filed under its
+    own label pairs.
+    """
+
+    def __init__(self) -> None:
+        self.selectors: dict[ServiceKey, dict[str, str]] = {}
+        self._filed: dict[ServiceKey, Pair] = {}
+        self._under: dict[Pair, set[ServiceKey]] = {}
+        self._uses: dict[Pair, int] = {}
+
+    def put(self, key: ServiceKey, selector: dict[str, str]) -> None:
+        """File (or re-file) a Service's selector."""
+        self.drop(key)
+        if not selector:
+            return
+        pairs = [(key[0], k, v) for k, v in sorted(selector.items())]
+        for pair in pairs:
+            self._uses[pair] = self._uses.get(pair, 0) + 1
+        filed = min(pairs, key=lambda pair: self._uses[pair])
+        self.selectors[key] = selector
+        self._filed[key] = filed
+        self._under.setdefault(filed, set()).add(key)
+
+    def drop(self, key: ServiceKey) -> None:
+        """Forget a Service."""
+        selector = self.selectors.pop(key, None)
+        if selector is None:
+            return
+        for k, v in selector.items():
+            pair = (key[0], k, v)
+            self._uses[pair] -= 1
+            if not self._uses[pair]:
+                del self._uses[pair]
+        filed = self._filed.pop(key)
+        self._under[filed].discard(key)
+        if not self._under[filed]:
+            del self._under[filed]
+
+    def selecting(self, namespace: str, labels: dict[str, str]) -> set[ServiceKey]:
+        """The Services whose selector matches these Pod labels."""
+        found: set[ServiceKey] = set()
+        for k, v in labels.items():
+            for key in self._under.get((namespace, k, v), ()):
+                if selector_matches(self.selectors[key], labels):
+                    found.add(key)
+        return found
+
+
 class EndpointSliceController:
     """Keeps each selector Service's EndpointSlice in step with its pods."""
 
@@ -101,8 +156,9 @@ class EndpointSliceController:
         self._store: Store | None = None
         self._queue: WorkQueue[ServiceKey] = WorkQueue()
         self._members: dict[ServiceKey, set[str]] = {}
-        # Selectors of the Services seen, so a Pod event does not list (and copy) every Service.
-        self._selectors: dict[ServiceKey, dict[str, str]] = {}
+        # The Services each Pod is an endpoint of: a Pod that loses its labels must leave their slices.
+        self._member_of: dict[tuple[str, str], set[ServiceKey]] = {}
+        self._selectors = SelectorIndex()
 
     async def run(self, store: Store) -> None:
         """Run until cancelled."""
@@ -120,18 +176,27 @@ class EndpointSliceController:
         if event.gvr == SERVICES:
             key = (namespace, name_of(obj))
             if event.type == "DELETED":
-                self._members.pop(key, None)
-                self._selectors.pop(key, None)
+                self._set_members(key, set())
+                self._selectors.drop(key)
             else:
-                self._selectors[key] = dict(spec_of(obj).get("selector") or {})
+                self._selectors.put(key, dict(spec_of(obj).get("selector") or {}))
                 self._queue.add(key)
         elif event.gvr == PODS:
-            name, labels = name_of(obj), labels_of(obj)
-            for key, selector in self._selectors.items():
-                if key[0] != namespace:
-                    continue
-                if (selector and selector_matches(selector, labels)) or name in self._members.get(key, set()):
-                    self._queue.add(key)
+            pod = (namespace, name_of(obj))
+            for key in self._selectors.selecting(namespace, labels_of(obj)) | self._member_of.get(pod, set()):
+                self._queue.add(key)
+
+    def _set_members(self, key: ServiceKey, members: set[str]) -> None:
+        for name in self._members.pop(key, set()) - members:
+            services = self._member_of.get((key[0], name))
+            if services is not None:
+                services.discard(key)
+                if not services:
+                    del self._member_of[(key[0], name)]
+        if members:
+            self._members[key] = members
+            for name in members:
+                self._member_of.setdefault((key[0], name), set()).add(key)
 
     def _reconcile(self, key: ServiceKey) -> None:
         store = self._store
@@ -158,7 +223,7 @@ class EndpointSliceController:
             ),
             key=name_of,
         )
-        self._members[key] = {name_of(p) for p in pods}
+        self._set_members(key, {name_of(p) for p in pods})
         labels = {**labels_of(service), SERVICE_NAME_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY}
         wanted: dict[str, Any] = {
             "addressType": "IPv4",
