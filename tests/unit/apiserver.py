@@ -1,12 +1,13 @@
 """The API-server semantics the unit-test simulations share: timestamps, patches and an object store.
 
-``ApiServer`` keeps the objects of one namespace by (kind, name) and applies the object commands of a
+``ApiServer`` keeps the objects of one namespace by (kind, name) and applies the API writes of a
 Decision with the applier's idempotency rules: AlreadyExists on create is done, a stale
 resourceVersion, a failed json-patch ``test`` or a UID mismatch drops the command (recorded in
 ``dropped``), finalizers hold a deletion until they are removed, and removing an object cascades to
-what it owns. Each simulation subclasses it and adds its own actors and its own ``apply_command``;
-the RayCluster simulation uses only the helpers, since it models terminating pods instead of
-finalizers. Nothing sleeps or does I/O; the clock moves only when a test says so.
+what it owns. Each simulation subclasses it, adds its own actors and overrides ``apply_command`` for
+the commands that are not API writes (dashboard calls). The RayCluster simulation uses only the
+helpers, since it models terminating pods instead of finalizers. Nothing sleeps or does I/O; the
+clock moves only when a test says so.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schema.messages import Command, CreateObject, DeleteObject, PatchObject, PatchStatus
+from schema.decision import Decision
+from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, PatchObject, PatchStatus
 
 NAMESPACE = "default"
 
@@ -79,11 +81,13 @@ def json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]
 
 
 class ApiServer:
-    """Objects of one namespace, a clock, and the commands dropped as conflicts."""
+    """Objects of one namespace, a clock, the Event log, the decisions applied and the commands dropped."""
 
     def __init__(self, *, now: datetime) -> None:
         self.now = now
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[EmitEvent] = []
+        self.decisions: list[Decision] = []
         self.dropped: list[Command] = []
         self._rv = 100
         self._uid = 0
@@ -147,7 +151,33 @@ class ApiServer:
         else:
             self.remove(kind, name)
 
-    # -- object commands, as the applier sends them --------------------------------------------------
+    # -- applying commands, as the applier does --------------------------------------------------------
+
+    def apply(self, decision: Decision) -> None:
+        """Apply each command in order, as the applier does (idempotent; conflicts are dropped)."""
+        self.decisions.append(decision)
+        for command in decision.commands:
+            self.apply_command(command)
+
+    def apply_command(self, command: Command) -> None:
+        """Apply one API write; a simulation overrides this for the commands it plays and defers the rest here.
+
+        Raises:
+            AssertionError: the command is not an API write (no simulation of this key expects it).
+        """
+        match command:
+            case CreateObject():
+                self.apply_create(command)
+            case PatchObject():
+                self.apply_patch(command)
+            case DeleteObject():
+                self.apply_delete(command)
+            case PatchStatus():
+                self.apply_patch_status(command)
+            case EmitEvent():
+                self.events.append(command)
+            case _:
+                raise AssertionError(f"unexpected command {command!r}")
 
     def apply_create(self, command: CreateObject) -> None:
         """Create the body unless the object exists (AlreadyExists counts as done)."""

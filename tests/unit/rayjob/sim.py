@@ -18,13 +18,6 @@ from schema.decision import OBS_RAY_JOB, Decision, Snapshot
 from schema.keys import KeyKind, ReconcileKey
 from schema.messages import (
     Command,
-    CreateObject,
-    DeleteCollection,
-    DeleteObject,
-    EmitEvent,
-    PatchObject,
-    PatchStatus,
-    PutServeConfig,
     StopRayJob,
     SubmitRayJob,
 )
@@ -43,42 +36,22 @@ class World(ApiServer):
         super().__init__(now=now)
         self.config = config or OperatorConfig()
         self.observations: dict[str, dict[str, Any]] = {}
-        self.events: list[EmitEvent] = []
         self.submissions: list[SubmitRayJob] = []
         self.stops: list[StopRayJob] = []
-        self.decisions: list[Decision] = []
 
     def set_status(self, kind: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """Merge ``status`` into an object's status (another controller's status write)."""
         return self.update(kind, name, lambda o: o.__setitem__("status", merge_patch(o.get("status") or {}, status)))
 
-    # -- applying commands -------------------------------------------------------------------------
-
-    def apply(self, decision: Decision) -> None:
-        """Apply each command in order, as the applier does (idempotent; conflicts are dropped)."""
-        self.decisions.append(decision)
-        for command in decision.commands:
-            self.apply_command(command)
-
     def apply_command(self, command: Command) -> None:
-        """Apply one command."""
+        """Apply one command: the dashboard calls are recorded, API writes go to the store."""
         match command:
-            case CreateObject():
-                self.apply_create(command)
-            case PatchObject():
-                self.apply_patch(command)
-            case DeleteObject():
-                self.apply_delete(command)
-            case PatchStatus():
-                self.apply_patch_status(command)
-            case EmitEvent():
-                self.events.append(command)
             case SubmitRayJob():
                 self.submissions.append(command)
             case StopRayJob():
                 self.stops.append(command)
-            case DeleteCollection() | PutServeConfig():
-                raise AssertionError(f"unexpected command {command!r}")
+            case _:
+                super().apply_command(command)
 
     # -- snapshots and driving -----------------------------------------------------------------------
 

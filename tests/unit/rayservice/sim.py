@@ -20,15 +20,9 @@ from schema.decision import OBS_SERVE, OBS_SERVE_HEALTH, Decision, Snapshot
 from schema.keys import ReconcileKey
 from schema.messages import (
     Command,
-    CreateObject,
-    DeleteCollection,
-    DeleteObject,
     EmitEvent,
-    PatchObject,
     PatchStatus,
     PutServeConfig,
-    StopRayJob,
-    SubmitRayJob,
     Transition,
 )
 from services.reconciler.rayservice import probe_targets, reconcile
@@ -50,11 +44,9 @@ class World(ApiServer):
         super().__init__(now=now)
         self.config = config or OperatorConfig()
         self.observations: dict[str, dict[str, dict[str, Any]]] = {OBS_SERVE: {}, OBS_SERVE_HEALTH: {}}
-        self.events: list[EmitEvent] = []
         self.puts: list[PutServeConfig] = []
         self.failed_puts: list[PutServeConfig] = []
         self.unreachable_dashboards: set[str] = set()  # clusters whose dashboard refuses every PUT
-        self.decisions: list[Decision] = []
         self.transitions: list[Transition] = []
         self.history: list[tuple[Snapshot, datetime, Decision]] = []
         # Dashboard state per cluster: the last config PUT, and how its applications behave.
@@ -64,26 +56,9 @@ class World(ApiServer):
         self.gateway_controller = True
 
     # -- applying commands --------------------------------------------------------------------------
-    def apply(self, decision: Decision) -> None:
-        """Apply each command in order, as the applier does."""
-        self.decisions.append(decision)
-        for command in decision.commands:
-            self.apply_command(command)
-
     def apply_command(self, command: Command) -> None:
-        """Apply one command."""
+        """Apply one command: a Serve config PUT reaches the dashboard, API writes go to the store."""
         match command:
-            case CreateObject():
-                self.apply_create(command)
-            case PatchObject():
-                self.apply_patch(command)
-            case DeleteObject():
-                self.apply_delete(command)
-            case PatchStatus():
-                if self.apply_patch_status(command):
-                    self.transitions.extend(command.transitions)
-            case EmitEvent():
-                self.events.append(command)
             case PutServeConfig():
                 if command.dashboard.cluster in self.unreachable_dashboards:
                     self.failed_puts.append(command)  # the applier reports it failed; the record is not applied
@@ -92,8 +67,15 @@ class World(ApiServer):
                 self.dashboards[command.dashboard.cluster] = copy.deepcopy(command.config)
                 if command.record is not None:
                     self.apply_command(command.record)
-            case SubmitRayJob() | StopRayJob() | DeleteCollection():
-                raise AssertionError(f"unexpected command {command!r}")
+            case _:
+                super().apply_command(command)
+
+    def apply_patch_status(self, command: PatchStatus) -> bool:
+        """Merge into the status subresource, keeping the transitions of each applied write."""
+        applied = super().apply_patch_status(command)
+        if applied:
+            self.transitions.extend(command.transitions)
+        return applied
 
     # -- the other actors ---------------------------------------------------------------------------
     def make_cluster_ready(self, name: str, *, workers: int | None = None) -> None:
