@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from schema.messages import ObjectRef, PatchStatus, Transition
+from schema.messages import ObjectRef, PatchStatus
+from services.reconciler.common.transitions import Step, build_transitions
 from services.reconciler.rayjob.patches import merge_diff
 from services.reconciler.rayjob.times import format_time
 
@@ -67,19 +68,6 @@ def cluster_status_changed(old: object, new: object) -> bool:
         if a != b:
             return True
     return False
-
-
-class Step:
-    """One state-machine step decided in this pass (becomes a Transition when the status is written)."""
-
-    __slots__ = ("field", "from_value", "message", "reason", "to_value")
-
-    def __init__(self, *, field: str, from_value: str, to_value: str, reason: str, message: str) -> None:
-        self.field = field
-        self.from_value = from_value
-        self.to_value = to_value
-        self.reason = reason
-        self.message = message
 
 
 class StatusDraft:
@@ -171,22 +159,8 @@ class StatusDraft:
             "rayClusterName": self.get("rayClusterName") or _text(self.original.get("rayClusterName")),
             "jobId": self.get("jobId") or _text(self.original.get("jobId")),
         }
-        transitions = tuple(
-            Transition(
-                kind="RayJob",
-                uid=target.uid,
-                namespace=target.namespace,
-                name=target.name,
-                field=step.field,
-                from_value=step.from_value,
-                to_value=step.to_value,
-                at=now,
-                reason=step.reason,
-                message=step.message,
-                resource_version=resource_version,
-                attributes=attributes,
-            )
-            for step in self.steps
+        transitions = build_transitions(
+            self.steps, kind="RayJob", target=target, resource_version=resource_version, at=now, attributes=attributes
         )
         return PatchStatus(target=target, status=diff, resource_version=resource_version, transitions=transitions)
 

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from schema.messages import ObjectRef, PatchStatus, Transition
+from schema.messages import ObjectRef, PatchStatus
+from services.reconciler.common.transitions import Step, build_transitions
 from services.reconciler.rayjob.patches import merge_diff
 from services.reconciler.rayjob.status import compact
 from services.reconciler.rayjob.times import format_time
@@ -43,22 +44,6 @@ SUSPENDING: Final = "Suspending"
 SUSPENDED: Final = "Suspended"
 
 _TRAFFIC_FIELDS: Final = ("trafficRoutedPercent", "targetCapacity", "lastTrafficMigratedTime")
-
-
-class Step:
-    """A state-machine fact decided in this pass (becomes a Transition when the status is written)."""
-
-    __slots__ = ("attributes", "field", "from_value", "message", "reason", "to_value")
-
-    def __init__(
-        self, *, field: str, from_value: str, to_value: str, reason: str, message: str, attributes: dict[str, str]
-    ) -> None:
-        self.field = field
-        self.from_value = from_value
-        self.to_value = to_value
-        self.reason = reason
-        self.message = message
-        self.attributes = attributes
 
 
 def _apps_differ(old: object, new: object) -> bool:
@@ -222,7 +207,7 @@ class StatusDraft:
                 to_value=to_value,
                 reason=reason,
                 message=message,
-                attributes=dict(attributes or {}),
+                attributes=attributes,
             )
         )
 
@@ -288,21 +273,11 @@ class StatusDraft:
                 return None
             # Nothing else changed (same second): the patch still carries the step facts.
             diff = {"lastUpdateTime": self.current["lastUpdateTime"]}
-        transitions = tuple(
-            Transition(
-                kind="RayService",
-                uid=target.uid,
-                namespace=target.namespace,
-                name=target.name,
-                field=step.field,
-                from_value=step.from_value,
-                to_value=step.to_value,
-                at=now,
-                reason=step.reason,
-                message=step.message,
-                resource_version=resource_version,
-                attributes=step.attributes,
-            )
-            for step in [*self._derived_steps(), *self.steps]
+        transitions = build_transitions(
+            [*self._derived_steps(), *self.steps],
+            kind="RayService",
+            target=target,
+            resource_version=resource_version,
+            at=now,
         )
         return PatchStatus(target=target, status=diff, resource_version=resource_version, transitions=transitions)
