@@ -24,11 +24,11 @@ from typing import Any
 from kubernetes import client
 
 from tests.e2e.clusters import small_cluster
+from tests.e2e.drivers import ObjectDriver, Rows
 from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.helpers import eventually
 
 GROUP, VERSION = "ray.io", "v1"
-Rows = list[dict[str, Any]]
 LONG = "KUBESIM_RUN_SECONDS=inf python main.py"
 """An entrypoint whose Ray job runs until it is stopped."""
 
@@ -54,12 +54,6 @@ def small_rayjob(name: str, *, entrypoint: str = "python main.py", workers: int 
         "metadata": {"name": name},
         "spec": {"entrypoint": entrypoint, "rayClusterSpec": small_cluster(name, workers=workers)["spec"], **spec},
     }
-
-
-def status_api(p: Pipeline, path: str) -> Any:
-    """GET a path of the pipeline's status API (JSON)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{p.settings.status.http_port}{path}", timeout=5) as response:
-        return json.loads(response.read())
 
 
 def parse_time(text: str) -> datetime:
@@ -92,15 +86,8 @@ def rayjob_statuses(p: Pipeline, namespace: str) -> dict[str, dict[str, Any]]:
     return {item["metadata"]["name"]: dict(item.get("status") or {}) for item in items}
 
 
-class JobDriver:
+class JobDriver(ObjectDriver):
     """One RayJob in a namespace of its own: create, patch, wait, inspect children, history and audit."""
-
-    def __init__(self, p: Pipeline, body: dict[str, Any], namespace: str) -> None:
-        self.p = p
-        self.body = body
-        self.namespace = namespace
-        self.name = str(body["metadata"]["name"])
-        body["metadata"]["namespace"] = namespace
 
     async def _custom(self, method: str, plural: str, *args: Any) -> Any:
         fn = getattr(self.p.custom(), method)
@@ -129,20 +116,6 @@ class JobDriver:
 
     async def delete(self) -> None:
         await self._custom("delete_namespaced_custom_object", "rayjobs", self.name)
-
-    async def wait(
-        self, predicate: Callable[[dict[str, Any]], bool], what: str, *, timeout: float = 60
-    ) -> dict[str, Any]:
-        """The RayJob's status once ``predicate`` holds for it."""
-
-        async def probe() -> dict[str, Any] | None:
-            self.p.check()
-            status = await self.status()
-            return status if predicate(status) else None
-
-        found: dict[str, Any] | None = await eventually(probe, timeout=timeout, message=f"{self.name} never {what}")
-        assert found is not None
-        return found
 
     async def wait_deployment(self, state: str, *, timeout: float = 60) -> dict[str, Any]:
         return await self.wait(lambda s: s.get("jobDeploymentStatus") == state, f"reached {state}", timeout=timeout)
@@ -198,21 +171,9 @@ class JobDriver:
         """The RayJob's recorded transitions (status API) once ``until`` holds for them (the status
         service persists a transition a moment after the applier confirmed it)."""
         path = f"/v1/rayjobs/{self.namespace}/{self.name}/transitions"
-        return await self._settled(path, "transitions", until, "history")
+        return await self.settled_rows(path, "transitions", until, "history")
 
     async def commands(self, *, until: Callable[[Rows], bool]) -> Rows:
         """The RayJob's command audit trail (status API) once ``until`` holds for it."""
         path = f"/v1/commands?kind=RayJob&namespace={self.namespace}&name={self.name}&limit=500"
-        return await self._settled(path, "items", until, "audit trail")
-
-    async def _settled(self, path: str, field: str, until: Callable[[Rows], bool], what: str) -> Rows:
-        def probe() -> Rows | None:
-            rows: Rows = status_api(self.p, path)[field]
-            return rows if until(rows) else None
-
-        async def probe_async() -> Rows | None:
-            return await asyncio.to_thread(probe)
-
-        found: Rows | None = await eventually(probe_async, message=f"{self.name}'s {what} never settled")
-        assert found is not None
-        return found
+        return await self.settled_rows(path, "items", until, "audit trail")

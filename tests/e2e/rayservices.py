@@ -19,7 +19,8 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.e2e.pipeline import Pipeline, load_yaml_docs
+from tests.e2e.drivers import ObjectDriver, Rows
+from tests.e2e.pipeline import load_yaml_docs
 from tests.helpers import eventually, samples_dir
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayservices"
@@ -29,11 +30,6 @@ GATEWAY_GROUP, GATEWAY_VERSION = "gateway.networking.k8s.io", "v1"
 def sample_service(file_name: str) -> dict[str, Any]:
     """The RayService document of a KubeRay sample."""
     return next(d for d in load_yaml_docs(samples_dir() / file_name) if d.get("kind") == "RayService")
-
-
-def status_api(p: Pipeline, path: str) -> Any:
-    with urllib.request.urlopen(f"http://127.0.0.1:{p.settings.status.http_port}{path}", timeout=5) as response:
-        return json.loads(response.read())
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -52,15 +48,8 @@ def pending(status: dict[str, Any]) -> str:
     return str((status.get("pendingServiceStatus") or {}).get("rayClusterName") or "")
 
 
-class ServiceDriver:
+class ServiceDriver(ObjectDriver):
     """One RayService in its own namespace."""
-
-    def __init__(self, p: Pipeline, body: dict[str, Any], namespace: str) -> None:
-        self.p = p
-        self.body = body
-        self.namespace = namespace
-        self.name = str(body["metadata"]["name"])
-        body["metadata"]["namespace"] = namespace
 
     async def _custom(self, method: str, *args: Any, plural: str = PLURAL, group: str = GROUP) -> Any:
         version = GATEWAY_VERSION if group == GATEWAY_GROUP else VERSION
@@ -93,20 +82,6 @@ class ServiceDriver:
             return all(item["metadata"]["name"] != self.name for item in found.get("items", []))
 
         await eventually(gone, timeout=timeout, message=f"{self.name} was never deleted")
-
-    async def wait(
-        self, predicate: Callable[[dict[str, Any]], bool], what: str, *, timeout: float = 60
-    ) -> dict[str, Any]:
-        """The status once ``predicate`` holds for it."""
-
-        async def probe() -> dict[str, Any] | None:
-            self.p.check()
-            status = await self.status()
-            return status if predicate(status) else None
-
-        found: dict[str, Any] | None = await eventually(probe, timeout=timeout, message=f"{self.name} never {what}")
-        assert found is not None
-        return found
 
     async def wait_ready(self, *, timeout: float = 60) -> dict[str, Any]:
         return await self.wait(
@@ -167,18 +142,10 @@ class ServiceDriver:
         found = await asyncio.to_thread(self.p.core().list_namespaced_event, self.namespace)
         return [e for e in found.items if e.involved_object.kind == "RayService"]
 
-    async def history(self, *, settled: Callable[[list[dict[str, Any]]], bool] = bool) -> list[dict[str, Any]]:
+    async def history(self, *, settled: Callable[[Rows], bool] = bool) -> Rows:
         """The recorded transitions (status API) once ``settled`` holds for them."""
-
-        def probe() -> list[dict[str, Any]] | None:
-            rows = status_api(self.p, f"/v1/rayservices/{self.namespace}/{self.name}/transitions")["transitions"]
-            return rows if settled(rows) else None
-
-        found: list[dict[str, Any]] | None = await eventually(
-            lambda: asyncio.to_thread(probe), timeout=30, message=f"{self.name}'s history never settled"
-        )
-        assert found is not None
-        return found
+        path = f"/v1/rayservices/{self.namespace}/{self.name}/transitions"
+        return await self.settled_rows(path, "transitions", settled, "history")
 
 
 @dataclass
