@@ -42,29 +42,18 @@ from schema import subjects
 from schema.codec import decode_input
 from schema.messages import Observation, WatchEvent
 from tests.e2e.rayjobs import small_rayjob
-
-PG_HOST = os.environ.get("RAYBUS_PG_HOST", "127.0.0.1")
-PG_PORT = int(os.environ.get("RAYBUS_PG_PORT", "5432"))
-PG_USER = os.environ.get("RAYBUS_PG_USER", "postgres")
-
-
-async def _admin(sql: str) -> None:
-    conn = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, database="postgres", timeout=5)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+from tests.fixtures.postgres import PG_HOST, PG_PORT, PG_USER, execute_admin
 
 
 @contextlib.contextmanager
 def fresh_database() -> Iterator[tuple[str, str]]:
     """A new empty PostgreSQL database: (SQLAlchemy URL for raybus, its name); dropped afterwards."""
     name = f"raybus_bench_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    asyncio.run(execute_admin(f'CREATE DATABASE "{name}"'))
     try:
         yield f"postgresql+asyncpg://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}", name
     finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 class TransitionSampler:
