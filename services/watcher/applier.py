@@ -246,7 +246,18 @@ class Applier:
     # --- applying -------------------------------------------------------------------------------------
 
     async def apply_batch(self, msg: Msg, batch: CommandBatch) -> None:
-        """Apply a batch's commands in order and publish one result per command (the caller acks)."""
+        """Apply a batch's commands in order and publish one result per command (the caller acks).
+
+        Results are published while the next command runs, and all of them are stored before this
+        returns: waiting for each publish ack in turn doubled the time a batch held its slot."""
+        publishing: list[asyncio.Task[None]] = []
+        try:
+            await self._apply_commands(msg, batch, publishing)
+        finally:
+            if publishing:
+                await asyncio.gather(*publishing)
+
+    async def _apply_commands(self, msg: Msg, batch: CommandBatch, publishing: list[asyncio.Task[None]]) -> None:
         parent = extract_context(msg.headers)
         sequence = msg.metadata.sequence.stream if msg.reply else 0
         loop = asyncio.get_running_loop()
@@ -290,8 +301,12 @@ class Applier:
                     trace_id=current_trace_id(),
                     batch_seq=sequence,
                 )
-                await self._publish_retrying(
-                    subjects.result_subject(batch.key), codec.encode(result), result_id(batch, index, command)
+                publishing.append(
+                    asyncio.ensure_future(
+                        self._publish_retrying(
+                            subjects.result_subject(batch.key), codec.encode(result), result_id(batch, index, command)
+                        )
+                    )
                 )
             if applied.outcome == "failed":
                 log.warning(
