@@ -56,6 +56,7 @@ _dead_letters = _meter.create_counter("raybus_dead_letters_total", description="
 FETCH_BATCH = 256
 FETCH_TIMEOUT = 1.0
 KEY_CONCURRENCY = 64
+TEND_INTERVAL = 0.25
 
 
 async def settle(ack: Awaitable[None]) -> None:
@@ -109,6 +110,7 @@ class PartitionConsumer:
         self._coalesce_window = coalesce_window
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
+        self._tended_at = float("-inf")
 
     def request_stop(self) -> None:
         """Finish the batch in hand, then return from :meth:`run`."""
@@ -147,7 +149,13 @@ class PartitionConsumer:
             await sub.unsubscribe()
 
     async def _tend_memory(self) -> None:
-        """Forget commands no longer in flight; look again at keys that were waiting for that."""
+        """Forget commands no longer in flight; look again at keys that were waiting for that.
+
+        At most every ``TEND_INTERVAL`` seconds: it walks every key in memory, and the applied floor it
+        compares with is itself refreshed only that often."""
+        if time.monotonic() - self._tended_at < TEND_INTERVAL:
+            return
+        self._tended_at = time.monotonic()
         floor = await self._applied.get()
         for key, wake_at in self._inflight.due(floor):
             try:
