@@ -157,7 +157,7 @@ class PartitionConsumer:
             return
         self._tended_at = time.monotonic()
         floor = await self._applied.get()
-        for key, wake_at in self._inflight.due(floor):
+        for key, wake_at in self._inflight.due(floor).items():
             try:
                 await self._timers.schedule(key, wake_at or datetime.now(UTC), reason="in-flight commands landed")
             except NatsError as exc:  # the key's next event looks instead

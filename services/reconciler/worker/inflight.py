@@ -147,19 +147,19 @@ class InFlight:
         self._wakes[key] = wake_at
         return True
 
-    def due(self, applied_floor: int) -> list[tuple[ReconcileKey, datetime | None]]:
-        """Keys to reconcile again, each returned once: ``(key, None)`` for a look now, because its latest
-        decision withheld a create or delete that is no longer in flight (its effect may bring no event
-        of its own); ``(key, wake_at)`` for a held wake-up whose key has nothing in flight any more."""
-        due: list[tuple[ReconcileKey, datetime | None]] = []
+    def due(self, applied_floor: int) -> dict[ReconcileKey, datetime | None]:
+        """Keys to reconcile again, each returned once, with when: ``None`` (now) when its latest decision
+        withheld a create or delete that is no longer in flight (its effect may bring no event of its
+        own), else the held wake-up of a key with nothing in flight any more."""
+        due: dict[ReconcileKey, datetime | None] = {}
         for key, look in list(self._looks.items()):
             if look.isdisjoint(self._live(key, applied_floor)):
                 del self._looks[key]
-                due.append((key, None))
+                due[key] = None
         for key, wake_at in list(self._wakes.items()):
             if not self._live(key, applied_floor):
                 del self._wakes[key]
-                due.append((key, wake_at))
+                due.setdefault(key, wake_at)  # a look now comes first: its reconcile decides the wake again
         return due
 
     def prune(self, applied_floor: int) -> None:

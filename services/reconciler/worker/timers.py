@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from nats.js import JetStreamContext
 
@@ -26,6 +27,9 @@ from schema.messages import TimerTick
 from services.runtime.bus import publish
 
 Clock = Callable[[], datetime]
+
+FIRING_SLACK: Final = timedelta(seconds=2)
+"""How long after its due time a tick may still be on its way (due times round up to the second)."""
 
 
 def _utc_now() -> datetime:
@@ -49,7 +53,9 @@ class TimerScheduler:
     async def schedule(self, key: ReconcileKey, due: datetime, reason: str = "") -> bool:
         """Ask for a tick of ``key`` at ``due``; returns whether a schedule was published."""
         known = self._pending.get(key)
-        if known is not None and known <= due and known > self._clock():
+        if known is not None and known <= due and known > self._clock() - FIRING_SLACK:
+            # An earlier tick is pending (or just due and not delivered yet): a later schedule would
+            # replace it, and that tick's reconcile decides the later wake-up again anyway.
             return False
         tick = TimerTick(key=key, due_at=due, reason=reason)
         await publish(

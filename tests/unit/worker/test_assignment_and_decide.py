@@ -150,12 +150,12 @@ def test_a_withheld_create_is_looked_at_again_once_its_memory_expires() -> None:
     inflight.filter(decided(create, event, seq=1), applied_floor=0)
     inflight.published(KEY, batch_seq=10)
     assert inflight.filter(decided(create, event, seq=2), applied_floor=0).commands == ()
-    assert inflight.due(applied_floor=9) == []  # not applied yet: no look, however long it takes
+    assert not inflight.due(applied_floor=9)  # not applied yet: no look, however long it takes
     clock[0] = 30.0
-    assert inflight.due(applied_floor=10) == []  # applied: in flight for the grace period
+    assert not inflight.due(applied_floor=10)  # applied: in flight for the grace period
     clock[0] = 32.5
-    assert inflight.due(applied_floor=10) == [(KEY, None)]
-    assert inflight.due(applied_floor=10) == []  # once
+    assert inflight.due(applied_floor=10) == {KEY: None}
+    assert not inflight.due(applied_floor=10)  # once
 
     # A withheld Event alone needs no look; nor does a create the key's latest decision no longer wants.
     inflight.filter(decided(create, event, seq=3), applied_floor=10)
@@ -164,7 +164,7 @@ def test_a_withheld_create_is_looked_at_again_once_its_memory_expires() -> None:
     inflight.filter(decided(create, seq=5), applied_floor=10)
     inflight.filter(decided(seq=6), applied_floor=10)
     clock[0] = 100.0
-    assert inflight.due(applied_floor=11) == []
+    assert not inflight.due(applied_floor=11)
 
 
 def test_a_wake_up_waits_for_the_keys_commands_to_land() -> None:
@@ -181,16 +181,27 @@ def test_a_wake_up_waits_for_the_keys_commands_to_land() -> None:
     inflight.published(KEY, batch_seq=3)
     assert inflight.defer(KEY, wake, applied_floor=0)
     clock[0] = 20.0
-    assert inflight.due(applied_floor=2) == []
-    assert inflight.due(applied_floor=3) == []
+    assert not inflight.due(applied_floor=2)
+    assert not inflight.due(applied_floor=3)
     clock[0] = 22.0
-    assert inflight.due(applied_floor=3) == [(KEY, wake)]
-    assert inflight.due(applied_floor=3) == []
+    assert inflight.due(applied_floor=3) == {KEY: wake}
+    assert not inflight.due(applied_floor=3)
 
-    # A later decision without a wake-up withdraws the held one.
+    # A withheld create and a held wake-up of one key: the look now comes first (one tick, not two: a
+    # later schedule on the key's timer subject would replace the earlier one).
     inflight.filter(batch, applied_floor=3)
     inflight.published(KEY, batch_seq=4)
+    inflight.filter(batch, applied_floor=3)
     assert inflight.defer(KEY, wake, applied_floor=3)
-    inflight.filter(msgspec.structs.replace(batch, commands=()), applied_floor=3)
+    clock[0] = 30.0
+    assert not inflight.due(applied_floor=4)
+    clock[0] = 32.5
+    assert inflight.due(applied_floor=4) == {KEY: None}
+
+    # A later decision without a wake-up withdraws the held one.
+    inflight.filter(batch, applied_floor=4)
+    inflight.published(KEY, batch_seq=5)
+    assert inflight.defer(KEY, wake, applied_floor=4)
+    inflight.filter(msgspec.structs.replace(batch, commands=()), applied_floor=4)
     clock[0] = 100.0
-    assert inflight.due(applied_floor=4) == []
+    assert not inflight.due(applied_floor=5)
