@@ -94,8 +94,11 @@ def fingerprint(command: Command) -> str:
 
 
 def same_command(expected: Command, actual: Command) -> bool:
-    """Whether two commands are equal (their fingerprints are): struct equality first, which is exact
-    and needs no encoding; encodings only when it says no (a tuple where the record has a list)."""
+    """Whether two commands are equal: struct equality first, which needs no encoding; their
+    fingerprints only when it says no (a tuple where the record has a list).
+
+    Struct equality is Python's: ``1``, ``1.0`` and ``True`` inside a body compare equal, so a change
+    between those alone is not reported (a command whose encoding differs in nothing else)."""
     return expected == actual or (expected.id == actual.id and fingerprint(expected) == fingerprint(actual))
 
 
@@ -103,7 +106,7 @@ def commands_equal(expected: Sequence[Command], actual: Sequence[Command]) -> bo
     """Equal command lists: the same commands (ids and contents) in the same order."""
     if len(expected) != len(actual) or any(a.id != b.id for a, b in zip(expected, actual, strict=True)):
         return False
-    if all(a == b for a, b in zip(expected, actual, strict=True)):  # struct equality: exact, no encoding
+    if all(a == b for a, b in zip(expected, actual, strict=True)):  # see same_command
         return True
     # Fast path: the same code builds its dicts in the same order, so the plain encodings are equal; only
     # when they are not does key order have to be ruled out (sorting keys costs twice the encoding).
