@@ -123,10 +123,11 @@ def owner_uid(obj: dict[str, Any] | None) -> str:
 def incarnations(history: KeyHistory) -> tuple[str, ...]:
     """The uids the key's custom resource had, in the order they appeared (a re-created name is new)."""
     key = history.key
+    key_entry = (key.kind, key.name)
     seen: dict[str, None] = {}
     for recorded in history.inputs:
         message = recorded.message
-        if isinstance(message, WatchEvent) and entry_of(message) == (key.kind, key.name):
+        if isinstance(message, WatchEvent) and message.entry_kind == key.kind and entry_of(message) == key_entry:
             uid = owner_uid(message.object)
             if uid:
                 seen[uid] = None
