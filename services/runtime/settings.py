@@ -69,6 +69,10 @@ class PartitionSettings:
     """Seconds a command stays "in flight" after the applier acknowledged it: the time its watch event
     takes to reach the KV. Identical commands of the key are withheld meanwhile (the worker's stand-in
     for KubeRay's scale expectations)."""
+    inflight_create_hold: float = 10.0
+    """Seconds a batch that creates objects may stay in flight after the grace, until the snapshot
+    shows what it created (the watch lags more than the grace under load; KubeRay's expectations wait
+    up to 30 s). A create that failed is decided again after this at the latest."""
     inflight_max_age: float = 60.0
     """Seconds after which a command no longer counts as in flight even if the applier has not
     acknowledged it (0 disables withholding); KubeRay lets a create expectation expire after 30 s."""

@@ -224,7 +224,7 @@ class PartitionConsumer:
                     sequences=[item.msg.metadata.sequence.stream for item in items],
                 )
                 floor = await self._applied.get()
-                batch = self._inflight.filter(outcome.batch, applied_floor=floor)
+                batch = self._inflight.filter(outcome.batch, applied_floor=floor, entries=snapshot.entries)
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
                 span.set_attribute("raybus.commands", len(batch.commands))
                 span.set_attribute("raybus.suppressed", len(batch.suppressed))

@@ -21,6 +21,11 @@ Pod still terminating) and then no further event may come: the key is due for an
 command's memory expires (:meth:`InFlight.due`), once, not on a fixed period while the applier is
 still behind.
 
+A batch that creates objects stays in flight beyond the grace, until the snapshot shows what it created
+(at most ``create_hold`` seconds after it was published): when the watch lags more than the grace behind
+the applier, the next reconcile does not see the new Pod yet and would create it (and announce it with an
+Event) again. KubeRay's expectations wait the same way for a created Pod to show in its cache (30 s).
+
 Likewise a decision's own wake-up is deferred while commands of its key are in flight
 (:meth:`InFlight.defer`): a reconcile on a snapshot that does not show them yet decides them again.
 The wake-up comes at its time or when they have landed, whichever is later. Without this, the
@@ -32,9 +37,10 @@ reconciles.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -74,27 +80,41 @@ class _Sent:
     applied_at: float | None = None
 
 
-class InFlight:
-    """Commands published per key, until applied (plus ``grace``) or ``max_age``."""
+Target = tuple[str, str]
+"""``(kind, name)`` of an object a command creates, as the snapshot's entries name it."""
 
-    def __init__(self, *, grace: float, max_age: float, clock: Clock = time.monotonic) -> None:
+
+class InFlight:
+    """Commands published per key, until applied (plus ``grace``, or until what the batch creates shows,
+    at most ``create_hold``) or ``max_age``."""
+
+    def __init__(
+        self, *, grace: float, max_age: float, create_hold: float = 0.0, clock: Clock = time.monotonic
+    ) -> None:
         self._grace = grace
         self._max_age = max_age
+        self._create_hold = create_hold
         self._clock = clock
         self._sent: dict[ReconcileKey, dict[str, _Sent]] = {}
-        self._pending: dict[ReconcileKey, list[str]] = {}
+        self._pending: dict[ReconcileKey, tuple[list[str], set[Target]]] = {}
+        self._unseen: dict[ReconcileKey, dict[int, set[Target]]] = {}
         self._looks: dict[ReconcileKey, set[str]] = {}
         self._wakes: dict[ReconcileKey, datetime] = {}
 
-    def filter(self, batch: CommandBatch, *, applied_floor: int) -> CommandBatch:
+    def filter(
+        self, batch: CommandBatch, *, applied_floor: int, entries: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> CommandBatch:
         """``batch`` without the commands identical to ones of its key still in flight.
 
         ``applied_floor`` is the applier's ack floor on RAYBUS_COMMANDS: every batch at or below it
-        has been applied.
+        has been applied. ``entries`` is the snapshot the batch was decided on: what it shows of the
+        key's earlier creates has landed.
         """
         # The latest decision of a key says what it still wants.
         self._looks.pop(batch.key, None)
         self._wakes.pop(batch.key, None)
+        if entries is not None:
+            self._seen(batch.key, entries)
         if self._max_age <= 0 or not batch.commands:
             return batch
         sent = self._live(batch.key, applied_floor)
@@ -102,6 +122,7 @@ class InFlight:
         withheld: list[str] = []
         fresh: list[str] = []
         look: set[str] = set()
+        creates: set[Target] = set()
         for command in batch.commands:
             key = in_flight_key(command)
             if key in sent or key in fresh:
@@ -111,7 +132,9 @@ class InFlight:
             else:
                 kept.append(command)
                 fresh.append(key)
-        self._pending[batch.key] = fresh
+                if isinstance(command, CreateObject):
+                    creates.add((command.target.kind, command.target.name))
+        self._pending[batch.key] = (fresh, creates)
         if look:
             self._looks[batch.key] = look
         if not withheld:
@@ -122,21 +145,39 @@ class InFlight:
         """Record that the commands kept by the last :meth:`filter` of ``key`` are in ``batch_seq``."""
         now = self._clock()
         sent = self._sent.setdefault(key, {})
-        for command_key in self._pending.pop(key, []):
+        fresh, creates = self._pending.pop(key, ([], set()))
+        for command_key in fresh:
             sent[command_key] = _Sent(batch_seq=batch_seq, sent_at=now)
+        if creates and self._create_hold > 0:
+            self._unseen.setdefault(key, {})[batch_seq] = creates
+
+    def _seen(self, key: ReconcileKey, entries: Mapping[str, Mapping[str, Any]]) -> None:
+        unseen = self._unseen.get(key)
+        if not unseen:
+            return
+        for batch_seq, targets in list(unseen.items()):
+            targets.difference_update([t for t in targets if t[1] in entries.get(t[0], {})])
+            if not targets:
+                del unseen[batch_seq]
+        if not unseen:
+            del self._unseen[key]
 
     def _live(self, key: ReconcileKey, applied_floor: int) -> dict[str, _Sent]:
         now = self._clock()
         live: dict[str, _Sent] = {}
+        unseen = self._unseen.get(key, {})
         for command_key, sent in self._sent.get(key, {}).items():
             if sent.applied_at is None and sent.batch_seq <= applied_floor:
                 sent.applied_at = now
+            held = sent.batch_seq in unseen and now - sent.sent_at < self._create_hold
             expired = now - sent.sent_at >= self._max_age or (
-                sent.applied_at is not None and now - sent.applied_at >= self._grace
+                sent.applied_at is not None and now - sent.applied_at >= self._grace and not held
             )
             if not expired:
                 live[command_key] = sent
         self._sent[key] = live
+        if unseen and not live:
+            del self._unseen[key]
         return live
 
     def defer(self, key: ReconcileKey, wake_at: datetime, *, applied_floor: int) -> bool:

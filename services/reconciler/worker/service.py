@@ -81,7 +81,9 @@ async def run_reconciler(
                 bus=settings.bus,
                 lease_valid=lambda: leases.valid(partition),
                 inflight=InFlight(
-                    grace=settings.partitions.inflight_grace, max_age=settings.partitions.inflight_max_age
+                    grace=settings.partitions.inflight_grace,
+                    max_age=settings.partitions.inflight_max_age,
+                    create_hold=settings.partitions.inflight_create_hold,
                 ),
                 applied=applied,
                 coalesce_window=settings.partitions.coalesce_window,

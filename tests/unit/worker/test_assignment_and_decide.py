@@ -205,3 +205,30 @@ def test_a_wake_up_waits_for_the_keys_commands_to_land() -> None:
     inflight.filter(msgspec.structs.replace(batch, commands=()), applied_floor=4)
     clock[0] = 100.0
     assert not inflight.due(applied_floor=5)
+
+
+def test_a_create_stays_in_flight_until_the_snapshot_shows_it() -> None:
+    from services.reconciler.worker.inflight import InFlight
+
+    clock = [0.0]
+    inflight = InFlight(grace=2.0, max_age=60.0, create_hold=10.0, clock=lambda: clock[0])
+    batch = decide(
+        reconcilers={"RayCluster": _create}, snapshot=Snapshot(key=KEY, entries={}), now=T0, config=OperatorConfig()
+    ).batch
+    created = batch.commands[0]
+    assert isinstance(created, CreateObject)
+    inflight.filter(batch, applied_floor=0, entries={})
+    inflight.published(KEY, batch_seq=1)
+    clock[0] = 1.0
+    assert inflight.filter(batch, applied_floor=1, entries={}).commands == ()  # applied: grace starts
+    clock[0] = 5.0  # grace over, but the watch has not shown the object yet: still in flight
+    assert inflight.filter(batch, applied_floor=1, entries={}).commands == ()
+    clock[0] = 10.5  # hold over (a create that failed is decided again)
+    assert inflight.filter(batch, applied_floor=1, entries={}).commands == batch.commands
+
+    inflight.published(KEY, batch_seq=2)
+    clock[0] = 11.0
+    shown = {created.target.kind: {created.target.name: {}}}
+    assert inflight.filter(batch, applied_floor=2, entries=shown).commands == ()  # shown, within grace
+    clock[0] = 13.5
+    assert inflight.filter(batch, applied_floor=2, entries={}).commands == batch.commands
