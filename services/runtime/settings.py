@@ -70,7 +70,7 @@ class PartitionSettings:
     takes to reach the KV. Identical commands of the key are withheld meanwhile (the worker's stand-in
     for KubeRay's scale expectations)."""
     inflight_create_hold: float = 10.0
-    """Seconds a batch that creates objects may stay in flight after the grace, until the snapshot
+    """Seconds after it was applied that a batch creating objects may stay in flight, until the snapshot
     shows what it created (the watch lags more than the grace under load; KubeRay's expectations wait
     up to 30 s). A create that failed is decided again after this at the latest."""
     inflight_max_age: float = 60.0

@@ -22,7 +22,7 @@ command's memory expires (:meth:`InFlight.due`), once, not on a fixed period whi
 still behind.
 
 A batch that creates objects stays in flight beyond the grace, until the snapshot shows what it created
-(at most ``create_hold`` seconds after it was published): when the watch lags more than the grace behind
+(at most ``create_hold`` seconds after it was applied): when the watch lags more than the grace behind
 the applier, the next reconcile does not see the new Pod yet and would create it (and announce it with an
 Event) again. KubeRay's expectations wait the same way for a created Pod to show in its cache (30 s).
 
@@ -86,7 +86,7 @@ Target = tuple[str, str]
 
 class InFlight:
     """Commands published per key, until applied (plus ``grace``, or until what the batch creates shows,
-    at most ``create_hold``) or ``max_age``."""
+    at most ``create_hold`` after it was applied) or ``max_age``."""
 
     def __init__(
         self, *, grace: float, max_age: float, create_hold: float = 0.0, clock: Clock = time.monotonic
@@ -169,9 +169,10 @@ class InFlight:
         for command_key, sent in self._sent.get(key, {}).items():
             if sent.applied_at is None and sent.batch_seq <= applied_floor:
                 sent.applied_at = now
-            held = sent.batch_seq in unseen and now - sent.sent_at < self._create_hold
+            applied_for = None if sent.applied_at is None else now - sent.applied_at
+            held = sent.batch_seq in unseen and applied_for is not None and applied_for < self._create_hold
             expired = now - sent.sent_at >= self._max_age or (
-                sent.applied_at is not None and now - sent.applied_at >= self._grace and not held
+                applied_for is not None and applied_for >= self._grace and not held
             )
             if not expired:
                 live[command_key] = sent

@@ -223,12 +223,12 @@ def test_a_create_stays_in_flight_until_the_snapshot_shows_it() -> None:
     assert inflight.filter(batch, applied_floor=1, entries={}).commands == ()  # applied: grace starts
     clock[0] = 5.0  # grace over, but the watch has not shown the object yet: still in flight
     assert inflight.filter(batch, applied_floor=1, entries={}).commands == ()
-    clock[0] = 10.5  # hold over (a create that failed is decided again)
+    clock[0] = 11.5  # hold over, counted from the apply (a create that failed is decided again)
     assert inflight.filter(batch, applied_floor=1, entries={}).commands == batch.commands
 
     inflight.published(KEY, batch_seq=2)
-    clock[0] = 11.0
+    clock[0] = 12.0
     shown = {created.target.kind: {created.target.name: {}}}
     assert inflight.filter(batch, applied_floor=2, entries=shown).commands == ()  # shown, within grace
-    clock[0] = 13.5
+    clock[0] = 14.5
     assert inflight.filter(batch, applied_floor=2, entries={}).commands == batch.commands
