@@ -15,11 +15,11 @@ import pytest
 from nats.aio.client import Client
 
 from schema import subjects
-from schema.codec import decode_batch, decode_deadletter, encode
+from schema.codec import decode_batch, decode_deadletter, decode_input, encode
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import CommandBatch, CreateObject, DeadLetter, ObjectRef, WatchEvent
+from schema.messages import CommandBatch, CreateObject, DeadLetter, ObjectRef, TimerTick, WatchEvent
 from services.reconciler.worker.service import run_reconciler
 from services.runtime.health import HealthServer
 from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings, RaybusSettings
@@ -230,6 +230,21 @@ async def test_a_wake_up_no_longer_wanted_is_withdrawn(nats_server: NatsServer, 
         assert due not in seen  # no tick came in between
     finally:
         await worker.close()
+
+
+async def test_a_tick_just_due_is_not_replaced_by_a_later_one(client: Client) -> None:
+    """A later schedule on a key's timer subject replaces the pending one; a look asked for "now" (due
+    times round up to the second) must still arrive when a later wake-up is asked right after it."""
+    from services.reconciler.worker.timers import TimerScheduler
+
+    timers = TimerScheduler(client.jetstream())
+    sub = await client.jetstream().subscribe(">", stream=subjects.EVENTS_STREAM, ordered_consumer=True)
+    now = datetime.now(UTC)
+    assert await timers.schedule(key(7), now, reason="look")
+    assert not await timers.schedule(key(7), now + timedelta(minutes=5), reason="requeue")
+    tick = decode_input((await sub.next_msg(timeout=10)).data)  # the stream holds nothing else
+    assert isinstance(tick, TimerTick) and (tick.key, tick.reason) == (key(7), "look")
+    await sub.unsubscribe()
 
 
 async def test_two_workers_split_partitions_and_hand_over(nats_server: NatsServer, client: Client) -> None:
