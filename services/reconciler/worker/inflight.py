@@ -177,8 +177,12 @@ class InFlight:
             if not expired:
                 live[command_key] = sent
         self._sent[key] = live
-        if unseen and not live:
-            del self._unseen[key]
+        if unseen:
+            # What a batch created matters only while some command of the batch is in flight.
+            for batch_seq in unseen.keys() - {sent.batch_seq for sent in live.values()}:
+                del unseen[batch_seq]
+            if not unseen:
+                del self._unseen[key]
         return live
 
     def defer(self, key: ReconcileKey, wake_at: datetime, *, applied_floor: int) -> bool:
