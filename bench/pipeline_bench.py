@@ -209,9 +209,12 @@ async def stream_figures(nats_url: str) -> dict[str, float]:
     applied: dict[int, datetime] = {}
     results = 0
     outcomes: dict[str, int] = {}
+    pod_creates: list[datetime] = []
     for msg in await read_all(subjects.RESULTS_STREAM):
         result = decode_result(msg.data)
         results += 1
+        if result.verb == "create_object" and result.outcome == "applied" and result.target.startswith("Pod "):
+            pod_creates.append(result.at)
         outcomes[f"{result.verb}/{result.outcome}"] = outcomes.get(f"{result.verb}/{result.outcome}", 0) + 1
         if result.batch_seq:
             applied[result.batch_seq] = max(applied.get(result.batch_seq, result.at), result.at)
@@ -231,6 +234,8 @@ async def stream_figures(nats_url: str) -> dict[str, float]:
         "outcomes": dict(sorted(outcomes.items(), key=lambda kv: -kv[1])),
         "suppressed": sum(len(b.suppressed) for b in batches.values()),
         "events": len(event_time),
+        "pod_creates": len(pod_creates),
+        "pod_create_span_s": (max(pod_creates) - min(pod_creates)).total_seconds() if len(pod_creates) > 1 else 0.0,
         "inputs_by_kind": dict(inputs_by_kind.most_common()),
         "latency_p50_ms": 1000 * statistics.median(latencies) if latencies else 0.0,
         "latency_p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0,
@@ -327,6 +332,13 @@ def main() -> int:
             f"with commands {r['decisions_with_commands']}, commands {r['commands']}, "
             f"results {r['results']}, events {r['events']}"
         )
+        span = r["pod_create_span_s"]
+        if span:
+            rate = r["pod_creates"] / span
+            print(
+                f"  Pod creates applied: {r['pod_creates']} in {span:.1f} s (first to last) = {rate:.0f}/s"
+                f" = {100 * rate / ceiling:.0f}% of the ceiling"
+            )
         print(f"  inputs {r['inputs_by_kind']}")
         print(f"  suppressed as in flight {r['suppressed']}; outcomes {r['outcomes']}")
         print(f"  watch event → command applied: p50 {r['latency_p50_ms']:.0f} ms, p99 {r['latency_p99_ms']:.0f} ms")
