@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from nats.aio.msg import Msg
@@ -233,10 +233,15 @@ class PartitionConsumer:
                 if any(isinstance(message, TimerTick) for message in inputs):
                     self._timers.forget(key)
                 wake_at = outcome.decision.wake_at
-                if wake_at is None or self._inflight.defer(key, wake_at, applied_floor=floor):
-                    await self._timers.cancel(key)
-                else:
+                if wake_at is not None and not self._inflight.defer(key, wake_at, applied_floor=floor):
                     await self._timers.schedule(key, wake_at)
+                elif self._inflight.holds(key):
+                    # What waits in this memory is lost if the partition moves or the worker dies: a
+                    # durable tick stands behind it, at most max_age later than it would have come.
+                    backstop = datetime.now(UTC) + timedelta(seconds=self._inflight.max_age)
+                    await self._timers.backstop(key, max(backstop, wake_at) if wake_at is not None else backstop)
+                else:
+                    await self._timers.cancel(key)
             except Exception as exc:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))

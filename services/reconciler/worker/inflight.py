@@ -14,7 +14,8 @@ seconds ago (the time its watch event takes to reach the KV). A time cap (``max_
 memory when the applier is stuck, like an expired expectation. Withheld ids are recorded in the batch
 (``suppressed``), so the decision log still holds the whole decision and replay stays exact. The
 memory is per worker and may be lost (restart, partition hand-over): then a duplicate is simply
-applied, which is safe.
+applied, which is safe; a look or wake-up it held is backed by a durable tick at most ``max_age`` later
+(the consumer's backstop).
 
 A withheld create or delete may be needed after all (its twin was a no-op, e.g. an AlreadyExists on a
 Pod still terminating) and then no further event may come: the key is due for another look when that
@@ -184,6 +185,15 @@ class InFlight:
             if not unseen:
                 del self._unseen[key]
         return live
+
+    @property
+    def max_age(self) -> float:
+        """Seconds after which nothing published counts as in flight any more."""
+        return self._max_age
+
+    def holds(self, key: ReconcileKey) -> bool:
+        """Whether a look or a wake-up of ``key`` waits in this memory (lost if the worker goes)."""
+        return key in self._looks or key in self._wakes
 
     def defer(self, key: ReconcileKey, wake_at: datetime, *, applied_floor: int) -> bool:
         """Hold the latest decision's wake-up while commands of ``key`` are in flight; returns whether

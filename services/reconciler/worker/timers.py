@@ -30,6 +30,9 @@ Clock = Callable[[], datetime]
 
 FIRING_SLACK: Final = timedelta(seconds=2)
 """How long after its due time a tick may still be on its way (due times round up to the second)."""
+BACKSTOP_TOLERANCE: Final = timedelta(seconds=10)
+"""A backstop tick pending this close to the wanted time is left as it is (one publish, not one per
+decision)."""
 
 
 def _utc_now() -> datetime:
@@ -57,6 +60,10 @@ class TimerScheduler:
             # An earlier tick is pending (or just due and not delivered yet): a later schedule would
             # replace it, and that tick's reconcile decides the later wake-up again anyway.
             return False
+        await self._publish(key, due, reason)
+        return True
+
+    async def _publish(self, key: ReconcileKey, due: datetime, reason: str) -> None:
         tick = TimerTick(key=key, due_at=due, reason=reason)
         await publish(
             self._js,
@@ -68,6 +75,15 @@ class TimerScheduler:
             },
         )
         self._pending[key] = due
+
+    async def backstop(self, key: ReconcileKey, due: datetime) -> bool:
+        """Make the key's pending tick come at ``due``, earlier or later than a pending one, so that a
+        wake-up held in a worker's memory still comes if the worker goes; returns whether a schedule was
+        published (not when one is pending within ``BACKSTOP_TOLERANCE`` of ``due``)."""
+        known = self._pending.get(key)
+        if known is not None and abs(known - due) <= BACKSTOP_TOLERANCE:
+            return False
+        await self._publish(key, due, "backstop")
         return True
 
     async def cancel(self, key: ReconcileKey) -> bool:

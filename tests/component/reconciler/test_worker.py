@@ -247,6 +247,31 @@ async def test_a_tick_just_due_is_not_replaced_by_a_later_one(client: Client) ->
     await sub.unsubscribe()
 
 
+async def test_a_held_wake_up_survives_its_worker(nats_server: NatsServer, client: Client) -> None:
+    """A wake-up held while the key's create is in flight (no applier here: nothing is ever applied)
+    lives in the worker's memory; a durable backstop tick brings it to the next owner of the partition."""
+    seen: list[datetime] = []
+
+    def create_and_wake(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        seen.append(now)
+        decided = create_one_pod(snapshot, now, config)
+        return msgspec.structs.replace(decided, wake_at=now + timedelta(seconds=1)) if len(seen) == 1 else Decision()
+
+    quick = PartitionSettings(worker_id="w1", lease_ttl=3.0, renew_interval=0.5, exit_timeout=5.0, inflight_max_age=4.0)
+    first = Worker(
+        dataclasses.replace(settings_for(nats_server, worker_id="w1"), partitions=quick),
+        {"RayCluster": create_and_wake},
+    )
+    await put_cr(client, key(1))
+    await eventually(lambda: len(seen) == 1, timeout=30)
+    await first.close()
+    second = Worker(settings_for(nats_server, worker_id="w2"), {"RayCluster": create_and_wake})
+    try:
+        await eventually(lambda: len(seen) == 2, timeout=30)  # the backstop tick, ~4 s after the decision
+    finally:
+        await second.close()
+
+
 async def test_two_workers_split_partitions_and_hand_over(nats_server: NatsServer, client: Client) -> None:
     s1 = settings_for(nats_server, worker_id="w1")
     s2 = settings_for(nats_server, worker_id="w2")
