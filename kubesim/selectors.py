@@ -100,25 +100,21 @@ def _not_member(key: str, values: frozenset[str]) -> Matcher:
     return lambda o: _labels(o).get(key) not in values
 
 
-def _all(reqs: list[Matcher]) -> Matcher:
-    return lambda o: all(r(o) for r in reqs)
-
-
-class LabelSelector:
-    """A compiled label selector: a Matcher that also names its ``key=value`` requirements, so a store
-    can look candidates up in its label index instead of testing every object."""
+class Selector:
+    """A compiled selector: a Matcher requiring all its parts, that also names its label ``key=value``
+    requirements, so a store can look candidates up in its label index instead of testing every object."""
 
     __slots__ = ("_reqs", "equalities")
 
-    def __init__(self, reqs: list[Matcher], equalities: list[tuple[str, str]]) -> None:
+    def __init__(self, reqs: list[Matcher], equalities: list[tuple[str, str]] | None = None) -> None:
         self._reqs = reqs
-        self.equalities: tuple[tuple[str, str], ...] = tuple(equalities)
+        self.equalities: tuple[tuple[str, str], ...] = tuple(equalities or ())
 
     def __call__(self, obj: Obj) -> bool:
         return all(r(obj) for r in self._reqs)
 
 
-def parse_label_selector(text: str | None) -> LabelSelector | None:
+def parse_label_selector(text: str | None) -> Selector | None:
     """Compile a label selector; None (or empty) matches everything and returns None.
 
     Raises:
@@ -170,7 +166,7 @@ def parse_label_selector(text: str | None) -> LabelSelector | None:
             if toks[i] != ",":
                 raise bad_request(f"unable to parse requirement: expected ',' in {text!r}")
             i += 1
-    return LabelSelector(reqs, equalities)
+    return Selector(reqs, equalities)
 
 
 def _field_equals(field: str, value: str) -> Matcher:
@@ -223,7 +219,7 @@ def parse_field_selector(text: str | None, storage_key: tuple[str, str]) -> Matc
         if field not in ("metadata.name", "metadata.namespace") and field not in allowed:
             raise ApiError(400, "BadRequest", f"field label not supported: {field}")
         reqs.append(_field_differs(field, value) if op == "!=" else _field_equals(field, value))
-    return _all(reqs)
+    return Selector(reqs)
 
 
 def combine(*matchers: Matcher | None) -> Matcher | None:
@@ -233,5 +229,5 @@ def combine(*matchers: Matcher | None) -> Matcher | None:
         return None
     if len(real) == 1:
         return real[0]
-    equalities = [e for m in real if isinstance(m, LabelSelector) for e in m.equalities]
-    return LabelSelector(real, equalities)
+    equalities = [e for m in real if isinstance(m, Selector) for e in m.equalities]
+    return Selector(real, equalities)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import yaml
@@ -42,7 +42,7 @@ from kubesim.errors import (
 from kubesim.hooks import GVR, EventType, StoreEvent
 from kubesim.patches import json_patch, merge_patch
 from kubesim.resources import CRD_KEY, NAMESPACE_KEY, Registry, ResourceInfo, StorageKey
-from kubesim.selectors import LabelSelector, Matcher, parse_label_selector
+from kubesim.selectors import Matcher, Selector, parse_label_selector
 from kubesim.strategic import strategic_merge_patch
 from kubesim.validation import validate_metadata
 from kubesim.watchhub import Change, Subscription, WatchHub
@@ -124,16 +124,13 @@ class ObjectStore:
         """
         bucket = self._buckets.get(key, {})
         spaces = [namespace] if namespace is not None else sorted(bucket)
-        equalities = matcher.equalities if isinstance(matcher, LabelSelector) else ()
+        equalities = matcher.equalities if isinstance(matcher, Selector) else ()
         out: list[Obj] = []
         for ns in spaces:
             names = bucket.get(ns, {})
-            candidates: Iterable[str] = names
-            if equalities:  # the rarest label value, e.g. a cluster's name rather than app=kuberay
-                indexed = [self._by_label.get((key, ns, k, v), set()) for k, v in equalities]
-                rarest = min(indexed, key=len)
-                candidates = rarest
-            for name in sorted(candidates):
+            # The rarest label value's objects, e.g. a cluster's name rather than app=kuberay.
+            indexed = [self._by_label.get((key, ns, k, v), set()) for k, v in equalities]
+            for name in sorted(min(indexed, key=len) if indexed else names):
                 obj = names[name]
                 if matcher is None or matcher(obj):
                     out.append(obj)

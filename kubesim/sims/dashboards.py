@@ -31,6 +31,7 @@ from kubesim.sims.objects import (
     PODS,
     SERVICES,
     is_terminating,
+    label_selector_text,
     labels_of,
     name_of,
     namespace_of,
@@ -202,7 +203,7 @@ class RayDashboards:
         publish = bool(spec.get("publishNotReadyAddresses"))
         # The store filters by the selector before copying: copying every pod of the namespace per
         # request made kubesim's CPU grow with pods times requests (prober, submitters, proxy users).
-        wanted = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
+        wanted = label_selector_text(selector)
         candidates = [
             pod
             for pod in self._store.list(PODS, namespace, label_selector=wanted)

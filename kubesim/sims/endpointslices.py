@@ -27,6 +27,7 @@ from kubesim.sims.objects import (
     PODS,
     SERVICES,
     is_terminating,
+    label_selector_text,
     labels_of,
     name_of,
     namespace_of,
@@ -212,7 +213,7 @@ class EndpointSliceController:
             return
         publish = bool(spec.get("publishNotReadyAddresses"))
         # The store filters by the selector before copying: only this Service's pods are cloned.
-        label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        label_selector = label_selector_text(selector)
         pods = sorted(
             (
                 pod
