@@ -143,13 +143,17 @@ def _bool(name: str, value: str) -> bool:
     raise PermanentError(f"{name}={value!r}: expected true or false")
 
 
+def _float(name: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise PermanentError(f"{name}={value!r}: expected a number") from exc
+
+
 def _number(name: str, value: str | None, default: float) -> float:
     if value is None or not value.strip():
         return default
-    try:
-        number = float(value)
-    except ValueError as exc:
-        raise PermanentError(f"{name}={value!r}: expected a number") from exc
+    number = _float(name, value)
     if number < 0:
         raise PermanentError(f"{name}={value!r}: expected a number >= 0")
     return number
@@ -203,10 +207,7 @@ def parse_switches(env: Mapping[str, str]) -> OperatorSwitches:
         if isinstance(default, bool):
             values[attr] = _bool(env_name, raw)
         elif isinstance(default, float):
-            try:
-                values[attr] = float(raw)
-            except ValueError as exc:
-                raise PermanentError(f"{env_name}={raw!r}: expected a number") from exc
+            values[attr] = _float(env_name, raw)
         else:
             values[attr] = raw
     return msgspec.structs.replace(defaults, **values)
