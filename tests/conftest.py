@@ -9,6 +9,7 @@ import pytest
 
 from tests.fixtures.nats import _ensure_nats_server_binary, nats_server  # noqa: F401
 from tests.fixtures.postgres import db_url, pg_url  # noqa: F401
+from tests.helpers import reap_tasks
 
 
 @pytest.fixture(autouse=True)
@@ -16,9 +17,6 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
     """Fail any async test that leaves asyncio tasks running."""
     before = asyncio.all_tasks()
     yield
-    leaked = [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()]
+    leaked = await reap_tasks(before)
     if leaked:
-        for task in leaked:
-            task.cancel()
-        await asyncio.gather(*leaked, return_exceptions=True)
         pytest.fail(f"test left {len(leaked)} asyncio task(s) running: {[t.get_coro() for t in leaked]}")

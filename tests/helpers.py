@@ -1,4 +1,4 @@
-"""Test helpers shared by every tier: polling instead of sleeping, and where ../shared lives."""
+"""Test helpers shared by every tier: polling instead of sleeping, leaked tasks, and where ../shared lives."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -19,6 +19,16 @@ def shared_dir() -> Path:
         if (candidate / "kuberay" / "SPEC.md").exists():
             return candidate
     raise RuntimeError(f"shared/ not found beside {REPO}: the conformance samples live there")
+
+
+async def reap_tasks(before: set[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
+    """Cancel and await the tasks started since ``before`` that are still running; returns them (a
+    test asserts there are none)."""
+    leaked = [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()]
+    for task in leaked:
+        task.cancel()
+    await asyncio.gather(*leaked, return_exceptions=True)
+    return leaked
 
 
 def samples_dir() -> Path:

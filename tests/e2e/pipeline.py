@@ -39,7 +39,7 @@ from services.status.service import run_status
 from services.watcher.service import run_watcher
 from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
 from tests.fixtures.nats import NatsServer, free_port
-from tests.helpers import eventually, shared_dir
+from tests.helpers import eventually, reap_tasks, shared_dir
 
 ServiceFn = Callable[[RaybusSettings, asyncio.Event, HealthServer], Awaitable[None]]
 
@@ -200,6 +200,20 @@ async def running_pipeline(
                             await components[name].stop()
     finally:
         await asyncio.to_thread(server.stop)
+
+
+@contextlib.asynccontextmanager
+async def shared_pipeline(workdir: Path, **kwargs: Any) -> AsyncIterator[Pipeline]:
+    """``running_pipeline`` for a whole test module, failing if it leaves asyncio tasks behind once stopped.
+
+    Its services start tasks of their own at any time, so the project's per-test leak guard cannot tell
+    them from a test's: modules using it replace that guard with a no-op and the check runs once, here.
+    """
+    before = asyncio.all_tasks()
+    async with running_pipeline(workdir, **kwargs) as p:
+        yield p
+    leaked = await reap_tasks(before)
+    assert not leaked, f"the pipeline left {len(leaked)} task(s) running: {leaked}"
 
 
 def load_yaml_docs(path: Path) -> list[dict[str, Any]]:

@@ -4,46 +4,27 @@
 scripted with kubesim's markers (``KUBESIM_RUN_SECONDS``, ``KUBESIM_EXIT_CODE``, ...; see
 kubesim/dashboard/README.md). :class:`JobDriver` creates one in a namespace of its own and reads back
 its status, its children, its recorded history and its command audit trail.
-
-``shared_pipeline`` is one pipeline for a whole test module. Its services start tasks of their own at
-any time, so the project's per-test leak guard cannot tell them from a test's: modules using it replace
-that guard with a no-op and the leak check runs once, after the pipeline has stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
 from tests.e2e.clusters import small_cluster
 from tests.e2e.drivers import ObjectDriver, Rows
-from tests.e2e.pipeline import Pipeline, running_pipeline
+from tests.e2e.pipeline import Pipeline
 from tests.helpers import eventually
 
 GROUP, VERSION = "ray.io", "v1"
 LONG = "KUBESIM_RUN_SECONDS=inf python main.py"
 """An entrypoint whose Ray job runs until it is stopped."""
-
-
-@contextlib.asynccontextmanager
-async def shared_pipeline(workdir: Path, **kwargs: Any) -> AsyncIterator[Pipeline]:
-    """``running_pipeline`` for a whole module, failing if it leaves asyncio tasks behind once stopped."""
-    before = asyncio.all_tasks()
-    async with running_pipeline(workdir, **kwargs) as p:
-        yield p
-    leaked = [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()]
-    for task in leaked:
-        task.cancel()
-    await asyncio.gather(*leaked, return_exceptions=True)
-    assert not leaked, f"the pipeline left {len(leaked)} task(s) running: {leaked}"
 
 
 def small_rayjob(name: str, *, entrypoint: str = "python main.py", workers: int = 0, **spec: Any) -> dict[str, Any]:

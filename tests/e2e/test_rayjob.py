@@ -26,8 +26,8 @@ from services.runtime.health import HealthServer
 from services.runtime.metrics import setup_metrics
 from services.runtime.settings import RaybusSettings
 from tests.e2e.clusters import small_cluster
-from tests.e2e.pipeline import Pipeline, running_pipeline
-from tests.e2e.rayjobs import LONG, JobDriver, applied, ended, parse_time, shared_pipeline, small_rayjob, steps
+from tests.e2e.pipeline import Pipeline, running_pipeline, shared_pipeline
+from tests.e2e.rayjobs import LONG, JobDriver, applied, ended, parse_time, small_rayjob, steps
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -25,7 +25,7 @@ from services.replay.history import KeyHistory
 from services.replay.replayer import Replayer
 from services.status import history_cli
 from services.watcher.serveprobes import health_significant, serve_significant
-from tests.e2e.pipeline import Pipeline, gateway_api_crds, running_pipeline
+from tests.e2e.pipeline import Pipeline, gateway_api_crds, shared_pipeline
 from tests.e2e.rayservices import (
     ServiceDriver,
     active,
@@ -44,20 +44,14 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest.fixture(autouse=True)
 def _no_leaked_tasks() -> Iterator[None]:
     """The shared pipeline's services start tasks of their own at any time, so the project's per-test
-    leak guard cannot tell them from a test's; ``pipe`` checks for leaks once the pipeline has stopped."""
+    leak guard cannot tell them from a test's; ``shared_pipeline`` checks once the pipeline has stopped."""
     return
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeline]:
-    before = asyncio.all_tasks()
-    async with running_pipeline(tmp_path_factory.mktemp("rayservice"), extra_crds=[gateway_api_crds()]) as p:
+    async with shared_pipeline(tmp_path_factory.mktemp("rayservice"), extra_crds=[gateway_api_crds()]) as p:
         yield p
-    leaked = [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()]
-    for task in leaked:
-        task.cancel()
-    await asyncio.gather(*leaked, return_exceptions=True)
-    assert not leaked, f"the pipeline left {len(leaked)} task(s) running: {leaked}"
 
 
 def with_env(cluster_config: dict[str, Any], name: str, value: str) -> dict[str, Any]:
