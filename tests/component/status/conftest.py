@@ -1,10 +1,11 @@
-"""Fixtures of the status component tests: a migrated store, a NATS connection with the topology, and a
-runner that starts and stops ``run_status`` like the process would."""
+"""Fixtures of the status component tests: a migrated store, a NATS connection with the topology, a
+runner that starts and stops ``run_status`` like the process would, and the history API over a store."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 import aiohttp
 import pytest
@@ -18,9 +19,10 @@ from services.runtime.bus import connect
 from services.runtime.health import HealthServer
 from services.runtime.settings import BusSettings, NatsSettings, RaybusSettings, StatusSettings
 from services.runtime.topology import ensure_topology
+from services.status.api import ApiServer, StatusApi
 from services.status.migrate import upgrade
 from services.status.service import run_status
-from services.status.store import StatusStore, create_engine
+from services.status.store import ResultRecord, StatusStore, create_engine
 from tests.fixtures.nats import NatsServer, free_port
 from tests.helpers import eventually
 
@@ -37,6 +39,29 @@ async def store(db_url: str) -> AsyncIterator[StatusStore]:
         yield store
     finally:
         await store.close()
+
+
+def records(results: Sequence[CommandResult], *, trace_id: str | None = None) -> list[ResultRecord]:
+    """``results`` as consumed from the stream: sequences 1, 2, ...; trace ids ``trace_id`` or one per
+    sequence."""
+    return [
+        ResultRecord(result=one, stream_seq=seq, trace_id=trace_id or f"{seq:032x}")
+        for seq, one in enumerate(results, start=1)
+    ]
+
+
+@contextlib.asynccontextmanager
+async def history_api(
+    store: StatusStore, results: Sequence[CommandResult], *, trace_id: str | None = None
+) -> AsyncIterator[str]:
+    """The history API's URL over ``store`` holding ``results`` (as :func:`records` numbers them)."""
+    await store.persist(records(results, trace_id=trace_id))
+    server = ApiServer(StatusApi(store), host="127.0.0.1", port=0)
+    await server.start()
+    try:
+        yield server.url
+    finally:
+        await server.stop()
 
 
 @pytest.fixture

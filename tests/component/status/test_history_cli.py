@@ -12,9 +12,9 @@ import msgspec
 import pytest
 
 from services.status import history_cli
-from services.status.api import ApiServer, StatusApi
 from services.status.responses import History
-from services.status.store import ResultRecord, StatusStore
+from services.status.store import StatusStore
+from tests.component.status.conftest import history_api
 from tests.fixtures.nats import free_port
 from tests.unit.status.builders import lifecycle, result, transition
 
@@ -42,14 +42,8 @@ LIFE = [
 
 @pytest.fixture
 async def status_url(store: StatusStore) -> AsyncIterator[str]:
-    records = [ResultRecord(result=one, stream_seq=s, trace_id="0123456789abcdef" * 2) for s, one in enumerate(LIFE, 1)]
-    await store.persist(records)
-    server = ApiServer(StatusApi(store), host="127.0.0.1", port=0)
-    await server.start()
-    try:
-        yield server.url
-    finally:
-        await server.stop()
+    async with history_api(store, LIFE, trace_id="0123456789abcdef" * 2) as url:
+        yield url
 
 
 def parse(*argv: str) -> argparse.Namespace:

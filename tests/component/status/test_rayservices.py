@@ -15,10 +15,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from schema.messages import CommandResult
 from services.status import store as store_module
-from services.status.api import ApiServer, StatusApi
 from services.status.metrics import ResourceMetrics
 from services.status.migrate import upgrade
-from services.status.store import ResultRecord, StatusStore, create_engine
+from services.status.store import StatusStore, create_engine
+from tests.component.status.conftest import history_api, records
 from tests.component.status.test_api import get
 from tests.component.status.test_history_cli import run
 from tests.unit.status.builders import at, lifecycle, result, transition
@@ -69,19 +69,10 @@ def upgrade_history() -> list[CommandResult]:
     ]
 
 
-def records(results: list[CommandResult]) -> list[ResultRecord]:
-    return [ResultRecord(result=one, stream_seq=seq, trace_id=f"{seq:032x}") for seq, one in enumerate(results, 1)]
-
-
 @pytest.fixture
 async def base(store: StatusStore) -> AsyncIterator[str]:
-    await store.persist(records(upgrade_history()))
-    server = ApiServer(StatusApi(store), host="127.0.0.1", port=0)
-    await server.start()
-    try:
-        yield server.url
-    finally:
-        await server.stop()
+    async with history_api(store, upgrade_history()) as url:
+        yield url
 
 
 EXPECTED_VIEW = {

@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 
 from schema.messages import CommandResult
-from services.status.api import ApiServer, StatusApi
-from services.status.store import ResultRecord, StatusStore
+from services.status.store import StatusStore
+from tests.component.status.conftest import history_api
 from tests.component.status.test_api import get
 from tests.component.status.test_history_cli import run
 from tests.unit.status.builders import lifecycle, result, transition
@@ -59,15 +59,8 @@ HISTORY = [
 
 @pytest.fixture
 async def base(store: StatusStore) -> AsyncIterator[str]:
-    await store.persist(
-        [ResultRecord(result=one, stream_seq=seq, trace_id=f"{seq:032x}") for seq, one in enumerate(HISTORY, start=1)]
-    )
-    server = ApiServer(StatusApi(store), host="127.0.0.1", port=0)
-    await server.start()
-    try:
-        yield server.url
-    finally:
-        await server.stop()
+    async with history_api(store, HISTORY) as url:
+        yield url
 
 
 async def test_runs_are_linked_to_their_rayjobs(base: str) -> None:
