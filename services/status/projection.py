@@ -19,6 +19,7 @@ Nothing here does I/O; the store reads rows into :class:`Fact` and writes the re
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -82,11 +83,14 @@ def apply_fact(state: ResourceState | None, fact: Fact) -> ResourceState:
     )
 
 
+def in_order(facts: Iterable[Fact]) -> list[Fact]:
+    """``facts`` in the order every fold applies them: ``(at, results-stream sequence)``."""
+    return sorted(facts, key=lambda f: (f.at, f.seq))
+
+
 def fold_resource(state: ResourceState | None, facts: Iterable[Fact]) -> ResourceState | None:
-    """Apply ``facts`` to ``state`` in ``(at, seq)`` order."""
-    for fact in sorted(facts, key=lambda f: (f.at, f.seq)):
-        state = apply_fact(state, fact)
-    return state
+    """Apply ``facts`` to ``state`` in order."""
+    return functools.reduce(apply_fact, in_order(facts), state)
 
 
 def status_of(state: ResourceState, status_field: str) -> str:
@@ -145,10 +149,7 @@ def _rayjob_step(view: RayJobState, fact: Fact) -> RayJobState:
 
 def fold_rayjob(facts: Iterable[Fact]) -> RayJobState:
     """The RayJob view of a uid from all its transitions (any order)."""
-    view = RayJobState()
-    for fact in sorted(facts, key=lambda f: (f.at, f.seq)):
-        view = _rayjob_step(view, fact)
-    return view
+    return functools.reduce(_rayjob_step, in_order(facts), RayJobState())
 
 
 # --- RayService view -------------------------------------------------------------------------------
@@ -248,7 +249,4 @@ def _rayservice_step(view: RayServiceState, fact: Fact) -> RayServiceState:
 
 def fold_rayservice(facts: Iterable[Fact]) -> RayServiceState:
     """The RayService view of a uid from all its transitions (any order)."""
-    view = RayServiceState()
-    for fact in sorted(facts, key=lambda f: (f.at, f.seq)):
-        view = _rayservice_step(view, fact)
-    return view
+    return functools.reduce(_rayservice_step, in_order(facts), RayServiceState())
