@@ -46,6 +46,7 @@ from schema.crd import write_crds  # noqa: E402
 from schema.messages import WatchEvent  # noqa: E402
 from services.runtime.natsbin import nats_server_binary  # noqa: E402
 from tests.e2e.clusters import small_cluster  # noqa: E402
+from tests.helpers import stored_messages  # noqa: E402
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -182,35 +183,22 @@ async def stream_figures(nats_url: str) -> dict[str, float]:
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
 
-    async def read_all(stream: str) -> list[Any]:
-        info = await js.stream_info(stream)
-        if info.state.messages == 0:
-            return []
-        sub = await js.subscribe(">", stream=stream, ordered_consumer=True)
-        found = []
-        while True:
-            msg = await sub.next_msg(timeout=10)
-            found.append(msg)
-            if msg.metadata.num_pending == 0:
-                break
-        await sub.unsubscribe()
-        return found
-
     event_time: dict[int, datetime] = {}
     inputs_by_kind: Counter[str] = Counter()
-    for msg in await read_all(subjects.EVENTS_STREAM):
+    for msg in await stored_messages(js, subjects.EVENTS_STREAM, timeout=10):
         with contextlib.suppress(Exception):
             event = decode_input(msg.data)
             stamp = getattr(event, "observed_at", None) or getattr(event, "due_at", None)
             event_time[msg.metadata.sequence.stream] = stamp
             what = f"{event.event_type} {event.entry_kind}" if isinstance(event, WatchEvent) else type(event).__name__
             inputs_by_kind[what] += 1
-    batches = {m.metadata.sequence.stream: decode_batch(m.data) for m in await read_all(subjects.COMMANDS_STREAM)}
+    commands = await stored_messages(js, subjects.COMMANDS_STREAM, timeout=10)
+    batches = {m.metadata.sequence.stream: decode_batch(m.data) for m in commands}
     applied: dict[int, datetime] = {}
     results = 0
     outcomes: dict[str, int] = {}
     pod_creates: list[datetime] = []
-    for msg in await read_all(subjects.RESULTS_STREAM):
+    for msg in await stored_messages(js, subjects.RESULTS_STREAM, timeout=10):
         result = decode_result(msg.data)
         results += 1
         if result.verb == "create_object" and result.outcome == "applied" and result.target.startswith("Pod "):
@@ -300,6 +288,15 @@ def pod_create_ceiling(pods: int, threads: int) -> float:
         return pods / (time.perf_counter() - started)
 
 
+def print_flow(r: dict[str, Any]) -> None:
+    """What every pipeline bench prints last: withheld commands and outcomes, event-to-applied latency, and
+    CPU and peak memory per process."""
+    print(f"  suppressed as in flight {r['suppressed']}; outcomes {r['outcomes']}")
+    print(f"  watch event → command applied: p50 {r['latency_p50_ms']:.0f} ms, p99 {r['latency_p99_ms']:.0f} ms")
+    for name, u in r["processes"].items():
+        print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clusters", type=int, default=1000)
@@ -340,10 +337,7 @@ def main() -> int:
                 f" = {100 * rate / ceiling:.0f}% of the ceiling"
             )
         print(f"  inputs {r['inputs_by_kind']}")
-        print(f"  suppressed as in flight {r['suppressed']}; outcomes {r['outcomes']}")
-        print(f"  watch event → command applied: p50 {r['latency_p50_ms']:.0f} ms, p99 {r['latency_p99_ms']:.0f} ms")
-        for name, u in r["processes"].items():
-            print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB")
+        print_flow(r)
     return 0
 
 

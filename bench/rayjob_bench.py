@@ -36,13 +36,14 @@ import asyncpg
 import msgspec
 import nats
 from kubernetes import client, config
-from pipeline_bench import stack, stream_figures
+from pipeline_bench import print_flow, stack, stream_figures
 
 from schema import subjects
 from schema.codec import decode_input
 from schema.messages import Observation, WatchEvent
 from tests.e2e.rayjobs import small_rayjob
 from tests.fixtures.postgres import PG_HOST, PG_PORT, PG_USER, execute_admin
+from tests.helpers import stored_messages
 
 
 @contextlib.contextmanager
@@ -120,17 +121,10 @@ async def prober_latency(nats_url: str) -> list[float]:
     """Per RayJob, seconds from its first status write saying Running to its first dashboard observation."""
     nc = await nats.connect(nats_url)
     try:
-        js = nc.jetstream()
-        sub = await js.subscribe(
-            f"{subjects.PREFIX}.part.*.RayJob.>", stream=subjects.EVENTS_STREAM, ordered_consumer=True
-        )
+        messages = await stored_messages(nc.jetstream(), subjects.EVENTS_STREAM, f"{subjects.PREFIX}.part.*.RayJob.>")
         running: dict[str, float] = {}
         observed: dict[str, float] = {}
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=5)
-            except TimeoutError:
-                break
+        for msg in messages:
             event = decode_input(msg.data)
             stamp = msg.metadata.timestamp.timestamp()
             if isinstance(event, Observation):
@@ -141,9 +135,6 @@ async def prober_latency(nats_url: str) -> list[float]:
                 and (event.object.get("status") or {}).get("jobDeploymentStatus") == "Running"
             ):
                 running.setdefault(event.key.name, stamp)
-            if msg.metadata.num_pending == 0:
-                break
-        await sub.unsubscribe()
         return sorted(observed[name] - at for name, at in running.items() if name in observed)
     finally:
         await nc.close()
@@ -241,16 +232,13 @@ def main() -> int:
             f"({r['commands'] / r['jobs']:.1f} per RayJob), results {r['results']}, events {r['events']}"
         )
         print(f"  reconciles by kind {r['decisions_by_kind']}")
-        print(f"  suppressed as in flight {r['suppressed']}; outcomes {r['outcomes']}")
-        print(f"  watch event → command applied: p50 {r['latency_p50_ms']:.0f} ms, p99 {r['latency_p99_ms']:.0f} ms")
         print(
             f"  transitions persisted into PostgreSQL: {r['transitions']} ({r['transitions'] / r['jobs']:.1f} per "
             f"RayJob), {r['persisted_per_s']:.0f}/s on average, best second {r['peak_persisted_per_s']:.0f}/s; "
             f"history complete {r['history_lag_s']:.1f} s after the last RayJob"
         )
         print(f"  load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-        for name, u in r["processes"].items():
-            print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB")
+        print_flow(r)
     return 0
 
 

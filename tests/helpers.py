@@ -8,6 +8,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
 T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,6 +32,29 @@ async def reap_tasks(before: set[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
         task.cancel()
     await asyncio.gather(*leaked, return_exceptions=True)
     return leaked
+
+
+async def stored_messages(js: JetStreamContext, stream: str, subject: str = ">", *, timeout: float = 5.0) -> list[Msg]:
+    """Every message of ``stream`` on ``subject`` (wildcards allowed), in stream order.
+
+    Raises:
+        TimeoutError: the stream stopped delivering before its last matching message.
+    """
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
+    found: list[Msg] = []
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=timeout)
+            except TimeoutError:
+                if found:
+                    raise
+                return found  # nothing matches
+            found.append(msg)
+            if msg.metadata.num_pending == 0:
+                return found
+    finally:
+        await sub.unsubscribe()
 
 
 def samples_dir() -> Path:

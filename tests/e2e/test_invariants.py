@@ -20,7 +20,7 @@ from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline, spawn_raybus
 from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, pods_of, status_api
 from tests.fixtures.nats import free_port
-from tests.helpers import eventually
+from tests.helpers import eventually, stored_messages
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
@@ -64,18 +64,10 @@ async def pod_counts(p: Pipeline) -> dict[str, int]:
 async def stream_messages(p: Pipeline, stream: str, subject: str = ">") -> list[tuple[int, str, bytes, dict[str, str]]]:
     nc = await p.nc()
     try:
-        js = nc.jetstream()
-        sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
-        info = await js.stream_info(stream)
-        found = []
-        last = info.state.last_seq
-        while (found and found[-1][0] < last) or (not found and info.state.messages):
-            msg = await sub.next_msg(timeout=5)
-            found.append((msg.metadata.sequence.stream, msg.subject, msg.data, dict(msg.headers or {})))
-            if msg.metadata.num_pending == 0:
-                break
-        await sub.unsubscribe()
-        return found
+        return [
+            (msg.metadata.sequence.stream, msg.subject, msg.data, dict(msg.headers or {}))
+            for msg in await stored_messages(nc.jetstream(), stream, subject)
+        ]
     finally:
         await nc.close()
 

@@ -34,6 +34,7 @@ from services.runtime.settings import RaybusSettings
 from services.status import history_cli
 from tests.e2e.pipeline import Pipeline, running_pipeline, spawn_raybus
 from tests.e2e.test_pipeline import status_api
+from tests.helpers import stored_messages
 from tests.replays.scenarios import Driver, sample, until
 from tests.unit.replay.clirun import replay_cli_async
 
@@ -113,17 +114,8 @@ async def stored(p: Pipeline, stream: str, subject: str) -> list[tuple[int, byte
     """``(sequence, data)`` of every message of ``stream`` on ``subject`` (wildcards allowed)."""
     nc = await p.nc()
     try:
-        js = nc.jetstream()
-        sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
-        found: list[tuple[int, bytes]] = []
-        with contextlib.suppress(TimeoutError):
-            while True:
-                msg = await sub.next_msg(timeout=1)
-                found.append((msg.metadata.sequence.stream, msg.data))
-                if msg.metadata.num_pending == 0:
-                    break
-        await sub.unsubscribe()
-        return found
+        messages = await stored_messages(nc.jetstream(), stream, subject, timeout=1)
+        return [(msg.metadata.sequence.stream, msg.data) for msg in messages]
     finally:
         await nc.close()
 
