@@ -28,7 +28,6 @@ VALUE_WIDTH: Final = 48
 _IGNORED_PATHS: Final = frozenset({"metadata.resourceVersion", "metadata.managedFields"})
 _MISSING: Final = object()
 _deterministic: Final = msgspec.json.Encoder(order="deterministic")
-_plain_encoder: Final = msgspec.json.Encoder()
 
 
 def short_value(value: object, width: int = VALUE_WIDTH) -> str:
@@ -104,15 +103,7 @@ def same_command(expected: Command, actual: Command) -> bool:
 
 def commands_equal(expected: Sequence[Command], actual: Sequence[Command]) -> bool:
     """Equal command lists: the same commands (ids and contents) in the same order."""
-    if len(expected) != len(actual) or any(a.id != b.id for a, b in zip(expected, actual, strict=True)):
-        return False
-    if all(a == b for a, b in zip(expected, actual, strict=True)):  # see same_command
-        return True
-    # Fast path: the same code builds its dicts in the same order, so the plain encodings are equal; only
-    # when they are not does key order have to be ruled out (sorting keys costs twice the encoding).
-    if _plain_encoder.encode(expected) == _plain_encoder.encode(actual):
-        return True
-    return all(_deterministic.encode(a) == _deterministic.encode(b) for a, b in zip(expected, actual, strict=True))
+    return len(expected) == len(actual) and all(same_command(a, b) for a, b in zip(expected, actual, strict=True))
 
 
 def split_withheld(
