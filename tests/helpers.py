@@ -1,4 +1,5 @@
-"""Test helpers shared by every tier: polling instead of sleeping, leaked tasks, and where ../shared lives."""
+"""Test helpers shared by every tier: polling instead of sleeping, leaked tasks, and where the conformance
+inputs live."""
 
 from __future__ import annotations
 
@@ -16,12 +17,10 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 
 
-def shared_dir() -> Path:
-    """The workplace's shared/ folder (beside the repository), or fail loudly."""
-    for candidate in (REPO.parent / "shared", REPO / "shared"):
-        if (candidate / "kuberay" / "SPEC.md").exists():
-            return candidate
-    raise RuntimeError(f"shared/ not found beside {REPO}: the conformance samples live there")
+def conformance_dir() -> Path:
+    """The conformance inputs kept with the tests (tests/data: KubeRay's samples and CRDs, the Gateway API
+    CRDs; copies of the workplace's shared/ folder)."""
+    return REPO / "tests" / "data"
 
 
 async def reap_tasks(before: set[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
@@ -59,7 +58,7 @@ async def stored_messages(js: JetStreamContext, stream: str, subject: str = ">",
 
 def samples_dir() -> Path:
     """KubeRay's sample manifests."""
-    return shared_dir() / "kuberay" / "samples"
+    return conformance_dir() / "kuberay" / "samples"
 
 
 async def eventually(

@@ -39,14 +39,14 @@ from services.status.service import run_status
 from services.watcher.service import run_watcher
 from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
 from tests.fixtures.nats import NatsServer, free_port
-from tests.helpers import eventually, reap_tasks, shared_dir
+from tests.helpers import conformance_dir, eventually, reap_tasks
 
 ServiceFn = Callable[[RaybusSettings, asyncio.Event, HealthServer], Awaitable[None]]
 
 
 def gateway_api_crds() -> Path:
     """The Gateway API standard-channel CRDs (what a cluster admin installs for incremental upgrades)."""
-    return shared_dir() / "gateway-api"
+    return conformance_dir() / "gateway-api"
 
 
 @dataclass

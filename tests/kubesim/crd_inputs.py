@@ -1,7 +1,6 @@
 """Inputs of the CRD tests: the shared KubeRay / Gateway API CRDs and a small hand-written CRD.
 
-The shared CRDs are read from ``<repo>/../shared`` (never copied into the repository); their absence
-fails the suite with a clear message instead of skipping it.
+The KubeRay and Gateway API CRDs are the copies in tests/data (see its README).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tests.helpers import shared_dir
+from tests.helpers import conformance_dir
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -24,12 +23,12 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 def kuberay_crd(name: str) -> dict[str, Any]:
     """One of KubeRay's CRDs, e.g. ``rayclusters``."""
-    return load_yaml(shared_dir() / "kuberay" / "crds" / f"ray.io_{name}.yaml")
+    return load_yaml(conformance_dir() / "kuberay" / "crds" / f"ray.io_{name}.yaml")
 
 
 def gateway_crd(name: str) -> dict[str, Any]:
     """One of the Gateway API standard-channel CRDs, e.g. ``gateways``."""
-    return load_yaml(shared_dir() / "gateway-api" / f"gateway.networking.k8s.io_{name}.yaml")
+    return load_yaml(conformance_dir() / "gateway-api" / f"gateway.networking.k8s.io_{name}.yaml")
 
 
 def widget_crd(group: str) -> dict[str, Any]:

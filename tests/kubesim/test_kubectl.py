@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from tests.fixtures.kubesim import KubeSimHandle, start_kubesim
-from tests.helpers import samples_dir, shared_dir
+from tests.helpers import conformance_dir, samples_dir
 
 MANIFEST = """\
 apiVersion: v1
@@ -61,7 +61,7 @@ def kubectl_binary() -> str:
 
 @pytest.fixture(scope="module")
 def ray_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]:
-    crd = shared_dir() / "kuberay" / "crds" / "ray.io_rayclusters.yaml"
+    crd = conformance_dir() / "kuberay" / "crds" / "ray.io_rayclusters.yaml"
     handle = start_kubesim(crd_paths=[crd], workdir=tmp_path_factory.mktemp("kubesim-kubectl"))
     try:
         yield handle

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from kubesim.sims import Simulation, build_simulation
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, start_kubesim
-from tests.helpers import eventually, shared_dir
+from tests.helpers import conformance_dir, eventually
 from tests.kubesim.sims.harness import head_pod, head_service, pod
 
 A = "kubesim.raybus.io/"
@@ -28,7 +28,7 @@ def simulation() -> Simulation:
 def kube(tmp_path_factory: pytest.TempPathFactory, simulation: Simulation) -> Iterator[KubeSimHandle]:
     """A kubesim with the instant simulators and the Gateway API CRDs."""
     handle = start_kubesim(
-        crd_paths=[*default_crd_paths(), shared_dir() / "gateway-api"],
+        crd_paths=[*default_crd_paths(), conformance_dir() / "gateway-api"],
         workdir=tmp_path_factory.mktemp("kubesim-sims"),
         controllers=simulation.controllers,
         proxy_resolvers=simulation.resolvers,

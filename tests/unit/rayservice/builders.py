@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tests.helpers import samples_dir
 from tests.unit.rayservice.sim import NAMESPACE
 
-SAMPLES = Path(__file__).resolve().parents[3] / ".." / "shared" / "kuberay" / "samples"
+SAMPLES = samples_dir()
 IMAGE = "rayproject/ray:2.52.0"
 
 SERVE_CONFIG = """\
@@ -33,7 +33,7 @@ applications:
 def load_sample(name: str) -> dict[str, Any]:
     """A KubeRay sample (``samples/<name>.yaml``); its first RayService document."""
     path = SAMPLES / f"{name}.yaml"
-    assert path.exists(), f"KubeRay sample missing: {path} (expected beside the repository, in ../shared)"
+    assert path.exists(), f"KubeRay sample missing: {path} (the conformance inputs are in tests/data)"
     for document in yaml.safe_load_all(path.read_text()):
         if isinstance(document, dict) and document.get("kind") == "RayService":
             document["metadata"].setdefault("namespace", NAMESPACE)

@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from schema.crd import generate_crds, main, render, stale_files
-from tests.helpers import shared_dir
+from tests.helpers import conformance_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOYED = ROOT / "deploy" / "crds"
-KUBERAY = shared_dir() / "kuberay"
+KUBERAY = conformance_dir() / "kuberay"
 K8S_VERSION = "1.33.0"
 
 CRDS = generate_crds()
