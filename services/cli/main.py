@@ -56,7 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list and args_list[0] in PASSTHROUGH:
         module_name = PASSTHROUGH[args_list[0]][0]
         module = __import__(module_name, fromlist=["main"])
-        return int(module.main(args_list[1:]))
+        try:
+            return int(module.main(args_list[1:]))
+        except KeyboardInterrupt:
+            return 130
+        except Exception as exc:  # a tool's last resort: one line, never a traceback
+            print(f"raybus {args_list[0]}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
     args = _parser().parse_args(args_list)
     if args.command == "up":
         from services.cli.up import run_up

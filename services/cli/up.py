@@ -3,8 +3,9 @@
 It starts, each as a child process with its log under ``STATE/logs/``: its own nats-server (JetStream
 store under ``STATE/nats``), kubesim (kubelet ``instant``, the ray.io CRDs generated from ``schema/``),
 and the watcher, reconciler and status services (SQLite under ``STATE``). It writes ``STATE/kubeconfig``
-and ``STATE/endpoints.json`` (read by ``raybus history``), prints what runs where, and on Ctrl-C stops
-everything in reverse order. ``--kubeconfig``, ``--nats-url`` and ``--db-url`` use existing ones instead.
+and ``STATE/endpoints.json`` (read by ``raybus history``, ``replay`` and ``get``), prints what runs where,
+and on Ctrl-C stops everything in reverse order. ``--kubeconfig``, ``--nats-url`` and ``--db-url`` use
+existing ones instead.
 ``--apply FILE`` applies a manifest and shows the objects' status live until they are ready.
 
 A child that dies stops the stack with its log's tail: a half-running stack helps nobody.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
 import signal
 import socket
@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from services.runtime import endpoints
 from services.runtime.natsbin import nats_server_binary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``raybus up``."""
-    parser.add_argument("--state-dir", default=os.environ.get("RAYBUS_STATE_DIR", ".raybus"), help="state folder")
+    parser.add_argument("--state-dir", help=f"state folder [{endpoints.STATE_DIR_ENV}, {endpoints.DEFAULT_STATE_DIR}]")
     parser.add_argument("--kubeconfig", help="use this cluster instead of starting kubesim")
     parser.add_argument("--nats-url", help="use this NATS instead of starting nats-server")
     parser.add_argument("--db-url", help="use this database instead of SQLite under the state folder")
@@ -149,7 +150,7 @@ def _raybus(*args: str) -> list[str]:
 
 def start_stack(args: argparse.Namespace) -> Stack:
     """Start every component that was not given; raise StackError if one fails."""
-    state = Path(args.state_dir).resolve()
+    state = endpoints.state_dir(args.state_dir).resolve()
     logs = state / "logs"
     state.mkdir(parents=True, exist_ok=True)
     stack = Stack(state=state)
@@ -191,12 +192,12 @@ def start_stack(args: argparse.Namespace) -> Stack:
             child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}")
             stack.add(child, functools.partial(http_ok, ready_url), args.timeout)
         stack.endpoints = {
-            "nats_url": nats_url,
-            "kubeconfig": kubeconfig,
-            "status_url": status_url,
-            "db_url": db_url if not args.db_url else "(given)",
+            endpoints.NATS_URL: nats_url,
+            endpoints.KUBECONFIG: kubeconfig,
+            endpoints.STATUS_URL: status_url,
+            endpoints.DB_URL: db_url if not args.db_url else "(given)",
         }
-        (state / "endpoints.json").write_text(json.dumps(stack.endpoints, indent=2))
+        endpoints.write_endpoints(state, stack.endpoints)
     except BaseException:
         stack.stop()
         raise
@@ -207,7 +208,7 @@ def describe(stack: Stack) -> str:
     """What runs where, and what to try first."""
     rows = [f"raybus is up (state in {stack.state})"]
     rows += [f"  {child.name:<12} {child.where}" for child in stack.children]
-    kubeconfig = stack.endpoints["kubeconfig"]
+    kubeconfig = stack.endpoints[endpoints.KUBECONFIG]
     rows += [
         "",
         "Try:",
@@ -241,7 +242,7 @@ def run_up(args: argparse.Namespace) -> int:
             from services.cli.apply import apply_and_follow
 
             apply_and_follow(
-                Path(args.apply), stack.endpoints["kubeconfig"], stop=lambda: stopping, alive=stack.check_alive
+                Path(args.apply), stack.endpoints[endpoints.KUBECONFIG], stop=lambda: stopping, alive=stack.check_alive
             )
         while not stopping:
             stack.check_alive()

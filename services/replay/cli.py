@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import re
 import sys
@@ -33,6 +34,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
+import nats.errors
+import nats.js.errors
+
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KEY_KINDS, KeyKind, ReconcileKey
@@ -40,6 +44,8 @@ from services.replay.archive import FileFormat, read_history_file, to_file, writ
 from services.replay.history import KeyHistory
 from services.replay.render import render_rehearsal, render_step_detail, render_timeline
 from services.replay.replayer import Replayer, ReplayStep, StepFilter
+from services.runtime import bus, endpoints
+from services.runtime.endpoints import stack_endpoint
 from services.runtime.errors import PermanentError, RaybusError, ReplayDivergence, RetryableError
 from services.runtime.settings import NatsSettings, load_pod_defaults, load_settings, parse_feature_gates
 
@@ -47,6 +53,7 @@ EXIT_OK = 0
 EXIT_DIVERGED = 1
 EXIT_ERROR = 2
 
+NATS_URL_ENV = "RAYBUS_NATS_URL"
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -93,7 +100,8 @@ def parse_key(kind: str, ref: str) -> ReconcileKey:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nats-url", help="NATS server URL(s) [RAYBUS_NATS_URL]")
+    parser.add_argument("--nats-url", help="NATS server URL(s) [RAYBUS_NATS_URL, else the stack of `raybus up`]")
+    parser.add_argument("--state-dir", help="where `raybus up` keeps endpoints.json [RAYBUS_STATE_DIR, .raybus]")
     parser.add_argument("--nats-creds", help="NATS credentials file [RAYBUS_NATS_CREDS]")
     parser.add_argument(
         "--connect-timeout", type=float, default=5.0, help="seconds to reach NATS before giving up (default 5)"
@@ -193,8 +201,11 @@ def current_config(
 
 def _nats_settings(args: argparse.Namespace, env: Mapping[str, str]) -> NatsSettings:
     nats = load_settings(env).nats
+    url = stack_endpoint(
+        endpoints.NATS_URL, flag=args.nats_url, env_var=NATS_URL_ENV, state_dir_flag=args.state_dir, env=env
+    )
     return NatsSettings(
-        url=args.nats_url or nats.url,
+        url=url or nats.url,
         creds_file=args.nats_creds or nats.creds_file,
         user=nats.user,
         password=nats.password,
@@ -221,6 +232,13 @@ async def _with_nats(
         if keys is None:
             keys = await active_keys(nc, since=since)
         return [await read_history(nc, key, window=window) for key in keys]
+    except nats.js.errors.NotFoundError as exc:
+        raise PermanentError(
+            f"NATS at {redact_url(settings.url)} has no raybus streams ({exc.description or exc}): not raybus's bus? "
+            "pass --nats-url, or --state-dir of `raybus up`"
+        ) from exc
+    except nats.errors.Error as exc:
+        raise RetryableError(f"NATS at {redact_url(settings.url)}: {exc or type(exc).__name__}") from exc
     finally:
         await nc.close()
 
@@ -353,6 +371,9 @@ def run(argv: Sequence[str], io: Environment) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``raybus replay ...`` (the CLI dispatches here with the arguments after ``replay``)."""
+    logging.basicConfig(format="raybus replay: %(message)s", level=logging.WARNING)
+    # The connection's own retries end in one clear error; their warnings would only repeat it.
+    bus.log.setLevel(logging.ERROR)
     io = Environment(env=dict(os.environ), now=datetime.now(UTC), out=sys.stdout, err=sys.stderr)
     return run(list(sys.argv[1:] if argv is None else argv), io)
 

@@ -20,23 +20,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TextIO
 from urllib.parse import quote
 
 import aiohttp
 import msgspec
 
+from services.runtime import endpoints
+from services.runtime.endpoints import stack_endpoint
 from services.runtime.errors import PermanentError, RetryableError
 from services.status.kinds import KINDS, parse_kind
 from services.status.responses import ErrorOut, History, RayServiceOut, RunOut, RunsOut
 
-DEFAULT_STATE_DIR = ".raybus"
+STATUS_URL_ENV = "RAYBUS_STATUS_URL"
 REQUEST_TIMEOUT = 10.0
 """Seconds for the whole API call."""
 _MESSAGE_WIDTH = 60
@@ -65,19 +65,10 @@ def resolve_status_url(*, flag: str | None, state_dir: str | None, env: Mapping[
     Raises:
         PermanentError: none of the sources names one.
     """
-    if flag:
-        return flag.rstrip("/")
-    if env.get("RAYBUS_STATUS_URL"):
-        return env["RAYBUS_STATUS_URL"].rstrip("/")
-    endpoints = Path(state_dir or env.get("RAYBUS_STATE_DIR") or DEFAULT_STATE_DIR) / "endpoints.json"
-    try:
-        url = json.loads(endpoints.read_text()).get("status_url")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise PermanentError(
-            f"no status API: pass --status-url, set RAYBUS_STATUS_URL, or run `raybus up` ({endpoints}: {exc})"
-        ) from exc
-    if not isinstance(url, str) or not url:
-        raise PermanentError(f"{endpoints} has no status_url")
+    url = stack_endpoint(endpoints.STATUS_URL, flag=flag, env_var=STATUS_URL_ENV, state_dir_flag=state_dir, env=env)
+    if not url:
+        where = endpoints.state_dir(state_dir, env) / endpoints.ENDPOINTS_FILE
+        raise PermanentError(f"no status API: pass --status-url, set {STATUS_URL_ENV}, or run `raybus up` (no {where})")
     return url.rstrip("/")
 
 

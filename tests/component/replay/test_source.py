@@ -18,7 +18,9 @@ from services.replay.archive import read_history_file
 from services.replay.history import KeyHistory
 from services.replay.replayer import Replayer
 from services.replay.source import read_history
+from services.runtime.endpoints import write_endpoints
 from tests.component.replay.conftest import publish_history
+from tests.fixtures.nats import NatsServer, free_port
 from tests.unit.replay.clirun import replay_cli_async
 from tests.unit.replay.conftest import REPLAYS, load
 from tests.unit.replay.test_divergence import slower_requeue
@@ -163,3 +165,30 @@ async def test_a_history_whose_oldest_events_aged_out_is_not_silently_partial(bu
     assert run.code == 0, run.err
     assert "history TRUNCATED" in run.out and f"complete from KV revision {result.complete_from}" in run.out
     assert "unverifiable (inputs aged out)" in run.out and "no longer in the stream" in run.out
+
+
+async def test_cli_finds_the_stack_from_the_state_dir(bus: Client, tmp_path: Path) -> None:
+    await publish_history(bus, load(LIFECYCLE).history())
+    write_endpoints(tmp_path, {"nats_url": url(bus)})
+    found = await replay_cli_async(["RayCluster", "default/replay-lifecycle"], env={"RAYBUS_STATE_DIR": str(tmp_path)})
+    assert found.code == 0, found.err
+    assert "0 diverged" in found.out
+    flagged = await replay_cli_async(["RayCluster", "default/replay-lifecycle", "--state-dir", str(tmp_path)])
+    assert flagged.code == 0, flagged.err
+
+
+async def test_cli_against_a_nats_without_raybus_is_one_clear_line(nats_server: NatsServer) -> None:
+    wrong = await replay_cli_async(["rayjob", "default/rayjob-sample", "--nats-url", nats_server.url])
+    assert wrong.code == 2
+    assert wrong.out == ""
+    assert wrong.err.count("\n") == 1
+    assert wrong.err.startswith(f"raybus replay: NATS at {nats_server.url} has no raybus streams")
+    assert "Traceback" not in wrong.err
+
+
+async def test_cli_against_no_server_is_one_clear_line() -> None:
+    gone = await replay_cli_async(
+        ["rayjob", "default/rayjob-sample", "--nats-url", f"nats://127.0.0.1:{free_port()}", "--connect-timeout", "1"]
+    )
+    assert gone.code == 2
+    assert gone.err.count("\n") == 1 and gone.err.startswith("raybus replay: cannot connect to NATS")
