@@ -1,4 +1,4 @@
-"""Pipeline benchmark (issue 3): N RayClusters (1 head + 3 workers) created at once, through the whole stack.
+"""Pipeline benchmark: N RayClusters (1 head + 3 workers) created at once, through the whole stack.
 
 Every component runs as its own process, as in production and ``raybus up``: nats-server, kubesim
 (kubelet ``instant``), ``raybus watcher``, ``raybus status`` (SQLite) and 1 or 2 ``raybus reconciler``

@@ -1,4 +1,4 @@
-"""RayJob benchmark (issue 6): N RayJobs created at once, run to Complete on the simulator, history in PostgreSQL.
+"""RayJob benchmark: N RayJobs created at once, run to Complete on the simulator, history in PostgreSQL.
 
 The stack is ``pipeline_bench``'s (every component its own process: nats-server, kubesim with kubelet
 ``instant``, ``raybus watcher`` with ``--use-kubernetes-proxy``, ``raybus status``, 1 or 2 ``raybus

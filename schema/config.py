@@ -1,5 +1,5 @@
 """Operator configuration seen by ``reconcile``: KubeRay's feature gates, environment switches and
-config-file defaults (SPEC §9), as plain immutable data.
+config-file defaults (docs/behaviour.md#9), as plain immutable data.
 
 Parsing (flags, env, the config file) happens once in ``services.runtime.settings``; reconcile code only
 reads these structs, so the same inputs always give the same decision.
@@ -30,7 +30,7 @@ _GATE_NAMES = {
 
 
 class FeatureGates(msgspec.Struct, frozen=True, kw_only=True, rename=_GATE_NAMES):
-    """KubeRay's feature gates with KubeRay's defaults (SPEC §9); encoded with KubeRay's gate names."""
+    """KubeRay's feature gates with KubeRay's defaults (docs/behaviour.md#9); encoded with KubeRay's gate names."""
 
     ray_cluster_status_conditions: bool = True
     ray_job_deletion_policy: bool = True
@@ -46,7 +46,7 @@ class FeatureGates(msgspec.Struct, frozen=True, kw_only=True, rename=_GATE_NAMES
 
 
 class OperatorSwitches(msgspec.Struct, frozen=True, kw_only=True):
-    """KubeRay's operator environment switches (SPEC §9), with KubeRay's defaults."""
+    """KubeRay's operator environment switches (docs/behaviour.md#9), with KubeRay's defaults."""
 
     enable_init_container_injection: bool = True
     enable_probes_injection: bool = True

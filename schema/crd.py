@@ -1,7 +1,8 @@
 """Generates the ray.io CustomResourceDefinitions from the types in ``schema.ray`` (`raybus crds`).
 
-Role: the types are the single source of the CRDs (STYLE §4): the OpenAPI v3 schema of each kind is
-derived from its struct through ``msgspec.inspect``, plus the printer columns and versions of SPEC §1.
+Role: the types are the single source of the CRDs (nothing is copied from KubeRay's YAML): the OpenAPI v3
+schema of each kind is derived from its struct through ``msgspec.inspect``, plus the printer columns and
+versions KubeRay declares (docs/behaviour.md#1).
 
 Invariants:
 - The schemas are structural: every node has a type, embedded Kubernetes objects are

@@ -52,7 +52,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
         commands: applied in order by one applier.
         wake_at: the earliest time this key wants to be reconciled again even if nothing changes
             (a bus timer; a newer decision's wake-up replaces an older one). None: no timer.
-        rules: identifiers of the SPEC rules that fired, in order (``"4.2/create-head"``, ...).
+        rules: ids of the behaviour rules that fired (docs/behaviour.md), in order (``"4.2/create-head"``, ...).
     """
 
     commands: tuple[Command, ...] = ()

@@ -1,6 +1,6 @@
 """Reconcile keys and the encoding of Kubernetes names into NATS subject / KV tokens.
 
-A reconcile key is the top-level custom resource an event belongs to (DESIGN §1). Kubernetes names may
+A reconcile key is the top-level custom resource an event belongs to (docs/architecture.md#keys). Kubernetes names may
 contain dots, which NATS uses as the token separator; DNS-1123 names never contain ``_``, so a dot is
 written as ``_`` and the encoding is reversible. Kinds and namespaces never contain dots.
 """

@@ -1,6 +1,6 @@
-"""The one place that spells subjects, stream names, consumer names and KV buckets (house rule 3).
+"""The one place that spells subjects, stream names, consumer names and KV buckets; nothing else spells one.
 
-Layout (DESIGN §1):
+Layout (docs/architecture.md#flow):
 
 - ``RAYBUS_EVENTS``: watch events, observations and timer ticks, published on
   ``raybus.events.<kind>.<ns>.<name>``; a subject transform stores them as

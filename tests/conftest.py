@@ -1,4 +1,5 @@
-"""Project-wide test configuration: server fixtures and hygiene guards (STYLE §1, house rule 10)."""
+"""Project-wide test configuration: server fixtures and hygiene guards (warnings are errors, no task
+may outlive its test)."""
 
 from __future__ import annotations
 

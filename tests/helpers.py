@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def conformance_dir() -> Path:
     """The conformance inputs kept with the tests (tests/data: KubeRay's samples and CRDs, the Gateway API
-    CRDs; copies of the workplace's shared/ folder)."""
+    CRDs), so a clone anywhere runs the whole suite."""
     return REPO / "tests" / "data"
 
 

@@ -1,6 +1,6 @@
 """Recognising a Ray job submitter in a container's command line (pure parsing, no I/O).
 
-Shapes understood (SPEC §5.3):
+Shapes understood (docs/behaviour.md#5.3):
 
 - KubeRay's K8sJobMode script: ``until <gcs_healthz check> ; do ... ; done ; if ! ray job status --address
   http://A ID >/dev/null 2>&1 ; then ray job submit --address http://A --no-wait [--runtime-env-json J]

@@ -1,6 +1,6 @@
 """Playing a Ray job submitter container against the simulated dashboards, like the real ``ray job`` CLI.
 
-Sequence (SPEC §5.3): wait until ``/api/gcs_healthz`` says "success" (the script's ``until`` loop); with the
+Sequence (docs/behaviour.md#5.3): wait until ``/api/gcs_healthz`` says "success" (the script's ``until`` loop); with the
 status check, ``GET /api/jobs/<id>`` and skip the submit when the job exists; ``POST /api/jobs/`` (a
 non-2xx answer, e.g. the 500 of a reused id, fails the container with exit 1); then, when following, poll
 until the job is terminal (backing off to ``FOLLOW_MAX_INTERVAL``). Exit code: 0 for SUCCEEDED, 1 for

@@ -3,7 +3,7 @@
 Additive: a new table keyed by ``resources.uid``, filled by the consumer (``projection.fold_rayjob``
 over a RayJob's transitions, recomputed in the transaction that persists them). It shipped together with
 0001, so no database holds RayJob history without it and there is nothing to backfill; a view added to
-a database that already has history (issue 7) backfills with the same fold.
+a database that already has history (0003's RayService view) backfills with the same fold.
 
 Revision ID: 0002
 Revises: 0001

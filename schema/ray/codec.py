@@ -5,7 +5,7 @@ RayCluster / RayJob / RayService / RayCronJob.
 
 Invariants: decoding is lenient the way the API server is (unknown fields are ignored, strings such as
 ``"3"`` are accepted for numbers), and fails with :class:`msgspec.ValidationError` (message and JSON
-path) on anything the types cannot hold; the caller turns that into a SPEC §8-style status or Event.
+path) on anything the types cannot hold; the caller turns that into a validation status or Event (docs/behaviour.md#8).
 ``to_builtins`` omits fields equal to their default, except ``apiVersion``/``kind``/``metadata``/
 ``status`` of the top-level objects.
 """

@@ -10,7 +10,7 @@ Invariants:
 - An optional field defaults to None when KubeRay's Go field is a pointer (unset differs from zero), to
   the Go zero value when it is a plain ``omitempty`` field, and to the CRD default when the CRD has one.
 - Kubernetes types that raybus does not interpret (pod templates, Services, env vars, resources,
-  security contexts, network-policy rules) stay ``dict[str, Any]`` (house rule 5): they are copied
+  security contexts, network-policy rules) stay ``dict[str, Any]``: they are copied
   into API objects, never read field by field here. Their CRD schema keeps unknown fields.
 - Whatever the CRD generator needs beyond the Python type (int32 format, int-or-string, CEL rules,
   descriptions) lives in ``msgspec.Meta`` annotations, so the types are the single source of the CRDs.
@@ -64,7 +64,7 @@ Quantity = Annotated[
 
 StringMap = dict[str, str]
 
-# Embedded Kubernetes types (house rule 5): free-form dicts whose CRD schema preserves unknown fields.
+# Embedded Kubernetes types: free-form dicts whose CRD schema preserves unknown fields.
 PodTemplateSpec = Annotated[dict[str, Any], Meta(extra_json_schema=PRESERVE)]
 Service = Annotated[dict[str, Any], Meta(extra_json_schema=PRESERVE)]
 ResourceRequirements = Annotated[dict[str, Any], Meta(extra_json_schema=PRESERVE)]

@@ -1,4 +1,4 @@
-"""RayCluster (ray.io/v1): spec, status and the option structs nested in them (SPEC §1.1, §1.2).
+"""RayCluster (ray.io/v1): spec, status and the option structs nested in them (docs/behaviour.md#1.1, #1.2).
 
 Role: the typed view of a RayCluster that reconcile code reads and writes. The same
 :class:`RayClusterSpec` is embedded in RayJob (``rayClusterSpec``) and RayService (``rayClusterConfig``).
@@ -6,7 +6,7 @@ Role: the typed view of a RayCluster that reconcile code reads and writes. The s
 Invariants: field names, enums and CRD defaults follow KubeRay's v1 API; pointer fields of the Go API
 are ``X | None = None``; embedded Kubernetes objects stay free-form dicts (see ``schema.ray.common``).
 
-Not here: validation beyond what the CRD enforces (SPEC §8 lives in the reconciler), defaulting done by
+Not here: validation beyond what the CRD enforces (docs/behaviour.md#8 lives in the reconciler), defaulting done by
 the operator rather than by the API server (autoscaler resources, rocksdb storage size, ...).
 """
 
@@ -257,7 +257,7 @@ class HeadInfo(RayStruct, frozen=True, kw_only=True):
 
 
 class RayClusterStatus(RayStruct, frozen=True, kw_only=True):
-    """What the operator observed; written through the status subresource (SPEC §1.2)."""
+    """What the operator observed; written through the status subresource."""
 
     state: Annotated[str, Meta(description="Deprecated: ready, suspended (sticky once ready).")] = ""
     desired_cpu: Quantity | None = msgspec.field(default=None, name="desiredCPU")

@@ -1,5 +1,5 @@
-"""RayCronJob (ray.io/v1): RayJobs created on a cron schedule (SPEC §1.7, §7), plus raybus's
-extensions (issue 9).
+"""RayCronJob (ray.io/v1): RayJobs created on a cron schedule (docs/behaviour.md#1.7, #7), plus raybus's
+extensions (concurrencyPolicy, history limits: docs/differences.md#raycronjob).
 
 Role: the typed view of a RayCronJob.
 

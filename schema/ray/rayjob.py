@@ -1,9 +1,9 @@
-"""RayJob (ray.io/v1): a Ray job with the cluster it runs on (SPEC §1.3, §1.4).
+"""RayJob (ray.io/v1): a Ray job with the cluster it runs on (docs/behaviour.md#1.3, #1.4).
 
 Role: the typed view of a RayJob; :class:`RayJobSpec` is also the ``jobTemplate`` of a RayCronJob.
 
 Invariants: ``submissionMode``, ``jobStatus`` and ``jobDeploymentStatus`` are plain strings, as in
-KubeRay's CRD (no enum), so an unknown value reaches the reconciler's validation (SPEC §8) instead of
+KubeRay's CRD (no enum), so an unknown value reaches the reconciler's validation (docs/behaviour.md#8) instead of
 failing to decode; the known values are the constants below. Deletion-rule enums and the CEL rules
 of ``deletionStrategy`` are KubeRay's.
 
@@ -140,7 +140,7 @@ class RayJobSpec(RayStruct, frozen=True, kw_only=True):
     pre_running_deadline_seconds: Annotated[Int32, Meta(ge=1)] | None = None
 
 
-# JobDeploymentStatus values (SPEC §1.4); "" is New.
+# JobDeploymentStatus values (docs/behaviour.md#1.4); "" is New.
 JOB_DEPLOYMENT_INITIALIZING: Final = "Initializing"
 JOB_DEPLOYMENT_RUNNING: Final = "Running"
 JOB_DEPLOYMENT_COMPLETE: Final = "Complete"
@@ -151,7 +151,7 @@ JOB_DEPLOYMENT_SUSPENDED: Final = "Suspended"
 JOB_DEPLOYMENT_RETRYING: Final = "Retrying"
 JOB_DEPLOYMENT_WAITING: Final = "Waiting"
 
-# JobStatus values reported by Ray (SPEC §1.4); "" is New.
+# JobStatus values reported by Ray (docs/behaviour.md#1.4); "" is New.
 JOB_STATUS_PENDING: Final = "PENDING"
 JOB_STATUS_RUNNING: Final = "RUNNING"
 JOB_STATUS_STOPPED: Final = "STOPPED"
@@ -167,7 +167,7 @@ class RayJobInfo(RayStruct, frozen=True, kw_only=True):
 
 
 class RayJobStatus(RayStruct, frozen=True, kw_only=True):
-    """What the operator observed about the job and its cluster (SPEC §1.4)."""
+    """What the operator observed about the job and its cluster."""
 
     ray_job_info: Annotated[RayJobInfo | None, Meta(description="Times reported by Ray.")] = None
     job_id: str = ""

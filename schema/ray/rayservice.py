@@ -1,5 +1,5 @@
 """RayService (ray.io/v1): Ray Serve applications on a RayCluster with zero-downtime upgrades
-(SPEC §1.5, §1.6).
+(docs/behaviour.md#1.5, #1.6).
 
 Role: the typed view of a RayService. Note the naming inherited from KubeRay: the object's ``status``
 is :class:`RayServiceStatuses`, and :class:`RayServiceStatus` is the status of *one* cluster (active
@@ -97,7 +97,7 @@ class RayServiceStatus(RayStruct, frozen=True, kw_only=True):
 
 
 class RayServiceStatuses(RayStruct, frozen=True, kw_only=True):
-    """The status of a RayService object (SPEC §1.6)."""
+    """The status of a RayService object."""
 
     conditions: ConditionList | None = None
     last_update_time: Time | None = None

@@ -41,10 +41,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def stored_events_filter(key: ReconcileKey) -> str:
-    """Filter of ``key``'s inputs as the events stream stores them (any partition).
-
-    TODO(issue 8): belongs in ``schema.subjects`` beside ``partition_filter``.
-    """
+    """Filter of ``key``'s inputs as the events stream stores them (any partition)."""
     return f"{subjects.PREFIX}.part.*.{key.token()}"
 
 

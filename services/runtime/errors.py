@@ -1,4 +1,4 @@
-"""The one raybus error hierarchy (house rule 6).
+"""The one raybus error hierarchy: every failure a caller branches on is one of these types.
 
 Third-party exceptions are translated at the adapter that sees them (``raise ... from``), so callers
 branch on these types only. ``CancelledError`` is never caught by code that handles these.

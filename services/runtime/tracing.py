@@ -1,6 +1,6 @@
 """OpenTelemetry tracing: provider set-up from the standard ``OTEL_*`` variables and W3C trace context
 carried in NATS headers, so watch event → reconcile → command → API call → persisted transition form one
-trace (DESIGN §4). Spans never carry secrets: only kinds, keys, resourceVersions and verbs.
+trace (docs/architecture.md#observability). Spans never carry secrets: only kinds, keys, resourceVersions and verbs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The status service: the system of record for history (DESIGN §2 "status").
+"""The status service: the system of record for history (docs/architecture.md#status).
 
 It consumes ``RAYBUS_RESULTS`` (command outcomes and confirmed transitions), persists them idempotently
 to SQL (SQLite by default, PostgreSQL in production) and serves them read-only over HTTP for

@@ -1,7 +1,7 @@
 """Custom-resource metrics the status service derives from the transitions it persists.
 
 Role: KubeRay's operator metrics whose meaning lives in the history rather than in one reconcile, with
-KubeRay's names and labels where the meaning matches (SPEC §9), exported on the status service's
+KubeRay's names and labels where the meaning matches (docs/behaviour.md#9), exported on the status service's
 ``/metrics``. Live resources (created and not deleted) are seeded from the database at start
 (:meth:`ResourceMetrics.load`), then kept up to date from the watcher's lifecycle facts and the
 confirmed transitions:

@@ -12,7 +12,7 @@ keys interleave on the stream):
 Kind views (the RayJob table) are *folds* over all transitions of one uid, recomputed inside the
 persisting transaction: a RayJob has a few dozen transitions, and a fold is trivially correct under
 redelivery where an incremental update would need its own ordering rules. A new view is a new fold
-plus a table (the RayService view, issue 7, is the second), nothing else changes.
+plus a table (the RayService view is the second), nothing else changes.
 
 Nothing here does I/O; the store reads rows into :class:`Fact` and writes the results back.
 """
@@ -102,7 +102,7 @@ def status_of(state: ResourceState, status_field: str) -> str:
 # --- RayJob view -----------------------------------------------------------------------------------
 
 RAYJOB_STARTED = "Initializing"
-"""KubeRay sets ``startTime`` at each New → Initializing: the start of an attempt (SPEC §5.2)."""
+"""KubeRay sets ``startTime`` at each New → Initializing: the start of an attempt (docs/behaviour.md#5.2)."""
 RAYJOB_ENDED = frozenset({"Complete", "Failed"})
 """Terminal deployment statuses; KubeRay sets ``endTime`` on entering them."""
 

@@ -8,7 +8,7 @@ with several status replicas on PostgreSQL, a batch first creates the rows of th
 (conflicts ignored) and then locks them ``FOR UPDATE`` in uid order before reading and merging; the lock
 serialises writers of one uid, the fixed order avoids deadlocks (SQLite serialises writers anyway).
 
-Errors are translated here (house rule 6): connection trouble, lock timeouts and deadlocks become
+Errors are translated here, into ``services.runtime.errors``: connection trouble, lock timeouts and deadlocks become
 ``RetryableError`` (the consumer retries the same batch), data the database refuses (a NUL byte on
 PostgreSQL, an out-of-range integer) becomes ``PermanentError`` (the consumer isolates the message and
 dead-letters it).

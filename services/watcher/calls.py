@@ -7,7 +7,7 @@ counts) without any I/O, so every path and body is unit-tested without a server.
 policies that turn an :class:`ApiError` into a published outcome (kopf's error taxonomy: what is done,
 what is dropped, what is retried, what fails for good).
 
-Idempotency rules (DESIGN §2 applier):
+Idempotency rules (docs/architecture.md#watcher):
 - create: 409 AlreadyExists → ``already_done`` (names are deterministic);
 - delete: 404 → ``already_done``; 409 on a uid precondition (a newer object took the name) →
   ``already_done`` (the object the command meant is gone);

@@ -2,14 +2,14 @@
 auth token, and the dashboard commands of the applier (submit / stop a Ray job, put a Serve config).
 
 Role: a :class:`schema.messages.DashboardRef` names a head Service, a port and optionally the auth
-Secret; only here does it become a URL (SPEC §5.4: ``http://<svc>.<ns>.svc.<domain>:<port>`` or
+Secret; only here does it become a URL (docs/behaviour.md#5.4: ``http://<svc>.<ns>.svc.<domain>:<port>`` or
 ``<apiserver>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy`` with ``use_kubernetes_proxy``) and a
 ``x-ray-authorization: Bearer <token>`` header (token read from the Secret's ``auth_token``). Planning
 (:func:`plan_dashboard_call`, :func:`dashboard_base_url`, :func:`dashboard_outcome`) is pure; the
 :class:`DashboardClient` does the I/O with aiohttp (async), using the API server's credentials and TLS
 settings when it goes through the proxy.
 
-The head pod's Serve proxy (SPEC §6.1 step 11) is reached the same two ways: ``http://<podIP>:<port>``
+The head pod's Serve proxy (docs/behaviour.md#6.1 step 11) is reached the same two ways: ``http://<podIP>:<port>``
 directly, or ``<apiserver>/api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy`` (:func:`pod_base_url`,
 :meth:`DashboardClient.request_pod`); no token is sent there (Ray does not protect the proxy).
 
@@ -98,7 +98,7 @@ class DashboardOutcome:
 
 
 def plan_dashboard_call(command: Command) -> DashboardCall:
-    """The dashboard request of a dashboard command (SPEC §5.4).
+    """The dashboard request of a dashboard command (docs/behaviour.md#5.4).
 
     Raises:
         PermanentError: not a dashboard command, or a job id that is empty.

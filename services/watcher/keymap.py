@@ -1,4 +1,4 @@
-"""Which reconcile keys a Kubernetes object belongs to (DESIGN §1); pure functions over plain data.
+"""Which reconcile keys a Kubernetes object belongs to (docs/architecture.md#keys); pure functions over plain data.
 
 Rules, in the order keys are listed (duplicates removed):
 

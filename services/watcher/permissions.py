@@ -11,7 +11,7 @@ API server's authorizer does it). ``deploy/`` must grant exactly this set (``tes
 Two additions are not requests but API-server rules, so they are listed with their reason:
 - ``<plural>/finalizers`` update on the four custom resources: creating a child whose controller
   ownerReference has ``blockOwnerDeletion: true`` needs it (OwnerReferencesPermissionEnforcement).
-- :data:`GRANTED_RULES`: the autoscaler Role the RayCluster reconcile creates (SPEC §3.9); Kubernetes
+- :data:`GRANTED_RULES`: the autoscaler Role the RayCluster reconcile creates (docs/behaviour.md#3.9); Kubernetes
   only lets the watcher create a Role granting what the watcher itself holds (RBAC escalation check).
   ``tests/unit/watcher/test_permissions.py`` checks the reconciler's Role against it.
 
@@ -69,7 +69,7 @@ GRANTED_RULES: Final[frozenset[Rule]] = frozenset(
         ("ray.io", "rayclusters", "patch"),
     }
 )
-"""What the autoscaler Role grants (SPEC §3.9): the watcher must hold it to create that Role."""
+"""What the autoscaler Role grants (docs/behaviour.md#3.9): the watcher must hold it to create that Role."""
 
 _METHOD_VERBS: Final = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "GET": "get"}
 

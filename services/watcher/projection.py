@@ -25,7 +25,7 @@ Invariants:
   carry the same id, so HA replicas store each version once and agree on ``kv_revision``.
 
 Not here: list/watch (``informer``), the mapping rules (``keymap``), resume storage (``resume``).
-Rejected: one KV get per key on the reconcile side (DESIGN §2), and re-encoding objects on the loop
+Rejected: one KV get per key on the reconcile side (a snapshot is one prefix read), and re-encoding objects on the loop
 (the informer thread hands over the JSON bytes; WatchEvents embed them as ``msgspec.Raw``).
 """
 

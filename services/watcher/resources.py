@@ -16,7 +16,7 @@ Invariants:
 Not here: which reconcile keys an object maps to (``keymap``), and how a command becomes an HTTP call
 (``calls``).
 
-Label selectors mirror KubeRay's informer cache filter (SPEC §2.2): Pods only with ``ray.io/node-type``
+Label selectors mirror KubeRay's informer cache filter (docs/behaviour.md#2.2): Pods only with ``ray.io/node-type``
 in {head, worker, redis-cleanup}, batch Jobs only with ``app.kubernetes.io/created-by=kuberay-operator``;
 and Secrets only with ``ray.io/cluster`` (the auth Secrets raybus creates), so other Secrets never reach
 the watcher at all.

@@ -1,4 +1,4 @@
-"""RayJob bodies and a driver for the RayJob end-to-end tests (issue 6).
+"""RayJob bodies and a driver for the RayJob end-to-end tests.
 
 ``small_rayjob`` builds a tiny RayJob (a head, optionally workers, tiny resources) whose outcome is
 scripted with kubesim's markers (``KUBESIM_RUN_SECONDS``, ``KUBESIM_EXIT_CODE``, ...; see

@@ -1,4 +1,4 @@
-"""A driver for the RayService end-to-end tests (issue 7).
+"""A driver for the RayService end-to-end tests.
 
 ``ServiceDriver`` creates a RayService (a KubeRay sample, unchanged but its namespace, or a body built by
 a test) in a namespace of its own and reads back its status, clusters, serve Service, EndpointSlices,

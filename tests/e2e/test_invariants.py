@@ -1,4 +1,4 @@
-"""Issue 3: DESIGN §7 invariants 1, 2, 4, 5 and 6, end to end on real servers."""
+"""Invariants 1, 2, 4, 5 and 6 of docs/architecture.md#invariants, end to end on real servers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 3: the pipeline end to end with the first controller (RayCluster), on kubesim."""
+"""The pipeline end to end with the first controller (RayCluster), on kubesim."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 4: KubeRay's own RayCluster samples through the whole pipeline (SPEC §10 [C] samples).
+"""KubeRay's own RayCluster samples through the whole pipeline (the samples docs/behaviour.md#10 marks [C]).
 
 Each sample's documents are applied unchanged (only a per-test namespace is set) and the cluster must
 reach ``state: ready`` with HeadPodReady and RayClusterProvisioned True and the sum of replicas times numOfHosts

@@ -1,4 +1,4 @@
-"""Issue 9 end to end: RayCronJob through the real pipeline (kubesim, watcher, reconciler, status on
+"""RayCronJob end to end through the real pipeline (kubesim, watcher, reconciler, status on
 nats-server), with the ``RayCronJob`` gate on as ``raybus up`` sets it.
 
 Time is never faked here: the controller's ``now`` is the bus's. What a 5-minute outage of the
@@ -77,7 +77,7 @@ def this_minute() -> datetime:
 
 
 def child_name(cron: str, tick: datetime) -> str:
-    """SPEC §2.1: ``<cronjob>-<floor(scheduled unix seconds / 60)>``."""
+    """docs/behaviour.md#2.1: ``<cronjob>-<floor(scheduled unix seconds / 60)>``."""
     return f"{cron}-{int(tick.timestamp()) // 60}"
 
 
@@ -100,7 +100,7 @@ def scheduled(job: dict[str, Any]) -> datetime:
 
 
 def assert_child_of(job: dict[str, Any], cron: Driver, tick: datetime) -> None:
-    """Name, label, annotation and owner of the RayJob created for ``tick`` (SPEC §7)."""
+    """Name, label, annotation and owner of the RayJob created for ``tick`` (docs/behaviour.md#7)."""
     metadata = job["metadata"]
     assert metadata["name"] == child_name(cron.name, tick)
     assert metadata["labels"][CRONJOB_LABEL] == cron.name
@@ -241,7 +241,7 @@ async def test_missed_ticks_after_an_outage_are_created_one_per_pass_in_order(tm
         assert [r["rayjob_uid"] for r in runs] == [job["metadata"]["uid"] for job in jobs]
         assert [parse(r["scheduled_at"]) for r in runs] == ticks
 
-        # and the catch-up replays exactly (DESIGN invariant 3), under the gates it ran with
+        # and the catch-up replays exactly (invariant 3 of docs/architecture.md#invariants), under the gates it ran with
         replay = await replay_cli_async(
             ["RayCronJob", f"default/{cron.name}", "--nats-url", p.nats.url, "--feature-gates", "RayCronJob=true"]
         )

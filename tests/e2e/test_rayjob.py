@@ -1,4 +1,4 @@
-"""Issue 6: every RayJob path through the real pipeline (kubesim, watcher, reconciler, status on nats-server).
+"""Every RayJob path through the real pipeline (kubesim, watcher, reconciler, status on nats-server).
 
 One pipeline serves the module (the outage test, which needs a short status-check timeout, has its own);
 each test runs its RayJob in a namespace of its own. Job outcomes are scripted with kubesim's markers
@@ -69,7 +69,7 @@ async def test_application_failure_retries_with_new_clusters(pipe: Pipeline) -> 
     HTTPMode (raybus submits the job itself), so the failure is always the application's. In K8sJobMode
     the reason is a race on kubesim: its Job controller replaces a failed submitter pod at once (no 10 s
     backoff as on a real cluster), so the submitter Job can fail before the prober has seen the Ray job
-    FAILED, and KubeRay's rule (SPEC §5.3: AppFailed only if ``status.jobStatus`` already is FAILED) then
+    FAILED, and KubeRay's rule (docs/behaviour.md#5.3: AppFailed only if ``status.jobStatus`` already is FAILED) then
     says SubmissionFailed. The K8sJobMode retry path is ``test_submission_failure``'s.
     """
     body = small_rayjob("app-fail", entrypoint="KUBESIM_EXIT_CODE=1 python main.py", backoffLimit=2)

@@ -1,6 +1,6 @@
-"""Issue 6: no polling. Running RayJobs whose Ray jobs do not change cause no reconcile at all.
+"""No polling. Running RayJobs whose Ray jobs do not change cause no reconcile at all.
 
-KubeRay re-reconciles every RayJob every 3 s to ask the dashboard about its job (SPEC §5, §12): 100 running
+KubeRay re-reconciles every RayJob every 3 s to ask the dashboard about its job (docs/behaviour.md#5, #12): 100 running
 RayJobs cost it about 1,000 reconciles in 30 s. In raybus only the watcher's prober polls the dashboards,
 and it publishes an observation only when an answer changed. So 100 RayJobs running long Ray jobs
 (``KUBESIM_RUN_SECONDS=inf``; half submitted by a K8s Job, half over HTTP by raybus itself) must not be

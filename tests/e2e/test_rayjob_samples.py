@@ -1,4 +1,4 @@
-"""Issue 6: KubeRay's RayJob samples through the pipeline, their recorded histories, and their replay.
+"""KubeRay's RayJob samples through the pipeline, their recorded histories, and their replay.
 
 Each sample's documents (the RayJob and its ConfigMap) are applied unchanged into a namespace of their
 own, with two exceptions said where they happen: ``ray-job.deletion-rules`` waits 30/60/90 s, so its

@@ -1,4 +1,4 @@
-"""Issue 7: RayService through the real pipeline (kubesim, watcher with its Serve prober, reconciler,
+"""RayService through the real pipeline (kubesim, watcher with its Serve prober, reconciler,
 status on nats-server), with the Gateway API CRDs registered for incremental upgrades.
 
 One pipeline serves the module; each test runs its RayService in a namespace of its own. Serve

@@ -1,4 +1,4 @@
-"""Issue 8 end to end: RayCluster runs through the real pipeline (kubesim, watcher, reconciler, status on
+"""Replay end to end: RayCluster runs through the real pipeline (kubesim, watcher, reconciler, status on
 nats-server) replay without divergence, live and from an exported file; a changed rule diverges."""
 
 from __future__ import annotations

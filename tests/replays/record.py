@@ -5,7 +5,7 @@ Run: ``.venv/bin/python -m tests.replays.record [DIR]`` (about 30 s). It runs th
 format. Files of one pipeline share its KV revisions, in recording order (the component tests put them
 back on a bus at those revisions). Re-record only when a scenario changes; a reconcile change that
 alters recorded commands must bump ``LOGIC_VERSION`` and be gated, never be "fixed" by re-recording
-(house rule 7).
+(replay must keep telling a logic change from a bug).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The RayCluster controller as pure code: ``reconcile(snapshot, now, config) -> Decision`` (SPEC §2-§4, §8).
+"""The RayCluster controller as pure code: ``reconcile(snapshot, now, config) -> Decision``
+(docs/behaviour.md#2 to #4 and #8).
 
-Modules, one job each: ``model`` (decoded view), ``validation``/``shape`` (SPEC §8), ``names`` (§2),
+Modules, one job each (§ numbers are sections of docs/behaviour.md): ``model`` (decoded view),
+``validation``/``shape`` (§8), ``names`` (§2),
 ``rayparams`` (§3.2), ``pods``/``containers`` (§3), ``services``, ``ingress``, ``autoscaler_rbac``,
 ``auth``, ``gcsft`` (§3.8, §4.6), ``podindex``/``podplan``/``multihost``/``podops`` (§4.2),
 ``status``/``resources``/``quantity`` (§4.5), ``events``, ``commands`` (ids, decision accumulator),

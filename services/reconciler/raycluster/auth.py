@@ -1,10 +1,10 @@
-"""The operator-generated auth token Secret (``authOptions.mode: token``, SPEC §4.1).
+"""The operator-generated auth token Secret (``authOptions.mode: token``, docs/behaviour.md#4.1).
 
 Role: build the Secret CheckName(``<c>``) that holds ``auth_token``, which every Ray container reads
 through ``RAY_AUTH_TOKEN`` (``pods``).
 
 Design: KubeRay fills ``stringData.auth_token`` with base64 of 32 random bytes. ``reconcile`` may not
-draw randomness (DESIGN §2), and deriving a token from anything the snapshot carries would make it
+draw randomness (it must replay exactly), and deriving a token from anything the snapshot carries would make it
 guessable. So the body carries no token at all; it is annotated ``raybus.io/generate: auth_token`` and
 the **applier** fills ``stringData.auth_token`` with fresh random bytes at create time (AlreadyExists
 means a token was generated before: done). Rejected: hashing the cluster UID (public), a secret seed in

@@ -1,7 +1,7 @@
-"""ServiceAccount, Role and RoleBinding of the in-tree autoscaler (SPEC §3.9).
+"""ServiceAccount, Role and RoleBinding of the in-tree autoscaler (docs/behaviour.md#3.9).
 
 Role: the three RBAC objects the autoscaler sidecar needs to read pods and patch the RayCluster, named
-per SPEC §2.1 and labelled with the cluster.
+per docs/behaviour.md#2.1 and labelled with the cluster.
 
 Invariants: created only when missing and never updated (KubeRay behaviour); a ServiceAccount the user
 named in the head template is the user's to create: raybus never creates it (see ``plan_rbac``).

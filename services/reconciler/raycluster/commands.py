@@ -7,7 +7,7 @@ snapshots never share one (so an applier that de-duplicates by id cannot swallow
 of a pod whose name was reused).
 
 :class:`Plan` collects commands, fired rule ids and the error/wake-up outcome of one reconcile call. It
-is created per call and never stored (house rule 4).
+is created per call and never stored (a reconcile keeps no state between calls).
 
 Not here: what to do (the reconcile modules decide), applying commands (the applier).
 """
@@ -50,7 +50,7 @@ API_VERSIONS: dict[str, str] = {
 
 
 def command_id(*parts: str) -> str:
-    """A short stable digest of ``parts`` (the lead may move this to a shared module)."""
+    """A short stable digest of ``parts``."""
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
 
 
@@ -72,7 +72,7 @@ class Plan:
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def rule(self, rule_id: str) -> None:
-        """Record that a SPEC rule fired."""
+        """Record that a rule of docs/behaviour.md fired."""
         self.rules.append(rule_id)
 
     def fail(self, message: str, rule_id: str) -> None:

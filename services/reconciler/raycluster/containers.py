@@ -1,4 +1,4 @@
-"""Containers and probes the operator adds to Ray pods (SPEC §3.7, §3.9, §3.10).
+"""Containers and probes the operator adds to Ray pods (docs/behaviour.md#3.7, #3.9, #3.10).
 
 Role: build the ``autoscaler`` sidecar (with ``autoscalerOptions`` overrides), the workers'
 ``wait-gcs-ready`` init container and the liveness/readiness probes of the Ray container.
@@ -161,7 +161,7 @@ def inject_probes(
     dashboard_port: int,
     serve_port: int | None,
 ) -> None:
-    """Set liveness/readiness probes on the Ray container where the user set none (SPEC §3.7).
+    """Set liveness/readiness probes on the Ray container where the user set none (docs/behaviour.md#3.7).
 
     Args:
         container: the Ray container (mutated).

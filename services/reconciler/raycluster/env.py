@@ -1,6 +1,6 @@
-"""Environment variables of the Ray container (SPEC §3.4, §3.8, §3.9, auth).
+"""Environment variables of the Ray container (docs/behaviour.md#3.4, #3.8, #3.9, auth).
 
-Role: append KubeRay's env vars to the Ray container in SPEC §3.4 order: operator defaults, the
+Role: append KubeRay's env vars to the Ray container in docs/behaviour.md#3.4 order: operator defaults, the
 worker's head address, the cluster identity fields, ``KUBERAY_GEN_RAY_START_CMD``, ports/addresses,
 usage-stats tags, then the feature-specific ones (GCS FT, autoscaler version, token auth).
 
@@ -43,7 +43,7 @@ def credential_env(name: str, credential: Any) -> dict[str, Any] | None:
 
 
 def add_feature_env(view: ClusterView, env: list[dict[str, Any]], *, head: bool, params: dict[str, str]) -> None:
-    """SPEC §3.4 step 10: GCS FT, autoscaler and auth env vars."""
+    """docs/behaviour.md#3.4 step 10: GCS FT, autoscaler and auth env vars."""
     spec = view.spec
     backend = model.gcs_backend(view)
     if backend is not None and not head:
@@ -100,7 +100,7 @@ def add_container_env(
     ray_start: str,
     params: dict[str, str],
 ) -> None:
-    """SPEC §3.4 in order."""
+    """docs/behaviour.md#3.4 in order."""
     raw_env = container.get("env")
     env: list[dict[str, Any]] = raw_env if isinstance(raw_env, list) else []
     container["env"] = env

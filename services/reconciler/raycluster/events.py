@@ -3,7 +3,7 @@
 Role: every Event the RayCluster reconcile emits is spelled here (reason constant + message builder),
 so ``kubectl describe raycluster`` reads like KubeRay's and the texts live in one place.
 
-Invariants: reasons are KubeRay's exact strings (SPEC §4.2); messages name the object as
+Invariants: reasons are KubeRay's exact strings (docs/behaviour.md#4.2); messages name the object as
 ``<ns>/<name>``. Warnings are only used where KubeRay warns.
 
 Not here: emitting (``commands.Plan.event``).

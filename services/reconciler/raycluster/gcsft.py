@@ -1,5 +1,5 @@
 """GCS fault tolerance outside the pods: the Redis-cleanup finalizer flow and the rocksdb PVC
-(SPEC §2.5, §3.8, §4.6).
+(docs/behaviour.md#2.5, #3.8, #4.6).
 
 Role: add ``ray.io/gcs-ft-redis-cleanup-finalizer`` to a Redis-backed cluster; on deletion, delete the
 pods, wait for the head to go, run the Redis-cleanup Job and drop the finalizer when it finished (or
@@ -89,7 +89,7 @@ def handle_finalizer(
     now: datetime,
     plan: Plan,
 ) -> bool:
-    """SPEC §4.1 step 10. Returns True when this pass ends here (finalizer added, or being deleted)."""
+    """docs/behaviour.md#4.1 step 10. Returns True when this pass ends here (finalizer added, or being deleted)."""
     has_finalizer = names.FINALIZER_GCS_FT in view.finalizers
     deleting = bool(view.deletion_timestamp)
     others = [f for f in view.finalizers if f != names.FINALIZER_GCS_FT]

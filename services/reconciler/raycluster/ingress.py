@@ -1,4 +1,4 @@
-"""The head Ingress (``headGroupSpec.enableIngress``, SPEC §4.1).
+"""The head Ingress (``headGroupSpec.enableIngress``, docs/behaviour.md#4.1).
 
 Role: build ``<c>-head-ingress`` (one rule to the head Service's dashboard port) and decide whether an
 existing one must be created, patched back to the wanted labels/annotations/spec, or left alone

@@ -1,4 +1,4 @@
-"""The multi-host path of reconcilePods (SPEC §4.2 step 6; numOfHosts > 1, gate RayMultiHostIndexing).
+"""The multi-host path of reconcilePods (docs/behaviour.md#4.2 step 6; numOfHosts > 1, gate RayMultiHostIndexing).
 
 Role: manage a group as atomic replicas of ``numOfHosts`` pods: an incomplete or unhealthy replica, or
 one with a pod named in ``workersToDelete``, is deleted whole; new replicas get a name ``<g>-<suffix>``

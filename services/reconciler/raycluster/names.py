@@ -1,10 +1,10 @@
-"""Names, labels and label selectors of everything a RayCluster owns (SPEC §2).
+"""Names, labels and label selectors of everything a RayCluster owns (docs/behaviour.md#2).
 
 Role: one place that spells KubeRay's label/annotation keys and name formats, and derives the names
-KubeRay randomises from stable inputs instead (DESIGN §2, house rule 7).
+KubeRay randomises from stable inputs instead, so that replaying a history reproduces every name.
 
 Invariants:
-- ``check_name`` / ``check_label`` are KubeRay's CheckName / CheckLabel (SPEC conventions).
+- ``check_name`` / ``check_label`` are KubeRay's CheckName / CheckLabel (docs/behaviour.md#2.1).
 - A "random" 5-character suffix is ``stable_suffix(parts...)``: a hash of the cluster UID and the slot
   it stands for, in the alphabet Kubernetes uses for generateName. The same snapshot therefore always
   names the same pods, so a re-issued create is an AlreadyExists (harmless) and never a second pod.
@@ -18,7 +18,7 @@ import hashlib
 import string
 from typing import Final
 
-# Label keys (SPEC §2.2).
+# Label keys (docs/behaviour.md#2.2).
 LABEL_CLUSTER: Final = "ray.io/cluster"
 LABEL_NODE_TYPE: Final = "ray.io/node-type"
 LABEL_GROUP: Final = "ray.io/group"
@@ -41,7 +41,7 @@ NODE_WORKER: Final = "worker"
 NODE_REDIS_CLEANUP: Final = "redis-cleanup"
 HEAD_GROUP: Final = "headgroup"
 
-# Annotation keys (SPEC §2.3).
+# Annotation keys (docs/behaviour.md#2.3).
 ANN_FT_ENABLED: Final = "ray.io/ft-enabled"
 ANN_EXTERNAL_STORAGE_NS: Final = "ray.io/external-storage-namespace"
 ANN_OVERWRITE_CMD: Final = "ray.io/overwrite-container-cmd"

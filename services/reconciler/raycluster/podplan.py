@@ -1,9 +1,9 @@
-"""reconcilePods (SPEC §4.2): suspend, Recreate upgrade, the head pod, and each worker group.
+"""reconcilePods (docs/behaviour.md#4.2): suspend, Recreate upgrade, the head pod, and each worker group.
 
 Role: compare the pods in the snapshot with the spec and emit the creates/deletes (plus their Events)
 that move one step towards it, exactly in KubeRay's order and with its stopping rules.
 
-Idempotency instead of scale expectations (SPEC §4.3): KubeRay skips a group while its own recent
+Idempotency instead of scale expectations (docs/behaviour.md#4.3): KubeRay skips a group while its own recent
 creates/deletes are not yet visible in its cache. raybus keeps no memory between calls, so:
 - pods get deterministic names (``names``) and the lowest free slot; a stale snapshot that misses the
   pods of the previous decision re-issues the *same* names, which the applier's AlreadyExists absorbs;
@@ -47,7 +47,7 @@ def plan_pods(
     spec_hash: Callable[[], str],
     now: datetime,
 ) -> None:
-    """SPEC §4.2; errors are recorded with ``plan.fail`` (and end the pass like KubeRay's return)."""
+    """docs/behaviour.md#4.2; errors are recorded with ``plan.fail`` (and end the pass like KubeRay's return)."""
     gate = config.gates.ray_cluster_status_conditions
     spec = view.spec
     all_pods = names.selector({names.LABEL_CLUSTER: view.name})
@@ -118,7 +118,7 @@ def _recreate(
 def _plan_head(
     view: ClusterView, config: OperatorConfig, *, index: PodIndex, plan: Plan, spec_hash: Callable[[], str]
 ) -> bool:
-    """SPEC §4.2 step 4. Returns False when the pass ends here."""
+    """docs/behaviour.md#4.2 step 4. Returns False when the pass ends here."""
     heads = index.heads
     if len(heads) > 1:
         plan.fail(
@@ -153,7 +153,7 @@ def _plan_head(
 def _plan_group(
     view: ClusterView, config: OperatorConfig, group: WorkerGroupSpec, *, index: PodIndex, plan: Plan, now: datetime
 ) -> bool:
-    """SPEC §4.2 step 5 for one group. Returns False when the pass ends here."""
+    """docs/behaviour.md#4.2 step 5 for one group. Returns False when the pass ends here."""
     g = group.group_name
     listed = list(index.by_group.get(g, ()))
     desired = desired_pods(group)

@@ -1,4 +1,4 @@
-"""Head and worker Pod bodies (SPEC §3): labels, annotations, rayStartParams, command, env, volumes,
+"""Head and worker Pod bodies (docs/behaviour.md#3): labels, annotations, rayStartParams, command, env, volumes,
 probes, the autoscaler sidecar and the workers' init container.
 
 Role: ``head_pod`` / ``worker_pod`` return the exact Pod KubeRay would create for a RayCluster, with a
@@ -7,7 +7,7 @@ a :class:`~services.reconciler.raycluster.model.ClusterView` of the cluster it c
 
 Invariants:
 - The user's template is never mutated: it is deep-copied first (msgspec round trip).
-- Env vars are added in SPEC §3.4 order; "(if absent)" ones never override a user value.
+- Env vars are added in docs/behaviour.md#3.4 order; "(if absent)" ones never override a user value.
 - ``worker_pod_base`` builds everything except the pod's identity, so creating many pods of one group
   costs one build plus a cheap :func:`with_identity` per pod.
 
@@ -64,7 +64,7 @@ def pod_labels(
     template_labels: dict[str, str],
     group_labels: dict[str, str],
 ) -> dict[str, str]:
-    """KubeRay's pod labels: defaults, then template labels, then group ``labels`` (SPEC §2.2)."""
+    """KubeRay's pod labels: defaults, then template labels, then group ``labels`` (docs/behaviour.md#2.2)."""
     labels = {
         names.LABEL_IS_RAY_NODE: "yes",
         names.LABEL_CLUSTER: cluster,
@@ -249,7 +249,7 @@ def _add_auth_and_storage_volumes(
 
 
 def head_start_params(view: ClusterView, config: OperatorConfig) -> dict[str, str]:
-    """The head's completed rayStartParams (SPEC §3.2 steps 1-7)."""
+    """The head's completed rayStartParams (docs/behaviour.md#3.2 steps 1-7)."""
     spec: RayClusterSpec = view.spec
     head = spec.head_group_spec
     options = spec.gcs_fault_tolerance_options
@@ -320,7 +320,7 @@ def owner_reference_of(view: ClusterView) -> dict[str, Any]:
 
 
 def worker_start_params(view: ClusterView, group: WorkerGroupSpec, config: OperatorConfig) -> dict[str, str]:
-    """A worker group's completed rayStartParams (SPEC §3.2 steps 1-7)."""
+    """A worker group's completed rayStartParams (docs/behaviour.md#3.2 steps 1-7)."""
     address = f"{model.head_fqdn(view, config)}:{model.head_port(view.spec)}"
     return rayparams.complete_start_params(
         group.ray_start_params,

@@ -1,12 +1,12 @@
-"""rayStartParams completion and the ``ray start`` command line (SPEC §3.2, §3.5).
+"""rayStartParams completion and the ``ray start`` command line (docs/behaviour.md#3.2, #3.5).
 
 Role: turn a group's ``rayStartParams`` (plus its ``resources``/``labels`` and the Ray container's
 resources) into the exact ``ray start ...`` string KubeRay generates, byte for byte: keys sorted, flags
 written as ``" --k=v "`` (so they are separated by two spaces), "true" as a bare flag, "false" dropped
 except for ``log-color``/``include-dashboard``/``include-log-monitor``.
 
-Invariants: inputs are never mutated (every function returns a new dict); the steps run in SPEC order,
-so a later step sees what an earlier one set.
+Invariants: inputs are never mutated (every function returns a new dict); the steps run in the order of
+docs/behaviour.md#3.2, so a later step sees what an earlier one set.
 
 Not here: the container command wrapping (``pods``), validation of conflicting params (``validation``).
 """
@@ -74,7 +74,7 @@ def complete_start_params(
     redis_username: bool = False,
     redis_password: bool = False,
 ) -> dict[str, str]:
-    """SPEC §3.2 steps 1-7 (everything not derived from the container's resources).
+    """docs/behaviour.md#3.2 steps 1-7 (everything not derived from the container's resources).
 
     Args:
         params: the group's rayStartParams (None means ``{}``).
@@ -132,7 +132,7 @@ def _limits_and_requests(resources: object) -> tuple[dict[str, Any], dict[str, A
 
 
 def add_container_resources(params: dict[str, str], container_resources: object) -> dict[str, str]:
-    """SPEC §3.2 step 8: fill num-cpus / memory / num-gpus / accelerators from the Ray container.
+    """docs/behaviour.md#3.2 step 8: fill num-cpus / memory / num-gpus / accelerators from the Ray container.
 
     Returns:
         A new map.

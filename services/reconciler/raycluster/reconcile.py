@@ -1,20 +1,20 @@
-"""The RayCluster reconcile: SPEC §4.1's order, as a pure function of (snapshot, now, config).
+"""The RayCluster reconcile: the order of docs/behaviour.md#4.1, as a pure function of (snapshot, now, config).
 
 Role: tie the modules together: managedBy → decode → validate (metadata, spec) → prelude checks →
 GCS FT finalizer → autoscaler RBAC → Ingress → auth Secret → head / headless / serve Services → GCS PVC
 → pods → status → wake-up.
 
 Invariants:
-- Pure and deterministic (house rule 7): no clock, randomness, env or I/O; ``now`` is the only time.
+- Pure and deterministic : no clock, randomness, env or I/O; ``now`` is the only time.
 - Never raises on any input: a spec that cannot be decoded or read becomes a Warning Event
-  ``InvalidRayClusterSpec`` and an otherwise empty decision (DESIGN §7 invariant 4).
+  ``InvalidRayClusterSpec`` and an otherwise empty decision (docs/architecture.md#invariants, invariant 4).
 - Validation failures create nothing and touch no status (no partial creation).
 - ``wake_at`` = now + 2 s after an error or a status write, the GCS FT flow's 2 s / 10 s polls, else
   now + ``raycluster_default_requeue_seconds``; no wake-up after a validation failure (KubeRay: no
   requeue).
 
 Deliberate differences from KubeRay (kept here so they are found):
-- Scale expectations (§4.3) are replaced by deterministic names and idempotent commands (``podplan``).
+- Scale expectations (docs/behaviour.md#4.3) are replaced by deterministic names and idempotent commands (``podplan``).
 - A ServiceAccount named in the head template is never checked: user-created objects without the
   ``ray.io/cluster`` label are not in the snapshot, so raybus cannot tell whether it exists.
 - The same holds for a bring-your-own rocksdb PVC (``storage.claimName``): not checked.
@@ -154,7 +154,7 @@ def _reconcile(snapshot: Snapshot, obj: dict[str, Any], now: datetime, config: O
 
 
 def _prelude(view: ClusterView, plan: Plan) -> str:
-    """SPEC §4.1 steps 6-9. Returns "" to go on, "stop" or "requeue" to end the pass."""
+    """docs/behaviour.md#4.1 steps 6-9. Returns "" to go on, "stop" or "requeue" to end the pass."""
     spec = view.spec
     if model.autoscaling_enabled(spec) and not model.autoscaler_v2(spec):
         for group in spec.worker_group_specs or ():
@@ -194,7 +194,7 @@ def _prelude(view: ClusterView, plan: Plan) -> str:
 def _children(
     view: ClusterView, config: OperatorConfig, snapshot: Snapshot, service_list: list[dict[str, Any]], plan: Plan
 ) -> bool:
-    """SPEC §4.1 step 11 up to the pods. Returns False at the first error."""
+    """docs/behaviour.md#4.1 step 11 up to the pods. Returns False at the first error."""
     spec = view.spec
     if model.autoscaling_enabled(spec):
         user_sa = autoscaler_rbac.user_service_account(view)
@@ -285,7 +285,7 @@ def _write_status(
     now: datetime,
     plan: Plan,
 ) -> bool:
-    """SPEC §4.1 step 12. Returns True when the status was written."""
+    """docs/behaviour.md#4.1 step 12. Returns True when the status was written."""
     try:
         new = status.compute_status(view, config, index=index, services=service_list, error=plan.error, now=now)
     except status.StatusError as exc:

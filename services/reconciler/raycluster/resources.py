@@ -1,12 +1,12 @@
-"""The ``desiredCPU`` / ``desiredMemory`` / ``desiredGPU`` / ``desiredTPU`` status fields (SPEC §1.2).
+"""The ``desiredCPU`` / ``desiredMemory`` / ``desiredGPU`` / ``desiredTPU`` status fields (docs/behaviour.md#1.2).
 
 Role: sum the pod resources the spec asks for: the head pod plus, per worker group, pod resources x
-``numOfHosts`` x raw ``replicas`` (not clamped; a SPEC §12 quirk kept on purpose). Per container,
+``numOfHosts`` x raw ``replicas`` (not clamped; a docs/behaviour.md#12 quirk kept on purpose). Per container,
 requests win over limits; containers are summed. GPU is the sum of every GPU-like resource name.
 
 Invariants: exact arithmetic (``quantity``); each total keeps the format of its first non-zero term, as
 Go's ``Quantity.Add`` does (head first, then groups in spec order), so ``5Gi`` + ``1Gi`` prints ``6Gi``.
-Suspended groups are skipped (like the replica counts; SPEC is silent on this for resources).
+Suspended groups are skipped (like the replica counts; KubeRay's ``CalculateDesiredResources`` skips them too).
 
 Not here: pod counts (``status``).
 """

@@ -1,4 +1,4 @@
-"""The Services of a RayCluster: head Service, headless worker Service, serve Service (SPEC §4.1).
+"""The Services of a RayCluster: head Service, headless worker Service, serve Service (docs/behaviour.md#4.1).
 
 Role: build each Service body exactly as KubeRay does, and find existing ones in a snapshot the way
 KubeRay lists them (by labels for the head and headless Services, by name for the serve Service).
@@ -75,7 +75,7 @@ def head_service(
     Args:
         view: the cluster.
         config: operator configuration (the ClusterIP switch).
-        name: override the name (RayJob/RayService ``<owner>-head-svc``); default per SPEC §2.1.
+        name: override the name (RayJob/RayService ``<owner>-head-svc``); default per docs/behaviour.md#2.1.
         owner_reference: override the owner (default: the RayCluster).
 
     Returns:

@@ -1,4 +1,4 @@
-"""The RayCluster spec hash (SPEC §2.3 "HashWithoutReplicasAndWorkersToDelete").
+"""The RayCluster spec hash (docs/behaviour.md#2.3 "HashWithoutReplicasAndWorkersToDelete").
 
 Role: the value of the head pod annotation ``ray.io/upgrade-strategy-recreate-hash`` and what
 ``upgradeStrategy: Recreate`` compares it with.
@@ -7,7 +7,7 @@ Invariants: computed from the spec as the API server returns it, after removing 
 head/worker template ``tolerations`` and ``schedulingGates`` and, per worker group, ``replicas``,
 ``minReplicas``, ``maxReplicas`` and ``scaleStrategy.workersToDelete``; canonical JSON (sorted keys, no
 spaces; null, ``{}`` and ``[]`` values dropped, as unset and empty mean the same), SHA-1, base32 with
-the extended-hex alphabet and padding. Only internal consistency matters (SPEC §2.3): raybus writes
+the extended-hex alphabet and padding. Only internal consistency matters (docs/behaviour.md#2.3): raybus writes
 and compares its own hashes. A Go-operator hash on an adopted head pod differs, so adopting such a
 cluster with ``Recreate`` recreates its pods once.
 

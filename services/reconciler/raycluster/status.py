@@ -1,4 +1,4 @@
-"""calculateStatus (SPEC §4.5) and the status write rule (SPEC §1.2).
+"""calculateStatus (docs/behaviour.md#4.5) and the status write rule (#1.2).
 
 Role: compute the RayCluster's next status from the snapshot (pods, head Service) and the outcome of
 this pass, decide whether it must be written, and produce the merge patch plus the transitions it
@@ -135,7 +135,7 @@ def compute_status(
     error: str,
     now: datetime,
 ) -> RayClusterStatus:
-    """SPEC §4.5 on a copy of the current status.
+    """docs/behaviour.md#4.5 on a copy of the current status.
 
     Raises:
         StatusError: the head Service is missing or duplicated, or there are several head pods.
@@ -250,7 +250,7 @@ def compute_status(
 
 
 def status_changed(old: RayClusterStatus, new: RayClusterStatus) -> bool:
-    """SPEC §1.2's write rule (empty and missing maps/lists compare equal)."""
+    """docs/behaviour.md#1.2's write rule (empty and missing maps/lists compare equal)."""
     return (
         old.state != new.state
         or old.reason != new.reason

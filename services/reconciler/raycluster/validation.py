@@ -1,10 +1,10 @@
-"""RayCluster validation (SPEC §8): metadata, then ``ValidateRayClusterSpec``; first failure wins.
+"""RayCluster validation (docs/behaviour.md#8): metadata, then ``ValidateRayClusterSpec``; first failure wins.
 
 Role: return the message of the first rule a RayCluster breaks, or "" when it is valid. The reconcile
 turns a message into a Warning Event (``InvalidRayClusterMetadata`` / ``InvalidRayClusterSpec``) and
 stops without touching status or children.
 
-Invariants: rules run in SPEC §8 order; every message text lives in ``validation_messages.MESSAGES``;
+Invariants: rules run in docs/behaviour.md#8 order; every message text lives in ``validation_messages.MESSAGES``;
 checks never raise on odd input (they read the typed spec, and ``shape`` has vetted the free-form
 templates first).
 
@@ -42,7 +42,7 @@ _HISTORY_FORBIDDEN_ENV: Final = (
 
 
 def validate_metadata(view: ClusterView) -> str:
-    """SPEC §8 metadata rules for a RayCluster name."""
+    """docs/behaviour.md#8 metadata rules for a RayCluster name."""
     if len(view.name) > MAX_NAME_LENGTH:
         return message_for("name-too-long", max=MAX_NAME_LENGTH, n=len(view.name))
     if len(view.name) > 63 or not _DNS1035.match(view.name):
@@ -128,7 +128,7 @@ def _replica_bounds(group: WorkerGroupSpec, raw: dict[str, object], autoscaling:
 
 
 def validate_spec(view: ClusterView, config: OperatorConfig) -> str:
-    """``ValidateRayClusterSpec`` (SPEC §8), first failure wins; "" when valid."""
+    """``ValidateRayClusterSpec`` (docs/behaviour.md#8), first failure wins; "" when valid."""
     spec = view.spec
     head = spec.head_group_spec
     groups = spec.worker_group_specs or ()

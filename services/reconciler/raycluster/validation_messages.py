@@ -1,4 +1,4 @@
-"""The texts of every RayCluster validation failure (SPEC §8), in one place.
+"""The texts of every RayCluster validation failure (docs/behaviour.md#8), in one place.
 
 Role: message templates keyed by a short rule id; ``validation`` fills them in. raybus's own wording,
 modelled on KubeRay's messages (the Go source was not available when these were written); each names

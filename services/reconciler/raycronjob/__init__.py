@@ -1,4 +1,5 @@
-"""RayCronJob: the pure reconcile of SPEC §7 plus issue 9's extensions (concurrencyPolicy, history limits)."""
+"""RayCronJob: the pure reconcile of docs/behaviour.md#7 plus raybus's extensions (concurrencyPolicy,
+history limits: docs/differences.md#raycronjob)."""
 
 from services.reconciler.raycronjob.reconcile import reconcile
 from services.reconciler.raycronjob.validation import validate_raycronjob

@@ -3,10 +3,10 @@
 Role: ``reconcile(snapshot, now, config) -> Decision`` for key ``RayCronJob/<ns>/<name>``. The snapshot
 holds the ``RayCronJob`` and its child ``RayJob`` entries (label ``ray.io/cronjob-name``).
 
-Behaviour (SPEC §7 + issue 9 extensions):
+Behaviour (docs/behaviour.md#7, plus the extensions of docs/differences.md#raycronjob):
 - gate ``RayCronJob`` off → empty decision; object gone or being deleted → nothing (children are
   garbage-collected through their owner reference).
-- invalid (SPEC §8) → Warning ``InvalidRayCronJobSpec``, nothing else.
+- invalid (docs/behaviour.md#8) → Warning ``InvalidRayCronJobSpec``, nothing else.
 - finished children beyond ``successfulJobsHistoryLimit`` / ``failedJobsHistoryLimit`` are deleted,
   oldest first (None = keep all: KubeRay's behaviour). This runs even while suspended.
 - ``suspend`` → Normal ``SuspendedRayCronJob``, no tick.

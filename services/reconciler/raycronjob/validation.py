@@ -1,4 +1,4 @@
-"""RayCronJob validation (SPEC §8, RayCronJob): name, schedule, time zone and the job template.
+"""RayCronJob validation (docs/behaviour.md#8, RayCronJob): name, schedule, time zone and the job template.
 
 Role: ``validate_raycronjob`` returns KubeRay's message for the first failing rule, or the decoded
 spec when everything passes; the jobTemplate goes through the RayJob validator unchanged.

@@ -1,4 +1,4 @@
-"""RayJob: the pure reconcile of SPEC §5 (issue 6). ``reconcile(snapshot, now, config) -> Decision``."""
+"""RayJob: the pure reconcile of docs/behaviour.md#5. ``reconcile(snapshot, now, config) -> Decision``."""
 
 from services.reconciler.rayjob.probes import ProbeTarget, SetProbes, probe_target
 from services.reconciler.rayjob.reconcile import reconcile

@@ -1,4 +1,4 @@
-"""What happens to a finished RayJob's resources (SPEC §5.6): deletion rules, legacy onSuccess/onFailure
+"""What happens to a finished RayJob's resources (docs/behaviour.md#5.6): deletion rules, legacy onSuccess/onFailure
 policies, ``shutdownAfterJobFinishes`` + TTL, and ``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES``.
 
 Role: given a Complete/Failed RayJob, the snapshot and ``now``, return the deletion commands due now and

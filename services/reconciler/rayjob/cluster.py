@@ -77,7 +77,7 @@ def build_cluster(
     dashboard_url: str,
     config: OperatorConfig,
 ) -> dict[str, Any]:
-    """The RayCluster a RayJob creates (SPEC §5.2 Initializing step 5).
+    """The RayCluster a RayJob creates (docs/behaviour.md#5.2 Initializing step 5).
 
     Raises:
         SubmitterError: SidecarMode and the submitter container cannot be built.

@@ -59,7 +59,7 @@ class Pass:
         self.halted = False
 
     def rule(self, name: str) -> None:
-        """Record a SPEC rule that fired."""
+        """Record that a rule of docs/behaviour.md fired."""
         self.rules.append(name)
 
     def halt(self) -> None:
@@ -104,7 +104,7 @@ class Pass:
             self.rule("5/status-write")
 
     def _deadlines(self) -> list[datetime | None]:
-        """The instants at which the final state's checks would fire (SPEC §5.2)."""
+        """The instants at which the final state's checks would fire (docs/behaviour.md#5.2)."""
         status, spec, switches = self.status, self.spec, self.config.switches
         state = status.deployment
         start = parse_time(status.get("startTime"))

@@ -12,7 +12,7 @@ Role: the reconcile code assumes the simplest contract that keeps ``schema/messa
     reached or answered another error. It stops polling as soon as the RayJob leaves Running
     (its status write is a watch event the prober sees) and may delete the observation then.
 
-:class:`SetProbes` is the explicit alternative (for the lead to move into ``schema/messages.py``):
+:class:`SetProbes` is the explicit alternative (it would belong in ``schema/messages.py``):
 reconcile would emit it whenever the set of jobs to poll for a key changes, and the prober would
 replace that key's probe set with it. It is not emitted today.
 

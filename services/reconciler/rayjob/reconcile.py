@@ -1,4 +1,4 @@
-"""The pure RayJob reconcile (SPEC §5): prelude, the JobDeploymentStatus state machine, backoff, status.
+"""The pure RayJob reconcile (docs/behaviour.md#5): prelude, the JobDeploymentStatus state machine, backoff, status.
 
 Role: ``reconcile(snapshot, now, config) -> Decision`` for key ``RayJob/<ns>/<rj>``. Entries read:
 ``RayJob`` (the CR), ``RayCluster`` (the one it created or the one its clusterSelector names),
@@ -64,7 +64,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
         config: operator gates and switches.
 
     Returns:
-        The commands to apply in order, the earliest wake-up, and the SPEC rules that fired.
+        The commands to apply in order, the earliest wake-up, and the ids of the rules that fired (docs/behaviour.md).
     """
     rayjob = snapshot.owner()
     if rayjob is None:
@@ -120,7 +120,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
 
 
 def _on_deletion(snapshot: Snapshot, rayjob: Mapping[str, Any], ref: ObjectRef) -> Decision:
-    """SPEC §5.1 step 3: stop a non-terminal job on its dashboard, then drop the finalizer."""
+    """docs/behaviour.md#5.1 step 3: stop a non-terminal job on its dashboard, then drop the finalizer."""
     metadata = mapping(rayjob.get("metadata"))
     finalizers = [f for f in metadata.get("finalizers") or [] if isinstance(f, str)]
     if FINALIZER not in finalizers:
@@ -147,7 +147,7 @@ def _on_deletion(snapshot: Snapshot, rayjob: Mapping[str, Any], ref: ObjectRef) 
 
 
 def _on_invalid(rayjob: Mapping[str, Any], ref: ObjectRef, *, reason: str, message: str, now: datetime) -> Decision:
-    """SPEC §5.1 step 4: Warning event, ``ValidationFailed``, no requeue."""
+    """docs/behaviour.md#5.1 step 4: Warning event, ``ValidationFailed``, no requeue."""
     metadata = mapping(rayjob.get("metadata"))
     status = mapping(rayjob.get("status"))
     commands: list[Any] = []
@@ -332,7 +332,7 @@ def _suspended(job: Pass) -> None:
 
 
 def _check_backoff_limit(job: Pass) -> None:
-    """SPEC §5.5: count the attempt that just ended; Failed and attempts left → Retrying."""
+    """docs/behaviour.md#5.5: count the attempt that just ended; Failed and attempts left → Retrying."""
     status, spec = job.status, job.spec
     failed, succeeded = status.count("failed"), status.count("succeeded")
     if status.deployment == "Failed":
@@ -355,7 +355,7 @@ def _check_backoff_limit(job: Pass) -> None:
 
 
 def _finished(job: Pass) -> Decision:
-    """Complete / Failed: cleanup (SPEC §5.6); no backoff check, no status write."""
+    """Complete / Failed: cleanup (docs/behaviour.md#5.6); no backoff check, no status write."""
     status = job.status
     end_time = parse_time(status.get("endTime"))
     if end_time is None:

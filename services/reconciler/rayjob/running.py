@@ -1,4 +1,4 @@
-"""The Running state of a RayJob (SPEC §5.2 Running, §5.3 submitter checks, §5.4 job info).
+"""The Running state of a RayJob (docs/behaviour.md#5.2 Running, #5.3 submitter checks, #5.4 job info).
 
 Role: ``run(job)`` performs KubeRay's Running checks in order: suspend, activeDeadlineSeconds, the
 transition grace period, the status-check timeout, the cluster and ``<rj>-head-svc``, the submitter

@@ -1,7 +1,7 @@
 """The RayJob status of one pass: the working copy, KubeRay's write rule, and the Transitions it carries.
 
 Role: a pass mutates a :class:`StatusDraft`; at the end :meth:`StatusDraft.patch` answers "write or
-not" (SPEC §5: only when jobStatus, jobDeploymentStatus, the RayCluster status by the RayCluster rule,
+not" (docs/behaviour.md#5: only when jobStatus, jobDeploymentStatus, the RayCluster status by the RayCluster rule,
 or jobStatusCheckFailureStartTime changed) and builds the PatchStatus with its transitions.
 
 Invariants: the draft starts as a copy of the object's status, never aliases it; empty strings and

@@ -1,4 +1,4 @@
-"""Checks and steps shared by several RayJob states (SPEC §5.2): the suspend/deadline preflight that opens
+"""Checks and steps shared by several RayJob states (docs/behaviour.md#5.2): the suspend/deadline preflight that opens
 Initializing and Running, the preRunningDeadlineSeconds check, and get-or-create of the RayCluster.
 
 Role: helpers over a :class:`~services.reconciler.rayjob.passes.Pass`; each records the rule it applied.

@@ -1,4 +1,4 @@
-"""How a RayJob's Ray job gets submitted (SPEC §5.3): the K8sJobMode submitter Job, the SidecarMode
+"""How a RayJob's Ray job gets submitted (docs/behaviour.md#5.3): the K8sJobMode submitter Job, the SidecarMode
 container, the submit script they run, and the HTTPMode request body.
 
 Role: builders only. Each returns plain Kubernetes/dashboard JSON or raises :class:`SubmitterError`
@@ -10,8 +10,8 @@ keys, compact, HTML-escaped).
 
 Not here: when to submit (``rayjob.reconcile`` / ``rayjob.running``).
 
-Known approximation: KubeRay's ``BasePythonHealthCommand`` text is not in SPEC; raybus's
-:data:`PYTHON_HEALTH_COMMAND` has the same behaviour (GET with a 10 s timeout, success when the body
+Known approximation: KubeRay's ``BasePythonHealthCommand`` text (ray-operator/controllers/ray/common/job.go) is not
+copied; raybus's :data:`PYTHON_HEALTH_COMMAND` has the same behaviour (GET with a 10 s timeout, success when the body
 contains ``success``) but not necessarily the same characters.
 """
 
@@ -301,7 +301,7 @@ def build_submitter_job(
     owner_reference: dict[str, Any],
     config: OperatorConfig,
 ) -> dict[str, Any]:
-    """The K8sJobMode submitter: batch/v1 Job ``<rj>`` (SPEC §5.3). Raises SubmitterError."""
+    """The K8sJobMode submitter: batch/v1 Job ``<rj>`` (docs/behaviour.md#5.3). Raises SubmitterError."""
     metadata = rayjob.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     name = str(metadata.get("name", ""))

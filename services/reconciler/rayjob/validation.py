@@ -1,4 +1,4 @@
-"""RayJob validation (SPEC §8): metadata, spec and status, first failure wins, KubeRay's messages.
+"""RayJob validation (docs/behaviour.md#8): metadata, spec and status, first failure wins, KubeRay's messages.
 
 Role: ``validate_rayjob`` answers "is this RayJob acceptable, and if not, which Event reason and which
 message?" for the reconcile pass; ``validate_rayjob_spec`` is reused for a RayCronJob's jobTemplate.
@@ -111,7 +111,7 @@ def runtime_env_error(runtime_env_yaml: str) -> str | None:
 def validate_rayjob_spec(
     spec: RayJobSpec, *, raw_spec: Mapping[str, Any], annotations: Mapping[str, str], config: OperatorConfig
 ) -> str | None:
-    """``ValidateRayJobSpec`` (SPEC §8, RayJob), first failure wins.
+    """``ValidateRayJobSpec`` (docs/behaviour.md#8, RayJob), first failure wins.
 
     Args:
         spec: the typed RayJob spec (or a RayCronJob's jobTemplate).

@@ -1,4 +1,4 @@
-"""Cleanup of a RayService's clusters (SPEC §6.1 step 3) and of everything it owns on suspend (§6.5).
+"""Cleanup of a RayService's clusters (docs/behaviour.md#6.1 step 3) and of everything it owns on suspend (#6.5).
 
 Durable deletion delay (KubeRay keeps "cluster → scheduled deletion time" in operator memory, so a
 restart restarts every delay): the first pass that sees a dangling cluster (neither active nor
@@ -52,7 +52,7 @@ def cleanup_dangling(job: Pass, clusters: list[dict[str, Any]]) -> bool:
     """
     deleting = job.model.deleting
     referenced = set() if deleting else {job.status.cluster_name(ACTIVE), job.status.cluster_name(PENDING)} - {""}
-    # Suspending deletes every cluster right away anyway (SPEC §6.5): no point in scheduling.
+    # Suspending deletes every cluster right away anyway (docs/behaviour.md#6.5): no point in scheduling.
     suspending = job.status.is_true(SUSPENDING)
     delay = 0 if deleting or suspending else deletion_delay(job.model)
     remaining = False

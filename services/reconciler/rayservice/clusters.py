@@ -1,4 +1,4 @@
-"""The RayClusters of a RayService: finding them, building one (SPEC §6.3), the spec-hash tests of
+"""The RayClusters of a RayService: finding them, building one (docs/behaviour.md#6.3), the spec-hash tests of
 ``shouldUpdateCluster`` / ``shouldPrepareNewCluster``, the in-place update, and their head pods.
 
 Role: builders and lookups over the snapshot's ``RayCluster`` and ``Pod`` entries.
@@ -74,7 +74,7 @@ def build_cluster(
     config: OperatorConfig,
     keep_annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The RayCluster a RayService creates (SPEC §6.3)."""
+    """The RayCluster a RayService creates (docs/behaviour.md#6.3)."""
     cluster_config = model.cluster_config
     labels = dict(model.labels)
     labels[names.LABEL_ORIGIN_NAME] = model.name
@@ -124,7 +124,7 @@ def hash_equal(model: ServiceModel, cluster: Mapping[str, Any], *, partial: bool
 def should_update(
     model: ServiceModel, cluster: Mapping[str, Any] | None, *, active: bool, upgrading: bool, config: OperatorConfig
 ) -> bool:
-    """KubeRay's ``shouldUpdateCluster`` (SPEC §6.1 step 9)."""
+    """KubeRay's ``shouldUpdateCluster`` (docs/behaviour.md#6.1 step 9)."""
     if cluster is None:
         return False
     if active:

@@ -1,4 +1,4 @@
-"""The cluster side of a RayService pass (SPEC §6.1 steps 9, 10, 11, 14): create or update the clusters,
+"""The cluster side of a RayService pass (docs/behaviour.md#6.1 steps 9, 10, 11, 14): create or update the clusters,
 decide a rollback, drive the head pods' serve labels, and point the Services at the serving cluster;
 plus ``shouldPrepareNewCluster``.
 
@@ -76,7 +76,7 @@ def _with_update(cluster: Mapping[str, Any], ops: list[dict[str, Any]]) -> dict[
 
 
 def reconcile_clusters(job: Pass, progress: Progress, *, clusters: list[dict[str, Any]]) -> None:
-    """SPEC §6.1 step 9: create the missing pending cluster, or update the active/pending one in place."""
+    """docs/behaviour.md#6.1 step 9: create the missing pending cluster, or update the active/pending one in place."""
     status, model = job.status, job.model
     by_name = {name_of(c): c for c in clusters}
     active_name, pending_name = status.cluster_name(ACTIVE), status.cluster_name(PENDING)
@@ -116,7 +116,7 @@ def reconcile_clusters(job: Pass, progress: Progress, *, clusters: list[dict[str
 
 
 def decide_rollback(job: Pass, progress: Progress) -> None:
-    """SPEC §6.4 rollback decision: during an incremental upgrade, a goal spec other than the pending
+    """docs/behaviour.md#6.4 rollback decision: during an incremental upgrade, a goal spec other than the pending
     cluster's starts a rollback; the goal going back to the pending cluster's spec cancels it."""
     if not (job.incremental and progress.upgrading and progress.active is not None and progress.pending is not None):
         return
@@ -169,7 +169,7 @@ def _observed_health(job: Pass, pod: Mapping[str, Any]) -> str | None:
 
 
 def update_serve_labels(job: Pass, progress: Progress) -> None:
-    """SPEC §6.1 step 11: the head pod's ``ray.io/serve`` label from the proxy health observation
+    """docs/behaviour.md#6.1 step 11: the head pod's ``ray.io/serve`` label from the proxy health observation
     (always "false" with excludeHeadPodFromServeSvc); patched only when the value changes."""
     assert job.model.spec is not None
     exclude = job.model.spec.exclude_head_pod_from_serve_svc
@@ -195,7 +195,7 @@ def update_serve_labels(job: Pass, progress: Progress) -> None:
 
 
 def should_prepare(job: Pass, progress: Progress, *, active: Any, pending: Any, serving_pending: bool) -> bool:
-    """KubeRay's ``shouldPrepareNewCluster`` (SPEC §6.2 step 3; no new cluster during a rollback)."""
+    """KubeRay's ``shouldPrepareNewCluster`` (docs/behaviour.md#6.2 step 3; no new cluster during a rollback)."""
     if serving_pending or progress.rolling_back:
         return False
     if active is None and pending is None:
@@ -233,7 +233,7 @@ def _reconcile_service(job: Pass, desired: dict[str, Any], *, target: str, traff
 
 
 def reconcile_services(job: Pass, progress: Progress) -> None:
-    """SPEC §6.1 step 14: point ``<rs>-head-svc`` and the serve Service at the target cluster."""
+    """docs/behaviour.md#6.1 step 14: point ``<rs>-head-svc`` and the serve Service at the target cluster."""
     if not (progress.pending_ready or progress.active_ready):
         return
     target = progress.active

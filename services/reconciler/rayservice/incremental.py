@@ -1,4 +1,4 @@
-"""NewClusterWithIncrementalUpgrade (SPEC §6.4): Gateway ``<rs>-gateway``, HTTPRoute ``<rs>-httproute``
+"""NewClusterWithIncrementalUpgrade (docs/behaviour.md#6.4): Gateway ``<rs>-gateway``, HTTPRoute ``<rs>-httproute``
 with weights, traffic steps every ``intervalSeconds``, Serve ``target_capacity`` steps, completion and
 rollback.
 
@@ -108,7 +108,7 @@ def traffic_weights(
     """KubeRay's ``calculateTrafficRoutedPercent`` → ``(active weight, pending weight)``.
 
     Forward: while the pending cluster is ready, every ``intervalSeconds`` the pending weight grows by
-    ``stepSizePercent``, capped at 100 and at the pending target_capacity. Rollback (SPEC §6.4): the
+    ``stepSizePercent``, capped at 100 and at the pending target_capacity. Rollback (docs/behaviour.md#6.4): the
     mirror image, the active weight grows back up to the active target_capacity.
     """
     active = status.int_field(ACTIVE, "trafficRoutedPercent")
@@ -220,7 +220,7 @@ def rollback_capacity_goal(status: StatusDraft, *, cluster: str, options: Upgrad
 
 
 def rollback_complete(status: StatusDraft, *, pending_ready: bool) -> bool:
-    """Active back at 100/100 and pending at 0/0, or the pending head is not ready (SPEC §6.4)."""
+    """Active back at 100/100 and pending at 0/0, or the pending head is not ready (docs/behaviour.md#6.4)."""
     if not pending_ready:
         return True
     fields = (

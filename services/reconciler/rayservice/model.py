@@ -192,7 +192,7 @@ def initializing_timeout_ns(model: ServiceModel) -> int | None:
 
 
 def goal_hash(cluster_config: Mapping[str, Any], *, groups: int | None = None) -> str:
-    """The spec hash of ``rayClusterConfig`` (SPEC §2.3, §6.3) with ``suspend`` cleared; with ``groups``,
+    """The spec hash of ``rayClusterConfig`` (docs/behaviour.md#2.3, #6.3) with ``suspend`` cleared; with ``groups``,
     of the config cut down to its first ``groups`` worker groups (the "appended groups" test)."""
     spec = {k: v for k, v in cluster_config.items() if k != "suspend"}
     if groups is not None:

@@ -1,4 +1,4 @@
-"""The RayService status computation of a pass (SPEC §6.2): cluster statuses, promotion, a new pending
+"""The RayService status computation of a pass (docs/behaviour.md#6.2): cluster statuses, promotion, a new pending
 cluster when one is needed, serve endpoints, conditions, serviceStatus, and the wake-ups it implies.
 
 Role: KubeRay's ``calculateStatus`` and ``calculateConditions`` over the status draft, using what the
@@ -263,7 +263,7 @@ def _conditions(job: Pass) -> None:
 
 
 def compute_status(job: Pass, progress: Progress) -> None:
-    """SPEC §6.2, in KubeRay's order."""
+    """docs/behaviour.md#6.2, in KubeRay's order."""
     status = job.status
     status.set("observedGeneration", job.model.generation)
     for role, cluster, apps in (

@@ -68,7 +68,7 @@ class Pass:
 
     # -- bookkeeping ----------------------------------------------------------------------------------
     def rule(self, name: str) -> None:
-        """Record a SPEC rule that fired."""
+        """Record that a rule of docs/behaviour.md fired."""
         self.rules.append(name)
 
     def halt(self, rule: str) -> None:

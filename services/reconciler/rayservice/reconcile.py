@@ -1,9 +1,9 @@
-"""The pure RayService reconcile (SPEC §6, §8): ``reconcile(snapshot, now, config) -> Decision``.
+"""The pure RayService reconcile (docs/behaviour.md#6, #8): ``reconcile(snapshot, now, config) -> Decision``.
 
-Role: for key ``RayService/<ns>/<rs>``, in SPEC §6.1's order: managedBy → dangling-cluster cleanup →
+Role: for key ``RayService/<ns>/<rs>``, in the order of docs/behaviour.md#6.1: managedBy → dangling-cluster cleanup →
 deletion (finalizer) → finalizer → validation → suspend → terminal InitializingTimeout → clusters →
 rollback decision → head-pod serve labels → Serve applications → Gateway/HTTPRoute → Services →
-status (§6.2) and KubeRay's conditional status write.
+status (docs/behaviour.md#6.2) and KubeRay's conditional status write.
 
 Entries read: ``RayService`` (the CR), ``RayCluster`` (labelled originated-from this RayService),
 ``Service`` (``<rs>-head-svc``, the serve Service, per-cluster ``<c>-serve-svc``), ``Pod`` (the
@@ -84,7 +84,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
         config: operator gates and switches.
 
     Returns:
-        The commands to apply in order, the earliest wake-up, and the SPEC rules that fired.
+        The commands to apply in order, the earliest wake-up, and the ids of the rules that fired (docs/behaviour.md).
     """
     rayservice = snapshot.owner()
     if rayservice is None:
@@ -186,7 +186,7 @@ def _finish(job: Pass) -> Decision:
 
 
 def _on_deletion(job: Pass, *, remaining: bool) -> Decision:
-    """SPEC §6.1 step 4: every cluster is being deleted; drop the finalizer once none is left."""
+    """docs/behaviour.md#6.1 step 4: every cluster is being deleted; drop the finalizer once none is left."""
     if names.FINALIZER not in job.model.finalizers:
         job.rule("6.1/deleting-no-finalizer")
         return job.decision()
@@ -206,7 +206,7 @@ def _on_deletion(job: Pass, *, remaining: bool) -> Decision:
 
 
 def _on_invalid(job: Pass, *, reason: str, message: str) -> None:
-    """SPEC §6.1 step 6: Warning Event, ``Ready=False/ValidationFailed`` with the error, no requeue."""
+    """docs/behaviour.md#6.1 step 6: Warning Event, ``Ready=False/ValidationFailed`` with the error, no requeue."""
     ready = job.status.condition(READY)
     already = ready is not None and ready.get("reason") == "ValidationFailed" and ready.get("message") == message
     if not already:

@@ -1,4 +1,4 @@
-"""Gateway objects of an incremental upgrade (SPEC §6.4, §6.1 step 13): the per-cluster serve Services,
+"""Gateway objects of an incremental upgrade (docs/behaviour.md#6.4, #6.1 step 13): the per-cluster serve Services,
 ``<rs>-gateway`` and the weighted ``<rs>-httproute``.
 
 Role: create what is missing, update the Gateway/HTTPRoute when the desired spec is not contained in
@@ -26,7 +26,7 @@ from services.reconciler.rayservice.services import ServiceBuildError, per_clust
 
 
 def reconcile_gateway_objects(job: Pass, progress: Progress) -> None:
-    """SPEC §6.4 / §6.1 step 13: per-cluster serve Services, the Gateway, the weighted HTTPRoute."""
+    """docs/behaviour.md#6.4 / #6.1 step 13: per-cluster serve Services, the Gateway, the weighted HTTPRoute."""
     model, options = job.model, job.model.upgrade_options
     if options is None:
         return

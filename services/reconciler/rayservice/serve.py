@@ -1,4 +1,4 @@
-"""Serve applications (SPEC §6.1 step 12): what the prober saw, whether a cluster is ready, and whether
+"""Serve applications (docs/behaviour.md#6.1 step 12): what the prober saw, whether a cluster is ready, and whether
 (and what) to submit to its dashboard.
 
 Role: read the ``obs-serve`` observation of a cluster (the dashboard's

@@ -1,4 +1,4 @@
-"""The Services of a RayService (SPEC §6.1 steps 13-14, §6.2 step 4): ``<rs>-head-svc`` and the serve
+"""The Services of a RayService (docs/behaviour.md#6.1 steps 13-14, #6.2 step 4): ``<rs>-head-svc`` and the serve
 Service that follow the serving cluster, the per-cluster ``<c>-serve-svc`` of an incremental upgrade,
 and the count of ready serve endpoints.
 

@@ -1,4 +1,4 @@
-"""Serve applications of a RayService pass (SPEC §6.1 step 12, §6.4 target_capacity): KubeRay's
+"""Serve applications of a RayService pass (docs/behaviour.md#6.1 step 12, #6.4 target_capacity): KubeRay's
 ``reconcileServe`` per cluster and the choice of which clusters to reconcile.
 
 Role: read the cluster's ``obs-serve`` observation, submit ``serveConfigV2`` (YAML→JSON) when KubeRay's
@@ -152,7 +152,7 @@ def _step_capacity(job: Pass, cluster: dict[str, Any], *, role: Role, progress: 
 
 
 def reconcile_serving(job: Pass, progress: Progress) -> None:
-    """SPEC §6.1 step 12: the pending cluster; the active one when no new cluster is to be prepared;
+    """docs/behaviour.md#6.1 step 12: the pending cluster; the active one when no new cluster is to be prepared;
     both during an incremental upgrade."""
     active, pending = progress.active, progress.pending
     if pending is not None:

@@ -2,7 +2,7 @@
 
 Role: a pass mutates a :class:`StatusDraft` (cluster names, application maps, traffic, conditions);
 at the end :meth:`StatusDraft.patch` answers "write or not" with KubeRay's
-``InconsistentRayServiceStatuses`` (SPEC §6: serviceStatus, numServeEndpoints, conditions, or the
+``InconsistentRayServiceStatuses`` (docs/behaviour.md#6: serviceStatus, numServeEndpoints, conditions, or the
 active/pending cluster name, applications and, with the incremental gate, traffic/capacity/migration
 time; a change of ``rayClusterStatus`` alone never writes) and builds the PatchStatus with the
 Transitions of the pass.
@@ -151,7 +151,7 @@ class StatusDraft:
         observed_generation: int,
         fresh: bool = False,
     ) -> None:
-        """``meta.SetStatusCondition``; ``fresh`` forces a new lastTransitionTime (a reset, SPEC §6.5)."""
+        """``meta.SetStatusCondition``; ``fresh`` forces a new lastTransitionTime (a reset, docs/behaviour.md#6.5)."""
         found = self.condition(type_)
         if found is None:
             self.conditions.append(

@@ -1,4 +1,4 @@
-"""Suspend and resume (SPEC §6.5).
+"""Suspend and resume (docs/behaviour.md#6.5).
 
 Role: ``spec.suspend: true`` → ``Suspending=True/SuspendRequested`` (Ready, UpgradeInProgress and
 RollbackInProgress False/SuspendInProgress, cluster statuses cleared, no endpoints) and a status write;

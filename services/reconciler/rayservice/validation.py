@@ -1,8 +1,8 @@
-"""RayService validation (SPEC §8): metadata, then spec, first failure wins, KubeRay's messages.
+"""RayService validation (docs/behaviour.md#8): metadata, then spec, first failure wins, KubeRay's messages.
 
 Role: ``validate(model, config)`` answers "is this RayService acceptable, and if not, which Event
 reason and which message?" The reconcile pass turns a failure into a Warning Event and
-``Ready=False/ValidationFailed`` (SPEC §6.1 step 6).
+``Ready=False/ValidationFailed`` (docs/behaviour.md#6.1 step 6).
 
 Invariants: pure and total: never raises on any input. The embedded RayClusterSpec is checked by the
 RayCluster controller's own validator (never a copy of it); a spec the schema types cannot hold is
@@ -96,7 +96,7 @@ def _upgrade_options_error(model: ServiceModel) -> str | None:
 
 
 def validate_spec(model: ServiceModel, config: OperatorConfig) -> str | None:
-    """``ValidateRayServiceSpec`` (SPEC §8, RayService), first failure wins; None when valid."""
+    """``ValidateRayServiceSpec`` (docs/behaviour.md#8, RayService), first failure wins; None when valid."""
     if model.spec is None:
         return SPEC_INVALID + model.decode_error
     cluster_spec = model.spec.ray_cluster_config

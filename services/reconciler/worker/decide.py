@@ -25,7 +25,8 @@ from schema.messages import BusInput, Command, CommandBatch, Observation, TimerT
 _encoder = msgspec.json.Encoder(order="deterministic")
 
 LOGIC_VERSION = 1
-"""Bumped with any change that alters the commands for a recorded history (house rule 7)."""
+"""Bumped with any change that alters the commands for a recorded history, so replay can tell a
+logic change from a bug (a change gated on it, never a re-recorded history)."""
 
 
 @dataclass(frozen=True)

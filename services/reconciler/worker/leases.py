@@ -1,4 +1,4 @@
-"""Partition ownership leased in JetStream KV ``raybus-leases`` (DESIGN §2, invariant 2).
+"""Partition ownership leased in JetStream KV ``raybus-leases`` (docs/architecture.md#invariants, invariant 2).
 
 Each worker heartbeats ``w.<id>`` and computes the assignment from the live members (``assignment.py``).
 It claims a partition it should own with a KV *create* (fails while another worker holds it), renews

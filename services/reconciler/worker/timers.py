@@ -1,4 +1,4 @@
-"""Bus timers: a Decision's ``wake_at`` becomes a JetStream message schedule (DESIGN §2).
+"""Bus timers: a Decision's ``wake_at`` becomes a JetStream message schedule (docs/architecture.md#timers).
 
 The schedule subject ``raybus.timers.<key>`` holds one pending schedule per key (a newer one replaces
 the older, checked with nats-server 2.15); at the due time JetStream publishes the ``TimerTick`` on the

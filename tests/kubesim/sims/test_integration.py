@@ -74,7 +74,7 @@ def _get(kube: KubeSimHandle, path: str) -> str:
 
 
 def _job_script(address: str, job_id: str, entrypoint: str) -> str:
-    """KubeRay's K8sJobMode submitter script (SPEC §5.3), as the operator renders it."""
+    """KubeRay's K8sJobMode submitter script (docs/behaviour.md#5.3), as the operator renders it."""
     health = (
         'python -c "import sys, urllib.request; r=urllib.request.urlopen(sys.argv[1], timeout=10); '
         f'exit(0 if b\'success\' in r.read() else 1)" "{address}/api/gcs_healthz"'

@@ -61,7 +61,7 @@ def test_pod_faults() -> None:
     assert pod_faults({}) == pod_faults({"metadata": {"annotations": {}}})
 
 
-# KubeRay's K8sJobMode script, token by token as its Go tests spell it (SPEC §5.3).
+# KubeRay's K8sJobMode script, token by token as its Go tests spell it (docs/behaviour.md#5.3).
 K8S_JOB_MODE = (
     'until python -c "import sys, urllib.request; r=urllib.request.urlopen(sys.argv[1], timeout=10); '
     'exit(0 if b\'success\' in r.read() else 1)" "http://rc-head-svc.ns.svc.cluster.local:8265/api/gcs_healthz" '

@@ -1,4 +1,4 @@
-"""Objects besides pods (SPEC §4.1 step 11, §4.6): Services, Ingress, auth Secret, GCS FT finalizer flow."""
+"""Objects besides pods (docs/behaviour.md#4.1 step 11, #4.6): Services, Ingress, auth Secret, GCS FT finalizer flow."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``tests/golden/raycluster/<sample>.yaml`` holds every body of the first decision (head Service, head Pod,
 worker Pods, headless Service, autoscaler RBAC). Regenerate with ``RAYBUS_UPDATE_GOLDEN=1``, then review
-the diff against SPEC §3 line by line. Every Pod and Service must also pass kubernetes-validate (strict).
+the diff against docs/behaviour.md#3 line by line. Every Pod and Service must also pass kubernetes-validate (strict).
 """
 
 from __future__ import annotations

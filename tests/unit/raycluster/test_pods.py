@@ -1,4 +1,4 @@
-"""SPEC §3: pod construction details not covered by the golden files."""
+"""docs/behaviour.md#3: pod construction details not covered by the golden files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §4.2 behaviours: suspend, group suspend, Recreate, workersToDelete, autoscaler scale-down rules,
+"""docs/behaviour.md#4.2 behaviours: suspend, group suspend, Recreate, workersToDelete, autoscaler scale-down rules,
 unhealthy pods, disable-provisioned-head-restart, multi-host groups."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §4.1 prelude checks (steps 6-9), head pod edge cases, and the reconcile safety net."""
+"""docs/behaviour.md#4.1 prelude checks (steps 6-9), head pod edge cases, and the reconcile safety net."""
 
 from __future__ import annotations
 

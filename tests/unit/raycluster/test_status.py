@@ -1,4 +1,4 @@
-"""SPEC §4.5 / §1.2: each status field and condition reason."""
+"""docs/behaviour.md#4.5 / #1.2: each status field and condition reason."""
 
 from __future__ import annotations
 

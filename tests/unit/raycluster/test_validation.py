@@ -1,4 +1,4 @@
-"""SPEC §8: one case per RayClusterSpec/metadata rule; a failure is a Warning Event and nothing else."""
+"""docs/behaviour.md#8: one case per RayClusterSpec/metadata rule; a failure is a Warning Event and nothing else."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RayCronJob (SPEC §7, §8 + issue 9 extensions), driven through the pure simulation."""
+"""RayCronJob (docs/behaviour.md#7, #8, plus docs/differences.md#raycronjob), driven through the pure simulation."""
 
 from __future__ import annotations
 

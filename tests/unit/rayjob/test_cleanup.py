@@ -1,4 +1,4 @@
-"""Cleanup after Complete/Failed (SPEC §5.6): every policy with its TTL, and the rules' ordering."""
+"""Cleanup after Complete/Failed (docs/behaviour.md#5.6): every policy with its TTL, and the rules' ordering."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RayJob state machine paths (SPEC §5.2-§5.5), driven through the pure simulation."""
+"""RayJob state machine paths (docs/behaviour.md#5.2-#5.5), driven through the pure simulation."""
 
 from __future__ import annotations
 

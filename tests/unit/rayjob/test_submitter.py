@@ -1,4 +1,4 @@
-"""SPEC §5.3 submitters: the submit script token by token, the default and user submitter templates, the
+"""docs/behaviour.md#5.3 submitters: the submit script token by token, the default and user submitter templates, the
 HTTPMode request, and the Go quoting/marshalling they rely on."""
 
 from __future__ import annotations

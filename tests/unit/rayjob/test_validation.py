@@ -1,4 +1,5 @@
-"""SPEC §8 RayJob rules: each one with KubeRay's message, the Event reason and the ValidationFailed status."""
+"""RayJob rules of docs/behaviour.md#8: each one with KubeRay's message, the Event reason and the
+ValidationFailed status."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NewClusterWithIncrementalUpgrade (SPEC §6.4): Gateway/HTTPRoute, per-cluster serve Services, traffic
+"""NewClusterWithIncrementalUpgrade (docs/behaviour.md#6.4): Gateway/HTTPRoute, per-cluster serve Services, traffic
 and target_capacity steps every intervalSeconds through wake-ups, promotion, rollback."""
 
 from __future__ import annotations

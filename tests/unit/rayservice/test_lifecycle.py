@@ -1,6 +1,6 @@
 """RayService lifecycle through the pure reconcile and the simulated cluster: samples reach Ready,
 blue/green upgrades, Serve-config-only changes, upgradeStrategy None, head serve labels, failing apps,
-the initializing timeout, suspend/resume and deletion with the finalizer (SPEC §6)."""
+the initializing timeout, suspend/resume and deletion with the finalizer (docs/behaviour.md#6)."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_first_passes_finalizer_then_pending_cluster_then_create() -> None:
 
 
 def test_cluster_carries_rayservice_specifics_for_the_raycluster_controller() -> None:
-    """SPEC §3.4 step 5, §3.7, §3.12: the RayCluster controller derives them from the origin labels."""
+    """docs/behaviour.md#3.4 step 5, #3.7, #3.12: the RayCluster controller derives them from the origin labels."""
     world = World()
     world.auto_ready = False
     world.add(rayservice())

@@ -1,4 +1,4 @@
-"""RayService validation (SPEC §8): every rule → Warning Event + ``Ready=False/ValidationFailed``."""
+"""RayService validation (docs/behaviour.md#8): every rule → Warning Event + ``Ready=False/ValidationFailed``."""
 
 from __future__ import annotations
 

@@ -36,12 +36,12 @@ REJECTED_SAMPLES: dict[str, str] = {}
 
 # Where our schema deliberately differs from KubeRay's (path suffix -> what differs).
 INTENDED_DIFFERENCES = {
-    # Defaults KubeRay applies in the operator, made visible in the stored object (ingress builder, SPEC §4.1).
+    # Defaults KubeRay applies in the operator, made visible in the stored object (docs/behaviour.md#4.1).
     ".headGroupSpec.ingressOptions.path default",
     ".headGroupSpec.ingressOptions.pathType default",
     # min/maxReplicas have CRD defaults, so "required" never fails after defaulting; ours omit it.
     ".workerGroupSpecs[] required",
-    # raybus extensions (issue 9).
+    # raybus extensions (docs/differences.md#raycronjob).
     "raycronjobs.spec.concurrencyPolicy",
     "raycronjobs.spec.successfulJobsHistoryLimit",
     "raycronjobs.spec.failedJobsHistoryLimit",
@@ -315,7 +315,7 @@ def test_invalid_objects_are_rejected() -> None:
 
 
 def test_cel_rules_are_kuberays() -> None:
-    """The CEL rules SPEC §1 lists sit where KubeRay has them (compared in full above); spot-check paths."""
+    """The CEL rules docs/behaviour.md#1 lists sit where KubeRay has them (compared in full above); spot-check paths."""
     job = _schema("RayJob")["properties"]["spec"]["properties"]
     strategy_rules = [r["rule"] for r in job["deletionStrategy"]["x-kubernetes-validations"]]
     assert "!((has(self.onSuccess) || has(self.onFailure)) && has(self.deletionRules))" in strategy_rules

@@ -1,4 +1,4 @@
-"""The RayService view folded from the transitions the RayService reconcile records (issue 7)."""
+"""The RayService view folded from the transitions the RayService reconcile records."""
 
 from __future__ import annotations
 
