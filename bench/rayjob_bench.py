@@ -107,7 +107,7 @@ def end_states(api: client.ApiClient) -> Counter[str]:
         "ray.io", "v1", "default", "rayjobs", _preload_content=False
     )
     ends: Counter[str] = Counter()
-    for item in msgspec.json.decode(response.read())["items"]:
+    for item in msgspec.json.decode(response.read())["items"]:  # type: ignore[attr-defined]  # raw response
         status = item.get("status") or {}
         state = status.get("jobDeploymentStatus")
         if state == "Complete":
@@ -145,7 +145,7 @@ async def history_drained(nats_url: str) -> bool:
     nc = await nats.connect(nats_url)
     try:
         info = await nc.jetstream().consumer_info(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER)
-        return info.num_pending == 0 and info.num_ack_pending == 0
+        return bool(info.num_pending == 0 and info.num_ack_pending == 0)
     finally:
         await nc.close()
 
@@ -156,7 +156,7 @@ def run(jobs: int, reconcilers: int, threads: int, timeout: float) -> dict[str, 
         tempfile.TemporaryDirectory(prefix="rayjob-bench-") as tmp,
         stack(Path(tmp), reconcilers, db_url=db_url, watcher_args=["--use-kubernetes-proxy"]) as (s, nats_url, kube),
     ):
-        api = config.new_client_from_config(str(kube))
+        api = config.new_client_from_config(str(kube))  # type: ignore[no-untyped-call]
         api.configuration.connection_pool_maxsize = threads + 2
         api = client.ApiClient(api.configuration)
         custom = client.CustomObjectsApi(api)
