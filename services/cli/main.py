@@ -20,6 +20,7 @@ PASSTHROUGH = {
     "crds": ("schema.crd", "generate the ray.io CRDs from schema/ (raybus crds --out deploy/crds)"),
     "history": ("services.status.history_cli", "print a custom resource's recorded state transitions"),
     "migrate": ("services.status.migrate", "run the status database migrations"),
+    "get": ("services.cli.get", "list ray.io custom resources with KubeRay's columns (-n NS | -A, -o wide|json)"),
     "replay": ("services.replay.cli", "replay a key's recorded history through today's reconcile; export it"),
 }
 
