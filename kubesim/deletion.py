@@ -12,10 +12,11 @@ sequence: MODIFIED with ``deletionTimestamp`` while something blocks, then DELET
 - Propagation: Background (dependents deleted after the owner), Foreground (owner waits with the
   ``foregroundDeletion`` finalizer until dependents with ``blockOwnerDeletion`` are gone), Orphan
   (owner references to it are removed). batch/v1 Jobs default to Orphan, like the real server.
+- Dangling owners: an object whose ownerReferences name no existing object (by uid), also one created
+  or updated after its owner was gone, is deleted (Background); one with some owners alive loses only
+  the references to the missing ones (the real garbage collector's ``attemptToDeleteItem``).
 - Namespaces terminate (phase ``Terminating``) until their content is gone; CRDs delete their custom
   objects first and stop being served when removed.
-
-Not emulated: dependents whose owner never existed are kept (the real GC would collect them).
 """
 
 from __future__ import annotations
@@ -201,6 +202,25 @@ class Deletion:
             except ApiError as exc:
                 if exc.code != 404:
                     raise
+
+    def collect_dangling(self, key: StorageKey, obj: Obj) -> None:
+        """Delete ``obj`` when none of its owners exists (by uid), or drop the references to the missing
+        ones when some do: what the real garbage collector does, at once instead of on its next pass."""
+        store = self._store
+        meta = obj["metadata"]
+        refs = list(meta.get("ownerReferences") or ())
+        if not refs or meta.get("deletionTimestamp"):
+            return
+        dangling = [ref for ref in refs if self._live(str(ref.get("uid"))) is None]
+        if not dangling:
+            return
+        if len(dangling) == len(refs):
+            options = DeleteOptions(propagation_policy="Background")
+            self.delete_object(store.storage_info(key), meta.get("namespace", ""), meta["name"], options)
+            return
+        kept = [ref for ref in refs if ref not in dangling]
+        new_meta = {**meta, "ownerReferences": kept, "resourceVersion": store.next_rv()}
+        store.commit(key, "MODIFIED", {**obj, "metadata": new_meta}, obj)
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         store = self._store

@@ -315,6 +315,7 @@ class ObjectStore:
             self._serve_crd(body)
             status = crds.established_status(body, meta["creationTimestamp"])
             body = self.write(info, body, {**body, "status": status}, subresource="status")
+        self.deletion.collect_dangling(info.storage_key, body)
         return body
 
     def _check_kind(self, info: ResourceInfo, body: Obj) -> None:
@@ -502,6 +503,9 @@ class ObjectStore:
         self.commit(key, "MODIFIED", result, old)
         if key == CRD_KEY and subresource != "status":
             self._serve_crd(result)
+        if meta.get("ownerReferences") != old_meta.get("ownerReferences"):
+            self.deletion.collect_dangling(key, result)
+            return self.find(key, meta.get("namespace", ""), meta["name"]) or result
         return result
 
     # -- kubesim.hooks.Store -------------------------------------------------------------------

@@ -119,6 +119,51 @@ def test_dependent_with_another_live_owner_survives(core: client.CoreV1Api, kube
     assert _exists(core.read_namespaced_config_map, "child", kubesim_namespace)
 
 
+def test_dependent_created_after_its_owner_is_gone_is_collected(
+    core: client.CoreV1Api, kubesim_namespace: str
+) -> None:
+    owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
+    core.delete_namespaced_config_map("owner", kubesim_namespace)
+    # what a controller acting on a stale view does: create a child of an owner already deleted
+    core.create_namespaced_config_map(kubesim_namespace, _owned("late-child", owner))
+    core.create_namespaced_pod(
+        kubesim_namespace,
+        {**_owned("late-pod", owner), "spec": {"containers": [{"name": "c", "image": "x"}]}},
+    )
+    assert not _exists(core.read_namespaced_config_map, "late-child", kubesim_namespace)
+    assert not _exists(core.read_namespaced_pod, "late-pod", kubesim_namespace)
+
+
+def test_dependent_of_a_recreated_owner_name_is_collected(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    old = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
+    core.delete_namespaced_config_map("owner", kubesim_namespace)
+    core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
+    # the reference names the old incarnation: its uid is gone even though the name exists again
+    core.create_namespaced_config_map(kubesim_namespace, _owned("child", old))
+    assert not _exists(core.read_namespaced_config_map, "child", kubesim_namespace)
+
+
+def test_dangling_reference_beside_a_live_owner_is_dropped(core: client.CoreV1Api, kubesim_namespace: str) -> None:
+    live = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "live"}})
+    gone = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "gone"}})
+    core.delete_namespaced_config_map("gone", kubesim_namespace)
+    body = _owned("child", live)
+    body["metadata"]["ownerReferences"] += _owned("x", gone)["metadata"]["ownerReferences"]
+    core.create_namespaced_config_map(kubesim_namespace, body)
+    child = core.read_namespaced_config_map("child", kubesim_namespace)
+    assert [ref.uid for ref in child.metadata.owner_references] == [live.metadata.uid]
+
+
+def test_update_pointing_at_a_missing_owner_collects_the_object(
+    core: client.CoreV1Api, kubesim_namespace: str
+) -> None:
+    owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
+    core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "child"}})
+    core.delete_namespaced_config_map("owner", kubesim_namespace)
+    core.patch_namespaced_config_map("child", kubesim_namespace, _owned("child", owner))
+    assert not _exists(core.read_namespaced_config_map, "child", kubesim_namespace)
+
+
 def test_orphan_propagation_removes_owner_references(core: client.CoreV1Api, kubesim_namespace: str) -> None:
     owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
     core.create_namespaced_config_map(kubesim_namespace, _owned("child", owner))
