@@ -236,7 +236,9 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     suppressed: tuple[str, ...] = ()
 
 
-Outcome = Literal["applied", "already_done", "dropped", "failed"]
+Outcome = Literal["applied", "already_done", "dropped", "failed", "superseded"]
+"""``superseded``: not sent, because the decision no longer held when the applier reached it (a newer
+decision of the key exists, or the owner of what it creates is deleted); ``error`` says which."""
 
 
 class CommandResult(msgspec.Struct, tag_field="type", tag="command_result", frozen=True, kw_only=True):

@@ -60,6 +60,7 @@ from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.calls import ApiError, outcome_of_error, plan_call, retry_delay
 from services.watcher.dashboard import DashboardClient, DashboardOutcome
 from services.watcher.kubeapi import KubeApi
+from services.watcher.staleness import DecisionCheck, OwnerView
 from services.watcher.throttle import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class Applier:
         burst: int | None = None,
         max_deliver: int = 0,
         progress_interval: float = 10.0,
+        owners: OwnerView | None = None,
     ) -> None:
         self._js = js
         self._api = api
@@ -142,6 +144,7 @@ class Applier:
         self._limiter = RateLimiter(qps, burst=burst)
         self._max_deliver = max_deliver
         self._progress_interval = progress_interval
+        self._decisions = DecisionCheck(js, owners)
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
         self._workers: dict[ReconcileKey, asyncio.Task[None]] = {}
         self._outstanding = 0
@@ -262,6 +265,8 @@ class Applier:
         sequence = msg.metadata.sequence.stream if msg.reply else 0
         loop = asyncio.get_running_loop()
         last_progress = loop.time()
+        queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
+        review = await self._decisions.review(msg, batch, queued)
         for index, command in enumerate(batch.commands):
             if msg.reply and loop.time() - last_progress > self._progress_interval:
                 # A long batch keeps its delivery: tell JetStream it is still being worked on.
@@ -280,7 +285,11 @@ class Applier:
                     "raybus.target": command_target(command),
                 },
             ) as span:
-                applied = await self.apply_command(command, msg)
+                stale = review.stale(command)
+                if stale:
+                    applied = Applied(outcome="superseded", error=stale)
+                else:
+                    applied = await self.apply_command(command, msg)
                 span.set_attribute("raybus.outcome", applied.outcome)
                 if applied.status_code:
                     span.set_attribute("http.response.status_code", applied.status_code)

@@ -66,6 +66,8 @@ WRITE_RETRY_DELAYS: Final[tuple[float, ...]] = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 _CHUNK: Final = 64
 """Writes per window slot when one item (a listing) plans many."""
+GONE_MEMORY: Final = 100_000
+"""Deleted custom resources (by uid) the projection remembers, for :meth:`Projection.owner_gone`."""
 
 Clock = Callable[[], datetime]
 
@@ -79,6 +81,10 @@ def message_id(change: Change, event_type: WatchEventType, key: ReconcileKey, ca
 def lifecycle_id(uid: str, what: str) -> str:
     """The de-duplication id of a lifecycle fact."""
     return f"lifecycle/{uid}/{what}"
+
+
+def _deleting(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _parse_time(value: object, default: datetime) -> datetime:
@@ -146,6 +152,10 @@ class Projection:
         self._failure: BaseException | None = None
         self._resume_interval = resume_interval
         self._tails: dict[str, asyncio.Future[None]] = {}
+        self._gone: dict[str, None] = {}
+        """uids of custom resources whose deletion was projected, oldest first (bounded)."""
+        self._deleting_at: dict[str, int] = {}
+        """uid of a custom resource being deleted → KV revision of the first write that showed it so."""
         self.events_published = 0
         self.writes_done = 0
 
@@ -154,6 +164,18 @@ class Projection:
     def get(self, kind: str, uid: str) -> Placed | None:
         """The held object of ``kind`` with ``uid``."""
         return self._objects.get((kind, uid))
+
+    def owner_gone(self, kind: str, uid: str, snapshot_revision: int) -> bool:
+        """Whether a decision made on a snapshot at ``snapshot_revision`` missed the deletion of the custom
+        resource ``kind``/``uid``: the watch has shown it deleted, or being deleted from a later KV
+        revision on (or in a write still under way)."""
+        placed = self._objects.get((kind, uid))
+        if placed is None:
+            return uid in self._gone
+        if not _deleting(placed.change.obj):
+            return False
+        since = self._deleting_at.get(uid)
+        return since is None or snapshot_revision < since
 
     def objects_of(self, kind: str) -> list[Placed]:
         """Every held object of one kind."""
@@ -212,8 +234,10 @@ class Projection:
         finally:
             with contextlib.suppress(Exception):
                 await cast(Callable[[], Awaitable[None]], watcher.stop)()
-        for oid, (_, placed) in found.items():
+        for oid, (revision, placed) in found.items():
             self._hold(oid, placed)
+            if placed.resource.is_key_kind and _deleting(placed.change.obj):
+                self._deleting_at[placed.change.uid] = revision
             self._relations.record(placed.resource.kind, placed.change.obj, placed.keys)
             self._relations.track(oid, dependencies(placed.resource.kind, placed.change.obj))
         return len(found)
@@ -272,6 +296,10 @@ class Projection:
         if resource.is_key_kind:
             own = ReconcileKey(kind=resource.kind, namespace=change.namespace, name=change.name)  # type: ignore[arg-type]
             ops.append(_Fact(own, change, "deleted"))
+            self._gone[change.uid] = None
+            self._deleting_at.pop(change.uid, None)
+            if len(self._gone) > GONE_MEMORY:
+                del self._gone[next(iter(self._gone))]
         changed = self._relations.forget(resource.kind, change.obj)
         if changed:
             ops.extend(self._plan_remaps(changed, change))
@@ -447,6 +475,9 @@ class Projection:
                 revision = await self._retrying(lambda: self._write_kv(op, subject), superseded)
                 if revision is None:
                     return
+                if op.resource.is_key_kind and op.event_type != "DELETED" and _deleting(op.change.obj):
+                    since = self._deleting_at.get(op.change.uid)
+                    self._deleting_at[op.change.uid] = revision if since is None else min(since, revision)
                 event = WatchEvent(
                     key=op.key,
                     event_type=op.event_type,

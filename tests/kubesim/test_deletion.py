@@ -119,9 +119,7 @@ def test_dependent_with_another_live_owner_survives(core: client.CoreV1Api, kube
     assert _exists(core.read_namespaced_config_map, "child", kubesim_namespace)
 
 
-def test_dependent_created_after_its_owner_is_gone_is_collected(
-    core: client.CoreV1Api, kubesim_namespace: str
-) -> None:
+def test_dependent_created_after_its_owner_is_gone_is_collected(core: client.CoreV1Api, kubesim_namespace: str) -> None:
     owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
     core.delete_namespaced_config_map("owner", kubesim_namespace)
     # what a controller acting on a stale view does: create a child of an owner already deleted
@@ -154,9 +152,7 @@ def test_dangling_reference_beside_a_live_owner_is_dropped(core: client.CoreV1Ap
     assert [ref.uid for ref in child.metadata.owner_references] == [live.metadata.uid]
 
 
-def test_update_pointing_at_a_missing_owner_collects_the_object(
-    core: client.CoreV1Api, kubesim_namespace: str
-) -> None:
+def test_update_pointing_at_a_missing_owner_collects_the_object(core: client.CoreV1Api, kubesim_namespace: str) -> None:
     owner = core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "owner"}})
     core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "child"}})
     core.delete_namespaced_config_map("owner", kubesim_namespace)

@@ -1,0 +1,156 @@
+"""Whether a decision still holds when the applier gets to it (``docs/decisions.md``).
+
+A command batch is a decision made on a snapshot; the applier may reach it much later: behind a queue,
+or redelivered after the watcher that held it died (the ack wait). By then the world may have moved:
+a newer decision of the key exists, or the custom resource that owns what the batch creates is gone.
+KubeRay never meets this because it decides and acts in one pass over its informer cache; raybus reads
+the same facts from the bus:
+
+- **Superseded**: a newer batch of the same key exists (the key's per-key queue in this applier holds
+  one, or, for a redelivered or long-waiting batch, the last message on the key's command subject is
+  newer). Its commands are not sent, except those the newer decision still wants: the ids it withheld
+  because they were in flight in this batch (``CommandBatch.suppressed``), and patches guarded by a
+  resourceVersion (a stale one fails with Conflict by itself).
+- **Owner gone**: a create whose ownerReferences name a custom resource the watch has seen deleted, or
+  being deleted from a KV revision after the batch's ``snapshot_revision`` on, is not sent: the
+  garbage collector would delete the child again. (A decision that saw the deletion may create on
+  purpose: KubeRay's Redis cleanup Job of a deleting RayCluster.)
+
+Either way the command's result says ``superseded``, with the reason, so the audit shows it.
+
+Not here: applying (``applier``), what the watch has seen (:class:`OwnerView`, the projection today).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from schema import codec, subjects
+from schema.keys import KEY_KINDS
+from schema.messages import Command, CommandBatch, CreateObject, PatchObject, PatchStatus
+from services.watcher.resources import RAY_GROUP
+
+log = logging.getLogger(__name__)
+
+LOOKUP_AFTER: Final = 5.0
+"""Seconds a batch may have waited in the stream before the applier asks the stream whether a newer
+decision of its key exists (a redelivered batch is always checked; a fresh one costs nothing)."""
+
+
+class OwnerView(Protocol):
+    """What the watch has seen of custom resources (the watcher's projection, or the KV it writes)."""
+
+    def owner_gone(self, kind: str, uid: str, snapshot_revision: int) -> bool:
+        """Whether a decision made on the snapshot at ``snapshot_revision`` missed the deletion of the
+        custom resource ``kind``/``uid`` (seen deleted, or seen being deleted only after that snapshot)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Review:
+    """What of one batch still holds."""
+
+    newer: str = ""
+    """Names a newer batch of the key ("": this is the latest decision)."""
+    wanted: frozenset[str] = frozenset()
+    """Ids of this batch's commands the newer decision still wants."""
+    owners: OwnerView | None = None
+    snapshot_revision: int = 0
+
+    def stale(self, command: Command) -> str:
+        """Why ``command`` must not be sent ("" when it still holds)."""
+        if self.newer and command.id not in self.wanted and not _guarded(command):
+            return f"superseded by the newer decision {self.newer}"
+        if self.owners is not None and isinstance(command, CreateObject):
+            for ref in _owner_refs(command):
+                if self.owners.owner_gone(ref.kind, ref.uid, self.snapshot_revision):
+                    return f"its owner {ref.kind} {ref.name} ({ref.uid}) was deleted after the decision"
+        return ""
+
+
+HOLDS: Final = Review()
+
+
+class _OwnerRef(msgspec.Struct):
+    apiVersion: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+
+
+class _Meta(msgspec.Struct):
+    ownerReferences: list[_OwnerRef] = []
+
+
+def _owner_refs(command: CreateObject) -> list[_OwnerRef]:
+    metadata = command.body.get("metadata")
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    if not refs:
+        return []
+    try:
+        decoded = msgspec.convert({"ownerReferences": refs}, _Meta).ownerReferences
+    except msgspec.ValidationError:
+        return []
+    return [r for r in decoded if r.kind in KEY_KINDS and r.apiVersion.startswith(f"{RAY_GROUP}/") and r.uid]
+
+
+def _guarded(command: Command) -> bool:
+    return isinstance(command, PatchStatus | PatchObject) and bool(command.resource_version)
+
+
+class DecisionCheck:
+    """Reviews batches before the applier sends their commands."""
+
+    def __init__(self, js: JetStreamContext, owners: OwnerView | None, *, lookup_after: float = LOOKUP_AFTER) -> None:
+        self._js = js
+        self._owners = owners
+        self._lookup_after = lookup_after
+        self.lookups = 0
+
+    async def review(self, msg: Msg, batch: CommandBatch, queued: Sequence[CommandBatch]) -> Review:
+        """What of ``batch`` still holds; ``queued`` are the key's batches this applier holds after it."""
+        if not batch.commands:
+            return HOLDS
+        newer = queued[-1] if queued else None
+        if newer is None and msg.reply and self._worth_a_lookup(msg):
+            newer = await self._latest(msg, batch)
+        revision = batch.snapshot_revision
+        if newer is None:
+            return Review(owners=self._owners, snapshot_revision=revision)
+        return Review(
+            newer=f"(command batch {newer.id})",
+            wanted=frozenset(newer.suppressed),
+            owners=self._owners,
+            snapshot_revision=revision,
+        )
+
+    def _worth_a_lookup(self, msg: Msg) -> bool:
+        metadata = msg.metadata
+        if metadata.num_delivered > 1:
+            return True
+        return time.time() - metadata.timestamp.timestamp() > self._lookup_after
+
+    async def _latest(self, msg: Msg, batch: CommandBatch) -> CommandBatch | None:
+        """The last batch of the key in the stream, when it is newer than ``msg``."""
+        self.lookups += 1
+        try:
+            subject = subjects.command_subject(batch.key)
+            last = await self._js.get_last_msg(subjects.COMMANDS_STREAM, subject, direct=True)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.info("could not look up the latest decision of %s (%s); applying batch %s", batch.key, exc, batch.id)
+            return None
+        if last.seq is None or last.seq <= msg.metadata.sequence.stream or last.data is None:
+            return None
+        try:
+            return codec.decode_batch(last.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None  # a malformed newer message is the dead-letter path's business, not a decision

@@ -1,0 +1,159 @@
+"""Only decisions that still hold are applied: superseded batches and creates for deleted owners."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from kubernetes import client
+
+from schema import codec, subjects
+from schema.keys import ReconcileKey
+from schema.messages import CommandBatch, CreateObject, ObjectRef, PatchStatus
+from services.runtime.bus import publish
+from services.watcher.applier import Applier
+from services.watcher.informer import Batch, Change, Scope, make_change
+from services.watcher.kubeapi import KubeApi
+from services.watcher.projection import Projection
+from services.watcher.resources import by_kind
+from services.watcher.staleness import DecisionCheck
+from tests.component.watcher.conftest import Bus, in_thread, until
+from tests.component.watcher.test_applier import results_of, running_applier, sa_ref
+from tests.fixtures.kubesim import KubeSimHandle
+
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+async def send(bus: Bus, batch: CommandBatch) -> int:
+    ack = await publish(bus.js, subjects.command_subject(batch.key), codec.encode(batch), msg_id=batch.id)
+    return int(ack.seq)
+
+
+def batch(
+    key: ReconcileKey, batch_id: str, *commands: Any, suppressed: tuple[str, ...] = (), rev: int = 0
+) -> CommandBatch:
+    return CommandBatch(
+        id=batch_id, key=key, issued_at=NOW, commands=tuple(commands), suppressed=suppressed, snapshot_revision=rev
+    )
+
+
+def service_accounts(kube: KubeSimHandle, ns: str) -> set[str]:
+    return {sa.metadata.name for sa in client.CoreV1Api(kube.api_client).list_namespaced_service_account(ns).items}
+
+
+async def test_a_superseded_batch_sends_only_what_the_newer_decision_still_wants(
+    bus: Bus, kube: KubeSimHandle, kube_api: KubeApi, kubesim_namespace: str
+) -> None:
+    ns = kubesim_namespace
+    key = ReconcileKey(kind="RayCluster", namespace=ns, name="c")
+    # The old decision creates x and y and patches a status at a resourceVersion; the newer one no longer
+    # wants x, withheld y (in flight in the old batch), and creates z.
+    guarded = PatchStatus(
+        id="status", target=ObjectRef(api_version="v1", kind="ServiceAccount", namespace=ns, name="y"), status={}
+    )
+    guarded = msgspec.structs.replace(guarded, resource_version="1")
+    old = batch(
+        key,
+        "old",
+        CreateObject(id="x", target=sa_ref(ns, "x"), body={}),
+        CreateObject(id="y", target=sa_ref(ns, "y"), body={}),
+        guarded,
+    )
+    newer = batch(key, "newer", CreateObject(id="z", target=sa_ref(ns, "z"), body={}), suppressed=("y",))
+    await send(bus, old)
+    await send(bus, newer)
+    async with running_applier(bus, kube_api):
+        results = await results_of(bus, key, 4)
+    outcomes = {(r["batch_id"], r["command_id"]): (r["outcome"], r["error"]) for r in results}
+    assert outcomes[("old", "x")] == ("superseded", "superseded by the newer decision (command batch newer)")
+    assert outcomes[("old", "y")][0] == "applied"
+    assert outcomes[("old", "status")][0] != "superseded"  # a stale resourceVersion fails on its own
+    assert outcomes[("newer", "z")][0] == "applied"
+    names = await in_thread(service_accounts, kube, ns)
+    assert {"y", "z"} <= names and "x" not in names
+
+
+async def test_a_redelivered_batch_looks_up_the_latest_decision_of_its_key(bus: Bus, kubesim_namespace: str) -> None:
+    key = ReconcileKey(kind="RayCluster", namespace=kubesim_namespace, name="redelivered")
+    await send(bus, batch(key, "first", CreateObject(id="a", target=sa_ref(kubesim_namespace, "a"), body={})))
+    sub = await bus.js.pull_subscribe_bind(durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM)
+    try:
+        (msg,) = await sub.fetch(1, timeout=5)
+        await msg.nak()  # the watcher holding it died
+        check = DecisionCheck(bus.js, None)
+        first = codec.decode_batch(msg.data)
+        (again,) = await sub.fetch(1, timeout=5)
+        assert again.metadata.num_delivered == 2
+        assert (await check.review(again, first, [])).stale(first.commands[0]) == ""  # still the latest
+        await send(bus, batch(key, "second", suppressed=()))
+        review = await check.review(again, first, [])
+        assert review.stale(first.commands[0]).startswith("superseded by the newer decision")
+        assert check.lookups == 2
+        await again.ack()
+    finally:
+        await sub.unsubscribe()
+
+
+def cluster_change(rv: int, *, type_: str = "MODIFIED", deleting: bool = False) -> Change:
+    metadata: dict[str, Any] = {"name": "owner", "namespace": "ns", "uid": "u-owner", "resourceVersion": str(rv)}
+    if deleting:
+        metadata["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+        metadata["finalizers"] = ["ray.io/gcs-ft-redis-cleanup-finalizer"]
+    obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": metadata}
+    resource = by_kind("RayCluster")
+    assert resource is not None
+    return make_change(resource, type_, msgspec.json.encode(obj))  # type: ignore[arg-type]
+
+
+def owned_create(ns: str, name: str) -> CreateObject:
+    ref = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "owner", "uid": "u-owner", "controller": True}
+    return CreateObject(id=name, target=sa_ref(ns, name), body={"metadata": {"ownerReferences": [ref]}})
+
+
+async def test_creates_for_an_owner_deleted_after_the_decision_are_never_sent(
+    bus: Bus, kube_api: KubeApi, kubesim_namespace: str
+) -> None:
+    ns = kubesim_namespace
+    resource = by_kind("RayCluster")
+    assert resource is not None
+    scope = Scope(resource, "ns")
+    projection = Projection(bus.js)
+    await projection.project(Batch(scope, (cluster_change(1, type_="ADDED"),)))
+    await projection.drain()
+    owner_key = ReconcileKey(kind="RayCluster", namespace="ns", name="owner")
+    before = max(e["kv_revision"] for e in await bus.events(owner_key))
+    await projection.project(Batch(scope, (cluster_change(2, deleting=True),)))
+    await projection.drain()
+    deleting_at = max(e["kv_revision"] for e in await bus.events(owner_key))
+    assert deleting_at > before
+
+    key = ReconcileKey(kind="RayCluster", namespace=ns, name="owner")
+    applier = Applier(bus.js, kube_api, concurrency=2, owners=projection)
+    stop = asyncio.Event()
+    task = asyncio.create_task(applier.run(stop))
+    try:
+        # decided before the deletion showed: not sent; decided knowing it (KubeRay's Redis cleanup Job
+        # of a deleting RayCluster): sent
+        await send(bus, batch(key, "blind", owned_create(ns, "blind"), rev=before))
+        await send(bus, batch(key, "aware", owned_create(ns, "aware"), rev=deleting_at))
+        results = await results_of(bus, key, 2)
+        assert [(r["command_id"], r["outcome"]) for r in results] == [("blind", "superseded"), ("aware", "applied")]
+        assert "was deleted after the decision" in results[0]["error"]
+
+        await projection.project(Batch(scope, (cluster_change(3, type_="DELETED", deleting=True),)))
+        await projection.drain()
+        await send(bus, batch(key, "after", owned_create(ns, "after"), rev=deleting_at + 100))
+        results = await until(
+            lambda: _enough(bus, key, 3), message="the create for a deleted owner has its result", timeout=20
+        )
+        assert (results[2]["command_id"], results[2]["outcome"]) == ("after", "superseded")
+    finally:
+        stop.set()
+        await task
+
+
+async def _enough(bus: Bus, key: ReconcileKey, count: int) -> list[dict[str, Any]] | None:
+    found = await bus.results(key)
+    return found if len(found) >= count else None
