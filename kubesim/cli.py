@@ -40,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
         default="instant",
         help="kubelet/dashboard simulators: off (API only), instant (tests), realistic (visible delays)",
     )
+    parser.add_argument(
+        "--ray",
+        choices=("sim", "real"),
+        default="sim",
+        help="Ray head pods: sim (dashboard simulator) or real (ray start --head; needs raybus[realray])",
+    )
     parser.add_argument("--crds", type=Path, default=None, help="directory of CRD YAML files to register at start")
     parser.add_argument(
         "--event-window", type=int, default=KubeSimSettings.event_window, help="events kept per resource"
@@ -51,7 +57,7 @@ async def _serve(args: argparse.Namespace) -> None:
     crds = args.crds if args.crds is not None else default_crds_dir()
     if crds is not None and not crds.is_dir():
         raise SystemExit(f"kubesim: --crds {crds} is not a directory")
-    controllers, resolvers = simulators_for(args.kubelet)
+    controllers, resolvers = simulators_for(args.kubelet, ray=args.ray)
     settings = KubeSimSettings(port=args.port, event_window=args.event_window)
     sim = KubeSim(
         settings=settings, controllers=controllers, proxy_resolvers=resolvers, crd_paths=[crds] if crds else []
@@ -63,7 +69,7 @@ async def _serve(args: argparse.Namespace) -> None:
             loop.add_signal_handler(sig, stop.set)
     async with sim:
         path = sim.write_kubeconfig(args.kubeconfig)
-        print(f"kubesim serving {sim.url} (kubelet {args.kubelet}); kubeconfig: {path}", flush=True)
+        print(f"kubesim serving {sim.url} (kubelet {args.kubelet}, ray {args.ray}); kubeconfig: {path}", flush=True)
         await stop.wait()
     print("kubesim stopped", flush=True)
 

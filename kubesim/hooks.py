@@ -21,7 +21,7 @@ Additions by the core (backward compatible; :class:`PodTerminationStore` spells 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 
 class GVR(NamedTuple):
@@ -89,6 +89,15 @@ class ProxyResolver(Protocol):
 
     def resolve_pod(self, namespace: str, pod: str, port: str) -> str | None:
         """Base URL behind ``<pod>:<port>``, or None."""
+        ...
+
+
+@runtime_checkable
+class RequestAdapter(Protocol):
+    """A proxy resolver that adapts a request body to the backend it resolved to."""
+
+    def adapt_request(self, base_url: str, method: str, path: str, body: bytes) -> bytes:
+        """The body to forward to ``base_url`` (``path`` is the path after ``/proxy``)."""
         ...
 
 

@@ -4,7 +4,9 @@ The target named in the URL (``name``, ``name:port`` or ``scheme:name:port``) is
 registered :class:`~kubesim.hooks.ProxyResolver` objects (the dashboard simulator is one) to a local
 base URL; the request's method, query, body and end-to-end headers (``x-ray-authorization``
 included) are forwarded and the answer relayed. With no resolver answering, the reply is the real
-server's 503 ``no endpoints available for service "x"``.
+server's 503 ``no endpoints available for service "x"``. A resolver that is also a
+:class:`~kubesim.hooks.RequestAdapter` may change the body first (a real Ray head's Serve config PUT gets
+that head's own Serve port).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from kubesim.errors import ApiError, page_not_found, service_unavailable
-from kubesim.hooks import ProxyResolver
+from kubesim.hooks import ProxyResolver, RequestAdapter
 from kubesim.resources import ResourceInfo
 from kubesim.store import ObjectStore
 
@@ -62,7 +64,7 @@ class Proxy:
             await self._session.close()
             self._session = None
 
-    def _base_url(self, info: ResourceInfo, namespace: str, name: str, port: str) -> str:
+    def _base_url(self, info: ResourceInfo, namespace: str, name: str, port: str) -> tuple[str, ProxyResolver]:
         obj = self._store.find(info.storage_key, namespace, name)
         if obj is None:
             raise ApiError(
@@ -78,7 +80,7 @@ class Proxy:
             else:
                 url = resolver.resolve_pod(namespace, name, port)
             if url:
-                return url.rstrip("/")
+                return url.rstrip("/"), resolver
         if info.plural == "services":
             raise service_unavailable(f'no endpoints available for service "{name}"')
         raise service_unavailable(f'error trying to reach service: no backend for pod "{name}" port "{port}"')
@@ -90,13 +92,15 @@ class Proxy:
         if info.plural not in ("services", "pods"):
             raise page_not_found()
         name, port = split_target(spec)
-        base = self._base_url(info, namespace, name, port)
+        base, resolver = self._base_url(info, namespace, name, port)
         # ``rest`` is decoded (clients escape '/' in it as %2F); re-escape it as a path, as Go's proxy does.
         url = base + quote(rest or "/", safe="/:@!$&'()*+,;=-._~")
         if request.query_string:
             url += "?" + request.query_string
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         body = await request.read()
+        if isinstance(resolver, RequestAdapter):
+            body = resolver.adapt_request(base, request.method, rest or "/", body)
         if self._session is None:
             self._session = aiohttp.ClientSession(auto_decompress=False)
         try:

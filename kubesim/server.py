@@ -238,8 +238,9 @@ class KubeSim:
         return json_response(doc)
 
 
-def simulators_for(kubelet_mode: str) -> tuple[list[Controller], list[ProxyResolver]]:
-    """The simulators of a kubelet mode (``off`` = none; else built by ``kubesim.sims``).
+def simulators_for(kubelet_mode: str, *, ray: str = "sim") -> tuple[list[Controller], list[ProxyResolver]]:
+    """The simulators of a kubelet mode (``off`` = none; else built by ``kubesim.sims``); ``ray`` is
+    ``sim`` (simulated Ray heads) or ``real`` (real ``ray start --head`` processes).
 
     Raises:
         RuntimeError: a mode other than ``off`` was asked for and ``kubesim.sims`` is unavailable.
@@ -250,8 +251,8 @@ def simulators_for(kubelet_mode: str) -> tuple[list[Controller], list[ProxyResol
         raise ValueError(f"unknown kubelet mode {kubelet_mode!r} (off, instant, realistic)")
     try:
         from kubesim.sims import build_simulators
-        from kubesim.sims.options import KubeletMode
+        from kubesim.sims.options import KubeletMode, RayMode
     except ImportError as exc:
         raise RuntimeError(f"kubelet mode {kubelet_mode!r} needs kubesim.sims.build_simulators") from exc
-    controllers, resolvers = build_simulators(cast(KubeletMode, kubelet_mode))
+    controllers, resolvers = build_simulators(cast(KubeletMode, kubelet_mode), ray=cast(RayMode, ray))
     return list(controllers), list(resolvers)

@@ -12,7 +12,7 @@ Failure-injection annotations are listed in ``annotations``, job and serve scrip
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kubesim.dashboard import Clock, SystemClock
 from kubesim.hooks import Controller, ProxyResolver
@@ -21,13 +21,14 @@ from kubesim.sims.dashboards import RayDashboards
 from kubesim.sims.endpointslices import EndpointSliceController
 from kubesim.sims.gateways import GatewayStatusController
 from kubesim.sims.kubelet import Kubelet
-from kubesim.sims.options import INSTANT, REALISTIC, KubeletMode, SimOptions, options_for
+from kubesim.sims.options import INSTANT, RAY_MODES, REALISTIC, KubeletMode, RayMode, SimOptions, options_for
 
 __all__ = [
     "INSTANT",
     "REALISTIC",
     "KubeletMode",
     "RayDashboards",
+    "RayMode",
     "SimOptions",
     "Simulation",
     "build_simulation",
@@ -51,6 +52,7 @@ def build_simulation(
     *,
     options: SimOptions | None = None,
     clock: Clock | None = None,
+    ray: RayMode = "sim",
 ) -> Simulation:
     """Build the simulators of a kubelet mode.
 
@@ -58,6 +60,7 @@ def build_simulation(
         kubelet_mode: "off" (nothing at all), "instant" or "realistic".
         options: settings; default the mode's preset (:data:`INSTANT` / :data:`REALISTIC`).
         clock: time source for timestamps and the Ray dashboards (default the system clock).
+        ray: "sim" (the dashboard simulator) or "real" (real Ray heads, ``SimOptions.real_ray``).
 
     Returns:
         The controllers, proxy resolvers and the Ray dashboard registry.
@@ -67,9 +70,13 @@ def build_simulation(
     """
     if kubelet_mode not in ("off", "instant", "realistic"):
         raise ValueError(f"unknown kubelet mode {kubelet_mode!r}")
+    if ray not in RAY_MODES:
+        raise ValueError(f"unknown ray mode {ray!r} (sim, real)")
     if kubelet_mode == "off":
         return Simulation()
     opts = options or options_for(kubelet_mode)
+    if ray == "real":
+        opts = replace(opts, real_ray=True)
     used_clock = clock or SystemClock()
     dashboards = RayDashboards(options=opts, clock=used_clock)
     controllers: list[Controller] = [Kubelet(options=opts, clock=used_clock, dashboards=dashboards)]
@@ -87,9 +94,10 @@ def build_simulators(
     *,
     options: SimOptions | None = None,
     clock: Clock | None = None,
+    ray: RayMode = "sim",
 ) -> tuple[list[Controller], list[ProxyResolver]]:
     """The controllers and proxy resolvers for ``kubesim.server.KubeSim`` (see :func:`build_simulation`)."""
-    simulation = build_simulation(kubelet_mode, options=options, clock=clock)
+    simulation = build_simulation(kubelet_mode, options=options, clock=clock, ray=ray)
     return simulation.controllers, simulation.resolvers
 
 

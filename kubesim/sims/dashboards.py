@@ -13,10 +13,16 @@ pods its selector picks (Ready pods, or any running one with ``publishNotReadyAd
 its cluster's dashboard. Every Ray HTTP port (dashboard 8265, agent 52365, serve 8000, metrics, any port
 named in the container) maps to the same simulated server, because one app answers all their paths;
 GCS (6379) and Ray client (10001) ports resolve to nothing, as they do not speak HTTP.
+
+With ``SimOptions.real_ray`` a head pod gets a real Ray head instead (``kubesim.sims.realray``): the pod is
+reported Running once that head answers its health checks, each HTTP port of the pod maps to the port the
+process really listens on (dashboard, agent, Serve, metrics), and Serve config PUTs forwarded by the proxy
+get the head's own Serve port (:meth:`RayDashboards.adapt_request`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Mapping
@@ -41,6 +47,7 @@ from kubesim.sims.objects import (
     uid_of,
 )
 from kubesim.sims.options import SimOptions
+from kubesim.sims.realray import RealRayHead
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +55,7 @@ CLUSTER_LABEL = "ray.io/cluster"
 NODE_TYPE_LABEL = "ray.io/node-type"
 NON_HTTP_PORTS = frozenset({6379, 10001})
 NON_HTTP_PORT_NAMES = frozenset({"gcs-server", "gcs", "client", "redis"})
+_RAY_PORT_NAMES = {"dashboard": 8265, "dashboard-agent": 52365, "serve": 8000, "metrics": 8080}
 _VERSION = re.compile(r"(\d+\.\d+\.\d+)")
 
 
@@ -55,7 +63,39 @@ _VERSION = re.compile(r"(\d+\.\d+\.\d+)")
 class _Head:
     pod_uid: str
     pod_name: str
-    server: DashboardServer
+    server: DashboardServer | None = None
+    """The simulated head, or None for a real one."""
+    real: RealRayHead | None = None
+    """The real Ray head (``SimOptions.real_ray``), or None."""
+
+    @property
+    def running(self) -> bool:
+        return self.real.running if self.real is not None else self.server is not None and self.server.running
+
+    @property
+    def url(self) -> str:
+        if self.real is not None:
+            return self.real.url
+        assert self.server is not None
+        return self.server.url
+
+    @property
+    def gcs_healthy(self) -> bool:
+        if self.real is not None:
+            return self.real.healthy and self.real.running
+        return self.server is not None and self.server.state.gcs_healthy
+
+    async def stop(self) -> None:
+        if self.real is not None:
+            await self.real.stop()
+        if self.server is not None:
+            await self.server.stop()
+
+    def url_for(self, container_port: int | None) -> str | None:
+        """Base URL of a head container port (every HTTP port of a simulated head is its one server)."""
+        if self.real is None:
+            return self.url if self.running else None
+        return self.real.url_for(container_port) if container_port is not None and self.running else None
 
 
 def is_head_pod(pod: Mapping[str, Any]) -> bool:
@@ -87,12 +127,24 @@ class RayDashboards:
 
     # --- lifecycle, driven by the kubelet ------------------------------------------------------
 
-    async def start_for(self, pod: Mapping[str, Any]) -> DashboardServer:
-        """Start a fresh dashboard for a head pod (replacing any previous head of its cluster)."""
+    @property
+    def real_ray(self) -> bool:
+        """True when head pods run real Ray heads."""
+        return self._options.real_ray
+
+    async def start_for(self, pod: Mapping[str, Any]) -> None:
+        """Start a fresh dashboard for a head pod (replacing any previous head of its cluster).
+
+        Raises:
+            RealRayUnavailableError: a real head was asked for and could not start.
+        """
         key = cluster_key(pod)
         previous = self._heads.pop(key, None)
         if previous is not None:
-            await previous.server.stop()
+            await previous.stop()
+        if self._options.real_ray:
+            await self._start_real(pod, key)
+            return
         state = new_state(
             clock=self._clock,
             token=self._token_for(pod),
@@ -104,9 +156,38 @@ class RayDashboards:
         self.apply_faults(pod, state)
         server = DashboardServer(state)
         await server.start()
-        self._heads[key] = _Head(uid_of(pod), name_of(pod), server)
+        self._heads[key] = _Head(uid_of(pod), name_of(pod), server=server)
         logger.info("kubesim: Ray dashboard of %s/%s serving at %s", key[0], key[1], server.url)
-        return server
+
+    async def _start_real(self, pod: Mapping[str, Any], key: tuple[str, str]) -> None:
+        containers = spec_of(pod).get("containers") or []
+        container = containers[0] if containers else {}
+        env: dict[str, str] = {}
+        if self._store is not None and container:
+            env, _ = resolve_env(self._store, pod, container=container)
+        head = RealRayHead(container=container, env=env, token=self._token_for(pod))
+        # Registered before it is healthy, so a pod deleted meanwhile still stops it.
+        self._heads[key] = _Head(uid_of(pod), name_of(pod), real=head)
+        try:
+            await head.start()
+        except BaseException:
+            if self._heads.get(key) is not None and self._heads[key].real is head:
+                del self._heads[key]
+            await head.stop()
+            raise
+        logger.info("kubesim: real Ray head of %s/%s serving at %s", key[0], key[1], head.url)
+
+    def real_head(self, namespace: str, cluster: str) -> RealRayHead | None:
+        """The real Ray head of a cluster (``SimOptions.real_ray``), or None."""
+        head = self._heads.get((namespace, cluster))
+        return head.real if head is not None else None
+
+    def adapt_request(self, base_url: str, method: str, path: str, body: bytes) -> bytes:
+        """The body to forward to ``base_url``: real heads get their own Serve port in Serve config PUTs."""
+        for head in self._heads.values():
+            if head.real is not None and head.real.url == base_url:
+                return head.real.adapt_body(method, path, body)
+        return body
 
     async def stop_for(self, pod: Mapping[str, Any]) -> None:
         """Stop the dashboard of a head pod, if that pod still owns it."""
@@ -114,18 +195,17 @@ class RayDashboards:
         head = self._heads.get(key)
         if head is not None and head.pod_uid == uid_of(pod):
             del self._heads[key]
-            await head.server.stop()
+            await head.stop()
 
     async def stop_all(self) -> None:
         """Stop every dashboard (simulator shutdown)."""
         heads, self._heads = list(self._heads.values()), {}
-        for head in heads:
-            await head.server.stop()
+        await asyncio.gather(*(head.stop() for head in heads), return_exceptions=True)
 
     def refresh(self, pod: Mapping[str, Any]) -> None:
         """Re-read a live head pod's failure annotations into its dashboard."""
         head = self._heads.get(cluster_key(pod))
-        if head is not None and head.pod_uid == uid_of(pod):
+        if head is not None and head.server is not None and head.pod_uid == uid_of(pod):
             self.apply_faults(pod, head.server.state)
 
     @staticmethod
@@ -153,17 +233,17 @@ class RayDashboards:
     def gcs_ready(self, namespace: str, cluster: str) -> bool:
         """What ``ray health-check`` would say: the head runs and its GCS is healthy."""
         head = self._heads.get((namespace, cluster))
-        return head is not None and head.server.state.gcs_healthy
+        return head is not None and head.gcs_healthy
 
     def dashboard_url(self, namespace: str, cluster: str) -> str | None:
         """Loopback base URL of a cluster's dashboard, or None."""
         head = self._heads.get((namespace, cluster))
-        return head.server.url if head is not None and head.server.running else None
+        return head.url if head is not None and head.running else None
 
     def dashboard_state(self, namespace: str, cluster: str) -> DashboardState | None:
         """The live state of a cluster's dashboard (tests may inspect or poke it), or None."""
         head = self._heads.get((namespace, cluster))
-        return head.server.state if head is not None else None
+        return head.server.state if head is not None and head.server is not None else None
 
     def resolve_address(self, pod: Mapping[str, Any], *, host: str, port: int) -> str | None:
         """Where ``http://host:port`` seen from inside ``pod`` really goes (a dashboard URL), or None."""
@@ -231,9 +311,9 @@ class RayDashboards:
 
     def _url_for_pod(self, pod: Mapping[str, Any], port: str) -> str | None:
         head = self._heads.get(cluster_key(pod))
-        if head is None or not head.server.running or not _is_http_port(pod, port):
+        if head is None or not _is_http_port(pod, port):
             return None
-        return head.server.url
+        return head.url_for(_container_port(pod, port))
 
 
 def _is_ip(host: str) -> bool:
@@ -256,6 +336,17 @@ def _service_target(ports: list[Any], port: str) -> str | None:
         return None
     target = chosen.get("targetPort", chosen.get("port"))
     return None if target is None else str(target)
+
+
+def _container_port(pod: Mapping[str, Any], port: str) -> int | None:
+    """The container port number a port name or number of a pod stands for (Ray's defaults by name)."""
+    if port.isdigit():
+        return int(port)
+    for container in spec_of(pod).get("containers") or []:
+        for entry in container.get("ports") or []:
+            if entry.get("name") == port and isinstance(entry.get("containerPort"), int):
+                return int(entry["containerPort"])
+    return _RAY_PORT_NAMES.get(port)
 
 
 def _is_http_port(pod: Mapping[str, Any], port: str) -> bool:

@@ -13,6 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 KubeletMode = Literal["off", "instant", "realistic"]
+RayMode = Literal["sim", "real"]
+"""What a Ray head pod runs: the dashboard simulator, or a real ``ray start --head`` process."""
+RAY_MODES: tuple[RayMode, ...] = ("sim", "real")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +54,9 @@ class SimOptions:
     """Run the batch/v1 Job controller."""
     gateway_status: bool = True
     """Run the Gateway API status controller."""
+    real_ray: bool = False
+    """Head pods run real Ray heads (``ray start --head``, needs ``raybus[realray]``) instead of the dashboard
+    simulator, and Ray job submitters run their real script with the real ``ray`` CLI."""
 
 
 INSTANT = SimOptions()

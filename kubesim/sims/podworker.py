@@ -8,8 +8,9 @@ Ready after the readiness delay. Between steps it pauses only when a delay is co
 mode writes once.
 
 What a container does once running is decided from the pod: a Ray job submitter command plays the
-submitter (``submitter_run``), a container of a batch Job pod exits 0 after a short run, the first
-container follows the failure annotations (``annotations``), anything else runs until the pod goes.
+submitter (``submitter_run``; with real Ray heads its real command runs, ``realsubmit``), a container of a
+batch Job pod exits 0 after a short run, the first container follows the failure annotations
+(``annotations``), anything else runs until the pod goes.
 Exits go through the restart policy (restartCount, lastState) and the pod phase follows.
 A Ray head pod's dashboard is started just before the pod is reported Running and stopped when its Ray
 container (``containers[0]``) dies; a restart brings a fresh one.
@@ -43,6 +44,8 @@ from kubesim.sims.objects import (
 )
 from kubesim.sims.options import SimOptions
 from kubesim.sims.podmodel import ContainerSim, build_pod_sim
+from kubesim.sims.realray import RealRayUnavailableError
+from kubesim.sims.realsubmit import run_real_submitter
 from kubesim.sims.submitter import parse_submitter
 from kubesim.sims.submitter_run import run_submitter
 
@@ -273,8 +276,15 @@ class PodWorker:
         container.wait("CrashLoopBackOff", f"back-off 10s restarting failed container={container.name}")
 
     async def _start_dashboard(self, pod: Mapping[str, Any]) -> None:
-        await self.node.dashboards.start_for(pod)
         self.dashboard_up = True
+        try:
+            await self.node.dashboards.start_for(pod)
+        except RealRayUnavailableError as error:
+            # A real head that cannot start is a Ray container that exits: the restart policy decides.
+            logger.warning("kubesim kubelet: head pod %s/%s: %s", self.namespace, self.name, error)
+            self.dashboard_up = False
+            self.exits.append((0, 1))
+            self.wake.set()
 
     async def _stop_dashboard(self) -> None:
         if self.dashboard_up:
@@ -347,6 +357,16 @@ class PodWorker:
         command = parse_submitter(
             [str(c) for c in raw.get("command") or []], [str(a) for a in raw.get("args") or []], env=env
         )
+        if command is not None and self.node.dashboards.real_ray:
+            real_dashboards = self.node.dashboards
+
+            def resolve_real(host: str, port: int) -> str | None:
+                return real_dashboards.resolve_address(self.last_pod, host=host, port=port)
+
+            argv = [str(c) for c in raw.get("command") or []] + [str(a) for a in raw.get("args") or []]
+            return run_real_submitter(
+                argv, env=env, resolve=resolve_real, poll_interval=self.options.submitter_poll_interval
+            )
         if command is not None:
             dashboards = self.node.dashboards
 

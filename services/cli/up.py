@@ -1,7 +1,8 @@
 """``raybus up``: the whole stack on loopback for a newcomer, supervised by this process.
 
 It starts, each as a child process with its log under ``STATE/logs/``: its own nats-server (JetStream
-store under ``STATE/nats``), kubesim (kubelet ``instant``, the ray.io CRDs generated from ``schema/``),
+store under ``STATE/nats``), kubesim (kubelet ``instant``, the ray.io CRDs generated from ``schema/``;
+``--ray real`` makes it run a real Ray head for each head Pod),
 and the watcher, reconciler and status services (SQLite under ``STATE``). It writes ``STATE/kubeconfig``
 and ``STATE/endpoints.json`` (read by ``raybus history``, ``replay`` and ``get``), prints what runs where,
 and on Ctrl-C stops everything in reverse order. ``--kubeconfig``, ``--nats-url`` and ``--db-url`` use
@@ -42,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--feature-gates", default="RayCronJob=true", help="KubeRay feature gates for reconcile")
     parser.add_argument("--status-port", type=int, default=0, help="history API port (0 = a free port)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each component")
+    parser.add_argument(
+        "--ray",
+        choices=("sim", "real"),
+        default="sim",
+        help="what kubesim runs for a Ray head pod: sim (a simulator) or real (ray start --head; raybus[realray])",
+    )
 
 
 def free_port() -> int:
@@ -172,9 +179,12 @@ def start_stack(args: argparse.Namespace) -> Stack:
                 os.unlink(kubeconfig)
             port = free_port()
             argv = _raybus(
-                "kubesim", "--port", str(port), "--kubeconfig", kubeconfig, "--kubelet", "instant", "--crds", str(crds)
+                "kubesim",
+                *("--port", str(port), "--kubeconfig", kubeconfig, "--kubelet", "instant", "--crds", str(crds)),
+                *("--ray", args.ray),
             )
-            child = Child("kubesim", argv, logs / "kubesim.log", f"http://127.0.0.1:{port} (a simulator)")
+            where = f"http://127.0.0.1:{port} (a simulator{', real Ray heads' if args.ray == 'real' else ''})"
+            child = Child("kubesim", argv, logs / "kubesim.log", where)
             stack.add(child, lambda: port_open(port) and Path(kubeconfig).exists(), args.timeout)
         db_url = args.db_url or f"sqlite+aiosqlite:///{state / 'raybus.db'}"
         common = ["--nats-url", nats_url]

@@ -157,6 +157,7 @@ async def running_pipeline(
     *,
     db_url: str | None = None,
     kubelet: str = "instant",
+    ray: str = "sim",
     with_reconciler: bool = True,
     settings_hook: Callable[[RaybusSettings], RaybusSettings] | None = None,
     extra_crds: Sequence[Path] = (),
@@ -171,7 +172,9 @@ async def running_pipeline(
     server = NatsServer(workdir / "nats")
     await asyncio.to_thread(server.start)
     try:
-        async with running_kubesim(kubelet=kubelet, crd_paths=[crds, *extra_crds], workdir=workdir / "kube") as kube:
+        async with running_kubesim(
+            kubelet=kubelet, ray=ray, crd_paths=[crds, *extra_crds], workdir=workdir / "kube"
+        ) as kube:
             settings = pipeline_settings(
                 server.url, str(kube.kubeconfig), db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
             )
