@@ -2,6 +2,9 @@
 
 JSON rather than msgpack: messages stay readable in ``nats stream view`` and replay exports, and
 msgspec's JSON is fast enough that the codec is never the bottleneck (see bench/RESULTS.md).
+
+Every decoder checks the bytes against ``schema.bounds`` first: a message from the bus is untrusted, and
+one nested deeply enough raises ``RecursionError`` inside msgspec or in whatever walks it later.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from typing import Final
 
 import msgspec
 
+from schema.bounds import check_bounds
 from schema.messages import BusInput, CommandBatch, CommandResult, DeadLetter
 
 _encoder: Final = msgspec.json.Encoder()
@@ -28,21 +32,26 @@ def decode_input(data: bytes) -> BusInput:
     """Decode a message of the events stream.
 
     Raises:
+        schema.bounds.TooComplex: too large or too deep to decode (the caller dead-letters it).
         msgspec.DecodeError / msgspec.ValidationError: malformed (the caller dead-letters it).
     """
+    check_bounds(data)
     return _input_decoder.decode(data)
 
 
 def decode_batch(data: bytes) -> CommandBatch:
-    """Decode a command batch."""
+    """Decode a command batch (raises like :func:`decode_input`)."""
+    check_bounds(data)
     return _batch_decoder.decode(data)
 
 
 def decode_result(data: bytes) -> CommandResult:
-    """Decode a command result."""
+    """Decode a command result (raises like :func:`decode_input`)."""
+    check_bounds(data)
     return _result_decoder.decode(data)
 
 
 def decode_deadletter(data: bytes) -> DeadLetter:
-    """Decode a dead letter."""
+    """Decode a dead letter (raises like :func:`decode_input`)."""
+    check_bounds(data)
     return _deadletter_decoder.decode(data)

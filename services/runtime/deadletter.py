@@ -16,18 +16,26 @@ from schema.messages import DeadLetter
 from services.runtime.bus import publish
 
 MAX_ERROR_CHARS = 4000
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+"""Original bytes kept in a dead letter: base64 makes them a third larger, and the letter must still fit
+in a NATS message, or the message it describes could never be parked."""
 
 
 def dead_letter_of(msg: Msg, *, stream: str, error: str, at: datetime | None = None) -> DeadLetter:
     """The dead letter describing ``msg`` (its JetStream metadata, bytes and headers)."""
     meta = msg.metadata
+    payload = msg.data
+    error = error[:MAX_ERROR_CHARS]
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        error += f" (payload: the first {MAX_PAYLOAD_BYTES} of {len(payload)} bytes)"
+        payload = payload[:MAX_PAYLOAD_BYTES]
     return DeadLetter(
         stream=stream,
         subject=msg.subject,
         sequence=meta.sequence.stream,
         deliveries=meta.num_delivered,
-        error=error[:MAX_ERROR_CHARS],
-        payload=msg.data,
+        error=error,
+        payload=payload,
         at=at or datetime.now(UTC),
         headers={k: v for k, v in (msg.headers or {}).items() if isinstance(k, str) and k != "Nats-Msg-Id"},
     )

@@ -6,7 +6,11 @@ Liveness means the process's loops are running; readiness means it is connected 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Final
 
 from aiohttp import web
 
@@ -14,6 +18,41 @@ from services.runtime.metrics import render_prometheus
 
 ReadinessCheck = Callable[[], str | None]
 """Returns None when ready, else a short reason."""
+
+STALL_AFTER: Final = 300.0
+"""Seconds one unit of work (a fetched batch, a command batch) may take before its stage counts as
+stuck: far above a slow API server's retries, far below "nobody noticed"."""
+
+
+class Progress:
+    """Whether a stage is moving: it is stuck while a unit of work has been running for longer than
+    ``stall_after`` seconds. Idle is not stuck; a finished unit is forgotten."""
+
+    def __init__(self, name: str, *, stall_after: float = STALL_AFTER, clock: Callable[[], float] = time.monotonic):
+        self._name = name
+        self._stall_after = stall_after
+        self._clock = clock
+        self._running: dict[int, float] = {}
+        self._tokens = itertools.count()
+
+    @contextmanager
+    def working(self) -> Iterator[None]:
+        """Mark the enclosed block as one unit of work."""
+        token = next(self._tokens)
+        self._running[token] = self._clock()
+        try:
+            yield
+        finally:
+            del self._running[token]
+
+    def stalled(self) -> str | None:
+        """A :data:`ReadinessCheck`: None while moving or idle, else how long the oldest unit has run."""
+        if not self._running:
+            return None
+        waited = self._clock() - min(self._running.values())
+        if waited <= self._stall_after:
+            return None
+        return f"{self._name}: {len(self._running)} unit(s) of work running, the oldest for {waited:.0f}s"
 
 
 class HealthServer:

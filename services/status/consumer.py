@@ -6,15 +6,15 @@ make the second insert a no-op. Several status replicas share the durable ``STAT
 
 Per batch:
 
-1. decode every message; one that is not a ``CommandResult`` (or carries a transition without a uid)
-   is dead-lettered (``DeadLetter`` on ``raybus.dlq.RAYBUS_RESULTS`` with the reason, de-duplicated by
-   stream sequence) and acked, so garbage never blocks the stream;
+1. decode every message; one that is not a ``CommandResult`` (too deep, too large, a wrong schema, or a
+   transition without a uid) is dead-lettered (``DeadLetter`` on ``raybus.dlq.RAYBUS_RESULTS`` with the
+   reason, de-duplicated by stream sequence) and acked, so garbage never blocks the stream;
 2. persist the good ones in one transaction, inside one ``status.persist`` span per message that continues
    the trace its headers carry;
 3. on a retryable database error (down, deadlock), retry the *same* batch with backoff while telling
    JetStream the messages are in progress: nak-ing would burn deliveries (``max_deliver``) and could lose
-   history during a long outage. On a permanent error (data the database refuses), split the batch to
-   find the culprit, dead-letter it and persist the rest;
+   history during a long outage. On a permanent error (data the database refuses) or any other
+   exception, split the batch to find the culprit, dead-letter it and persist the rest;
 4. ack.
 
 A stop request is honoured between batches: the batch in flight is finished (committed and acked)
@@ -25,12 +25,12 @@ Not here: SQL (``store``), HTTP (``api``), process wiring (``service``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -40,7 +40,8 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from schema import codec, subjects
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
-from services.runtime.errors import PermanentError, RetryableError
+from services.runtime.errors import RetryableError
+from services.runtime.health import Progress
 from services.runtime.metrics import meter
 from services.runtime.tracing import extract_context
 from services.runtime.tracing import tracer as get_tracer
@@ -112,6 +113,7 @@ class ResultConsumer:
         self._clock = clock
         self._tracer = tracer or get_tracer(__name__)
         self._metrics = metrics
+        self.progress = Progress("status consumer")
         self._lag = 0
         m = meter(__name__)
         self._consumed = m.create_counter(
@@ -151,7 +153,8 @@ class ResultConsumer:
                     continue
                 failures = 0
                 _raise_if_cancelling()
-                await self._handle(msgs, stop)
+                with self.progress.working():
+                    await self._handle(msgs, stop)
         finally:
             await sub.unsubscribe()
 
@@ -161,8 +164,8 @@ class ResultConsumer:
         for msg in msgs:
             try:
                 result = codec.decode_result(msg.data)
-            except msgspec.DecodeError as exc:
-                dead.append((msg, f"not a CommandResult: {exc}"))
+            except Exception as exc:  # whatever the bytes make the decoder do, the message is parked
+                dead.append((msg, f"not a CommandResult: {type(exc).__name__}: {exc}"))
                 continue
             if any(not t.uid for t in result.transitions):
                 # a step without a uid belongs to no incarnation; stored, it would merge unrelated resources
@@ -203,7 +206,8 @@ class ResultConsumer:
         refused_msgs = {id(msg) for msg, _ in refused}
         for item in items:
             if id(item.msg) not in refused_msgs:
-                await item.msg.ack()
+                with contextlib.suppress(nats.errors.Error):  # lost: redelivered, the insert is a no-op then
+                    await item.msg.ack()
         for msg, reason in [*dead, *refused]:
             await self._dead_letter(msg, reason)
 
@@ -215,18 +219,6 @@ class ResultConsumer:
         while True:
             try:
                 stats = await self._store.persist([item.record for item in items])
-            except PermanentError as exc:
-                if len(items) == 1:
-                    items[0].span.set_status(Status(StatusCode.ERROR, str(exc)))
-                    return [(items[0].msg, f"refused by the database: {exc}")]
-                middle = len(items) // 2
-                refused: list[tuple[Msg, str]] = []
-                for half in (items[:middle], items[middle:]):
-                    more = await self._persist(half, stop)
-                    if more is None:
-                        return None
-                    refused.extend(more)
-                return refused
             except RetryableError as exc:
                 log.warning("persisting %d results failed (attempt %d): %s", len(items), attempt + 1, exc)
                 if await self._pause(stop, attempt):
@@ -235,6 +227,18 @@ class ResultConsumer:
                 for item in items:
                     await item.msg.in_progress()
                 continue
+            except Exception as exc:  # refused, or a result the store cannot handle: find which one
+                if len(items) == 1:
+                    items[0].span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    return [(items[0].msg, f"refused by the database: {type(exc).__name__}: {exc}")]
+                middle = len(items) // 2
+                refused: list[tuple[Msg, str]] = []
+                for half in (items[:middle], items[middle:]):
+                    more = await self._persist(half, stop)
+                    if more is None:
+                        return None
+                    refused.extend(more)
+                return refused
             self._consumed.add(stats.results)
             self._persisted.add(stats.transitions)
             if self._metrics is not None:
@@ -260,4 +264,5 @@ class ResultConsumer:
             return
         log.warning("dead-lettered result %d from %s: %s", meta.sequence.stream, msg.subject, reason)
         self._dead.add(1)
-        await msg.ack()
+        with contextlib.suppress(nats.errors.Error):  # lost: redelivered and parked again (de-duplicated)
+            await msg.ack()

@@ -87,8 +87,10 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
             metrics = ResourceMetrics()
             await metrics.load(store)
             probe_task = asyncio.create_task(probe.run(stop), name="status-db-probe")
+            consumer = ResultConsumer(nc.jetstream(), store, metrics=metrics)
+            health.add_readiness("progress", consumer.progress.stalled)
             try:
-                await ResultConsumer(nc.jetstream(), store, metrics=metrics).run(stop)
+                await consumer.run(stop)
             finally:
                 metrics.close()
                 probe_task.cancel()

@@ -8,12 +8,13 @@ continues the trace carried by the batch's headers, one outcome (:class:`Command
 the key's results subject inside that span, and only then is the batch acknowledged.
 
 Invariants:
-- A malformed batch goes to the dead-letter stream with the decode error and is acked: it never
-  crashes the applier or blocks its key.
+- A malformed batch (too deep, too large, a wrong schema) goes to the dead-letter stream with the
+  decode error and is acked: it never crashes the applier or blocks its key. So does a batch whose
+  handling raises: the key's later batches proceed.
 - A batch is acked only after every command's result is published. A stop mid-batch leaves it unacked
   (queued batches are nak'ed), so JetStream redelivers it; commands are idempotent (``calls``).
 - Outcomes follow ``calls.outcome_of_error`` / ``calls.retry_delay``; nothing raised by a command escapes
-  as an exception (kopf's outcome discipline), except cancellation.
+  as an exception (kopf's outcome discipline), except cancellation: a command that raises is ``failed``.
 - ``raybus.io/generate: auth_token`` Secrets get a fresh token here (the only randomness of the
   pipeline); the token never appears in a log, a span or a result.
 
@@ -55,6 +56,7 @@ from schema.messages import (
 from services.runtime.bus import publish
 from services.runtime.deadletter import dead_letter_of, destination
 from services.runtime.errors import PermanentError
+from services.runtime.health import Progress
 from services.runtime.tracing import current_trace_id, extract_context, tracer
 from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.calls import ApiError, outcome_of_error, plan_call, retry_delay
@@ -149,6 +151,7 @@ class Applier:
         self._workers: dict[ReconcileKey, asyncio.Task[None]] = {}
         self._outstanding = 0
         self._stopping = False
+        self.progress = Progress("applier")
         self.batches_applied = 0
         self.dead_letters = 0
 
@@ -190,8 +193,8 @@ class Applier:
     async def _accept(self, msg: Msg) -> None:
         try:
             batch = codec.decode_batch(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            await self._dead_letter(msg, f"malformed command batch: {exc}")
+        except Exception as exc:  # whatever the bytes make the decoder do, the message is parked
+            await self._dead_letter(msg, f"malformed command batch: {type(exc).__name__}: {exc}")
             return
         deliveries = msg.metadata.num_delivered
         if self._max_deliver and deliveries > self._max_deliver:
@@ -211,15 +214,30 @@ class Applier:
                 async with self._slots:
                     if self._stopping:
                         break
-                    await self.apply_batch(msg, batch)
+                    with self.progress.working():
+                        failure = await self._apply_guarded(msg, batch)
                 queue.popleft()
                 self._outstanding -= 1
-                await msg.ack()
-                self.batches_applied += 1
+                if failure is None:
+                    with contextlib.suppress(nats.errors.Error):  # lost: redelivered, commands are idempotent
+                        await msg.ack()
+                    self.batches_applied += 1
+                else:
+                    await self._dead_letter(msg, failure)
         finally:
             if not queue:
                 self._queues.pop(key, None)
             self._workers.pop(key, None)
+
+    async def _apply_guarded(self, msg: Msg, batch: CommandBatch) -> str | None:
+        """Apply ``batch``; the reason to dead-letter it when its handling raised (a bad message must not
+        end its key's worker: later batches of the key still come)."""
+        try:
+            await self.apply_batch(msg, batch)
+        except Exception as exc:
+            log.exception("command batch %s of %s failed", batch.id, batch.key, extra={"raybus.key": str(batch.key)})
+            return f"command batch {batch.id} failed: {type(exc).__name__}: {exc}"
+        return None
 
     async def _shutdown(self) -> None:
         """Let running batches finish (bounded), nak the queued ones, cancel the rest (left unacked)."""
@@ -244,7 +262,8 @@ class Applier:
         await self._publish_retrying(subject, codec.encode(letter), msg_id)
         self.dead_letters += 1
         log.warning("dead-lettered command message %d on %s: %s", metadata.sequence.stream, msg.subject, error)
-        await msg.ack()
+        with contextlib.suppress(nats.errors.Error):  # lost: the message comes back and is parked again
+            await msg.ack()
 
     # --- applying -------------------------------------------------------------------------------------
 
@@ -334,6 +353,9 @@ class Applier:
             return await self._apply_api(command, msg)
         except PermanentError as exc:
             return Applied(outcome="failed", error=str(exc))
+        except Exception as exc:  # a command the calls cannot express (``body.metadata: 7``), or a bug
+            log.warning("%s %s raised", verb_of(command), command_target(command), exc_info=True)
+            return Applied(outcome="failed", error=f"{type(exc).__name__}: {exc}"[:1000])
 
     async def _apply_api(self, command: Command, msg: Msg | None) -> Applied:
         if self._api is None:

@@ -33,6 +33,7 @@ from urllib.parse import quote
 import aiohttp
 import msgspec
 
+from schema.bounds import TooComplex, check_bounds
 from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
 from services.runtime.errors import PermanentError
 from services.watcher.aio import raise_if_cancelling
@@ -71,10 +72,21 @@ class DashboardAnswer:
     def json(self) -> dict[str, Any] | None:
         """The body as a JSON object, or None."""
         try:
-            decoded = _json.decode(self.data) if self.data else None
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            return self.json_or_error()
+        except (TooComplex, msgspec.DecodeError):
             return None
-        return decoded
+
+    def json_or_error(self) -> dict[str, Any] | None:
+        """The body as a JSON object (None when empty).
+
+        Raises:
+            TooComplex: too large or nested too deeply to decode.
+            msgspec.DecodeError: not a JSON object.
+        """
+        if not self.data:
+            return None
+        check_bounds(self.data)
+        return _json.decode(self.data)
 
 
 @dataclass(frozen=True, kw_only=True)

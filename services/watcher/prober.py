@@ -39,6 +39,7 @@ from nats.js.kv import KeyValue
 from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
+from schema.bounds import TooComplex
 from schema.decision import OBS_RAY_JOB
 from schema.keys import ReconcileKey
 from schema.messages import DashboardRef, Observation
@@ -74,7 +75,12 @@ class ProbeTarget:
 def answer_data(answer: DashboardAnswer) -> dict[str, Any]:
     """The observation data of a dashboard answer."""
     if 200 <= answer.status <= 299:
-        decoded = answer.json()
+        try:
+            decoded = answer.json_or_error()
+        except TooComplex as exc:
+            return {"http_status": answer.status, "error": f"the dashboard's answer is refused: {exc}"}
+        except msgspec.DecodeError:
+            decoded = None
         if decoded is not None:
             return decoded
         return {"http_status": answer.status, "error": "the dashboard's answer is not a JSON object"}
@@ -242,7 +248,12 @@ class Prober:
     async def poll_once(self) -> None:
         """One round over every probe kind's current targets."""
         objects = self._snapshot()
-        pairs = [(kind, target) for kind in self._probes for target in kind.targets(objects)]
+        pairs: list[tuple[ProbeKind, ProbeTarget]] = []
+        for kind in self._probes:
+            try:
+                pairs.extend((kind, target) for target in kind.targets(objects))
+            except Exception:  # an object its rules did not foresee must not end the prober
+                log.exception("finding the targets of probe %s failed", kind.name)
         live = {(t.key.token(), f"{t.entry_kind}/{t.entry_name}") for _, t in pairs}
         for stale in [k for k in self._last if k not in live]:
             del self._last[stale]
@@ -253,28 +264,35 @@ class Prober:
     async def _probe(self, kind: ProbeKind, target: ProbeTarget) -> None:
         async with self._slots:
             try:
-                if target.pod is not None:
-                    answer = await self._dashboard.request_pod(target.pod, "GET", target.path)
-                elif target.dashboard is not None:
-                    answer = await self._dashboard.request(target.dashboard, "GET", target.path)
-                else:
-                    answer = DashboardAnswer(status=0, error="the target names no dashboard and no pod")
-            except PermanentError as exc:
-                answer = DashboardAnswer(status=0, error=str(exc))
-            data = kind.observe(target, answer)
-            significant = kind.significant(data)
-            state_key = (target.key.token(), f"{target.entry_kind}/{target.entry_name}")
-            if state_key not in self._last:
-                self._last[state_key] = await self._projected(kind, target)
-            if self._last[state_key] == significant:
-                return
-            try:
-                await self._publish(target, data, significant)
-            except (nats.errors.Error, TimeoutError) as exc:
+                await self._probe_one(kind, target)
+            except Exception:  # one target's answer (or a bug it triggers) must not end the prober
                 raise_if_cancelling()
-                log.warning("publishing an observation of %s failed: %s", target.key, exc)
-                return
-            self._last[state_key] = significant
+                log.exception("probing %s of %s failed", target.path, target.key, extra={"raybus.key": str(target.key)})
+
+    async def _probe_one(self, kind: ProbeKind, target: ProbeTarget) -> None:
+        try:
+            if target.pod is not None:
+                answer = await self._dashboard.request_pod(target.pod, "GET", target.path)
+            elif target.dashboard is not None:
+                answer = await self._dashboard.request(target.dashboard, "GET", target.path)
+            else:
+                answer = DashboardAnswer(status=0, error="the target names no dashboard and no pod")
+        except PermanentError as exc:
+            answer = DashboardAnswer(status=0, error=str(exc))
+        data = kind.observe(target, answer)
+        significant = kind.significant(data)
+        state_key = (target.key.token(), f"{target.entry_kind}/{target.entry_name}")
+        if state_key not in self._last:
+            self._last[state_key] = await self._projected(kind, target)
+        if self._last[state_key] == significant:
+            return
+        try:
+            await self._publish(target, data, significant)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise_if_cancelling()
+            log.warning("publishing an observation of %s failed: %s", target.key, exc)
+            return
+        self._last[state_key] = significant
 
     async def _projected(self, kind: ProbeKind, target: ProbeTarget) -> Any:
         if self._objects is None:

@@ -100,7 +100,7 @@ class Watcher:
             return f"informers not started: {self._waiting_for or 'starting'}"
         if waiting:
             return f"informers not synced: {', '.join(waiting[:5])}"
-        return None
+        return self.applier.progress.stalled() if self.applier is not None else None
 
     async def start(self) -> None:
         """Connect, load, and start every part (returns once they run; see :meth:`wait`)."""

@@ -5,7 +5,9 @@ KV, so the latest state is what matters, not each intermediate event); different
 reconciled concurrently and the next batch is fetched only when this one is done, so one key is never
 reconciled twice at once. A message is acked only after the command batch it produced is stored by
 JetStream (invariant 5). Failures are retried with backoff and, after ``max_deliver`` attempts, parked in
-the dead-letter stream with the reason (invariant 4); an undecodable message goes there at once.
+the dead-letter stream with the reason (invariant 4); an undecodable message goes there at once. Nothing
+one message does (bytes too deep or too large, a wrong schema, an exception anywhere in its reconcile)
+ends the partition: the message is parked and the partition goes on.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import msgspec
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
@@ -36,6 +37,7 @@ from services.reconciler.worker.timers import TimerScheduler
 from services.runtime.bus import publish
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
+from services.runtime.health import Progress
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
 from services.runtime.snapshots import SnapshotReader
@@ -73,6 +75,11 @@ def retry_delay(deliveries: int) -> float:
     return float(min(30.0, 0.5 * 2 ** max(0, deliveries - 1)))
 
 
+def _reason(exc: Exception) -> str:
+    """A dead letter's reason: the exception's type (``RecursionError`` says more than its text) and text."""
+    return f"{type(exc).__name__}: {exc}"
+
+
 @dataclass
 class _Item:
     msg: Msg
@@ -96,6 +103,7 @@ class PartitionConsumer:
         inflight: InFlight,
         applied: AppliedFloor,
         coalesce_window: float = 0.0,
+        progress: Progress | None = None,
     ) -> None:
         self.partition = partition
         self._js = js
@@ -108,6 +116,7 @@ class PartitionConsumer:
         self._inflight = inflight
         self._applied = applied
         self._coalesce_window = coalesce_window
+        self._progress = progress or Progress(f"partition {partition}")
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
         self._tended_at = float("-inf")
@@ -143,7 +152,8 @@ class PartitionConsumer:
                     for msg in msgs:
                         await settle(msg.nak(delay=1.0))
                     continue
-                await self.process(msgs)
+                with self._progress.working():
+                    await self.process(msgs)
                 await self._tend_memory()
         finally:
             await sub.unsubscribe()
@@ -185,19 +195,22 @@ class PartitionConsumer:
                 message = decode_input(msg.data)
                 if message.key != key:
                     raise ValueError(f"message names key {message.key} but was published for {key}")
-            except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except Exception as exc:  # whatever the bytes make the decoder do, the message is parked
                 _dead_letters.add(1, {"stream": subjects.EVENTS_STREAM})
                 log.warning(
                     "partition %d: dead-lettering seq %d: %s", self.partition, msg.metadata.sequence.stream, exc
                 )
-                await self._park(msg, f"undecodable input: {exc}")
+                await self._park(msg, f"undecodable input: {_reason(exc)}")
                 continue
             groups.setdefault(key, []).append(_Item(msg, message))
         await asyncio.gather(*(self._guarded(key, items) for key, items in groups.items()))
 
     async def _guarded(self, key: ReconcileKey, items: list[_Item]) -> None:
         async with self._limit:
-            await self._reconcile_key(key, items)
+            try:
+                await self._reconcile_key(key, items)
+            except Exception as exc:  # outside the reconcile's own guard: still only this key's inputs fail
+                await self._fail(key, items, exc)
 
     async def _reconcile_key(self, key: ReconcileKey, items: list[_Item]) -> None:
         inputs = [item.message for item in items]
@@ -265,13 +278,13 @@ class PartitionConsumer:
         try:
             await publish_dead_letter(self._js, dead_letter_of(msg, stream=subjects.EVENTS_STREAM, error=reason))
             await settle(msg.ack())
-        except NatsError as exc:
+        except (NatsError, TimeoutError) as exc:
             log.warning("partition %d: could not dead-letter (%s); it will be redelivered", self.partition, exc)
 
     async def _fail(self, key: ReconcileKey, items: list[_Item], exc: Exception) -> None:
         deliveries = max(item.msg.metadata.num_delivered for item in items)
         if deliveries >= self._bus.max_deliver or isinstance(exc, KeyError):
-            reason = f"reconcile of {key} failed {deliveries} time(s): {type(exc).__name__}: {exc}"
+            reason = f"reconcile of {key} failed {deliveries} time(s): {_reason(exc)}"
             if isinstance(exc, KeyError):
                 reason = f"no reconciler for kind {key.kind}"
             log.error("partition %d: dead-lettering %d input(s): %s", self.partition, len(items), reason)

@@ -24,7 +24,7 @@ from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.leases import PartitionLeases
 from services.reconciler.worker.timers import TimerScheduler
 from services.runtime.bus import connect
-from services.runtime.health import HealthServer
+from services.runtime.health import HealthServer, Progress
 from services.runtime.settings import RaybusSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.topology import ensure_topology, open_buckets
@@ -63,6 +63,7 @@ async def run_reconciler(
         kinds = dict(reconcilers if reconcilers is not None else default_reconcilers())
         running: dict[int, tuple[PartitionConsumer, asyncio.Task[None]]] = {}
         crashed: list[BaseException] = []
+        progress = Progress("reconcile")
         leases: PartitionLeases
 
         def on_done(task: asyncio.Task[None]) -> None:
@@ -87,6 +88,7 @@ async def run_reconciler(
                 ),
                 applied=applied,
                 coalesce_window=settings.partitions.coalesce_window,
+                progress=progress,
             )
             task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
             task.add_done_callback(on_done)
@@ -117,6 +119,7 @@ async def run_reconciler(
             stop=stop_partition,
         )
         health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
+        health.add_readiness("progress", progress.stalled)
         log.info("reconciler %s running with kinds %s", worker_id, ", ".join(sorted(kinds)))
         await leases.run(stop)
         if crashed:
