@@ -258,6 +258,9 @@ class CommandResult(msgspec.Struct, tag_field="type", tag="command_result", froz
     transitions: tuple[Transition, ...] = ()
     trace_id: str = ""
     batch_seq: int = 0
+    delivery: int = 1
+    """Which delivery of the batch ran the command: a batch redelivered after its applier died runs its
+    commands again, and each run is its own result (``batch_seq`` + ``delivery`` + ``command_id``)."""
 
 
 class DeadLetter(msgspec.Struct, tag_field="type", tag="dead_letter", frozen=True, kw_only=True):

@@ -1,7 +1,9 @@
 """The history tables, as SQLAlchemy 2 declarative models (the schema itself changes only through
 Alembic migrations in ``migrations/versions``; a test checks that both agree).
 
-- ``commands``: the audit trail, one row per ``(batch_id, command_id)``.
+- ``commands``: the audit trail, one row per execution of a command: ``(batch_id, command_id)`` of the
+  decision, ``(batch_seq, delivery)`` of the batch's stored message and its delivery (a batch redelivered
+  after its applier died runs again: a second row; migration 0004).
 - ``transitions``: every confirmed state-machine step, unique on
   ``(uid, field, from_value, to_value, resource_version)`` so redelivery never duplicates a row; each row
   records the RAYBUS_RESULTS sequence it came from (``raybus replay`` can start there).
@@ -67,7 +69,7 @@ class Command(Base):
 
     __tablename__ = "commands"
     __table_args__ = (
-        sa.UniqueConstraint("batch_id", "command_id"),
+        sa.UniqueConstraint("batch_id", "command_id", "batch_seq", "delivery"),
         sa.Index(None, "kind", "namespace", "name", "id"),
     )
 
@@ -75,6 +77,7 @@ class Command(Base):
     batch_id: Mapped[str]
     command_id: Mapped[str]
     batch_seq: Mapped[int]
+    delivery: Mapped[int]
     verb: Mapped[str]
     target: Mapped[str]
     kind: Mapped[str]

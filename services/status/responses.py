@@ -153,6 +153,7 @@ class CommandOut(msgspec.Struct, frozen=True, kw_only=True):
     batch_id: str
     command_id: str
     batch_seq: int
+    delivery: int
     verb: str
     target: str
     kind: str

@@ -61,6 +61,8 @@ _COMMANDS = Base.metadata.tables[Command.__tablename__]
 _TRANSITIONS = Base.metadata.tables[Transition.__tablename__]
 _RESOURCES = Base.metadata.tables[Resource.__tablename__]
 _TRANSITION_KEY = ("uid", "field", "from_value", "to_value", "resource_version")
+_COMMAND_KEY = ("batch_id", "command_id", "batch_seq", "delivery")
+"""One execution of a command: redelivering its result changes nothing, running it again adds a row."""
 _INSERTED_COLUMNS = tuple(
     _TRANSITIONS.c[name]
     for name in (
@@ -272,7 +274,7 @@ class StatusStore:
         if uids:
             await self._merge_resources(conn, uids=uids, facts=facts, identity=identity)
         if commands:
-            insert = self._insert(_COMMANDS).on_conflict_do_nothing(index_elements=["batch_id", "command_id"])
+            insert = self._insert(_COMMANDS).on_conflict_do_nothing(index_elements=list(_COMMAND_KEY))
             await conn.execute(insert, commands)
         inserted: list[InsertedTransition] = []
         if transitions:
@@ -520,6 +522,7 @@ def _command_row(record: ResultRecord) -> dict[str, Any]:
         "batch_id": r.batch_id,
         "command_id": r.command_id,
         "batch_seq": r.batch_seq,
+        "delivery": r.delivery,
         "verb": r.verb,
         "target": r.target,
         "kind": r.key.kind,

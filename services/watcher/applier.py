@@ -97,9 +97,10 @@ def verb_of(command: Command) -> str:
     return str(type(command).__struct_config__.tag)
 
 
-def result_id(batch: CommandBatch, index: int, command: Command) -> str:
-    """De-duplication id of a command's result (stable across redeliveries)."""
-    return f"{batch.id}/{command.id or index}"
+def result_id(batch: CommandBatch, index: int, command: Command, *, batch_seq: int = 0, delivery: int = 1) -> str:
+    """De-duplication id of one execution of a command: the same for a repeated publish of its result,
+    different for each delivery of the batch (every run is recorded)."""
+    return f"{batch.id}/{command.id or index}/{batch_seq}/{delivery}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,6 +283,7 @@ class Applier:
     async def _apply_commands(self, msg: Msg, batch: CommandBatch, publishing: list[asyncio.Task[None]]) -> None:
         parent = extract_context(msg.headers)
         sequence = msg.metadata.sequence.stream if msg.reply else 0
+        delivery = msg.metadata.num_delivered if msg.reply else 1
         loop = asyncio.get_running_loop()
         last_progress = loop.time()
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
@@ -328,11 +330,14 @@ class Applier:
                     else (),
                     trace_id=current_trace_id(),
                     batch_seq=sequence,
+                    delivery=delivery,
                 )
                 publishing.append(
                     asyncio.ensure_future(
                         self._publish_retrying(
-                            subjects.result_subject(batch.key), codec.encode(result), result_id(batch, index, command)
+                            subjects.result_subject(batch.key),
+                            codec.encode(result),
+                            result_id(batch, index, command, batch_seq=sequence, delivery=delivery),
                         )
                     )
                 )

@@ -22,7 +22,7 @@ async def test_upgrade_from_empty_to_head_matches_the_models(db_url: str) -> Non
     assert await current_revision(db_url) is None
     await upgrade(db_url)
     await upgrade(db_url)  # a second start changes nothing
-    assert await current_revision(db_url) == head_revision() == "0003"
+    assert await current_revision(db_url) == head_revision() == "0004"
 
     def diff(sync: Connection) -> Any:
         return compare_metadata(MigrationContext.configure(sync, opts={"compare_type": True}), Base.metadata)
@@ -39,7 +39,7 @@ async def test_step_by_step_upgrade(db_url: str) -> None:
     await upgrade(db_url, revision="0001")
     assert await current_revision(db_url) == "0001"
     await upgrade(db_url)
-    assert await current_revision(db_url) == "0003"
+    assert await current_revision(db_url) == "0004"
 
 
 def test_generated_config_drives_the_alembic_command(
@@ -53,7 +53,7 @@ def test_generated_config_drives_the_alembic_command(
     config = Config(str(ini), stdout=printed)
     command.upgrade(config, "head")
     command.current(config)
-    assert printed.getvalue().strip() == "0003 (head)"
+    assert printed.getvalue().strip() == "0004 (head)"
     command.upgrade(config, "0001:head", sql=True)  # offline: SQL for a DBA
     offline = capsys.readouterr().out
     assert "CREATE TABLE rayjobs" in offline and "CREATE TABLE rayservices" in offline

@@ -144,6 +144,12 @@ async def test_migration_backfills_recorded_history(db_url: str, monkeypatch: py
         store = StatusStore(engine)
         with monkeypatch.context() as patched:  # persist as the 0002 service did: no RayService view
             patched.setattr(store_module, "_VIEWS", tuple(v for v in store_module._VIEWS if v.kind != "RayService"))
+            # and one audit row per command (the delivery column came with 0004)
+            row_of = store_module._command_row
+            patched.setattr(
+                store_module, "_command_row", lambda r: {k: v for k, v in row_of(r).items() if k != "delivery"}
+            )
+            patched.setattr(store_module, "_COMMAND_KEY", ("batch_id", "command_id"))
             await store.persist(records(upgrade_history()))
         await upgrade(db_url)
         async with engine.connect() as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from services.runtime.errors import PermanentError
@@ -84,6 +85,17 @@ async def test_a_duplicate_decision_in_one_batch_is_stored_once(store: StatusSto
     assert await count(store, "commands") == 2
     [stored] = await store.list_transitions("c1")
     assert (stored.stream_seq, stored.trace_id, stored.batch_id) == (1, "t" * 32, "x")
+
+
+async def test_every_execution_of_a_command_is_a_row_and_a_redelivered_result_is_not(store: StatusStore) -> None:
+    first = result(batch_id="b", command_id="create-head", verb="create_object", batch_seq=7, delivery=1)
+    # the batch came back after its applier died: the command ran a second time
+    rerun = result(batch_id="b", command_id="create-head", verb="create_object", batch_seq=7, delivery=2)
+    rerun = msgspec.structs.replace(rerun, outcome="already_done")
+    await store.persist([rec(first, 1), rec(rerun, 2)])
+    await store.persist([rec(first, 1), rec(rerun, 2)])  # the same results again
+    rows = await store.list_commands()
+    assert [(c.batch_seq, c.delivery, c.outcome) for c in rows] == [(7, 1, "applied"), (7, 2, "already_done")]
 
 
 async def test_latest_incarnation_is_the_last_created(store: StatusStore) -> None:
