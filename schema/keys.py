@@ -7,6 +7,7 @@ written as ``_`` and the encoding is reversible. Kinds and namespaces never cont
 
 from __future__ import annotations
 
+import re
 from typing import Final, Literal, NewType, get_args
 
 import msgspec
@@ -16,6 +17,20 @@ KEY_KINDS: Final[tuple[KeyKind, ...]] = get_args(KeyKind)
 
 ObjectUid = NewType("ObjectUid", str)
 PartitionId = NewType("PartitionId", int)
+
+
+_DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_dns1123_label(value: str) -> bool:
+    """A DNS-1123 label (namespaces, Service names): lowercase alphanumerics and '-', at most 63."""
+    return len(value) <= 63 and _DNS1123_LABEL.fullmatch(value) is not None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """A DNS-1123 subdomain (most object names): dot-separated labels, at most 253 characters."""
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
 
 
 def encode_token(name: str) -> str:

@@ -236,9 +236,10 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     suppressed: tuple[str, ...] = ()
 
 
-Outcome = Literal["applied", "already_done", "dropped", "failed", "superseded"]
+Outcome = Literal["applied", "already_done", "dropped", "failed", "superseded", "denied"]
 """``superseded``: not sent, because the decision no longer held when the applier reached it (a newer
-decision of the key exists, or the owner of what it creates is deleted); ``error`` says which."""
+decision of the key exists, or the owner of what it creates is deleted); ``error`` says which.
+``denied``: outside its key's authority (the watcher's ``authorize``), never executed; ``error`` says why."""
 
 
 class CommandResult(msgspec.Struct, tag_field="type", tag="command_result", frozen=True, kw_only=True):

@@ -18,6 +18,7 @@ SERVICES = ("watcher", "reconciler", "status")
 PASSTHROUGH = {
     "kubesim": ("kubesim.cli", "run the embedded Kubernetes API server emulator (a simulator)"),
     "crds": ("schema.crd", "generate the ray.io CRDs from schema/ (raybus crds --out deploy/crds)"),
+    "rbac": ("services.watcher.rbac_manifests", "generate the watcher's RBAC in deploy/ from its permissions"),
     "history": ("services.status.history_cli", "print a custom resource's recorded state transitions"),
     "migrate": ("services.status.migrate", "run the status database migrations"),
     "get": ("services.cli.get", "list ray.io custom resources with KubeRay's columns (-n NS | -A, -o wide|json)"),

@@ -15,6 +15,11 @@ Invariants:
   (queued batches are nak'ed), so JetStream redelivers it; commands are idempotent (``calls``).
 - Outcomes follow ``calls.outcome_of_error`` / ``calls.retry_delay``; nothing raised by a command escapes
   as an exception (kopf's outcome discipline), except cancellation: a command that raises is ``failed``.
+- A command is executed only if ``authorize`` allows it for its batch's key (when the applier has
+  facts: the watcher always gives it its projection). A denied command gets the outcome ``denied``
+  with the reason, a warning log, ``raybus_commands_denied_total`` and a Warning Event
+  ``CommandDenied`` on the key's custom resource (when it exists); a command whose target was deleted
+  meanwhile gets the outcome a 404 would have meant, without a call.
 - ``raybus.io/generate: auth_token`` Secrets get a fresh token here (the only randomness of the
   pipeline); the token never appears in a log, a span or a result.
 
@@ -46,6 +51,8 @@ from schema.messages import (
     Command,
     CommandBatch,
     CommandResult,
+    EmitEvent,
+    ObjectRef,
     Outcome,
     PatchStatus,
     PutServeConfig,
@@ -57,16 +64,25 @@ from services.runtime.bus import publish
 from services.runtime.deadletter import dead_letter_of, destination
 from services.runtime.errors import PermanentError
 from services.runtime.health import Progress
+from services.runtime.metrics import meter
 from services.runtime.tracing import current_trace_id, extract_context, tracer
 from services.watcher.aio import cancel_and_wait, raise_if_cancelling
+from services.watcher.authorize import Allowed, Facts, Gone, authorize, command_kind
 from services.watcher.calls import ApiError, outcome_of_error, plan_call, retry_delay
 from services.watcher.dashboard import DashboardClient, DashboardOutcome
 from services.watcher.kubeapi import KubeApi
+from services.watcher.resources import by_kind
 from services.watcher.staleness import DecisionCheck, OwnerView
 from services.watcher.throttle import RateLimiter
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
+_denied = meter(__name__).create_counter(
+    "raybus_commands_denied_total", description="commands outside their key's authority, not executed"
+)
+
+DENIED_REASON: Final = "CommandDenied"
+"""Reason of the Warning Event a denied command leaves on its key's custom resource."""
 
 FETCH_TIMEOUT: Final = 1.0
 """Seconds one fetch waits for messages (also how quickly a stop is noticed)."""
@@ -133,8 +149,10 @@ class Applier:
         max_deliver: int = 0,
         progress_interval: float = 10.0,
         owners: OwnerView | None = None,
+        facts: Facts | None = None,
     ) -> None:
         self._js = js
+        self._facts = facts
         self._api = api
         self._dashboard = dashboard
         self._concurrency = max(1, concurrency)
@@ -155,6 +173,7 @@ class Applier:
         self.progress = Progress("applier")
         self.batches_applied = 0
         self.dead_letters = 0
+        self.denied = 0
 
     # --- consuming ----------------------------------------------------------------------------------
 
@@ -306,11 +325,7 @@ class Applier:
                     "raybus.target": command_target(command),
                 },
             ) as span:
-                stale = review.stale(command)
-                if stale:
-                    applied = Applied(outcome="superseded", error=stale)
-                else:
-                    applied = await self.apply_command(command, msg)
+                applied = await self._apply_authorized(batch, index, command, msg, review.stale)
                 span.set_attribute("raybus.outcome", applied.outcome)
                 if applied.status_code:
                     span.set_attribute("http.response.status_code", applied.status_code)
@@ -349,6 +364,55 @@ class Applier:
                     applied.error,
                     extra={"raybus.key": str(batch.key)},
                 )
+
+    async def _apply_authorized(
+        self, batch: CommandBatch, index: int, command: Command, msg: Msg, stale: Callable[[Command], str]
+    ) -> Applied:
+        """Apply one command if its key may (the one place commands are authorized) and its decision
+        still holds."""
+        if self._facts is not None:
+            verdict = authorize(batch.key, command, self._facts)
+            if isinstance(verdict, Gone):
+                return Applied(outcome=verdict.outcome, error=verdict.reason)
+            if not isinstance(verdict, Allowed):
+                await self._report_denial(batch, index, command, verdict.reason)
+                return Applied(outcome="denied", error=verdict.reason[:1000])
+        why = stale(command)
+        if why:
+            return Applied(outcome="superseded", error=why)
+        return await self.apply_command(command, msg)
+
+    async def _report_denial(self, batch: CommandBatch, index: int, command: Command, reason: str) -> None:
+        """Count, log, and show a denial on the key's custom resource (best effort: never raises)."""
+        key, verb, target = batch.key, verb_of(command), command_target(command)
+        self.denied += 1
+        _denied.add(1, {"kind": command_kind(command), "verb": verb})
+        log.warning("denied %s %s: %s", verb, target, reason, extra={"raybus.key": str(key)})
+        assert self._facts is not None
+        own = self._facts.find(key.kind, key.namespace, key.name)
+        resource = by_kind(key.kind)
+        if own is None or resource is None or self._api is None:
+            return  # no custom resource to show it on (a made-up key): the log and the result carry it
+        uid = (own.get("metadata") or {}).get("uid")
+        regarding = ObjectRef(
+            api_version=resource.api_version,
+            kind=key.kind,
+            namespace=key.namespace,
+            name=key.name,
+            uid=uid if isinstance(uid, str) else "",
+        )
+        event = EmitEvent(
+            id=f"denied/{result_id(batch, index, command)}",
+            regarding=regarding,
+            event_type="Warning",
+            reason=DENIED_REASON,
+            message=f"{verb} {target} was not executed: {reason}"[:1024],
+        )
+        await self._limiter.acquire()
+        try:
+            await self._api.aexecute(plan_call(event, now=self._clock()))
+        except (ApiError, PermanentError) as exc:
+            log.warning("could not record the denial on %s: %s", key, exc)
 
     async def apply_command(self, command: Command, msg: Msg | None = None) -> Applied:
         """Apply one command; every failure becomes an outcome (only cancellation propagates)."""
@@ -430,4 +494,9 @@ class Applier:
 
     def describe(self) -> dict[str, Any]:
         """Counters for health/metrics."""
-        return {"batches_applied": self.batches_applied, "dead_letters": self.dead_letters, "busy": self.busy}
+        return {
+            "batches_applied": self.batches_applied,
+            "dead_letters": self.dead_letters,
+            "denied": self.denied,
+            "busy": self.busy,
+        }

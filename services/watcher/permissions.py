@@ -2,17 +2,19 @@
 
 Role: :data:`REQUIRED_RULES` is computed from the same code that makes the requests, so it cannot drift
 from them: the informers' list and watch queries (the ``resources`` table with ``informer.WatchDriver``), the
-applier's planned calls for every command kind on every writable resource (``calls.plan_call``), the
-dashboard client's token read and service-proxy calls (``dashboard``), and the prober's GETs (Ray jobs and
-Serve applications through the service proxy, the head's Serve health through the pod proxy). Each planned
+applier's planned calls for exactly the (kind, verb) rows of the authorization table
+(``authorize.ALLOWED``, through ``calls.plan_call`` and the dashboard client's token read and service-proxy
+calls), and the prober's GETs (Ray jobs and Serve applications through the service proxy, the head's Serve
+health through the pod proxy). A command the table does not allow is never sent, so its permission is
+never granted either (e.g. Secrets: create, and get/list/watch, never patch or delete). Each planned
 request is turned into an RBAC triple by :func:`rule_for` (method + path + query → verb, the way the
 API server's authorizer does it). ``deploy/`` must grant exactly this set (``tests/deploy/test_rbac.py``).
 
 Two additions are not requests but API-server rules, so they are listed with their reason:
 - ``<plural>/finalizers`` update on the four custom resources: creating a child whose controller
   ownerReference has ``blockOwnerDeletion: true`` needs it (OwnerReferencesPermissionEnforcement).
-- :data:`GRANTED_RULES`: the autoscaler Role the RayCluster reconcile creates (docs/behaviour.md#3.9); Kubernetes
-  only lets the watcher create a Role granting what the watcher itself holds (RBAC escalation check).
+- ``authorize.GRANTED_RULES``: the autoscaler Role the RayCluster reconcile creates; Kubernetes only
+  lets the watcher create a Role granting what the watcher itself holds (RBAC escalation check).
   ``tests/unit/watcher/test_permissions.py`` checks the reconciler's Role against it.
 
 Deliberately absent: ``update`` (the applier only patches), configmaps, endpoints, nodes, leases (HA is
@@ -39,6 +41,7 @@ from schema.messages import (
     StopRayJob,
     SubmitRayJob,
 )
+from services.watcher.authorize import ALLOWED, GRANTED_RULES, Rule
 from services.watcher.calls import plan_call
 from services.watcher.dashboard import (
     PodEndpoint,
@@ -48,28 +51,12 @@ from services.watcher.dashboard import (
     secret_path,
 )
 from services.watcher.informer import Scope, WatchDriver
-from services.watcher.resources import RESOURCES, ResourceType
+from services.watcher.resources import RESOURCES, ResourceType, by_kind
 from services.watcher.serveprobes import HEALTHZ_PATH, SERVE_APPLICATIONS_PATH
-
-Rule = tuple[str, str, str]
-"""``(apiGroup, resource[/subresource], verb)``."""
 
 _SAMPLE_NS: Final = "ns"
 _SAMPLE_TIME: Final = datetime(2000, 1, 1, tzinfo=UTC)
 _SAMPLE_DASHBOARD: Final = DashboardRef(namespace=_SAMPLE_NS, service="svc", port=8265, cluster="c", auth_secret="c")
-
-GRANTED_RULES: Final[frozenset[Rule]] = frozenset(
-    {
-        ("", "pods", "get"),
-        ("", "pods", "list"),
-        ("", "pods", "watch"),
-        ("", "pods", "patch"),
-        ("", "pods/resize", "patch"),
-        ("ray.io", "rayclusters", "get"),
-        ("ray.io", "rayclusters", "patch"),
-    }
-)
-"""What the autoscaler Role grants (docs/behaviour.md#3.9): the watcher must hold it to create that Role."""
 
 _METHOD_VERBS: Final = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "GET": "get"}
 
@@ -103,16 +90,37 @@ def rule_for(method: str, path: str, query: Sequence[tuple[str, str]] = ()) -> R
     return group, resource, verb
 
 
-def _sample_commands(resource: ResourceType) -> Iterator[Command]:
-    target = ObjectRef(api_version=resource.api_version, kind=resource.kind, namespace=_SAMPLE_NS, name="x", uid="u")
-    yield CreateObject(target=target, body={})
-    yield PatchObject(target=target, patch={})
-    yield DeleteObject(target=target, propagation="Background")
-    yield DeleteCollection(
-        api_version=resource.api_version, kind=resource.kind, namespace=_SAMPLE_NS, label_selector="a=b"
-    )
-    if resource.is_key_kind:
-        yield PatchStatus(target=target, status={})
+def sample_command(kind: str, verb: str) -> Command:
+    """A command of one row of the authorization table (what its request looks like is all that matters).
+
+    Raises:
+        ValueError: a verb no command has, or a kind the resource table does not know.
+    """
+    resource = by_kind(kind)
+    if resource is None:
+        raise ValueError(f"unknown kind {kind}")
+    target = ObjectRef(api_version=resource.api_version, kind=kind, namespace=_SAMPLE_NS, name="x", uid="u")
+    samples: dict[str, Command] = {
+        "create_object": CreateObject(target=target, body={}),
+        "patch_object": PatchObject(target=target, patch={}),
+        "delete_object": DeleteObject(target=target, propagation="Background"),
+        "delete_collection": DeleteCollection(
+            api_version=resource.api_version, kind=kind, namespace=_SAMPLE_NS, label_selector="a=b"
+        ),
+        "patch_status": PatchStatus(target=target, status={}),
+        "emit_event": EmitEvent(regarding=target, event_type="Normal", reason="r", message="m"),
+        "submit_ray_job": SubmitRayJob(dashboard=_SAMPLE_DASHBOARD, request={}),
+        "stop_ray_job": StopRayJob(dashboard=_SAMPLE_DASHBOARD, job_id="j"),
+        "put_serve_config": PutServeConfig(dashboard=_SAMPLE_DASHBOARD, config={}),
+    }
+    if verb not in samples:
+        raise ValueError(f"no command has the verb {verb}")
+    return samples[verb]
+
+
+def allowed_pairs() -> frozenset[tuple[str, str]]:
+    """Every (kind, verb) some custom-resource kind may make the applier do."""
+    return frozenset(pair for pairs in ALLOWED.values() for pair in pairs)
 
 
 def _informer_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:
@@ -125,29 +133,23 @@ def _informer_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:
         yield rule_for("GET", path, driver.watch_query())
 
 
-def _applier_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:
-    for resource in resources:
-        if not resource.writable or resource.kind == "Event":
-            continue
-        for command in _sample_commands(resource):
-            call = plan_call(command, now=_SAMPLE_TIME, generate=lambda _: "")
-            yield rule_for(call.method, call.path, call.query)
-    regarding = ObjectRef(api_version="v1", kind="Pod", namespace=_SAMPLE_NS, name="x")
-    event = plan_call(EmitEvent(regarding=regarding, event_type="Normal", reason="r", message="m"), now=_SAMPLE_TIME)
-    yield rule_for(event.method, event.path)
-
-
-def _dashboard_rules() -> Iterator[Rule]:
-    yield rule_for("GET", secret_path(_SAMPLE_DASHBOARD))
+def _applier_rules(pairs: Iterable[tuple[str, str]]) -> Iterator[Rule]:
+    """The requests of the authorization table's rows (the applier's own Events included)."""
     base = dashboard_base_url(_SAMPLE_DASHBOARD, use_proxy=True, api_host="", cluster_domain="")
-    commands: tuple[Command, ...] = (
-        SubmitRayJob(dashboard=_SAMPLE_DASHBOARD, request={}),
-        StopRayJob(dashboard=_SAMPLE_DASHBOARD, job_id="j"),
-        PutServeConfig(dashboard=_SAMPLE_DASHBOARD, config={}),
-    )
-    for command in commands:
-        call = plan_dashboard_call(command)
-        yield rule_for(call.method, base + call.path)
+    for kind, verb in sorted(pairs):
+        command = sample_command(kind, verb)
+        if isinstance(command, SubmitRayJob | StopRayJob | PutServeConfig):
+            dashboard = plan_dashboard_call(command)
+            yield rule_for(dashboard.method, base + dashboard.path)
+            yield rule_for("GET", secret_path(_SAMPLE_DASHBOARD))
+            continue
+        call = plan_call(command, now=_SAMPLE_TIME, generate=lambda _: "")
+        yield rule_for(call.method, call.path, call.query)
+
+
+def _prober_rules() -> Iterator[Rule]:
+    base = dashboard_base_url(_SAMPLE_DASHBOARD, use_proxy=True, api_host="", cluster_domain="")
+    yield rule_for("GET", secret_path(_SAMPLE_DASHBOARD))
     yield rule_for("GET", base + "/api/jobs/j")  # the prober: Ray jobs
     yield rule_for("GET", base + SERVE_APPLICATIONS_PATH)  # the prober: Serve applications
     head = PodEndpoint(namespace=_SAMPLE_NS, name="head", uid="u", ip="10.0.0.1", port=8000)
@@ -165,8 +167,8 @@ def required_rules(resources: Sequence[ResourceType] = RESOURCES) -> frozenset[R
     return frozenset(
         (
             *_informer_rules(resources),
-            *_applier_rules(resources),
-            *_dashboard_rules(),
+            *_applier_rules(allowed_pairs()),
+            *_prober_rules(),
             *_finalizer_rules(resources),
             *GRANTED_RULES,
         )

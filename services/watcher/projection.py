@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -63,6 +64,10 @@ _tracer = tracer(__name__)
 KV_PREFIX: Final = f"$KV.{subjects.OBJECTS_BUCKET}."
 WRITE_RETRY_DELAYS: Final[tuple[float, ...]] = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 """Seconds between attempts of a failed bus write; the last one repeats until the watcher stops."""
+
+REMEMBERED_DELETIONS: Final = 65536
+"""Deleted objects remembered by name, so a command decided just before a deletion was projected is
+recognised as late rather than as a command on an unknown object."""
 
 _CHUNK: Final = 64
 """Writes per window slot when one item (a listing) plans many."""
@@ -146,6 +151,9 @@ class Projection:
         self._relations = Relations()
         self._objects: dict[ObjectId, Placed] = {}
         self._by_kind: dict[str, dict[str, Placed]] = {}
+        # The applier's facts (services/watcher/authorize.Facts): objects by name, recent deletions.
+        self._by_name: dict[tuple[str, str, str], Placed] = {}
+        self._deleted: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._watermarks = Watermarks(resume_points)
         self._slots = asyncio.Semaphore(window)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -176,6 +184,15 @@ class Projection:
             return False
         since = self._deleting_at.get(uid)
         return since is None or snapshot_revision < since
+
+    def find(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The held object of ``kind`` named ``namespace/name``, or None."""
+        placed = self._by_name.get((kind, namespace, name))
+        return placed.change.obj if placed is not None else None
+
+    def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether one of the last :data:`REMEMBERED_DELETIONS` deletions was that object (not seen since)."""
+        return (kind, namespace, name) in self._deleted
 
     def objects_of(self, kind: str) -> list[Placed]:
         """Every held object of one kind."""
@@ -245,9 +262,19 @@ class Projection:
     def _hold(self, oid: ObjectId, placed: Placed) -> None:
         self._objects[oid] = placed
         self._by_kind.setdefault(oid[0], {})[oid[1]] = placed
+        named = (oid[0], placed.change.namespace, placed.change.name)
+        self._by_name[named] = placed
+        self._deleted.pop(named, None)
 
     def _drop(self, oid: ObjectId) -> None:
-        self._objects.pop(oid, None)
+        placed = self._objects.pop(oid, None)
+        if placed is not None:
+            named = (oid[0], placed.change.namespace, placed.change.name)
+            if self._by_name.get(named) is placed:
+                del self._by_name[named]
+                self._deleted[named] = None
+                if len(self._deleted) > REMEMBERED_DELETIONS:
+                    self._deleted.popitem(last=False)
         by_uid = self._by_kind.get(oid[0])
         if by_uid is not None:
             by_uid.pop(oid[1], None)

@@ -148,6 +148,7 @@ class Watcher:
             max_deliver=settings.bus.max_deliver,
             progress_interval=settings.bus.ack_wait / 3,
             owners=self.projection,
+            facts=self.projection,
         )
         self._spawn(self.applier.run(self._applier_stop), "watcher-applier")
         if self._with_prober:

@@ -5,11 +5,18 @@ only the watcher has any.
 from __future__ import annotations
 
 import importlib
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from tests.deploy.render import TREES, find, render
+from services.watcher.authorize import DASHBOARD_KIND, GRANTED_RULES
+from services.watcher.calls import plan_call
+from services.watcher.permissions import allowed_pairs, rule_for, sample_command
+from services.watcher.rbac_manifests import stale_files
+from tests.deploy.render import DEPLOY, TREES, find, render
+
+WRITE_VERBS = frozenset({"create", "patch", "delete", "deletecollection", "update"})
 
 
 def _required_rules() -> frozenset[tuple[str, str, str]]:
@@ -73,3 +80,26 @@ def test_only_the_watcher_mounts_an_api_token(tree: str) -> None:
             assert pod["automountServiceAccountToken"] is is_watcher, obj["metadata"]["name"]
             if is_watcher:
                 assert pod["serviceAccountName"] == "raybus-watcher"
+
+
+def test_the_role_manifests_are_generated_from_the_authorization_table() -> None:
+    assert stale_files(DEPLOY) == [], "run `raybus rbac`"
+
+
+def test_every_write_granted_is_a_row_of_the_authorization_table() -> None:
+    """Apart from the autoscaler Role's grants, finalizers and the proxies, a write permission exists only
+    because some custom-resource kind's reconcile emits that command."""
+    rows = set()
+    for kind, verb in allowed_pairs():
+        if kind == DASHBOARD_KIND and verb in {"submit_ray_job", "stop_ray_job", "put_serve_config"}:
+            continue  # dashboard calls go through services/proxy
+        call = plan_call(sample_command(kind, verb), now=datetime(2000, 1, 1, tzinfo=UTC), generate=lambda _: "")
+        rows.add(rule_for(call.method, call.path, call.query))
+    writes = {rule for rule in _required_rules() if rule[2] in WRITE_VERBS}
+    unexplained = {rule for rule in writes - rows - GRANTED_RULES if not rule[1].endswith(("/finalizers", "/proxy"))}
+    assert unexplained == set()
+
+
+def test_secrets_are_never_patched_or_deleted() -> None:
+    secrets = {verb for group, resource, verb in _required_rules() if (group, resource) == ("", "secrets")}
+    assert secrets == {"create", "get", "list", "watch"}

@@ -24,7 +24,9 @@ import msgspec
 import nats
 from kubernetes import client
 
+from schema import codec, subjects
 from schema.crd import write_crds
+from schema.messages import CommandResult
 from services.reconciler.worker.service import run_reconciler
 from services.runtime.health import HealthServer
 from services.runtime.settings import (
@@ -39,7 +41,7 @@ from services.status.service import run_status
 from services.watcher.service import run_watcher
 from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
 from tests.fixtures.nats import NatsServer, free_port
-from tests.helpers import conformance_dir, eventually, reap_tasks
+from tests.helpers import conformance_dir, eventually, reap_tasks, stored_messages
 
 ServiceFn = Callable[[RaybusSettings, asyncio.Event, HealthServer], Awaitable[None]]
 
@@ -122,6 +124,15 @@ class Pipeline:
     def check(self) -> None:
         for component in self.components.values():
             component.check()
+
+    async def denials(self) -> list[CommandResult]:
+        """Every command the applier refused as outside its key's authority so far (from the results)."""
+        nc = await self.nc()
+        try:
+            stored = await stored_messages(nc.jetstream(), subjects.RESULTS_STREAM)
+        finally:
+            await nc.close()
+        return [r for r in map(codec.decode_result, (m.data for m in stored)) if r.outcome == "denied"]
 
 
 def spawn_raybus(

@@ -106,6 +106,7 @@ async def test_every_conformance_sample_becomes_ready(pipeline: Pipeline) -> Non
             p.core().list_namespaced_pod, namespace, label_selector=f"ray.io/cluster={body['metadata']['name']}"
         )
         assert len(pods.items) == want + 1, sample
+    assert await p.denials() == []
 
 
 async def test_multi_host_group_gets_its_pods_labels_and_headless_service(pipeline: Pipeline) -> None:
@@ -130,3 +131,4 @@ async def test_multi_host_group_gets_its_pods_labels_and_headless_service(pipeli
         lambda: asyncio.to_thread(p.core().read_namespaced_service, f"{name}-headless", "multihost"), timeout=30
     )
     assert svc.spec.cluster_ip == "None"
+    assert await p.denials() == []

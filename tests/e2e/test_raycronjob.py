@@ -417,3 +417,4 @@ async def test_sample_creates_a_rayjob_each_minute_that_runs_to_complete(tmp_pat
             "Complete/SUCCEEDED",
         ]
         assert rows[1].split()[:3] == [rfc3339(second).replace("Z", ".000Z"), "Scheduled", job2["metadata"]["name"]]
+        assert await p.denials() == []

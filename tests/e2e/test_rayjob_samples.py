@@ -224,3 +224,4 @@ async def test_samples_end_history_and_replay(tmp_path: Path, db_url: str, capsy
             key = ReconcileKey(kind="RayJob", namespace=job.namespace, name=job.name)
             recorded = [t for t in persisted(rows) if t[0] != "lifecycle"]
             assert replayed_transitions(p, await settled_history(p, key)) == recorded, sample.file
+        assert await p.denials() == []

@@ -52,6 +52,8 @@ def _no_leaked_tasks() -> Iterator[None]:
 async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeline]:
     async with shared_pipeline(tmp_path_factory.mktemp("rayservice"), extra_crds=[gateway_api_crds()]) as p:
         yield p
+        # Every sample and upgrade flow of this module ran with the applier authorizing each command.
+        assert await p.denials() == []
 
 
 def with_env(cluster_config: dict[str, Any], name: str, value: str) -> dict[str, Any]:

@@ -13,12 +13,14 @@ clock moves only when a test says so.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schema.decision import Decision
+from schema.keys import ReconcileKey
 from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, PatchObject, PatchStatus
+from services.watcher.authorize import Denied, authorize
 
 NAMESPACE = "default"
 
@@ -39,6 +41,32 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
+
+
+class SimFacts:
+    """A simulation's objects as the applier's authorization facts (an absent object counts as deleted)."""
+
+    def __init__(self, objects: Mapping[tuple[str, str], dict[str, Any]]) -> None:
+        self.objects = objects
+
+    def find(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object of that kind and name, if it is in ``namespace``."""
+        obj = self.objects.get((kind, name))
+        return obj if obj is not None and obj["metadata"].get("namespace", NAMESPACE) == namespace else None
+
+    def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
+        """Always: a simulation has no projection lag, an absent object is one that is gone."""
+        return True
+
+
+def check_authorized(key: ReconcileKey, command: Command, objects: Mapping[tuple[str, str], dict[str, Any]]) -> None:
+    """Fail unless the applier's authorization lets ``key`` run ``command`` on these objects.
+
+    Every simulation checks every command it applies, so every unit and property test of a reconcile also
+    checks that its commands are within the authorization table and ownership rules.
+    """
+    verdict = authorize(key, command, SimFacts(objects))
+    assert not isinstance(verdict, Denied), f"{key} was denied {command!r}: {verdict.reason}"
 
 
 class PatchConflict(Exception):
@@ -153,10 +181,13 @@ class ApiServer:
 
     # -- applying commands, as the applier does --------------------------------------------------------
 
-    def apply(self, decision: Decision) -> None:
-        """Apply each command in order, as the applier does (idempotent; conflicts are dropped)."""
+    def apply(self, decision: Decision, key: ReconcileKey | None = None) -> None:
+        """Apply each command in order, as the applier does (idempotent; conflicts are dropped); with the
+        decision's ``key``, each command must first pass the applier's authorization."""
         self.decisions.append(decision)
         for command in decision.commands:
+            if key is not None:
+                check_authorized(key, command, self.objects)
             self.apply_command(command)
 
     def apply_command(self, command: Command) -> None:

@@ -27,7 +27,7 @@ from schema.messages import (
     PatchStatus,
 )
 from services.reconciler.raycluster import reconcile
-from tests.unit.apiserver import NAMESPACE, merge_patch, stamp
+from tests.unit.apiserver import NAMESPACE, check_authorized, merge_patch, stamp
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -61,6 +61,7 @@ class World:
         meta.setdefault("generation", 1)
         meta["resourceVersion"] = self._next_rv()
         self.name = meta["name"]
+        self.key = ReconcileKey(kind="RayCluster", namespace=meta["namespace"], name=self.name)
         self.objects[("RayCluster", self.name)] = cluster
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -103,6 +104,7 @@ class World:
         # What the applier sends is JSON: tuples become lists, exactly as on the wire.
         decision = msgspec.json.decode(msgspec.json.encode(decision), type=Decision)
         for command in decision.commands:
+            check_authorized(self.key, command, self.objects)
             match command:
                 case CreateObject():
                     self._create(command)

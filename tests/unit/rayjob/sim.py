@@ -67,7 +67,7 @@ class World(ApiServer):
     def reconcile(self, fn: ReconcileFn, kind: KeyKind, name: str) -> Decision:
         """One pass at ``self.now``, applied."""
         decision = fn(self.snapshot(kind, name), self.now, self.config)
-        self.apply(decision)
+        self.apply(decision, ReconcileKey(kind=kind, namespace=NAMESPACE, name=name))
         return decision
 
     def settle(self, fn: ReconcileFn, kind: KeyKind, name: str, *, limit: int = 30) -> Decision:

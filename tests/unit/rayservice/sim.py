@@ -79,10 +79,24 @@ class World(ApiServer):
 
     # -- the other actors ---------------------------------------------------------------------------
     def make_cluster_ready(self, name: str, *, workers: int | None = None) -> None:
-        """Play the RayCluster controller: head pod (label ray.io/serve=false), workers, HeadPodReady."""
+        """Play the RayCluster controller: head Service, head pod (label ray.io/serve=false), workers,
+        HeadPodReady."""
         cluster = self.get("RayCluster", name)
         assert cluster is not None, name
         owner = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": name, "uid": cluster["metadata"]["uid"]}]
+        if self.get("Service", f"{name}-head-svc") is None:
+            self.add(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {
+                        "name": f"{name}-head-svc",
+                        "labels": {"ray.io/cluster": name, "ray.io/node-type": "head"},
+                        "ownerReferences": owner,
+                    },
+                    "spec": {"ports": [{"name": "dashboard", "port": 8265}]},
+                }
+            )
         ready = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         head_spec = cluster["spec"]["headGroupSpec"]["template"]["spec"]
         self.add(
@@ -260,7 +274,7 @@ class World(ApiServer):
         snapshot = self.snapshot(name)
         decision = reconcile(snapshot, self.now, self.config)
         self.history.append((snapshot, self.now, decision))
-        self.apply(decision)
+        self.apply(decision, snapshot.key)
         return decision
 
     def settle(self, name: str, *, limit: int = 60) -> Decision:

@@ -74,11 +74,11 @@ def _without_versions(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[tu
 class RedeliveringWorld(World):
     """Applies every decision twice, checking that the second delivery changes nothing."""
 
-    def apply(self, decision: Decision) -> None:
-        super().apply(decision)
+    def apply(self, decision: Decision, key: ReconcileKey | None = None) -> None:
+        super().apply(decision, key)
         first = _without_versions(self.objects)
         dashboards = copy.deepcopy(self.dashboards)
-        super().apply(decision)
+        super().apply(decision, key)
         assert _without_versions(self.objects) == first, decision.rules
         assert self.dashboards == dashboards
 
