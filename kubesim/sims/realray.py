@@ -50,6 +50,8 @@ OBJECT_STORE_BYTES = 100 * 1024 * 1024
 """A small object store: the heads of the tests move no data, and memory is shared by several heads."""
 DEFAULT_NUM_CPUS = 2
 """Logical CPUs of a head whose ``ray start`` command names none."""
+_CLUSTER_ONLY_ENV = frozenset({"RAY_ADDRESS", "RAY_IP", "RAY_PORT", "RAY_REDIS_ADDRESS", "RAY_USE_TLS"})
+"""Container env that points at in-cluster addresses (the head's own ports differ here)."""
 _CHECK_TIMEOUT = aiohttp.ClientTimeout(total=5)
 
 
@@ -176,14 +178,16 @@ def head_command(ray: str, ports: HeadPorts, temp_dir: Path, *, num_cpus: int) -
 
 
 def head_environment(container_env: Mapping[str, str]) -> dict[str, str]:
-    """The head process's environment: kubesim's own, the container's Ray settings (token auth), no usage stats."""
+    """The head process's environment: kubesim's own, then the container's (token auth, ``PYTHONPATH``, Ray
+    settings), except what names in-cluster addresses or certificates that do not exist here."""
     env = dict(os.environ)
-    env.update({k: v for k, v in container_env.items() if k.startswith("RAY_")})
+    env.update({k: v for k, v in container_env.items() if k not in _CLUSTER_ONLY_ENV and not k.startswith("RAY_TLS_")})
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     # The test heads run no drivers of their own: do not prestart idle workers (memory).
     env["RAY_prestart_worker_first_driver"] = "0"
-    env.pop("RAY_ADDRESS", None)
+    for key in _CLUSTER_ONLY_ENV:
+        env.pop(key, None)
     return env
 
 

@@ -14,8 +14,12 @@ directly, or ``<apiserver>/api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy`` (:fu
 :meth:`DashboardClient.request_pod`); no token is sent there (Ray does not protect the proxy).
 
 Invariants: the token never reaches a log, a span attribute, an error string or a result; HTTP timeouts
-are 2 s direct and 10 s through the proxy (KubeRay's). A 500 answer to a submit that says "Please use a
-different submission_id" means the job was already submitted (``already_done``).
+are 2 s direct and 10 s through the proxy (KubeRay's), except the Serve config PUT (:data:`SERVE_PUT_TIMEOUT`:
+the first PUT on a head starts Serve, 1.7-2.5 s on an idle Ray 2.60 head). A PUT that times out anyway is
+confirmed against the head's applications before it counts as failed, because Ray finishes it regardless:
+retrying it would apply it a second time. A 401 or 403 (real Ray answers 403 to a wrong token) drops the
+cached token. A 500 answer to a submit that says "Please use a different submission_id" means the job was
+already submitted (``already_done``).
 
 Not here: deciding when to call (reconcile), polling job status (``prober``).
 """
@@ -46,6 +50,14 @@ DIRECT_TIMEOUT: Final = 2.0
 PROXY_TIMEOUT: Final = 10.0
 TOKEN_HEADER: Final = "x-ray-authorization"
 TOKEN_KEY: Final = "auth_token"
+SERVE_PUT_TIMEOUT: Final = 30.0
+"""Seconds a Serve config PUT may take (starting Serve on a busy head takes several seconds)."""
+PUT_CONFIRM_WINDOW: Final = 30.0
+"""After a timed-out Serve config PUT: how long to look for the config among the head's applications."""
+PUT_CONFIRM_INTERVAL: Final = 1.0
+SERVE_APPLICATIONS_PATH: Final = "/api/serve/applications/?api_type=declarative"
+TOKEN_REJECTED: Final = frozenset({401, 403})
+"""Answers to a token the dashboard does not accept (the simulator's 401, real Ray's 403)."""
 TOKEN_TTL: Final = 60.0
 """Seconds a token read from its Secret is reused (the prober would otherwise read it every poll)."""
 ALREADY_SUBMITTED: Final = "Please use a different submission_id"
@@ -68,6 +80,8 @@ class DashboardAnswer:
     status: int
     data: bytes = b""
     error: str = ""
+    timed_out: bool = False
+    """No answer within the timeout (the request may still have been carried out)."""
 
     def json(self) -> dict[str, Any] | None:
         """The body as a JSON object, or None."""
@@ -155,6 +169,29 @@ def dashboard_outcome(command: Command, answer: DashboardAnswer) -> DashboardOut
     return DashboardOutcome(outcome="failed", status_code=answer.status, error=error[:1000])
 
 
+def serve_config_applied(config: dict[str, Any], details: dict[str, Any] | None) -> bool:
+    """Whether a head's Serve applications (``GET /api/serve/applications/`` body) show ``config`` deployed:
+    the same application names, each with every field of its config entry as sent."""
+    if details is None or not isinstance(config.get("applications"), list):
+        return False
+    running = details.get("applications")
+    if not isinstance(running, dict):
+        return False
+    wanted: dict[str, dict[str, Any]] = {}
+    for entry in config["applications"]:
+        if not isinstance(entry, dict):
+            return False
+        wanted[str(entry.get("name", "default"))] = entry
+    if set(wanted) != set(running):
+        return False
+    for name, entry in wanted.items():
+        app = running[name]
+        deployed = app.get("deployed_app_config") if isinstance(app, dict) else None
+        if not isinstance(deployed, dict) or any(deployed.get(k) != v for k, v in entry.items() if k != "name"):
+            return False
+    return True
+
+
 def secret_path(ref: DashboardRef) -> str:
     """API path of the auth Secret a dashboard reference names."""
     return f"/api/v1/namespaces/{ref.namespace}/secrets/{quote(ref.auth_secret, safe='')}"
@@ -179,7 +216,17 @@ def decode_token(secret: dict[str, Any]) -> str:
 class DashboardClient:
     """Calls Ray dashboards; one aiohttp session per client."""
 
-    def __init__(self, api: KubeApi | None, *, use_proxy: bool, cluster_domain: str = "cluster.local") -> None:
+    def __init__(
+        self,
+        api: KubeApi | None,
+        *,
+        use_proxy: bool,
+        cluster_domain: str = "cluster.local",
+        serve_put_timeout: float = SERVE_PUT_TIMEOUT,
+        put_confirm_window: float = PUT_CONFIRM_WINDOW,
+    ) -> None:
+        self.serve_put_timeout = serve_put_timeout
+        self.put_confirm_window = put_confirm_window
         self._api = api
         self._use_proxy = use_proxy and api is not None
         self._cluster_domain = cluster_domain
@@ -225,21 +272,29 @@ class DashboardClient:
         return token
 
     def forget_token(self, ref: DashboardRef) -> None:
-        """Drop a cached token (after a 401: the Secret may have been replaced)."""
+        """Drop a cached token (after a 401 or 403: the Secret may have been replaced)."""
         self._tokens.pop((ref.namespace, ref.auth_secret), None)
 
     async def request(
-        self, ref: DashboardRef, method: str, path: str, body: dict[str, Any] | None = None
+        self,
+        ref: DashboardRef,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> DashboardAnswer:
         """Send one request to ``ref``'s dashboard; failures to connect become status 0.
+
+        ``timeout`` replaces the default (2 s direct, 10 s through the proxy).
 
         Raises:
             PermanentError: the auth Secret cannot be read.
         """
         token = await self._token(ref)
         headers = {TOKEN_HEADER: f"Bearer {token}"} if token is not None else {}
-        answer = await self._send(method, self.base_url(ref) + path, headers=headers, body=body)
-        if answer.status == 401 and token is not None:
+        answer = await self._send(method, self.base_url(ref) + path, headers=headers, body=body, timeout=timeout)
+        if answer.status in TOKEN_REJECTED and token is not None:
             self.forget_token(ref)
         return answer
 
@@ -250,20 +305,28 @@ class DashboardClient:
         return await self._send(method, url, headers={}, body=None)
 
     async def _send(
-        self, method: str, url: str, *, headers: dict[str, str], body: dict[str, Any] | None
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str],
+        body: dict[str, Any] | None,
+        timeout: float | None = None,
     ) -> DashboardAnswer:
         if self._use_proxy and self._api is not None:
             headers = {**self._api.auth_headers(), **headers}
-        timeout = aiohttp.ClientTimeout(total=PROXY_TIMEOUT if self._use_proxy else DIRECT_TIMEOUT)
+        seconds = timeout if timeout is not None else PROXY_TIMEOUT if self._use_proxy else DIRECT_TIMEOUT
         try:
             async with self._session_for_use().request(
-                method, url, json=body, headers=headers, timeout=timeout
+                method, url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=seconds)
             ) as response:
                 return DashboardAnswer(status=response.status, data=await response.read())
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise_if_cancelling()
             # str(exc) of aiohttp errors names the URL, never request headers.
-            return DashboardAnswer(status=0, error=f"{type(exc).__name__}: {exc}")
+            return DashboardAnswer(
+                status=0, error=f"{type(exc).__name__}: {exc}", timed_out=isinstance(exc, TimeoutError)
+            )
 
     async def apply(self, command: Command) -> DashboardOutcome:
         """Run one dashboard command.
@@ -273,5 +336,25 @@ class DashboardClient:
         """
         call = plan_dashboard_call(command)
         assert isinstance(command, SubmitRayJob | StopRayJob | PutServeConfig)
-        answer = await self.request(command.dashboard, call.method, call.path, call.body)
+        if not isinstance(command, PutServeConfig):
+            answer = await self.request(command.dashboard, call.method, call.path, call.body)
+            return dashboard_outcome(command, answer)
+        answer = await self.request(
+            command.dashboard, call.method, call.path, call.body, timeout=self.serve_put_timeout
+        )
+        if answer.timed_out and await self._serve_config_landed(command):
+            return DashboardOutcome(outcome="applied")
         return dashboard_outcome(command, answer)
+
+    async def _serve_config_landed(self, command: PutServeConfig) -> bool:
+        """After a timed-out PUT: whether the head shows the config deployed within the confirm window."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.put_confirm_window
+        while True:
+            answer = await self.request(command.dashboard, "GET", SERVE_APPLICATIONS_PATH)
+            if answer.status == 200 and serve_config_applied(dict(command.config), answer.json()):
+                log.info("a timed-out Serve config PUT to %s was applied", command.dashboard.service)
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(PUT_CONFIRM_INTERVAL)
