@@ -5,8 +5,9 @@ store under ``STATE/nats``), kubesim (kubelet ``instant``, the ray.io CRDs gener
 ``--ray real`` makes it run a real Ray head for each head Pod),
 and the watcher, reconciler and status services (SQLite under ``STATE``). It writes ``STATE/kubeconfig``
 and ``STATE/endpoints.json`` (read by ``raybus history``, ``replay`` and ``get``), prints what runs where,
-and on Ctrl-C stops everything in reverse order. ``--kubeconfig``, ``--nats-url`` and ``--db-url`` use
-existing ones instead.
+and on Ctrl-C stops everything: the raybus services at once (each drains within its own grace), then
+kubesim and nats-server; a second Ctrl-C (or SIGTERM) kills every child and exits at once.
+``--kubeconfig``, ``--nats-url`` and ``--db-url`` use existing ones instead.
 ``--apply FILE`` applies a manifest and shows the objects' status live until they are ready.
 
 A child that dies stops the stack with its log's tail: a half-running stack helps nobody.
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from services.runtime import endpoints
+from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
 from services.runtime.natsbin import nats_server_binary
 
 
@@ -72,6 +74,12 @@ def http_ok(url: str) -> bool:
     return False
 
 
+SERVICE_STOP_TIMEOUT = SHUTDOWN_GRACE + CANCEL_GRACE + EXIT_GRACE + 2.0
+"""Seconds a raybus service gets after SIGTERM before it is killed (it exits on its own before that)."""
+INFRA_STOP_TIMEOUT = 10.0
+"""Seconds kubesim and nats-server get after SIGTERM before they are killed."""
+
+
 class StackError(Exception):
     """A component did not start or died."""
 
@@ -85,6 +93,8 @@ class Child:
     log_path: Path
     where: str
     env: dict[str, str] = field(default_factory=dict)
+    infra: bool = False
+    """nats-server or kubesim: stopped after the raybus services, which need them to drain."""
     proc: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
 
@@ -99,9 +109,11 @@ class Child:
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
         )
 
-    def wait_ready(self, ready: Callable[[], bool], timeout: float) -> None:
+    def wait_ready(self, ready: Callable[[], bool], timeout: float, interrupted: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if interrupted():
+                raise StackError(f"interrupted while {self.name} was starting")
             self.check_alive()
             if ready():
                 return
@@ -112,9 +124,13 @@ class Child:
         if self.proc is not None and self.proc.poll() is not None:
             raise StackError(f"{self.name} exited with code {self.proc.returncode}\n{self.tail()}")
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def terminate(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> None:
+        """Wait for the exit after :meth:`terminate`; kill it when it takes longer than ``timeout``."""
+        if self.proc is not None:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -122,6 +138,10 @@ class Child:
                 self.proc.wait()
         if self._log is not None:
             self._log.close()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
 
     def tail(self, lines: int = 20) -> str:
         with contextlib.suppress(OSError):
@@ -136,38 +156,58 @@ class Stack:
     state: Path
     children: list[Child] = field(default_factory=list)
     endpoints: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+    """Set by a signal: a start under way gives up."""
 
     def add(self, child: Child, ready: Callable[[], bool], timeout: float) -> None:
         self.children.append(child)
         child.start()
-        child.wait_ready(ready, timeout)
+        child.wait_ready(ready, timeout, lambda: self.interrupted)
 
     def check_alive(self) -> None:
         for child in self.children:
             child.check_alive()
 
     def stop(self) -> None:
+        """The services at once (each bounds its own drain), then kubesim and nats-server in reverse order."""
+        services = [child for child in reversed(self.children) if not child.infra]
+        for child in services:
+            child.terminate()
+        for child in services:
+            child.wait(SERVICE_STOP_TIMEOUT)
         for child in reversed(self.children):
-            child.stop()
+            if child.infra:
+                child.terminate()
+                child.wait(INFRA_STOP_TIMEOUT)
+
+    def kill(self) -> None:
+        """Every child, now."""
+        for child in self.children:
+            child.kill()
 
 
 def _raybus(*args: str) -> list[str]:
     return [sys.executable, "-m", "services.cli.main", *args]
 
 
-def start_stack(args: argparse.Namespace) -> Stack:
-    """Start every component that was not given; raise StackError if one fails."""
+def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
+    """Start every component that was not given (into ``stack`` if given); raise StackError if one fails."""
     state = endpoints.state_dir(args.state_dir).resolve()
     logs = state / "logs"
     state.mkdir(parents=True, exist_ok=True)
-    stack = Stack(state=state)
+    if stack is None:
+        stack = Stack(state=state)
     try:
         nats_url = args.nats_url
         if not nats_url:
             port = free_port()
             nats_url = f"nats://127.0.0.1:{port}"
             argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(state / "nats")]
-            stack.add(Child("nats-server", argv, logs / "nats.log", nats_url), lambda: port_open(port), args.timeout)
+            stack.add(
+                Child("nats-server", argv, logs / "nats.log", nats_url, infra=True),
+                lambda: port_open(port),
+                args.timeout,
+            )
         kubeconfig = args.kubeconfig
         if not kubeconfig:
             from schema.crd import write_crds
@@ -184,7 +224,7 @@ def start_stack(args: argparse.Namespace) -> Stack:
                 *("--ray", args.ray),
             )
             where = f"http://127.0.0.1:{port} (a simulator{', real Ray heads' if args.ray == 'real' else ''})"
-            child = Child("kubesim", argv, logs / "kubesim.log", where)
+            child = Child("kubesim", argv, logs / "kubesim.log", where, infra=True)
             stack.add(child, lambda: port_open(port) and Path(kubeconfig).exists(), args.timeout)
         db_url = args.db_url or f"sqlite+aiosqlite:///{state / 'raybus.db'}"
         common = ["--nats-url", nats_url]
@@ -235,14 +275,20 @@ def describe(stack: Stack) -> str:
 def run_up(args: argparse.Namespace) -> int:
     """``raybus up``: start, describe, optionally apply and follow, then wait for Ctrl-C."""
     stopping = False
+    stack = Stack(state=endpoints.state_dir(args.state_dir).resolve())
 
     def on_signal(signum: int, frame: object) -> None:
         nonlocal stopping
+        if stopping:
+            stack.kill()
+            print("\nraybus killed", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
         stopping = True
+        stack.interrupted = True
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        stack = start_stack(args)
+        start_stack(args, stack)
     except StackError as exc:
         print(f"raybus up: {exc}", file=sys.stderr)
         return 1
