@@ -58,10 +58,11 @@ def check_bounds(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES, max_nesting
         raise TooComplex(f"nested deeper than {max_nesting} levels (or its brackets do not pair)")
 
 
-def truncate_nesting(data: bytes, limit: int = MAX_NESTING) -> bytes:
-    """``data`` with every array or object deeper than ``limit`` replaced by ``null``; the rest of the
-    document unchanged, so its shallow parts (an object's metadata) can be decoded to say which object
-    was refused. Slow (a Python step per bracket and quote): only for documents already refused."""
+def truncate_nesting(data: bytes, limit: int = MAX_NESTING, *, marker: bytes = b"null") -> bytes:
+    """``data`` with every array or object deeper than ``limit`` replaced by ``marker`` (a JSON value);
+    the rest of the document unchanged, so its shallow parts (an object's metadata) can be decoded to
+    say which object was refused. Slow (a Python step per bracket and quote): only for documents
+    already refused."""
     out: list[bytes] = []
     depth = 0
     copied = 0
@@ -86,8 +87,8 @@ def truncate_nesting(data: bytes, limit: int = MAX_NESTING) -> bytes:
         elif depth > 0:
             depth -= 1
             if depth == limit and cut_at >= 0:
-                out.append(data[copied:cut_at] + b"null")
+                out.append(data[copied:cut_at] + marker)
                 copied = at + 1
                 cut_at = -1
-    out.append(data[copied:] if cut_at < 0 else data[copied:cut_at] + b"null")
+    out.append(data[copied:] if cut_at < 0 else data[copied:cut_at] + marker)
     return b"".join(out)

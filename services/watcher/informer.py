@@ -13,6 +13,9 @@ listing with what it holds and publishes synthetic DELETED events for objects th
 Invariants:
 - Lines are decoded with msgspec in the informer thread; objects are sanitized there
   (``resources.sanitize``), so Secret content never even reaches the event loop.
+- An object too deep or too large to decode safely (``schema.bounds``; a CRD keeps arbitrary JSON in
+  pod templates) is not projected: a Warning Event on it says why, the informer goes on, and a listing
+  does not count it as deleted. Its deletion is still projected (from its readable, shallow part).
 - Errors other than 410 reconnect with backoff from the same resourceVersion.
 - ``stop()`` interrupts a blocking read by shutting the socket down; the thread exits promptly.
 
@@ -28,13 +31,16 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final, cast
 
 import msgspec
 import urllib3
 
-from schema.messages import WatchEventType
-from services.watcher.calls import ApiError
+from schema.bounds import MAX_NESTING, TooComplex, check_bounds, truncate_nesting
+from schema.messages import EmitEvent, ObjectRef, WatchEventType
+from services.runtime.errors import PermanentError
+from services.watcher.calls import ApiError, plan_call
 from services.watcher.kubeapi import KubeApi
 from services.watcher.resources import ResourceType, sanitize
 
@@ -47,6 +53,8 @@ READ_TIMEOUT: Final = 330.0
 CONNECT_TIMEOUT: Final = 10.0
 LIST_PAGE: Final = 500
 """Objects per list page (``limit``); pages keep the API server's and our memory bounded."""
+REFUSED_REASON: Final = "ObjectNotDecodable"
+"""Reason of the Warning Event on an object the informer does not project."""
 RECONNECT_DELAYS: Final[tuple[float, ...]] = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
 """Seconds before each reconnect attempt after an error; the last one repeats."""
 
@@ -78,11 +86,23 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
+class Refused:
+    """An object the informer does not project, why, and what of it could be read (deep parts cut off)."""
+
+    change: Change
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Listing:
-    """A complete list of the scope at ``resource_version`` (after a start without resume point or a 410)."""
+    """A complete list of the scope at ``resource_version`` (after a start without resume point or a 410).
+
+    ``refused`` are the uids of listed objects that were not decoded (:class:`Refused`): they still exist.
+    """
 
     objects: tuple[Change, ...]
     resource_version: str
+    refused: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +161,29 @@ class Gone(Exception):
     """The resourceVersion is too old (410): relist."""
 
 
+_CUT: Final = rb'"\u0000raybus: nested too deeply"'
+"""What :func:`truncate_nesting` puts in place of a listed object's too-deep parts, to find it again."""
+_LIST_DEPTH: Final = 2
+"""Levels a list page adds above its items (the page object, its ``items`` array)."""
+
+
 def make_change(resource: ResourceType, type_: WatchEventType, raw: bytes) -> Change:
-    """Decode and sanitize one object; fill apiVersion/kind when the server left them out (list items)."""
-    obj = _object_decoder.decode(raw)
+    """Decode and sanitize one object; fill apiVersion/kind when the server left them out (list items).
+
+    Raises:
+        TooComplex: the object is too large or too deep to decode safely (see :func:`refusal`).
+    """
+    check_bounds(raw)
+    return _change(resource, type_, _object_decoder.decode(raw), raw)
+
+
+def refusal(resource: ResourceType, type_: WatchEventType, raw: bytes, reason: str) -> Refused:
+    """A refused object: its shallow part (metadata, to say which object it is), and why."""
+    obj = _object_decoder.decode(truncate_nesting(raw, MAX_NESTING))
+    return Refused(_change(resource, type_, obj, b""), reason)
+
+
+def _change(resource: ResourceType, type_: WatchEventType, obj: dict[str, Any], raw: bytes) -> Change:
     clean = sanitize(resource, obj)
     if "kind" not in clean or "apiVersion" not in clean:
         clean = {"apiVersion": resource.api_version, "kind": resource.kind, **clean}
@@ -161,14 +201,22 @@ def make_change(resource: ResourceType, type_: WatchEventType, raw: bytes) -> Ch
     )
 
 
-def decode_line(resource: ResourceType, line: bytes) -> Item:
-    """One watch line as an item.
+def decode_line(resource: ResourceType, line: bytes) -> Item | Refused:
+    """One watch line as an item (a refused object's deletion is still a :class:`Change`).
 
     Raises:
         Gone: an ERROR line with code 410.
         ApiError: any other ERROR line.
         msgspec.DecodeError: not a watch line.
     """
+    try:
+        check_bounds(line, max_nesting=MAX_NESTING + 1)
+    except TooComplex as exc:
+        head = _line_decoder.decode(truncate_nesting(line, MAX_NESTING + 1))
+        if head.type not in ("ADDED", "MODIFIED", "DELETED"):
+            raise
+        refused = refusal(resource, cast(WatchEventType, head.type), bytes(head.object), str(exc))
+        return refused.change if head.type == "DELETED" else refused
     decoded = _line_decoder.decode(line)
     if decoded.type == "BOOKMARK":
         return Bookmark(resource_version=_head_decoder.decode(decoded.object).metadata.resourceVersion)
@@ -336,10 +384,39 @@ class Informer:
         log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.scope.name, exc, delay)
         self._stop.wait(delay)
 
+    def _refuse(self, refused: Refused) -> str:
+        """Say on the object why it is not projected (a Warning Event; once per resourceVersion)."""
+        change = refused.change
+        log.warning("%s: not projecting %s/%s: %s", self.scope.name, change.namespace, change.name, refused.reason)
+        if not change.namespace or not change.name:
+            return change.uid
+        event = EmitEvent(
+            id=f"refused/{change.uid}/{change.resource_version}",
+            regarding=ObjectRef(
+                api_version=str(change.obj.get("apiVersion") or self.scope.resource.api_version),
+                kind=self.scope.resource.kind,
+                namespace=change.namespace,
+                name=change.name,
+                uid=change.uid,
+            ),
+            event_type="Warning",
+            reason=REFUSED_REASON,
+            message=f"raybus ignores this {self.scope.resource.kind} until it changes: {refused.reason}",
+        )
+        try:
+            self._api.execute(plan_call(event, now=datetime.now(UTC)))
+        except ApiError as exc:
+            if exc.status != 409:  # 409: this version's event exists already
+                log.warning("%s: the event on %s was not recorded: %s", self.scope.name, change.name, exc)
+        except (PermanentError, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.warning("%s: the event on %s was not recorded: %s", self.scope.name, change.name, exc)
+        return change.uid
+
     def _list(self) -> None:
         resource = self.scope.resource
         path = resource.collection_path(self.scope.namespace)
         objects: list[Change] = []
+        refused: list[str] = []
         continue_token = ""
         resource_version = ""
         while True:
@@ -347,11 +424,22 @@ class Informer:
                 data = self._api.request("GET", path, query=self._driver.list_query(continue_token)).data
             except ApiError as exc:
                 if exc.status == 410 and continue_token:  # the continue token expired: start over
-                    objects, continue_token = [], ""
+                    objects, refused, continue_token = [], [], ""
                     continue
                 raise
+            try:
+                check_bounds(data, max_bytes=len(data), max_nesting=MAX_NESTING + _LIST_DEPTH)
+            except TooComplex:
+                data = truncate_nesting(data, MAX_NESTING + _LIST_DEPTH, marker=_CUT)
             page = _list_decoder.decode(data)
-            objects.extend(make_change(resource, "ADDED", bytes(item)) for item in page.items)
+            for item in page.items:
+                raw = bytes(item)
+                try:
+                    if _CUT in raw:
+                        raise TooComplex(f"nested deeper than {MAX_NESTING} levels")
+                    objects.append(make_change(resource, "ADDED", raw))
+                except TooComplex as exc:
+                    refused.append(self._refuse(refusal(resource, "ADDED", raw, str(exc))))
             resource_version = page.metadata.resourceVersion
             continue_token = page.metadata.continue_
             if not continue_token or self._stop.is_set():
@@ -359,7 +447,8 @@ class Informer:
         if self._stop.is_set():
             return
         self.relists += 1
-        if not self._deliver(Batch(self.scope, (Listing(tuple(objects), resource_version),))):
+        listing = Listing(tuple(objects), resource_version, frozenset(refused))
+        if not self._deliver(Batch(self.scope, (listing,))):
             return
         self._driver.listed(resource_version)
         self._synced.set()
@@ -385,7 +474,10 @@ class Informer:
                 try:
                     for line in lines:
                         item = decode_line(self.scope.resource, line)
-                        items.append(item)
+                        if isinstance(item, Refused):
+                            self._refuse(item)
+                        else:
+                            items.append(item)
                 finally:
                     if items and self._deliver(Batch(self.scope, tuple(items))):
                         for item in items:

@@ -366,7 +366,11 @@ class Projection:
         held = self._by_kind.get(resource.kind, {})
         ops: list[_Op] = []
         for uid, placed in list(held.items()):
-            if uid in listed or (scope.namespace and placed.change.namespace != scope.namespace):
+            if (
+                uid in listed
+                or uid in listing.refused
+                or (scope.namespace and placed.change.namespace != scope.namespace)
+            ):
                 continue
             gone = replace(placed.change, type="DELETED")
             ops.extend(self._plan_change(resource, gone))
