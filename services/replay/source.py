@@ -7,10 +7,8 @@ watcher publishes an event right after its KV write). When the events stream has
 it also reads the KV seed: the last write of every entry under the key's prefix, delete markers
 included, with its revision.
 
-A batched direct get (``{"seq", "next_by_subj", "batch"}``) answers with up to ``batch`` messages and an
-EOB status carrying the number still pending, so a read is a few requests whatever the history length,
-creates no consumer (never a durable: reading history must not change the bus) and needs only
-``allow_direct`` on the streams, which raybus sets.
+Reads are batched direct gets (``services.runtime.directget``): a few requests whatever the history
+length, and no consumer (never a durable: reading history must not change the bus).
 
 Not here: decoding errors are not fatal (an undecodable message is counted and skipped); replaying.
 """
@@ -18,9 +16,7 @@ Not here: decoding errors are not fatal (an undecodable message is counted and s
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 import msgspec
@@ -30,104 +26,16 @@ from schema import subjects
 from schema.codec import decode_batch, decode_input
 from schema.keys import ReconcileKey, decode_token
 from services.replay.history import HistoryWindow, KeyHistory, KvSeedEntry, RecordedDecision, RecordedInput
-from services.runtime.errors import RetryableError
+from services.runtime.directget import direct_batches
 
 log = logging.getLogger(__name__)
 
-DIRECT_BATCH: Final = 1000
-"""Messages asked for per direct-get request (the server may answer fewer: it then reports pending)."""
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def stored_events_filter(key: ReconcileKey) -> str:
     """Filter of ``key``'s inputs as the events stream stores them (any partition)."""
     return f"{subjects.PREFIX}.part.*.{key.token()}"
-
-
-@dataclass(frozen=True)
-class StoredMessage:
-    """A message as a direct get returns it."""
-
-    seq: int
-    time: datetime
-    subject: str
-    data: bytes
-    headers: dict[str, str]
-
-
-def _time(text: str | None) -> datetime:
-    if not text:
-        return _EPOCH
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return _EPOCH
-
-
-async def direct_batches(
-    nc: Client,
-    stream: str,
-    *,
-    subject_filter: str | None = None,
-    start_seq: int = 1,
-    start_time: datetime | None = None,
-    multi_last: str | None = None,
-    timeout: float = 5.0,
-) -> AsyncIterator[StoredMessage]:
-    """Every message of ``stream`` matching the filter from ``start_seq`` (or ``start_time``) on.
-
-    With ``multi_last``, the last message of every subject matching it instead (KV reads).
-
-    Raises:
-        RetryableError: no answer within ``timeout`` or an error status.
-    """
-    seq = start_seq
-    first = True
-    while True:
-        request: dict[str, Any] = {"batch": DIRECT_BATCH}
-        if multi_last is not None:
-            request = {"multi_last": [multi_last], "batch": 100_000}
-        else:
-            request["next_by_subj"] = subject_filter or ">"
-            if first and start_time is not None:
-                request["start_time"] = start_time.astimezone(UTC).isoformat().replace("+00:00", "Z")
-            else:
-                request["seq"] = seq
-        first = False
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        pending = 0
-        last = 0
-        try:
-            await nc.publish(f"$JS.API.DIRECT.GET.{stream}", msgspec.json.encode(request), reply=inbox)
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout=timeout)
-                except Exception as exc:  # nats-py's TimeoutError or a closed connection
-                    raise RetryableError(f"direct get on {stream} got no answer") from exc
-                headers = dict(msg.headers or {})
-                status = headers.get("Status")
-                if status == "204":
-                    pending = int(headers.get("Nats-Num-Pending") or 0)
-                    break
-                if status == "404":
-                    return
-                if status:
-                    raise RetryableError(f"direct get on {stream}: {status} {headers.get('Description', '')}")
-                last = int(headers.get("Nats-Sequence") or 0)
-                yield StoredMessage(
-                    seq=last,
-                    time=_time(headers.get("Nats-Time-Stamp")),
-                    subject=headers.get("Nats-Subject", ""),
-                    data=msg.data,
-                    headers=headers,
-                )
-        finally:
-            await sub.unsubscribe()
-        if multi_last is not None or pending <= 0 or last == 0:
-            return
-        seq = last + 1
 
 
 async def read_window(nc: Client) -> HistoryWindow:

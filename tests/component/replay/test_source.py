@@ -18,6 +18,7 @@ from services.replay.archive import read_history_file
 from services.replay.history import KeyHistory
 from services.replay.replayer import Replayer
 from services.replay.source import read_history
+from services.runtime import directget
 from services.runtime.endpoints import write_endpoints
 from tests.component.replay.conftest import publish_history
 from tests.fixtures.nats import NatsServer, free_port
@@ -60,7 +61,7 @@ async def test_read_history_returns_what_was_recorded_and_replays(bus: Client) -
 async def test_direct_gets_page_through_long_histories(bus: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = load(LIFECYCLE).history()
     await publish_history(bus, recorded)
-    monkeypatch.setattr(source, "DIRECT_BATCH", 7)
+    monkeypatch.setattr(directget, "DIRECT_BATCH", 7)
     same_messages(await read_history(bus, recorded.key), recorded)
 
 
