@@ -13,6 +13,8 @@ Layout (docs/architecture.md#flow):
 - KV ``raybus-objects``: the projection, entries ``<key token>.<entry kind>.<entry name>``.
 - KV ``raybus-leases``: partition leases ``p.<n>`` and worker heartbeats ``w.<id>`` (TTL).
 - KV ``raybus-watcher``: informer resume points ``rv.<resource>``.
+- ``raybus.replay``: request/reply (no stream): a reconciler replays a key's recorded decisions with the
+  code it runs (``schema.replayview``), for the status service's console.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ WATCHER_BUCKET: Final = "raybus-watcher"
 
 APPLIER_CONSUMER: Final = "raybus-applier"
 STATUS_CONSUMER: Final = "raybus-status"
+
+REPLAY_SUBJECT: Final = f"{PREFIX}.replay"
+REPLAY_QUEUE: Final = "raybus-replay"
+"""Queue group of the reconcilers answering on ``REPLAY_SUBJECT`` (one of them answers each request)."""
 
 DEFAULT_PARTITIONS: Final = 16
 

@@ -66,7 +66,11 @@ def add_status(parser: argparse.ArgumentParser) -> None:
     """Flags of the status service."""
     parser.add_argument("--db-url", help="SQLAlchemy URL, e.g. postgresql+asyncpg://... [RAYBUS_DB_URL]")
     parser.add_argument("--no-migrate", action="store_true", help="do not run Alembic migrations at start")
-    parser.add_argument("--http-port", type=int, help="port of the history API (default 8090)")
+    parser.add_argument("--http-port", type=int, help="port of the history API and web console (default 8090)")
+    parser.add_argument(
+        "--trace-url-template",
+        help="the console's link of a trace id, with {trace_id} in it [RAYBUS_TRACE_URL_TEMPLATE]",
+    )
 
 
 def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -> RaybusSettings:
@@ -89,7 +93,7 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
     kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy", "qps", "burst"))
     if "watch_namespace" in given:
         kube = dataclasses.replace(kube, watch_namespaces=tuple(n for n in given["watch_namespace"].split(",") if n))
-    status = dataclasses.replace(s.status, **pick("db_url", "http_port"))
+    status = dataclasses.replace(s.status, **pick("db_url", "http_port", "trace_url_template"))
     if "bind_address" in given:
         status = dataclasses.replace(status, http_host=given["bind_address"])
     if "no_migrate" in given:

@@ -105,7 +105,9 @@ class StatusSettings:
     """Run Alembic migrations to head at start."""
     http_host: str = "127.0.0.1"
     http_port: int = 8090
-    """The read-only history API."""
+    """The read-only history API (and the web console under ``/console/``)."""
+    trace_url_template: str = ""
+    """Link of a trace id in the console, e.g. ``https://jaeger.example/trace/{trace_id}`` ("" = no link)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,7 +250,11 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
         qps=_number("RAYBUS_QPS", env.get("RAYBUS_QPS"), s.kube.qps),
         burst=int(_number("RAYBUS_BURST", env.get("RAYBUS_BURST"), s.kube.burst)),
     )
-    status = dataclasses.replace(s.status, db_url=env.get("RAYBUS_DB_URL", s.status.db_url))
+    status = dataclasses.replace(
+        s.status,
+        db_url=env.get("RAYBUS_DB_URL", s.status.db_url),
+        trace_url_template=env.get("RAYBUS_TRACE_URL_TEMPLATE", s.status.trace_url_template),
+    )
     gates = parse_feature_gates(env.get("RAYBUS_FEATURE_GATES", ""))
     pod_defaults = (
         load_pod_defaults(env["RAYBUS_OPERATOR_CONFIG"]) if env.get("RAYBUS_OPERATOR_CONFIG") else PodDefaults()

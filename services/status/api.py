@@ -24,7 +24,7 @@ the runtime's health server serves them on its own port.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, get_args
 
@@ -83,7 +83,8 @@ class ApiError(Exception):
         self.message = message
 
 
-def _json(body: msgspec.Struct | dict[str, Any], *, status: int = 200) -> web.Response:
+def json_response(body: msgspec.Struct | dict[str, Any], *, status: int = 200) -> web.Response:
+    """``body`` encoded as a JSON answer."""
     return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
 
 
@@ -92,15 +93,24 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as exc:
-        return _json(ErrorOut(error=exc.error, message=exc.message), status=exc.status)
+        return json_response(ErrorOut(error=exc.error, message=exc.message), status=exc.status)
     except RetryableError as exc:
         log.warning("status API %s: %s", request.path, exc)
-        return _json(ErrorOut(error="unavailable", message="the status database is unavailable"), status=503)
+        return json_response(ErrorOut(error="unavailable", message="the status database is unavailable"), status=503)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         code = exc.reason.lower().replace(" ", "_")
-        return _json(ErrorOut(error=code, message=f"{exc.reason}: {request.path}"), status=exc.status)
+        return json_response(ErrorOut(error=code, message=f"{exc.reason}: {request.path}"), status=exc.status)
+
+
+def parse_kind_param(text: str) -> KindInfo:
+    """The kind a path names.
+
+    Raises:
+        ApiError: 404, not a kind.
+    """
+    return _kind(text, status=404)
 
 
 def _kind(text: str, *, status: int) -> KindInfo:
@@ -143,16 +153,25 @@ def _page_size(query: Mapping[str, str]) -> tuple[int, int]:
 class StatusApi:
     """The route table and handlers over one store."""
 
-    def __init__(self, store: StatusStore) -> None:
+    def __init__(
+        self,
+        store: StatusStore,
+        *,
+        extra_routes: Sequence[Route] = (),
+        pages: Callable[[web.Application], None] | None = None,
+    ) -> None:
         self._store = store
-        self.routes: tuple[Route, ...] = self._route_table()
+        self._pages = pages
+        self.routes: tuple[Route, ...] = (*self._route_table(), *extra_routes)
         self.document = build_document(self.routes, title="raybus status API", version=API_VERSION)
 
     def application(self) -> web.Application:
-        """An aiohttp application serving :attr:`routes`."""
+        """An aiohttp application serving :attr:`routes` (and the pages, when given)."""
         app = web.Application(middlewares=[_errors])
         for route in self.routes:
             app.router.add_get(route.path, route.handler, allow_head=False)
+        if self._pages is not None:
+            self._pages(app)
         return app
 
     def _route_table(self) -> tuple[Route, ...]:
@@ -279,7 +298,7 @@ class StatusApi:
                 after=after,
             )
             next_after = records[-1].resource.id if len(records) == limit else None
-            return _json(ResourcePage(items=[resource_out(r) for r in records], next_after=next_after))
+            return json_response(ResourcePage(items=[resource_out(r) for r in records], next_after=next_after))
 
         return handler
 
@@ -295,7 +314,7 @@ class StatusApi:
 
     def _get_resource(self, fixed: KindInfo | None) -> Handler:
         async def handler(request: web.Request) -> web.Response:
-            return _json(resource_out(await self._find(request, fixed)))
+            return json_response(resource_out(await self._find(request, fixed)))
 
         return handler
 
@@ -303,7 +322,7 @@ class StatusApi:
         async def handler(request: web.Request) -> web.Response:
             record = await self._find(request, fixed)
             rows = await self._store.list_transitions(record.resource.uid)
-            return _json(History(resource=resource_out(record), transitions=[transition_out(t) for t in rows]))
+            return json_response(History(resource=resource_out(record), transitions=[transition_out(t) for t in rows]))
 
         return handler
 
@@ -311,7 +330,7 @@ class StatusApi:
         record = await self._find(request, _RAYCRONJOB)
         limit = _int(request.query, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
         runs, total = await self._store.list_runs(record.resource, limit=limit)
-        return _json(RunsOut(resource=resource_out(record), runs=[run_out(r) for r in runs], total=total))
+        return json_response(RunsOut(resource=resource_out(record), runs=[run_out(r) for r in runs], total=total))
 
     async def _list_commands(self, request: web.Request) -> web.Response:
         query = request.query
@@ -329,10 +348,10 @@ class StatusApi:
             after=after,
         )
         next_after = rows[-1].id if len(rows) == limit else None
-        return _json(CommandPage(items=[command_out(r) for r in rows], next_after=next_after))
+        return json_response(CommandPage(items=[command_out(r) for r in rows], next_after=next_after))
 
     async def _openapi(self, _: web.Request) -> web.Response:
-        return _json(self.document)
+        return json_response(self.document)
 
 
 class ApiServer:

@@ -22,6 +22,7 @@ from services.runtime.health import HealthServer
 from services.runtime.settings import RaybusSettings
 from services.runtime.topology import ensure_topology
 from services.status.api import ApiServer, StatusApi
+from services.status.console import Console
 from services.status.consumer import ResultConsumer
 from services.status.metrics import ResourceMetrics
 from services.status.migrate import upgrade
@@ -81,7 +82,9 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
             probe = DatabaseProbe(store)
             health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
             health.add_readiness("database", probe.reason)
-            server = ApiServer(StatusApi(store), host=status.http_host, port=status.http_port)
+            console = Console(nc, partitions=settings.bus.partitions, trace_url_template=status.trace_url_template)
+            api = StatusApi(store, extra_routes=console.routes(), pages=console.add_pages)
+            server = ApiServer(api, host=status.http_host, port=status.http_port)
             await server.start()
             log.info("status API on %s", server.url)
             metrics = ResourceMetrics()

@@ -23,6 +23,7 @@ from services.reconciler.worker.consumer import PartitionConsumer
 from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.leases import PartitionLeases
 from services.reconciler.worker.timers import TimerScheduler
+from services.replay.responder import serve_replays
 from services.runtime.bus import connect
 from services.runtime.health import HealthServer, Progress
 from services.runtime.settings import RaybusSettings
@@ -120,6 +121,7 @@ async def run_reconciler(
         )
         health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
         health.add_readiness("progress", progress.stalled)
+        await serve_replays(nc, config=settings.operator, reconcilers=kinds)
         log.info("reconciler %s running with kinds %s", worker_id, ", ".join(sorted(kinds)))
         await leases.run(stop)
         if crashed:
