@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
@@ -33,7 +34,7 @@ from schema.messages import BusInput, TimerTick
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
 from services.reconciler.worker.inflight import InFlight
-from services.reconciler.worker.timers import TimerScheduler
+from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
 from services.runtime.bus import publish
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
@@ -73,6 +74,26 @@ async def settle(ack: Awaitable[None]) -> None:
 def retry_delay(deliveries: int) -> float:
     """Backoff before redelivery after ``deliveries`` failed attempts (0.5 s doubling, capped at 30 s)."""
     return float(min(30.0, 0.5 * 2 ** max(0, deliveries - 1)))
+
+
+def checked_origin(message: BusInput, msg: Msg) -> BusInput:
+    """``message`` if it came the way its kind must come: a timer tick only from its own key's schedule
+    (whoever may publish schedules may name any target), anything else never from a schedule; a tick's
+    time is at most the time the stream stored it, so a schedule cannot move a key's ``now`` ahead.
+
+    Raises:
+        ValueError: it did not.
+    """
+    scheduler = (msg.headers or {}).get(SCHEDULER_HEADER)
+    if isinstance(message, TimerTick):
+        own = subjects.timer_subject(message.key)
+        if scheduler != own:
+            raise ValueError(f"a timer tick must come from the schedule {own}, not {scheduler or 'a publisher'}")
+        stored_at = msg.metadata.timestamp
+        return msgspec.structs.replace(message, due_at=stored_at) if message.due_at > stored_at else message
+    if scheduler is not None:
+        raise ValueError(f"the schedule {scheduler} published a {type(message).__name__}, not a timer tick")
+    return message
 
 
 def _reason(exc: Exception) -> str:
@@ -195,6 +216,7 @@ class PartitionConsumer:
                 message = decode_input(msg.data)
                 if message.key != key:
                     raise ValueError(f"message names key {message.key} but was published for {key}")
+                message = checked_origin(message, msg)
             except Exception as exc:  # whatever the bytes make the decoder do, the message is parked
                 _dead_letters.add(1, {"stream": subjects.EVENTS_STREAM})
                 log.warning(

@@ -35,6 +35,11 @@ BACKSTOP_TOLERANCE: Final = timedelta(seconds=10)
 decision)."""
 
 
+SCHEDULER_HEADER: Final = "Nats-Scheduler"
+"""Set by nats-server (2.12+) on a message a schedule published: the schedule's subject. A client
+cannot set it on a schedule (the server refuses the publish), so it says which key's timer sent it."""
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
