@@ -33,6 +33,7 @@ from typing import IO
 from services.runtime import endpoints
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
 from services.runtime.natsbin import nats_server_binary
+from services.runtime.private import OWNER_ONLY_UMASK, open_private_log, private_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,13 +100,14 @@ class Child:
     _log: IO[bytes] | None = None
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("ab")
+        private_dir(self.log_path.parent)
+        self._log = open_private_log(self.log_path)
         self.proc = subprocess.Popen(
             self.argv,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.env},
+            umask=OWNER_ONLY_UMASK,  # its database, store, kubeconfig: the owner's only
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
         )
 
@@ -194,7 +196,7 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
     """Start every component that was not given (into ``stack`` if given); raise StackError if one fails."""
     state = endpoints.state_dir(args.state_dir).resolve()
     logs = state / "logs"
-    state.mkdir(parents=True, exist_ok=True)
+    private_dir(state)
     if stack is None:
         stack = Stack(state=state)
     try:

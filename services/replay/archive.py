@@ -44,6 +44,7 @@ from services.replay.history import (
     collector_paused,
 )
 from services.runtime.errors import PermanentError
+from services.runtime.private import write_private
 
 FORMAT: Final = "raybus-replay-history"
 FORMAT_VERSION: Final = 1
@@ -168,10 +169,9 @@ def _loads(data: bytes, where: str) -> HistoryFile:
 
 
 def write_history(path: Path, document: HistoryFile, fmt: FileFormat | None = None) -> None:
-    """Write an export document (format from ``fmt`` or the file name), atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(dumps(document, fmt or format_for(path)))
-    tmp.replace(path)
+    """Write an export document (format from ``fmt`` or the file name), atomically, readable by its
+    owner only (it holds the key's objects as the watcher saw them)."""
+    write_private(path, dumps(document, fmt or format_for(path)))
 
 
 def read_history_file(path: Path) -> HistoryFile:
