@@ -201,6 +201,17 @@ def _change(resource: ResourceType, type_: WatchEventType, obj: dict[str, Any], 
     )
 
 
+def decode_page(resource: ResourceType, data: bytes) -> tuple[list[Change], str, str]:
+    """One list answer: its objects (as ADDED changes), its resourceVersion and its continue token.
+
+    Raises:
+        TooComplex: an object is too large or too deep to decode safely.
+    """
+    page = _list_decoder.decode(data)
+    objects = [make_change(resource, "ADDED", bytes(item)) for item in page.items]
+    return objects, page.metadata.resourceVersion, page.metadata.continue_
+
+
 def decode_line(resource: ResourceType, line: bytes) -> Item | Refused:
     """One watch line as an item (a refused object's deletion is still a :class:`Change`).
 

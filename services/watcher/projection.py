@@ -20,6 +20,10 @@ Invariants:
   when a newer version of the same entry is queued behind it.
 - Writes of one entry are strictly ordered: each waits for the previous write of the same KV entry to
   finish (retries included), so an older version never overwrites a newer one.
+- A custom resource's deletion is projected no later than the deletions of its children: before a
+  child's deletion (or deletionTimestamp) whose owner is held alive, the owner is read from the API
+  server, and its deletion, if it happened, is projected and published first (``owners``). Its own
+  DELETE arriving later changes nothing; its older events arriving later are skipped.
 - Message ids: ``<uid>/<rv>/<type>/<key token>`` for a change, with ``/<cause uid>/<cause rv>`` appended
   when a relation change moved the object (so the same version can re-enter a key later). The KV writes
   carry the same id, so HA replicas store each version once and agree on ``kv_revision``.
@@ -47,13 +51,16 @@ from nats.js.kv import KeyValue
 from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
+from schema.bounds import TooComplex
 from schema.keys import ReconcileKey, decode_token
 from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
 from services.runtime.bus import publish
 from services.runtime.tracing import current_trace_id, tracer
 from services.watcher.aio import cancel_and_wait, raise_if_cancelling
+from services.watcher.calls import ApiError
 from services.watcher.informer import Batch, Bookmark, Change, Listing, Scope
 from services.watcher.keymap import dependencies, keys_for
+from services.watcher.owners import OwnerReader, deleting, owners_of_going
 from services.watcher.relations import ObjectId, Relations
 from services.watcher.resources import ResourceType, by_kind
 from services.watcher.resume import Ticket, Watermarks, store_resume_points
@@ -88,8 +95,9 @@ def lifecycle_id(uid: str, what: str) -> str:
     return f"lifecycle/{uid}/{what}"
 
 
-def _deleting(obj: dict[str, Any]) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+def _rv(resource_version: str) -> int:
+    """A resourceVersion as a number (-1 when it is not one: then nothing is assumed about its order)."""
+    return int(resource_version) if resource_version.isdigit() else -1
 
 
 def _parse_time(value: object, default: datetime) -> datetime:
@@ -143,6 +151,7 @@ class Projection:
         tracer: Tracer | None = None,
         window: int = 512,
         resume_interval: float = 0.5,
+        owners: OwnerReader | None = None,
     ) -> None:
         self._js = js
         self._resume_kv = resume_kv
@@ -162,6 +171,11 @@ class Projection:
         self._tails: dict[str, asyncio.Future[None]] = {}
         self._gone: dict[str, None] = {}
         """uids of custom resources whose deletion was projected, oldest first (bounded)."""
+        self._owners = owners
+        self._alive_at: dict[str, int] = {}
+        """uid of a custom resource → the API server's resourceVersion at which it was read alive."""
+        self._read_at: dict[str, int] = {}
+        """uid of a custom resource projected from a read → its resourceVersion (older events are stale)."""
         self._deleting_at: dict[str, int] = {}
         """uid of a custom resource being deleted → KV revision of the first write that showed it so."""
         self.events_published = 0
@@ -180,7 +194,7 @@ class Projection:
         placed = self._objects.get((kind, uid))
         if placed is None:
             return uid in self._gone
-        if not _deleting(placed.change.obj):
+        if not deleting(placed.change.obj):
             return False
         since = self._deleting_at.get(uid)
         return since is None or snapshot_revision < since
@@ -253,7 +267,7 @@ class Projection:
                 await cast(Callable[[], Awaitable[None]], watcher.stop)()
         for oid, (revision, placed) in found.items():
             self._hold(oid, placed)
-            if placed.resource.is_key_kind and _deleting(placed.change.obj):
+            if placed.resource.is_key_kind and deleting(placed.change.obj):
                 self._deleting_at[placed.change.uid] = revision
             self._relations.record(placed.resource.kind, placed.change.obj, placed.keys)
             self._relations.track(oid, dependencies(placed.resource.kind, placed.change.obj))
@@ -293,7 +307,10 @@ class Projection:
         oid = (resource.kind, change.uid)
         prev = self._objects.get(oid)
         if change.type == "DELETED":
+            self._read_at.pop(change.uid, None)
             return self._plan_removal(resource, oid, change, prev)
+        if self._read_at.get(change.uid, -1) >= _rv(change.resource_version) >= 0:
+            return []  # older than what was read from the API server and projected already
         keys = keys_for(resource.kind, change.obj, self._relations.index)
         ops: list[_Op] = []
         old_keys = prev.keys if prev is not None else ()
@@ -314,6 +331,8 @@ class Projection:
         return ops
 
     def _plan_removal(self, resource: ResourceType, oid: ObjectId, change: Change, prev: Placed | None) -> list[_Op]:
+        if prev is None and change.uid in self._gone:
+            return []  # its deletion was projected already (read from the API server before a child's)
         keys = dict.fromkeys(prev.keys if prev is not None else ())
         for key in keys_for(resource.kind, change.obj, self._relations.index):
             keys[key] = None
@@ -325,6 +344,7 @@ class Projection:
             ops.append(_Fact(own, change, "deleted"))
             self._gone[change.uid] = None
             self._deleting_at.pop(change.uid, None)
+            self._alive_at.pop(change.uid, None)
             if len(self._gone) > GONE_MEMORY:
                 del self._gone[next(iter(self._gone))]
         changed = self._relations.forget(resource.kind, change.obj)
@@ -399,13 +419,10 @@ class Projection:
         if self._failure is not None:
             raise RuntimeError("a projection write failed") from self._failure
         for item in batch.items:
+            if self._owners is not None and isinstance(item, Change):
+                await self._owners_first(batch.scope, item)
             ops = self.plan(batch.scope, item)
-            loop = asyncio.get_running_loop()
-            for op in ops:
-                if isinstance(op, _Write):
-                    subject = self._kv_subject(op)
-                    op.after = self._tails.get(subject)
-                    op.done = self._tails[subject] = loop.create_future()
+            self._chain(ops)
             # A listing can plan thousands of writes: run them in chunks, each holding one window slot;
             # only the last chunk's ticket carries the resourceVersion (earlier ones never commit alone).
             chunks = [ops[i : i + _CHUNK] for i in range(0, len(ops), _CHUNK)] or [[]]
@@ -419,6 +436,43 @@ class Projection:
                 task = asyncio.create_task(self._perform(chunk, ticket))
                 self._tasks.add(task)
                 task.add_done_callback(self._finished)
+
+    def _chain(self, ops: list[_Op]) -> None:
+        """Order each write after the previous write of its entry."""
+        loop = asyncio.get_running_loop()
+        for op in ops:
+            if isinstance(op, _Write):
+                subject = self._kv_subject(op)
+                op.after = self._tails.get(subject)
+                op.done = self._tails[subject] = loop.create_future()
+
+    async def _owners_first(self, scope: Scope, change: Change) -> None:
+        """Before a child's deletion, project its owners' deletions that the API server already made
+        (``services/watcher/owners.py`` says why); waits until those writes are published."""
+        assert self._owners is not None
+        for owner in owners_of_going(change):
+            placed = self._objects.get((owner.kind, owner.uid))
+            if placed is None or deleting(placed.change.obj):
+                continue
+            if self._alive_at.get(owner.uid, -1) >= _rv(change.resource_version) >= 0:
+                continue  # read alive after this change already
+            try:
+                current = await self._owners(placed.resource, placed.change.namespace, placed.change.name)
+            except (ApiError, TooComplex) as exc:  # ordering is lost for this child, nothing else
+                log.warning("could not read %s %s: %s", owner.kind, placed.change.name, exc)
+                continue
+            found = current.change
+            if found is not None and found.uid == owner.uid and not deleting(found.obj):
+                self._alive_at[owner.uid] = _rv(current.resource_version)
+                continue
+            if found is None or found.uid != owner.uid:
+                ops = self._plan_change(placed.resource, replace(placed.change, type="DELETED"))
+            else:
+                ops = self._plan_change(placed.resource, replace(found, type="MODIFIED"))
+                self._read_at[owner.uid] = _rv(found.resource_version)
+            self._chain(ops)
+            ticket = self._watermarks.open(scope.name, "")  # commits nothing by itself
+            await self._perform(ops, ticket)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -506,7 +560,7 @@ class Projection:
                 revision = await self._retrying(lambda: self._write_kv(op, subject), superseded)
                 if revision is None:
                     return
-                if op.resource.is_key_kind and op.event_type != "DELETED" and _deleting(op.change.obj):
+                if op.resource.is_key_kind and op.event_type != "DELETED" and deleting(op.change.obj):
                     since = self._deleting_at.get(op.change.uid)
                     self._deleting_at[op.change.uid] = revision if since is None else min(since, revision)
                 event = WatchEvent(

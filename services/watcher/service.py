@@ -34,6 +34,7 @@ from services.watcher.calls import ApiError
 from services.watcher.dashboard import DashboardClient
 from services.watcher.informer import Batch, Informer, queue_deliverer, reconnect_delay, scopes_for
 from services.watcher.kubeapi import KubeApi, load_configuration
+from services.watcher.owners import api_owner_reader
 from services.watcher.prober import Prober
 from services.watcher.projection import Projection
 from services.watcher.resources import ResourceType, select_served
@@ -120,7 +121,9 @@ class Watcher:
             log.info("the API server does not serve %s: not watching it", resource.name)
         scopes = scopes_for(available, settings.kube.watch_namespaces)
         points = await load_resume_points(self.buckets.watcher, [s.name for s in scopes])
-        self.projection = Projection(js, resume_kv=self.buckets.watcher, resume_points=points)
+        self.projection = Projection(
+            js, resume_kv=self.buckets.watcher, resume_points=points, owners=api_owner_reader(self.api)
+        )
         loaded = await self.projection.load(self.buckets.objects)
         log.info("projection holds %d objects; %d of %d scopes resume", loaded, len(points), len(scopes))
 
