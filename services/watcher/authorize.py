@@ -35,11 +35,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from schema.keys import KeyKind, ReconcileKey, is_dns1123_label, is_dns1123_subdomain
+from schema.keys import KeyKind, ReconcileKey, is_dns1123_subdomain
 from schema.messages import (
     Command,
     CreateObject,
-    DashboardRef,
     DeleteCollection,
     DeleteObject,
     EmitEvent,
@@ -52,6 +51,7 @@ from schema.messages import (
     SubmitRayJob,
     command_verb,
 )
+from services.watcher.dashboard import dashboard_ref_problem
 from services.watcher.keymap import CLUSTER_LABEL, CRONJOB_LABEL, ORIGIN_CRD_LABEL, ORIGIN_NAME_LABEL, RAY_GROUP
 from services.watcher.resources import by_api_version_kind
 
@@ -454,21 +454,6 @@ def _event(key: ReconcileKey, command: EmitEvent) -> Verdict:
 
 
 # --- dashboard commands -----------------------------------------------------------------------------
-
-
-def dashboard_ref_problem(ref: DashboardRef) -> str:
-    """Why a dashboard reference cannot become a URL ("" when it can): names must be DNS-1123."""
-    if not is_dns1123_label(ref.namespace):
-        return f"namespace {ref.namespace!r} is not a DNS-1123 label"
-    if not is_dns1123_label(ref.service):
-        return f"service {ref.service!r} is not a DNS-1123 label"
-    if not 0 < ref.port < 65536:
-        return f"port {ref.port} is not a TCP port"
-    if not is_dns1123_subdomain(ref.cluster):
-        return f"cluster {ref.cluster!r} is not a valid name"
-    if ref.auth_secret and not is_dns1123_subdomain(ref.auth_secret):
-        return f"auth Secret {ref.auth_secret!r} is not a valid name"
-    return ""
 
 
 def _selected_cluster(key: ReconcileKey, facts: Facts) -> str:

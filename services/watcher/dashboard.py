@@ -13,7 +13,11 @@ The head pod's Serve proxy (docs/behaviour.md#6.1 step 11) is reached the same t
 directly, or ``<apiserver>/api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy`` (:func:`pod_base_url`,
 :meth:`DashboardClient.request_pod`); no token is sent there (Ray does not protect the proxy).
 
-Invariants: the token never reaches a log, a span attribute, an error string or a result; HTTP timeouts
+Invariants: a :class:`DashboardRef` becomes a URL only if its names are DNS-1123 names and its port a
+port (:func:`dashboard_ref_problem`), and every path segment is quoted, so a reference reaches the
+named Service and nothing else; which Service and Secret a key may name is ``authorize``'s rule (the
+key's own cluster's head Service and auth Secret).
+The token never reaches a log, a span attribute, an error string or a result; HTTP timeouts
 are 2 s direct and 10 s through the proxy (KubeRay's), except the Serve config PUT (:data:`SERVE_PUT_TIMEOUT`:
 the first PUT on a head starts Serve, 1.7-2.5 s on an idle Ray 2.60 head). A PUT that times out anyway is
 confirmed against the head's applications before it counts as failed, because Ray finishes it regardless:
@@ -38,6 +42,7 @@ import aiohttp
 import msgspec
 
 from schema.bounds import TooComplex, check_bounds
+from schema.keys import is_dns1123_label, is_dns1123_subdomain
 from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
 from services.runtime.errors import PermanentError
 from services.watcher.aio import raise_if_cancelling
@@ -141,17 +146,50 @@ def plan_dashboard_call(command: Command) -> DashboardCall:
     raise PermanentError(f"{type(command).__name__} is not a dashboard command")
 
 
+def dashboard_ref_problem(ref: DashboardRef) -> str:
+    """Why a dashboard reference cannot become a URL ("" when it can).
+
+    The namespace and the Service are DNS-1123 labels and the port a TCP port, so a reference can only
+    name ``<service>.<namespace>.svc`` (direct) or that Service's proxy path: never another host, another
+    API path or another port (``kube-system/pods?x=`` is not a namespace).
+    """
+    if not is_dns1123_label(ref.namespace):
+        return f"namespace {ref.namespace!r} is not a DNS-1123 label"
+    if not is_dns1123_label(ref.service):
+        return f"service {ref.service!r} is not a DNS-1123 label"
+    if not 0 < ref.port < 65536:
+        return f"port {ref.port} is not a TCP port"
+    if not is_dns1123_subdomain(ref.cluster):
+        return f"cluster {ref.cluster!r} is not a valid name"
+    if ref.auth_secret and not is_dns1123_subdomain(ref.auth_secret):
+        return f"auth Secret {ref.auth_secret!r} is not a valid name"
+    return ""
+
+
+def _segment(value: str | int) -> str:
+    return quote(str(value), safe="")
+
+
 def dashboard_base_url(ref: DashboardRef, *, use_proxy: bool, api_host: str, cluster_domain: str) -> str:
-    """The dashboard's base URL, direct or through the API server's service proxy."""
+    """The dashboard's base URL, direct or through the API server's service proxy.
+
+    Raises:
+        PermanentError: the reference does not name a Service (:func:`dashboard_ref_problem`).
+    """
+    problem = dashboard_ref_problem(ref)
+    if problem:
+        raise PermanentError(f"invalid dashboard reference: {problem}")
     if use_proxy:
-        return f"{api_host.rstrip('/')}/api/v1/namespaces/{ref.namespace}/services/{ref.service}:{ref.port}/proxy"
+        namespace, service = _segment(ref.namespace), _segment(ref.service)
+        return f"{api_host.rstrip('/')}/api/v1/namespaces/{namespace}/services/{service}:{ref.port}/proxy"
     return f"http://{ref.service}.{ref.namespace}.svc.{cluster_domain}:{ref.port}"
 
 
 def pod_base_url(pod: PodEndpoint, *, use_proxy: bool, api_host: str) -> str:
     """The base URL of a pod's port, direct (its IP) or through the API server's pod proxy."""
     if use_proxy:
-        return f"{api_host.rstrip('/')}/api/v1/namespaces/{pod.namespace}/pods/{pod.name}:{pod.port}/proxy"
+        namespace, name = _segment(pod.namespace), _segment(pod.name)
+        return f"{api_host.rstrip('/')}/api/v1/namespaces/{namespace}/pods/{name}:{int(pod.port)}/proxy"
     host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
     return f"http://{host}:{pod.port}"
 
@@ -194,7 +232,7 @@ def serve_config_applied(config: dict[str, Any], details: dict[str, Any] | None)
 
 def secret_path(ref: DashboardRef) -> str:
     """API path of the auth Secret a dashboard reference names."""
-    return f"/api/v1/namespaces/{ref.namespace}/secrets/{quote(ref.auth_secret, safe='')}"
+    return f"/api/v1/namespaces/{_segment(ref.namespace)}/secrets/{_segment(ref.auth_secret)}"
 
 
 def decode_token(secret: dict[str, Any]) -> str:
