@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import functools
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -29,11 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 from services.runtime import endpoints
+from services.runtime.bus import redact_url
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
 from services.runtime.natsbin import nats_server_binary
-from services.runtime.private import OWNER_ONLY_UMASK, open_private_log, private_dir
+from services.runtime.private import OWNER_ONLY_UMASK, open_private_log, private_dir, write_private
+from services.runtime.settings import NATS_URL_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +81,8 @@ def http_ok(url: str) -> bool:
 
 SERVICE_STOP_TIMEOUT = SHUTDOWN_GRACE + CANCEL_GRACE + EXIT_GRACE + 2.0
 """Seconds a raybus service gets after SIGTERM before it is killed (it exits on its own before that)."""
+NATS_USER = "raybus"
+"""The user of the stack's own nats-server when it guards a real cluster (``--kubeconfig``)."""
 INFRA_STOP_TIMEOUT = 10.0
 """Seconds kubesim and nats-server get after SIGTERM before they are killed."""
 
@@ -188,6 +194,15 @@ class Stack:
             child.kill()
 
 
+def private_bus(state: Path, port: int) -> tuple[str, Path]:
+    """A fresh password for the stack's own nats-server: its URL with the credential, and the server
+    configuration requiring it (both in the owner-only state directory)."""
+    password = secrets.token_urlsafe(32)
+    config = state / "nats-auth.conf"
+    write_private(config, f'authorization {{ user: {NATS_USER}, password: "{password}" }}\n'.encode())
+    return f"nats://{NATS_USER}:{password}@127.0.0.1:{port}", config
+
+
 def _raybus(*args: str) -> list[str]:
     return [sys.executable, "-m", "services.cli.main", *args]
 
@@ -205,8 +220,12 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
             port = free_port()
             nats_url = f"nats://127.0.0.1:{port}"
             argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(state / "nats")]
+            if args.kubeconfig:
+                # A real cluster's credentials act on what this bus carries: only this stack may use it.
+                nats_url, config = private_bus(state, port)
+                argv += ["-c", str(config)]
             stack.add(
-                Child("nats-server", argv, logs / "nats.log", nats_url, infra=True),
+                Child("nats-server", argv, logs / "nats.log", redact_url(nats_url), infra=True),
                 lambda: port_open(port),
                 args.timeout,
             )
@@ -229,7 +248,9 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
             child = Child("kubesim", argv, logs / "kubesim.log", where, infra=True)
             stack.add(child, lambda: port_open(port) and Path(kubeconfig).exists(), args.timeout)
         db_url = args.db_url or f"sqlite+aiosqlite:///{state / 'raybus.db'}"
-        common = ["--nats-url", nats_url]
+        # A URL with a password goes in the environment, never on a command line (``ps`` shows those).
+        secret_url = urlsplit(nats_url).password is not None
+        bus_flags, bus_env = ([], {NATS_URL_ENV: nats_url}) if secret_url else (["--nats-url", nats_url], {})
         services: list[tuple[str, list[str], str]] = [
             ("watcher", ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"], "applier, informers, prober"),
             ("reconciler", ["--feature-gates", args.feature_gates], "partitions of RAYBUS_EVENTS"),
@@ -239,9 +260,9 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         services.append(("status", ["--db-url", db_url, "--http-port", str(status_port)], f"history API {status_url}"))
         for name, extra, what in services:
             health = free_port()
-            argv = _raybus(name, *common, "--health-port", str(health), *extra)
+            argv = _raybus(name, *bus_flags, "--health-port", str(health), *extra)
             ready_url = f"http://127.0.0.1:{health}/readyz"
-            child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}")
+            child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}", env=bus_env)
             stack.add(child, functools.partial(http_ok, ready_url), args.timeout)
         stack.endpoints = {
             endpoints.NATS_URL: nats_url,

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from services.runtime.private import write_private
+
 DEFAULT_STATE_DIR: Final = ".raybus"
 STATE_DIR_ENV: Final = "RAYBUS_STATE_DIR"
 ENDPOINTS_FILE: Final = "endpoints.json"
@@ -33,7 +35,7 @@ def state_dir(flag: str | None, env: Mapping[str, str] | None = None) -> Path:
 def write_endpoints(state: Path, endpoints: Mapping[str, str]) -> Path:
     """Record the stack's endpoints for the tools; returns the file."""
     path = state / ENDPOINTS_FILE
-    path.write_text(json.dumps(dict(endpoints), indent=2))
+    write_private(path, json.dumps(dict(endpoints), indent=2).encode())  # the NATS URL may hold a password
     return path
 
 

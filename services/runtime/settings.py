@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import yaml
@@ -20,6 +20,8 @@ import yaml
 from schema.config import FeatureGates, OperatorConfig, OperatorSwitches, PodDefaults
 from schema.subjects import DEFAULT_PARTITIONS
 from services.runtime.errors import PermanentError
+
+NATS_URL_ENV: Final = "RAYBUS_NATS_URL"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,7 +239,7 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
     s = RaybusSettings()
     nats = dataclasses.replace(
         s.nats,
-        url=env.get("RAYBUS_NATS_URL", s.nats.url),
+        url=env.get(NATS_URL_ENV, s.nats.url),
         creds_file=env.get("RAYBUS_NATS_CREDS") or None,
         user=env.get("RAYBUS_NATS_USER") or None,
         password=env.get("RAYBUS_NATS_PASSWORD") or None,
