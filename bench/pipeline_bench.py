@@ -106,9 +106,15 @@ def ready(url: str) -> bool:
 
 @contextlib.contextmanager
 def stack(
-    workdir: Path, reconcilers: int, *, db_url: str | None = None, watcher_args: Sequence[str] = ()
+    workdir: Path,
+    reconcilers: int,
+    *,
+    db_url: str | None = None,
+    watcher_args: Sequence[str] = (),
+    launcher: Sequence[str] = (sys.executable, "-m", "services.cli.main"),
 ) -> Iterator[tuple[Stack, str, Path]]:
-    """The processes of a pipeline; the status service on ``db_url`` (default: SQLite in ``workdir``)."""
+    """The processes of a pipeline; the status service on ``db_url`` (default: SQLite in ``workdir``);
+    each raybus service started as ``launcher <service> …``."""
     s = Stack(workdir)
     try:
         port = _free_port()
@@ -138,7 +144,7 @@ def stack(
             ],
         )
         wait_for(lambda: kubeconfig.exists() and _accepts(kport), "kubesim")
-        raybus = [sys.executable, "-m", "services.cli.main"]
+        raybus = list(launcher)
         services = [
             ("watcher", ["--kubeconfig", str(kubeconfig), *watcher_args]),
             (
