@@ -14,7 +14,8 @@ the change's trace (matched by the resourceVersion the patch returned):
 - command: reconcile end until the ``applier.create_object`` span of the Pod starts (the applier's fetch);
 - apply: that span (the API call).
 
-Run: ``.venv/bin/python bench/latency_bench.py [--changes 50] [--settle 0.5]``.
+Run: ``.venv/bin/python bench/latency_bench.py [--changes 50] [--settle 0.5] [--peer PYTHON]``; with ``--peer``
+the same changes go to the Kopf peer operator of ``bench/peer`` (no spans: only the end-to-end figure).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import msgspec
 from kubernetes import client, config
-from pipeline_bench import stack
+from pipeline_bench import peer_stack, stack
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -159,11 +160,17 @@ def traced_stack(workdir: Path) -> Iterator[Path]:
     time.sleep(0.5)
 
 
-def run(changes: int, settle: float) -> dict[str, Any]:
+@contextmanager
+def peer(workdir: Path, python: Path) -> Iterator[Path]:
+    with peer_stack(workdir, python) as (_, kubeconfig):
+        yield kubeconfig
+
+
+def run(changes: int, settle: float, peer_python: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="latency-bench-") as tmp:
         workdir = Path(tmp)
         writes: list[tuple[int, str, int]] = []
-        with traced_stack(workdir) as kubeconfig:
+        with peer(workdir, peer_python) if peer_python else traced_stack(workdir) as kubeconfig:
             api = config.new_client_from_config(str(kubeconfig))
             custom = client.CustomObjectsApi(api)
             core = client.CoreV1Api(api)
@@ -185,7 +192,7 @@ def run(changes: int, settle: float) -> dict[str, Any]:
                 writes.append((written, obj["metadata"]["resourceVersion"], seen))
                 wait_status(custom, replicas)
             time.sleep(1.0)  # the exporters' last batch
-        spans = load_spans(workdir / "spans")
+        spans = [] if peer_python else load_spans(workdir / "spans")
     seen_ms = [(seen - written) * 1e-6 for written, _, seen in writes]
     hops = [h for written, rv, _ in writes if (h := hops_of(spans, written, rv)) is not None]
     return {"seen_ms": seen_ms, "hops": hops}
@@ -195,10 +202,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--changes", type=int, default=50)
     parser.add_argument("--settle", type=float, default=0.5, help="seconds of quiet before each change")
+    parser.add_argument(
+        "--peer",
+        type=Path,
+        metavar="PYTHON",
+        help="measure the Kopf peer (bench/peer) instead, run by this interpreter of its virtualenv",
+    )
     args = parser.parse_args()
     print(f"machine: {platform.platform()}, {len(os.sched_getaffinity(0))} cpus, python {platform.python_version()}")
     print(f"load average before: {os.getloadavg()[0]:.1f}")
-    r = run(args.changes, args.settle)
+    print("operator:", "the Kopf peer" if args.peer else "raybus")
+    r = run(args.changes, args.settle, args.peer)
     seen = r["seen_ms"]
     print(
         f"write → Pod seen on a watch ({len(seen)} changes): p50 {percentile(seen, 0.5):.1f} ms, "

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -71,9 +72,9 @@ class Stack:
     workdir: Path
     procs: list[Proc] = field(default_factory=list)
 
-    def spawn(self, name: str, argv: list[str]) -> Proc:
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
         with (self.workdir / f"{name}.log").open("ab") as log:
-            popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         proc = Proc(name, popen)
         self.procs.append(proc)
         return proc
@@ -104,6 +105,35 @@ def ready(url: str) -> bool:
         return bool(response.status == 200)
 
 
+def start_kubesim(s: Stack) -> Path:
+    """kubesim (kubelet ``instant``, raybus's CRDs) in the stack; its kubeconfig."""
+    crds = s.workdir / "crds"
+    write_crds(crds)
+    kubeconfig = s.workdir / "kubeconfig"
+    port = _free_port()
+    argv = [sys.executable, "-m", "kubesim", "--port", str(port), "--kubeconfig", str(kubeconfig)]
+    s.spawn("kubesim", [*argv, "--kubelet", "instant", "--crds", str(crds)])
+    wait_for(lambda: kubeconfig.exists() and _accepts(port), "kubesim")
+    return kubeconfig
+
+
+@contextlib.contextmanager
+def peer_stack(workdir: Path, python: Path) -> Iterator[tuple[Stack, Path]]:
+    """kubesim and the Kopf peer operator (``bench/peer``, run by ``python`` from its own virtualenv)."""
+    s = Stack(workdir)
+    try:
+        kubeconfig = start_kubesim(s)
+        health = _free_port()
+        operator = REPO / "bench" / "peer" / "operator.py"
+        argv = [str(python), "-m", "kopf", "run", "--standalone", "--all-namespaces", "--quiet"]
+        argv += ["--liveness", f"http://127.0.0.1:{health}/healthz", str(operator)]
+        s.spawn("peer", argv, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+        wait_for(lambda: ready(f"http://127.0.0.1:{health}/healthz"), "the peer operator")
+        yield s, kubeconfig
+    finally:
+        s.stop()
+
+
 @contextlib.contextmanager
 def stack(
     workdir: Path,
@@ -123,27 +153,7 @@ def stack(
         )
         wait_for(lambda: _accepts(port), "nats-server")
         nats_url = f"nats://127.0.0.1:{port}"
-        crds = workdir / "crds"
-        write_crds(crds)
-        kubeconfig = workdir / "kubeconfig"
-        kport = _free_port()
-        s.spawn(
-            "kubesim",
-            [
-                sys.executable,
-                "-m",
-                "kubesim",
-                "--port",
-                str(kport),
-                "--kubeconfig",
-                str(kubeconfig),
-                "--kubelet",
-                "instant",
-                "--crds",
-                str(crds),
-            ],
-        )
-        wait_for(lambda: kubeconfig.exists() and _accepts(kport), "kubesim")
+        kubeconfig = start_kubesim(s)
         raybus = list(launcher)
         services = [
             ("watcher", ["--kubeconfig", str(kubeconfig), *watcher_args]),
@@ -237,49 +247,102 @@ async def stream_figures(nats_url: str) -> dict[str, Any]:
     }
 
 
-def run_pipeline(clusters: int, reconcilers: int, threads: int, timeout: float, qps: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def profiling(procs: Sequence[Proc], directory: Path | None) -> Iterator[None]:
+    """Sample every Python process of the stack with py-spy (``pip install py-spy``) while the block runs;
+    one collapsed-stack file per process in ``directory`` (nothing when it is None)."""
+    if directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    spy = str(Path(sys.executable).parent / "py-spy")
+    spies = [
+        subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(p.popen.pid),
+                "--rate",
+                "50",
+                "--nonblocking",
+                "--format",
+                "raw",
+                "--output",
+                str(directory / f"{p.name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in procs
+        if p.name != "nats-server"
+    ]
+    try:
+        yield
+    finally:
+        for process in spies:
+            process.send_signal(signal.SIGINT)
+        for process in spies:
+            process.wait(30)
+
+
+def burst(s: Stack, kubeconfig: Path, clusters: int, threads: int, timeout: float) -> dict[str, Any]:
+    """Create the clusters at once and wait until all are ready; times, and CPU and peak RSS per process."""
+    api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
+    api.configuration.connection_pool_maxsize = threads + 2
+    api = client.ApiClient(api.configuration)
+    custom = client.CustomObjectsApi(api)
+    before = {p.name: p.usage()[0] for p in s.procs}
+
+    def create(i: int) -> None:
+        custom.create_namespaced_custom_object(
+            "ray.io", "v1", "default", "rayclusters", small_cluster(f"bench-{i:04d}", workers=3)
+        )
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, range(clusters)))
+    created_in = time.perf_counter() - started
+    done = 0
+    while time.perf_counter() - started < timeout:
+        done = count_ready(api)
+        if done == clusters:
+            break
+        time.sleep(0.5)
+    all_ready_in = time.perf_counter() - started
+    usage = {p.name: p.usage() for p in s.procs}
+    api.close()
+    return {
+        "clusters": clusters,
+        "pods": clusters * 4,
+        "created_in_s": created_in,
+        "ready": done,
+        "all_ready_in_s": all_ready_in,
+        "processes": {name: {"cpu_s": usage[name][0] - before[name], "peak_rss_mb": usage[name][1]} for name in usage},
+    }
+
+
+def run_pipeline(
+    clusters: int, reconcilers: int, threads: int, timeout: float, qps: float, profile: Path | None = None
+) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp,
         stack(Path(tmp), reconcilers, watcher_args=["--qps", str(qps)]) as (s, nats_url, kubeconfig),
+        profiling(s.procs, profile),
     ):
-        api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
-        api.configuration.connection_pool_maxsize = threads + 2
-        api = client.ApiClient(api.configuration)
-        custom = client.CustomObjectsApi(api)
-        before = {p.name: p.usage()[0] for p in s.procs}
-
-        def create(i: int) -> None:
-            custom.create_namespaced_custom_object(
-                "ray.io", "v1", "default", "rayclusters", small_cluster(f"bench-{i:04d}", workers=3)
-            )
-
-        started = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(create, range(clusters)))
-        created_in = time.perf_counter() - started
-        done = 0
-        while time.perf_counter() - started < timeout:
-            done = count_ready(api)
-            if done == clusters:
-                break
-            time.sleep(0.5)
-        all_ready_in = time.perf_counter() - started
-        usage = {p.name: p.usage() for p in s.procs}
-        api.close()
+        r = burst(s, kubeconfig, clusters, threads, timeout)
         figures = asyncio.run(stream_figures(nats_url))
-        return {
-            "clusters": clusters,
-            "pods": clusters * 4,
-            "reconcilers": reconcilers,
-            "created_in_s": created_in,
-            "ready": done,
-            "all_ready_in_s": all_ready_in,
-            "reconciles_per_s": figures["decisions"] / all_ready_in,
-            **figures,
-            "processes": {
-                name: {"cpu_s": usage[name][0] - before[name], "peak_rss_mb": usage[name][1]} for name in usage
-            },
-        }
+    return {**r, "reconcilers": reconcilers, "reconciles_per_s": figures["decisions"] / r["all_ready_in_s"], **figures}
+
+
+def run_peer(clusters: int, threads: int, timeout: float, python: Path, profile: Path | None = None) -> dict[str, Any]:
+    """The same burst against the Kopf peer operator."""
+    with (
+        tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp,
+        peer_stack(Path(tmp), python) as (s, kubeconfig),
+        profiling(s.procs, profile),
+    ):
+        return burst(s, kubeconfig, clusters, threads, timeout)
 
 
 def pod_create_ceiling(pods: int, threads: int) -> float:
@@ -302,8 +365,16 @@ def print_flow(r: dict[str, Any]) -> None:
     CPU and peak memory per process."""
     print(f"  suppressed as in flight {r['suppressed']}; outcomes {r['outcomes']}")
     print(f"  watch event → command applied: p50 {r['latency_p50_ms']:.0f} ms, p99 {r['latency_p99_ms']:.0f} ms")
-    for name, u in r["processes"].items():
+    print_usage(r["processes"])
+
+
+def print_usage(processes: dict[str, dict[str, float]]) -> None:
+    """CPU seconds and peak RSS per process, and their sums without kubesim (the operator's own cost)."""
+    for name, u in processes.items():
         print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB")
+    own = [u for name, u in processes.items() if name != "kubesim"]
+    cpu, rss = sum(u["cpu_s"] for u in own), sum(u["peak_rss_mb"] for u in own)
+    print(f"  {'operator sum':<14} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB   (every process but kubesim)")
 
 
 def main() -> int:
@@ -319,14 +390,34 @@ def main() -> int:
         help="the applier's API budget (raybus watcher --qps); 0, the default here, measures the pipeline "
         "itself: at KubeRay's 100 qps, 1000 clusters' ~12,000 API calls alone take 120 s",
     )
+    parser.add_argument(
+        "--profile", type=Path, help="write a py-spy profile of every Python process of each run to this folder"
+    )
+    parser.add_argument(
+        "--peer",
+        type=Path,
+        metavar="PYTHON",
+        help="also run the burst against the Kopf peer (bench/peer) with this interpreter of its virtualenv",
+    )
+    parser.add_argument("--no-ceiling", action="store_true", help="skip kubesim's raw Pod-create rate")
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0))
     print(f"machine: {platform.platform()}, {cpus} cpus, python {platform.python_version()}")
-    ceiling = pod_create_ceiling(args.clusters * 4, args.threads)
+    print(f"load average: {os.getloadavg()[0]:.1f}")
+    ceiling = float("nan") if args.no_ceiling else pod_create_ceiling(args.clusters * 4, args.threads)
     print(f"ceiling: kubesim raw Pod creates/s with the official client ({args.threads} threads): {ceiling:.0f}")
+    if args.peer:
+        profile = args.profile / "peer" if args.profile else None
+        peer = run_peer(args.clusters, args.threads, args.timeout, args.peer, profile)
+        print(
+            f"\npeer (Kopf): {peer['ready']}/{peer['clusters']} clusters ready in {peer['all_ready_in_s']:.1f} s "
+            f"(created in {peer['created_in_s']:.1f} s)"
+        )
+        print_usage(peer["processes"])
     print(f"applier qps: {args.qps:g} (0 = unlimited)")
     for workers in args.workers:
-        r = run_pipeline(args.clusters, workers, args.threads, args.timeout, args.qps)
+        profile = args.profile / f"{workers}-reconcilers" if args.profile else None
+        r = run_pipeline(args.clusters, workers, args.threads, args.timeout, args.qps, profile)
         pods_per_s = r["pods"] / r["all_ready_in_s"]
         print(
             f"\n{workers} reconciler(s): {r['ready']}/{r['clusters']} clusters ready ({r['pods']} pods) "
