@@ -65,8 +65,9 @@ class PartitionSettings:
     exit_timeout: float = 20.0
     """Seconds in-flight reconciles get to finish on shutdown or partition hand-over."""
     coalesce_window: float = 0.05
-    """Seconds a partition waits after a fetch to take more inputs before reconciling, so a burst of
-    events of one key becomes one reconcile (kopf's batch window; 0 disables)."""
+    """Seconds a partition waits after a fetch of several inputs to take more before reconciling, so a
+    burst of events of one key becomes one reconcile (kopf's batch window; 0 disables). A fetch of one
+    input does not wait: on an idle partition the window would only be latency."""
     inflight_grace: float = 2.0
     """Seconds a command stays "in flight" after the applier acknowledged it: the time its watch event
     takes to reach the KV. Identical commands of the key are withheld meanwhile (the worker's stand-in

@@ -160,7 +160,7 @@ class PartitionConsumer:
                     continue
                 try:
                     msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT)
-                    msgs += await self._linger(sub, FETCH_BATCH - len(msgs))
+                    msgs += await self._linger(sub, len(msgs), FETCH_BATCH - len(msgs))
                 except TimeoutError:  # nats-py raises its own subclass or the builtin
                     await self._tend_memory()
                     continue
@@ -195,11 +195,12 @@ class PartitionConsumer:
                 log.warning("partition %d: could not schedule a look at %s (%s)", self.partition, key, exc)
         self._inflight.prune(floor)
 
-    async def _linger(self, sub: JetStreamContext.PullSubscription, room: int) -> list[Msg]:
-        """After a fetch, wait ``coalesce_window`` and take what arrived meanwhile (kopf's batch
-        window): a burst of events of one key (a Pod going Pending → Running → Ready) then becomes one
-        reconcile instead of one per event, at the price of that much latency."""
-        if self._coalesce_window <= 0 or room <= 0:
+    async def _linger(self, sub: JetStreamContext.PullSubscription, fetched: int, room: int) -> list[Msg]:
+        """After a fetch of several inputs, wait ``coalesce_window`` and take what arrived meanwhile
+        (kopf's batch window): in a burst, the events of one key (a Pod going Pending → Running → Ready)
+        then become one reconcile instead of one per event. A lone input is an idle partition: it is
+        reconciled at once, as the window would only add its length to the change's latency."""
+        if self._coalesce_window <= 0 or room <= 0 or fetched < 2:
             return []
         await asyncio.sleep(self._coalesce_window)
         try:
