@@ -58,7 +58,7 @@ class PodWatch:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        response = self._core.list_namespaced_pod(
+        response: Any = self._core.list_namespaced_pod(
             "default", label_selector=self._selector, watch=True, _preload_content=False
         )
         buffer = b""
@@ -69,7 +69,7 @@ class PodWatch:
                 if not line.strip():
                     continue
                 now = time.time_ns()
-                event = msgspec.json.decode(line)
+                event: dict[str, Any] = msgspec.json.decode(line)
                 if event.get("type") == "ADDED":
                     with self._changed:
                         self.seen.setdefault(event["object"]["metadata"]["name"], now)
@@ -84,7 +84,7 @@ class PodWatch:
 
 
 def cluster_status(custom: client.CustomObjectsApi) -> dict[str, Any]:
-    obj = custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", NAME)
+    obj: Any = custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", NAME)
     return dict(obj.get("status") or {})
 
 
@@ -171,7 +171,7 @@ def run(changes: int, settle: float, peer_python: Path | None = None) -> dict[st
         workdir = Path(tmp)
         writes: list[tuple[int, str, int]] = []
         with peer(workdir, peer_python) if peer_python else traced_stack(workdir) as kubeconfig:
-            api = config.new_client_from_config(str(kubeconfig))
+            api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
             custom = client.CustomObjectsApi(api)
             core = client.CoreV1Api(api)
             body = small_cluster(NAME, workers=1)
@@ -185,7 +185,7 @@ def run(changes: int, settle: float, peer_python: Path | None = None) -> dict[st
                 replicas = 2 + i
                 patch = [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": replicas}]
                 written = time.time_ns()
-                obj = custom.patch_namespaced_custom_object(
+                obj: Any = custom.patch_namespaced_custom_object(
                     "ray.io", "v1", "default", "rayclusters", NAME, patch, _content_type="application/json-patch+json"
                 )
                 seen = watch.wait_for(1 + replicas)
