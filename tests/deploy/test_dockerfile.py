@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 
 from tests.deploy.render import ROOT, TREES, render
@@ -15,8 +16,10 @@ def _all(keyword: str) -> list[str]:
     return [line.split(None, 1)[1] for line in INSTRUCTIONS if line.split(None, 1)[0] == keyword]
 
 
-def test_multi_stage_slim_python() -> None:
-    assert _all("FROM") == ["python:3.11-slim AS build", "python:3.11-slim"]
+def test_multi_stage_slim_python_pinned_by_digest() -> None:
+    assert _all("FROM") == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
+    [image] = [arg.split("=", 1)[1] for arg in _all("ARG") if arg.startswith("PYTHON_IMAGE=")]
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", image)
     assert any(line.startswith("--from=build /opt/raybus") for line in _all("COPY"))
 
 
