@@ -44,6 +44,7 @@ import msgspec
 from schema.bounds import TooComplex, check_bounds
 from schema.keys import is_dns1123_label, is_dns1123_subdomain
 from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
+from schema.probes import PodEndpoint
 from services.runtime.errors import PermanentError
 from services.watcher.aio import raise_if_cancelling
 from services.watcher.calls import ApiError
@@ -106,17 +107,6 @@ class DashboardAnswer:
             return None
         check_bounds(self.data)
         return _json.decode(self.data)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PodEndpoint:
-    """A port of one pod (the Ray head's Serve proxy), and which incarnation of the pod it is."""
-
-    namespace: str
-    name: str
-    uid: str
-    ip: str
-    port: int
 
 
 @dataclass(frozen=True, kw_only=True)

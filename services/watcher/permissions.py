@@ -41,10 +41,10 @@ from schema.messages import (
     StopRayJob,
     SubmitRayJob,
 )
+from schema.probes import HEALTHZ_PATH, SERVE_APPLICATIONS_PATH, PodEndpoint
 from services.watcher.authorize import ALLOWED, GRANTED_RULES, Rule
 from services.watcher.calls import plan_call
 from services.watcher.dashboard import (
-    PodEndpoint,
     dashboard_base_url,
     plan_dashboard_call,
     pod_base_url,
@@ -52,7 +52,6 @@ from services.watcher.dashboard import (
 )
 from services.watcher.informer import Scope, WatchDriver
 from services.watcher.resources import RESOURCES, ResourceType, by_kind
-from services.watcher.serveprobes import HEALTHZ_PATH, SERVE_APPLICATIONS_PATH
 
 _SAMPLE_NS: Final = "ns"
 _SAMPLE_TIME: Final = datetime(2000, 1, 1, tzinfo=UTC)

@@ -7,11 +7,11 @@ path, and when the significant part of the answer differs from what is projected
 KV (entry kind ``OBS_RAY_JOB``, entry name = job id) and publishes an :class:`Observation` carrying that
 write's revision on the key's events subject.
 
-Probe kinds are data (:class:`ProbeKind`: which projected kinds its rules read, how to find targets,
-how an answer becomes observation data, which fields matter). A target is a dashboard path or a pod's
-port (:class:`~services.watcher.dashboard.PodEndpoint`: the RayService head's Serve proxy). The
-RayService rows (``serveprobes``) are added by the watcher service: :data:`PROBES` holds this module's
-RayJob row only, because the RayService rules build this module's targets.
+Probe kinds are data (:class:`ProbeKind`: which projected kinds its rule reads, how to find targets,
+how an answer becomes observation data, which fields matter). The rules themselves (what to poll for
+which key, and what counts as a change) are the contract in ``schema.probes``, which reconcile uses too.
+A target is a dashboard path or a pod's port (the RayService head's Serve proxy). The RayService rows
+(``serveprobes``) are added by the watcher service: :data:`PROBES` holds the RayJob row only.
 
 Invariants: an unchanged answer publishes nothing; an unreachable dashboard is an observation too
 (``{"http_status": N, "error": "..."}``) so reconcile can run its failure timers; the message id is a
@@ -40,36 +40,19 @@ from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
 from schema.bounds import TooComplex
-from schema.decision import OBS_RAY_JOB
-from schema.keys import ReconcileKey
-from schema.messages import DashboardRef, Observation
+from schema.messages import Observation
+from schema.probes import RAYJOB_KINDS, ProbeTarget, job_significant, rayjob_targets
 from services.runtime.bus import publish
 from services.runtime.errors import PermanentError
 from services.runtime.tracing import tracer
 from services.watcher.aio import raise_if_cancelling
-from services.watcher.dashboard import DashboardAnswer, DashboardClient, PodEndpoint
+from services.watcher.dashboard import DashboardAnswer, DashboardClient
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
 
-DEFAULT_DASHBOARD_PORT: Final = 8265
 PROBE_CONCURRENCY: Final = 16
-DEFAULT_KINDS: Final = ("RayJob", "RayCluster", "Service")
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeTarget:
-    """One thing to poll: a dashboard path (or a pod's port and path), and where its observation goes."""
-
-    key: ReconcileKey
-    source: str
-    entry_kind: str
-    entry_name: str
-    path: str
-    dashboard: DashboardRef | None = None
-    pod: PodEndpoint | None = None
-    """When set, the request goes to this pod's port instead of a dashboard."""
 
 
 def answer_data(answer: DashboardAnswer) -> dict[str, Any]:
@@ -97,107 +80,19 @@ def dashboard_data(_target: ProbeTarget, answer: DashboardAnswer) -> dict[str, A
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeKind:
-    """A family of probes: the projected kinds its rules read, how targets are found, how an answer
-    becomes observation data and which fields of that data matter."""
+    """A family of probes: the projected kinds its rule reads, how targets are found (a rule of
+    ``schema.probes``), how an answer becomes observation data and which fields of that data matter."""
 
     name: str
     targets: Callable[[Mapping[str, list[dict[str, Any]]]], Iterable[ProbeTarget]]
     significant: Callable[[dict[str, Any]], Any]
-    kinds: tuple[str, ...] = DEFAULT_KINDS
+    kinds: tuple[str, ...]
     observe: Callable[[ProbeTarget, DashboardAnswer], dict[str, Any]] = dashboard_data
 
 
-def check_name(name: str) -> str:
-    """KubeRay's CheckName: keep the last 50 characters; a leading digit or punctuation becomes ``r``."""
-    if len(name) > 50:
-        name = name[-50:]
-    if name and not name[0].isalpha():
-        name = "r" + name[1:]
-    return name
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def parse_dashboard_url(url: str) -> tuple[str, str, int] | None:
-    """``<svc>.<ns>.svc.<domain>:<port>`` (scheme optional) → ``(service, namespace, port)``."""
-    host_port = url.split("://", 1)[-1].split("/", 1)[0]
-    host, _, port_text = host_port.rpartition(":")
-    if not host or not port_text.isdigit():
-        return None
-    labels = host.split(".")
-    if len(labels) < 2:
-        return None
-    return labels[0], labels[1], int(port_text)
-
-
-def _dashboard_port(service: Mapping[str, Any] | None) -> int:
-    for port in _mapping(service).get("spec", {}).get("ports", ()) if service else ():
-        if isinstance(port, Mapping) and port.get("name") == "dashboard" and isinstance(port.get("port"), int):
-            return int(port["port"])
-    return DEFAULT_DASHBOARD_PORT
-
-
-def rayjob_targets(objects: Mapping[str, list[dict[str, Any]]]) -> list[ProbeTarget]:
-    """RayJobs whose status is ``Running`` with a job id: poll ``/api/jobs/<jobId>`` on their cluster."""
-    clusters = {
-        (_mapping(c.get("metadata")).get("namespace"), _mapping(c.get("metadata")).get("name")): c
-        for c in objects.get("RayCluster", ())
-    }
-    head_services: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for service in objects.get("Service", ()):
-        labels = _mapping(_mapping(service.get("metadata")).get("labels"))
-        if labels.get("ray.io/node-type") == "head" and labels.get("ray.io/cluster"):
-            head_services[(_mapping(service.get("metadata")).get("namespace"), labels["ray.io/cluster"])] = service
-    targets: list[ProbeTarget] = []
-    for job in objects.get("RayJob", ()):
-        metadata = _mapping(job.get("metadata"))
-        status = _mapping(job.get("status"))
-        namespace, name = metadata.get("namespace"), metadata.get("name")
-        job_id, cluster = status.get("jobId"), status.get("rayClusterName")
-        if (
-            status.get("jobDeploymentStatus") != "Running"
-            or not job_id
-            or not cluster
-            or metadata.get("deletionTimestamp")
-        ):
-            continue
-        if not isinstance(namespace, str) or not isinstance(name, str) or not isinstance(cluster, str):
-            continue
-        parsed = parse_dashboard_url(str(status.get("dashboardURL") or ""))
-        if parsed is not None:
-            service_name, _, port = parsed
-        else:
-            head = head_services.get((namespace, cluster))
-            service_name = str(_mapping(_mapping(head).get("metadata")).get("name") or f"{cluster}-head-svc")
-            port = _dashboard_port(head)
-        cluster_obj = _mapping(clusters.get((namespace, cluster)))
-        auth = _mapping(_mapping(cluster_obj.get("spec")).get("authOptions"))
-        secret = check_name(cluster) if auth.get("mode") == "token" else ""
-        targets.append(
-            ProbeTarget(
-                key=ReconcileKey(kind="RayJob", namespace=namespace, name=name),
-                source="rayjob",
-                entry_kind=OBS_RAY_JOB,
-                entry_name=str(job_id),
-                dashboard=DashboardRef(
-                    namespace=namespace, service=service_name, port=port, cluster=cluster, auth_secret=secret
-                ),
-                path=f"/api/jobs/{job_id}",
-            )
-        )
-    return targets
-
-
-def job_significant(data: dict[str, Any]) -> Any:
-    """What a change of a Ray job means: status, message and times (or the error seen)."""
-    if "http_status" in data and "status" not in data:
-        return ("error", data.get("http_status"), data.get("error"))
-    return (data.get("status"), data.get("message"), data.get("start_time"), data.get("end_time"))
-
-
-PROBES: Final[tuple[ProbeKind, ...]] = (ProbeKind(name="rayjob", targets=rayjob_targets, significant=job_significant),)
+PROBES: Final[tuple[ProbeKind, ...]] = (
+    ProbeKind(name="rayjob", targets=rayjob_targets, significant=job_significant, kinds=RAYJOB_KINDS),
+)
 
 
 def observation_id(target: ProbeTarget, significant: Any) -> str:

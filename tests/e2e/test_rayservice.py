@@ -21,10 +21,10 @@ import yaml
 
 from schema.keys import ReconcileKey
 from schema.messages import Observation
+from schema.probes import serve_health_significant, serve_significant
 from services.replay.history import KeyHistory
 from services.replay.replayer import Replayer
 from services.status import history_cli
-from services.watcher.serveprobes import health_significant, serve_significant
 from tests.e2e.pipeline import Pipeline, gateway_api_crds, shared_pipeline
 from tests.e2e.rayservices import (
     ServiceDriver,
@@ -181,7 +181,7 @@ async def eventually_names(rs: ServiceDriver, names: set[str], *, timeout: float
 
 def assert_observations_only_on_change(history: KeyHistory) -> None:
     """The prober published a Serve or proxy-health observation only when its significant part changed."""
-    significance = {"serve": serve_significant, "servehealth": health_significant}
+    significance = {"serve": serve_significant, "servehealth": serve_health_significant}
     last: dict[tuple[str, str], Any] = {}
     seen = 0
     for recorded in history.inputs:

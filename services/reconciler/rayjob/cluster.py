@@ -19,15 +19,15 @@ from typing import Any
 
 from schema.config import OperatorConfig
 from schema.decision import Snapshot
-from schema.messages import DashboardRef
+from schema.objects import service_port
+from schema.probes import head_service_name
 from schema.ray.common import API_VERSION
+from schema.ray.conventions import PORT_DASHBOARD
 from schema.ray.rayjob import SIDECAR_MODE, RayJobSpec
 from services.reconciler.raycluster.model import view_of
 from services.reconciler.raycluster.services import head_service
 from services.reconciler.rayjob.names import (
     CLUSTER_LABEL,
-    DASHBOARD_PORT_NAME,
-    DEFAULT_DASHBOARD_PORT,
     DISABLE_PROVISIONED_HEAD_RESTART,
     IDENTIFIER_LABEL,
     JOB_SUBMISSION_MODE_LABEL,
@@ -37,12 +37,7 @@ from services.reconciler.rayjob.names import (
     check_label,
     head_service_name_for_rayjob,
 )
-from services.reconciler.rayjob.submitter import (
-    find_container_port,
-    head_container,
-    sidecar_container,
-    token_auth_secret,
-)
+from services.reconciler.rayjob.submitter import sidecar_container
 
 
 def mapping(value: object) -> Mapping[str, Any]:
@@ -121,53 +116,16 @@ def build_cluster(
     return body
 
 
-def cluster_head_service_name(cluster_name: str, cluster: Mapping[str, Any] | None) -> str:
-    """The cluster's own head Service: ``headGroupSpec.headService.metadata.name`` or ``<c>-head-svc``."""
-    head_service = mapping(mapping(mapping(mapping(cluster).get("spec")).get("headGroupSpec")).get("headService"))
-    user_name = text(mapping(head_service.get("metadata")).get("name"))
-    return user_name or f"{cluster_name}-head-svc"
-
-
-def service_port(service: Mapping[str, Any] | None, name: str) -> int | None:
-    """The ``port`` of the Service port called ``name``."""
-    ports = mapping(mapping(service).get("spec")).get("ports")
-    if isinstance(ports, list):
-        for port in ports:
-            if isinstance(port, Mapping) and port.get("name") == name:
-                number = port.get("port")
-                if isinstance(number, int) and not isinstance(number, bool):
-                    return number
-    return None
-
-
 def dashboard_url(
     snapshot: Snapshot, *, namespace: str, cluster_name: str, cluster: Mapping[str, Any], config: OperatorConfig
 ) -> str | None:
     """KubeRay's ``FetchHeadServiceURL``: ``<svc>.<ns>.svc.<domain>:<dashboard port>``; None until the head
     Service (with a port named ``dashboard``) is in the snapshot."""
-    service_name = cluster_head_service_name(cluster_name, cluster)
-    port = service_port(snapshot.get("Service", service_name), DASHBOARD_PORT_NAME)
+    service_name = head_service_name(cluster_name, cluster)
+    port = service_port(snapshot.get("Service", service_name), PORT_DASHBOARD)
     if port is None:
         return None
     return f"{service_name}.{namespace}.svc.{config.switches.cluster_domain}:{port}"
-
-
-def dashboard_ref(
-    snapshot: Snapshot, *, namespace: str, cluster_name: str, cluster: Mapping[str, Any] | None
-) -> DashboardRef:
-    """How the applier reaches the cluster's dashboard (head Service, dashboard port, auth Secret)."""
-    service_name = cluster_head_service_name(cluster_name, cluster)
-    cluster_spec = mapping(mapping(cluster).get("spec"))
-    port = service_port(snapshot.get("Service", service_name), DASHBOARD_PORT_NAME)
-    if port is None:
-        port = find_container_port(head_container(cluster_spec), DASHBOARD_PORT_NAME, default=DEFAULT_DASHBOARD_PORT)
-    return DashboardRef(
-        namespace=namespace,
-        service=service_name,
-        port=port,
-        cluster=cluster_name,
-        auth_secret=token_auth_secret(cluster_name, cluster_spec),
-    )
 
 
 def rayjob_head_service(

@@ -33,13 +33,13 @@ from typing import Any
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import EmitEvent, ObjectRef, PatchObject, PatchStatus, StopRayJob
+from schema.probes import snapshot_dashboard
 from schema.ray.common import API_VERSION, MANAGED_BY_KUBERAY
 from schema.ray.rayjob import INTERACTIVE_MODE, K8S_JOB_MODE
 from services.reconciler.rayjob import running
 from services.reconciler.rayjob.cleanup import plan_cleanup
 from services.reconciler.rayjob.cluster import (
     being_deleted,
-    dashboard_ref,
     dashboard_url,
     mapping,
     owner_reference,
@@ -131,7 +131,7 @@ def _on_deletion(snapshot: Snapshot, rayjob: Mapping[str, Any], ref: ObjectRef) 
     job_id, cluster_name = text(status.get("jobId")), text(status.get("rayClusterName"))
     if text(status.get("jobStatus")) not in TERMINAL_JOB_STATUSES and job_id and cluster_name:
         cluster = snapshot.get("RayCluster", cluster_name)
-        dashboard = dashboard_ref(snapshot, namespace=ref.namespace, cluster_name=cluster_name, cluster=cluster)
+        dashboard = snapshot_dashboard(snapshot, cluster_name=cluster_name, cluster=cluster)
         commands.append(StopRayJob(dashboard=dashboard, job_id=job_id))
         rules.append("5.1/deleting-stop-job")
     commands.append(

@@ -23,9 +23,9 @@ from typing import Any, Final
 
 from schema.decision import OBS_RAY_JOB
 from schema.messages import ObjectRef, PatchObject, SubmitRayJob
+from schema.probes import snapshot_dashboard
 from schema.ray.rayjob import HTTP_MODE, K8S_JOB_MODE, SIDECAR_MODE
 from services.reconciler.rayjob.cluster import (
-    dashboard_ref,
     head_pod,
     mapping,
     rayjob_head_service,
@@ -278,9 +278,7 @@ def _observe(job: Pass, *, cluster: Mapping[str, Any], finished_at: datetime | N
             except SubmitterError:
                 _start_failure_timer(job, "5.3/http-submit-request-invalid")
                 return
-            dashboard = dashboard_ref(
-                job.snapshot, namespace=job.ref.namespace, cluster_name=status.get("rayClusterName"), cluster=cluster
-            )
+            dashboard = snapshot_dashboard(job.snapshot, cluster_name=status.get("rayClusterName"), cluster=cluster)
             job.commands.append(SubmitRayJob(dashboard=dashboard, request=request))
             job.wake(job.now + timedelta(seconds=HTTP_SUBMIT_RETRY_DELAY))
             job.rule("5.3/http-submit")

@@ -26,16 +26,16 @@ from typing import Any, Final
 import yaml
 
 from schema.config import OperatorConfig
+from schema.objects import container_port, head_container
+from schema.probes import token_auth_secret
+from schema.ray.conventions import DEFAULT_DASHBOARD_PORT, PORT_DASHBOARD
 from schema.ray.rayjob import SIDECAR_MODE, RayJobSpec
 from services.reconciler.rayjob.names import (
     CREATED_BY_LABEL,
     CREATED_BY_VALUE,
-    DASHBOARD_PORT_NAME,
-    DEFAULT_DASHBOARD_PORT,
     ORIGINATED_FROM_CR_NAME,
     ORIGINATED_FROM_CRD,
     SUBMITTER_CONTAINER,
-    check_name,
 )
 
 GCS_HEALTH_PATH: Final = "api/gcs_healthz"
@@ -113,29 +113,6 @@ def metadata_json(spec: RayJobSpec) -> str:
     return go_json(spec.metadata or {})
 
 
-def find_container_port(container: Mapping[str, Any], name: str, *, default: int) -> int:
-    """The containerPort named ``name`` in a container, or ``default``."""
-    ports = container.get("ports")
-    if isinstance(ports, list):
-        for port in ports:
-            if isinstance(port, Mapping) and port.get("name") == name:
-                number = port.get("containerPort")
-                if isinstance(number, int) and not isinstance(number, bool):
-                    return number
-    return default
-
-
-def head_container(cluster_spec: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Container 0 of a RayClusterSpec's head template (empty when missing)."""
-    head = cluster_spec.get("headGroupSpec")
-    template = head.get("template") if isinstance(head, Mapping) else None
-    pod_spec = template.get("spec") if isinstance(template, Mapping) else None
-    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
-    if isinstance(containers, list) and containers and isinstance(containers[0], Mapping):
-        return containers[0]
-    return {}
-
-
 def container_command(config: OperatorConfig) -> list[str]:
     """KubeRay's ``GetContainerCommand(["e"])``: ``/bin/bash -ce --`` (``-lce`` with a login shell)."""
     options = "lce" if config.switches.enable_login_shell else "ce"
@@ -211,15 +188,6 @@ def _append_env_if_absent(container: dict[str, Any], *, name: str, entry: dict[s
         env.append(entry)
 
 
-def token_auth_secret(cluster_name: str, cluster_spec: Mapping[str, Any]) -> str:
-    """The auth Secret of a token-auth cluster (``authOptions.secretName`` or CheckName(<c>)); "" if off."""
-    auth = cluster_spec.get("authOptions")
-    if not isinstance(auth, Mapping) or auth.get("mode") != "token":
-        return ""
-    secret = auth.get("secretName")
-    return secret if isinstance(secret, str) and secret else check_name(cluster_name)
-
-
 def configure_submitter_container(
     container: dict[str, Any],
     *,
@@ -241,9 +209,7 @@ def configure_submitter_container(
         job_id=job_id,
         dashboard_url=dashboard_url,
         mode=mode,
-        head_dashboard_port=find_container_port(
-            head_container(cluster_spec), DASHBOARD_PORT_NAME, default=DEFAULT_DASHBOARD_PORT
-        ),
+        head_dashboard_port=container_port(head_container(cluster_spec), PORT_DASHBOARD) or DEFAULT_DASHBOARD_PORT,
         restartable=restartable,
     )
     if not out.get("command") or mode == SIDECAR_MODE:

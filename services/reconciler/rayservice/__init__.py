@@ -6,11 +6,10 @@ deterministic cluster name), ``model`` (decoded view), ``validation`` (§8), ``g
 (Serve observations and submissions), ``incremental`` (§6.4 arithmetic), ``cleanup`` (§6.1 step 3, suspend
 deletions), ``suspend`` (§6.5), ``flow`` (§6.1 steps 9-11 and 14), ``serving`` (step 12), ``routing``
 (step 13), ``outcome`` (§6.2), ``status`` (write rule, conditions, transitions), ``passes`` (the per-call
-accumulator), ``probes`` (the prober contract) and ``reconcile`` (§6.1 order).
+accumulator) and ``reconcile`` (§6.1 order). The prober contract is ``schema.probes``.
 """
 
-from services.reconciler.rayservice.probes import HealthProbe, ServeProbe, probe_targets
 from services.reconciler.rayservice.reconcile import reconcile
 from services.reconciler.rayservice.validation import validate
 
-__all__ = ["HealthProbe", "ServeProbe", "probe_targets", "reconcile", "validate"]
+__all__ = ["reconcile", "validate"]

@@ -195,23 +195,3 @@ def head_ready(snapshot: Snapshot, cluster: Mapping[str, Any], *, config: Operat
     pod = head_pod(snapshot, name_of(cluster))
     status = mapping(mapping(pod).get("status"))
     return status.get("phase") == "Running" and _condition_true(status.get("conditions"), "Ready")
-
-
-def head_container_ports(cluster: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """``ports`` of containers[0] of the cluster's head template."""
-    template = mapping(mapping(mapping(cluster.get("spec")).get("headGroupSpec")).get("template"))
-    containers = mapping(template.get("spec")).get("containers")
-    if not isinstance(containers, list) or not containers or not isinstance(containers[0], Mapping):
-        return []
-    ports = containers[0].get("ports")
-    return [p for p in ports if isinstance(p, Mapping)] if isinstance(ports, list) else []
-
-
-def serve_port(cluster: Mapping[str, Any] | None) -> int:
-    """The head container's port named ``serve`` (KubeRay's ``GetServePort``), default 8000."""
-    for port in head_container_ports(mapping(cluster)):
-        if port.get("name") == names.SERVE_PORT_NAME:
-            number = integer(port.get("containerPort"))
-            if number is not None:
-                return number
-    return names.DEFAULT_SERVE_PORT

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from schema.probes import serve_port
 from services.reconciler.rayjob.cluster import owner_reference
 from services.reconciler.rayservice import incremental, names
-from services.reconciler.rayservice.clusters import name_of, serve_port
+from services.reconciler.rayservice.clusters import name_of
 from services.reconciler.rayservice.flow import Progress
 from services.reconciler.rayservice.model import mapping, text
 from services.reconciler.rayservice.passes import Pass

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from schema.decision import OBS_SERVE
 from schema.messages import DashboardRef
-from services.reconciler.rayjob.cluster import dashboard_ref
+from schema.probes import snapshot_dashboard
 from services.reconciler.rayservice import incremental, names
 from services.reconciler.rayservice.clusters import annotations_of, head_ready, name_of
 from services.reconciler.rayservice.flow import Progress, should_prepare
@@ -51,7 +51,7 @@ def _role_of(job: Pass, cluster_name: str) -> Role | None:
 
 
 def _dashboard(job: Pass, cluster: Mapping[str, Any]) -> DashboardRef:
-    return dashboard_ref(job.snapshot, namespace=job.ref.namespace, cluster_name=name_of(cluster), cluster=cluster)
+    return snapshot_dashboard(job.snapshot, cluster_name=name_of(cluster), cluster=cluster)
 
 
 def reconcile_serve(

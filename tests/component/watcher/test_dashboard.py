@@ -27,9 +27,10 @@ from schema.messages import (
     StopRayJob,
     SubmitRayJob,
 )
+from schema.probes import PodEndpoint
 from services.runtime.bus import publish
 from services.watcher.applier import Applier
-from services.watcher.dashboard import DashboardClient, PodEndpoint
+from services.watcher.dashboard import DashboardClient
 from services.watcher.kubeapi import KubeApi, load_configuration
 from tests.component.watcher.conftest import (
     Bus,

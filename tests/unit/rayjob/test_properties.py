@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from schema.config import FeatureGates, OperatorConfig
 from schema.decision import OBS_RAY_JOB, Decision, Snapshot
 from schema.keys import ReconcileKey
+from schema.probes import snapshot_targets
 from services.reconciler import raycronjob, rayjob
 from tests.unit.rayjob.builders import cluster_spec, finish_submitter, job_info, make_cluster_ready
 from tests.unit.rayjob.builders import rayjob as rayjob_object
@@ -344,18 +345,16 @@ def test_probe_target_follows_the_running_state() -> None:
     for _ in range(2):
         world.reconcile(rayjob.reconcile, "RayJob", "rj")
     cluster_name = world.get("RayJob", "rj")["status"]["rayClusterName"]
-    cluster = world.get("RayCluster", cluster_name)
-    assert rayjob.probe_target(world.get("RayJob", "rj"), cluster=cluster) is None  # Initializing
+    assert snapshot_targets(world.snapshot("RayJob", "rj")) == []  # Initializing
     make_cluster_ready(world, cluster_name)
     world.reconcile(rayjob.reconcile, "RayJob", "rj")
     obj = world.get("RayJob", "rj")
-    target = rayjob.probe_target(obj, cluster=cluster, snapshot=world.snapshot("RayJob", "rj"))
-    assert target is not None
-    assert (target.key.name, target.job_id) == ("rj", obj["status"]["jobId"])
+    [target] = snapshot_targets(world.snapshot("RayJob", "rj"))
+    job_id = obj["status"]["jobId"]
+    assert (target.key.name, target.entry_name, target.path) == ("rj", job_id, f"/api/jobs/{job_id}")
+    assert target.dashboard is not None
     assert (target.dashboard.service, target.dashboard.port, target.dashboard.cluster) == (
         f"{cluster_name}-head-svc",
         8265,
         cluster_name,
     )
-    proposal = rayjob.SetProbes(key=target.key, probes=(target,))
-    assert msgspec.json.decode(msgspec.json.encode(proposal), type=rayjob.SetProbes) == proposal

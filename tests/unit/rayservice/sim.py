@@ -5,7 +5,7 @@ checks, finalizers and deletionTimestamp, owner-reference cascade, JSON/merge pa
 subresource), records Events and dashboard PUTs, and plays the actors a RayService depends on: the
 RayCluster controller (head and worker pods, ``HeadPodReady``), the Ray dashboard (Serve applications
 from the submitted config), the prober (``obs-serve`` / ``obs-servehealth`` observations, via
-``rayservice.probe_targets``), the EndpointSlice controller, and a Gateway controller. Nothing sleeps,
+``schema.probes.snapshot_targets``), the EndpointSlice controller, and a Gateway controller. Nothing sleeps,
 threads or does I/O; time moves only when a test says so.
 """
 
@@ -25,7 +25,8 @@ from schema.messages import (
     PutServeConfig,
     Transition,
 )
-from services.reconciler.rayservice import probe_targets, reconcile
+from schema.probes import snapshot_targets
+from services.reconciler.rayservice import reconcile
 from tests.unit.apiserver import NAMESPACE, ApiServer
 from tests.unit.apiserver import stamp as stamp  # the tests take it from here
 
@@ -174,20 +175,19 @@ class World(ApiServer):
         return changed
 
     def observe(self, rayservice: str) -> bool:
-        """Play the prober: publish observations that changed (``probe_targets`` says what to poll)."""
-        serve_probes, health_probes = probe_targets(self.snapshot(rayservice))
+        """Play the prober: publish observations that changed (``snapshot_targets`` says what to poll)."""
         changed = False
-        for probe in serve_probes:
-            data = {"applications": self._apps_of(probe.cluster)}
-            if self.observations[OBS_SERVE].get(probe.cluster) != data:
-                self.observations[OBS_SERVE][probe.cluster] = data
-                changed = True
-        for health in health_probes:
-            apps = self._apps_of(health.cluster)
-            healthy = bool(apps) and all(a["status"] == "RUNNING" for a in apps.values())
-            data = {"healthy": healthy, "http_status": 200 if healthy else 503, "pod_uid": health.pod_uid}
-            if self.observations[OBS_SERVE_HEALTH].get(health.pod) != data:
-                self.observations[OBS_SERVE_HEALTH][health.pod] = data
+        for target in snapshot_targets(self.snapshot(rayservice)):
+            if target.entry_kind == OBS_SERVE:
+                data: dict[str, Any] = {"applications": self._apps_of(target.entry_name)}
+            else:
+                assert target.pod is not None
+                pod = self.get("Pod", target.pod.name)
+                apps = self._apps_of(pod["metadata"]["labels"]["ray.io/cluster"] if pod else "")
+                healthy = bool(apps) and all(a["status"] == "RUNNING" for a in apps.values())
+                data = {"healthy": healthy, "http_status": 200 if healthy else 503, "pod_uid": target.pod.uid}
+            if self.observations[target.entry_kind].get(target.entry_name) != data:
+                self.observations[target.entry_kind][target.entry_name] = data
                 changed = True
         return changed
 

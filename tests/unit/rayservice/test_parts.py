@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from schema.decision import Snapshot
+from schema.decision import OBS_SERVE, OBS_SERVE_HEALTH, Snapshot
 from schema.keys import ReconcileKey
+from schema.probes import snapshot_targets
 from services.reconciler.rayjob.names import rand5
-from services.reconciler.rayservice import probe_targets
 from services.reconciler.rayservice.godur import go_duration_string, parse_go_duration, parse_timeout
 from services.reconciler.rayservice.model import goal_hash, read_model
 from services.reconciler.rayservice.names import cluster_name
@@ -219,14 +219,20 @@ def test_probe_targets_follow_active_and_pending_clusters() -> None:
     world = World()
     world.add(rayservice())
     world.settle("rs")
-    serve, health = probe_targets(world.snapshot("rs"))
+    targets = snapshot_targets(world.snapshot("rs"))
+    serve = [t for t in targets if t.entry_kind == OBS_SERVE]
+    health = [t for t in targets if t.entry_kind == OBS_SERVE_HEALTH]
     active = world.status("rs")["activeServiceStatus"]["rayClusterName"]
-    assert [p.cluster for p in serve] == [active]
+    assert [t.entry_name for t in serve] == [active]
     assert serve[0].path == "/api/serve/applications/?api_type=declarative"
+    assert serve[0].dashboard is not None
     assert serve[0].dashboard.cluster == active and serve[0].dashboard.port == 8265
-    assert [(p.pod, p.port, p.path) for p in health] == [(f"{active}-head", 8000, "/-/healthz")]
-    assert health[0].pod_uid == world.get("Pod", f"{active}-head")["metadata"]["uid"]  # type: ignore[index]
+    assert [(t.entry_name, t.pod.port if t.pod else 0, t.path) for t in health] == [
+        (f"{active}-head", 8000, "/-/healthz")
+    ]
+    assert health[0].pod is not None
+    assert health[0].pod.uid == world.get("Pod", f"{active}-head")["metadata"]["uid"]  # type: ignore[index]
     world.update("RayService", "rs", lambda o: o["spec"].update(excludeHeadPodFromServeSvc=True), spec=True)
-    assert probe_targets(world.snapshot("rs"))[1] == []
+    assert [t for t in snapshot_targets(world.snapshot("rs")) if t.entry_kind == OBS_SERVE_HEALTH] == []
     empty = Snapshot(key=ReconcileKey(kind="RayService", namespace="default", name="rs"), entries={})
-    assert probe_targets(empty) == ([], [])
+    assert snapshot_targets(empty) == []

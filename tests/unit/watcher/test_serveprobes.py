@@ -1,128 +1,17 @@
-"""The watcher's RayService probe rows agree with the reconcile's prober contract
-(``services.reconciler.rayservice.probes``), and their observation data and significance rules."""
+"""The watcher's RayService probe rows: what they read, their observation data, and the significance rules
+of ``schema.probes`` they publish on."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import pytest
 
 from schema.keys import ReconcileKey
-from services.reconciler.rayservice import probe_targets
-from services.watcher.dashboard import DashboardAnswer, PodEndpoint, pod_base_url
-from services.watcher.prober import ProbeTarget
-from services.watcher.serveprobes import (
-    SERVE_PROBES,
-    health_data,
-    health_significant,
-    health_targets,
-    serve_significant,
-    serve_targets,
-)
-from tests.unit.rayservice.builders import cluster_config, rayservice
-from tests.unit.rayservice.sim import World
-
-
-def objects_of(world: World) -> dict[str, list[dict[str, Any]]]:
-    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for (kind, _), obj in sorted(world.objects.items()):
-        found[kind].append(obj)
-    return dict(found)
-
-
-def contract(world: World, name: str = "rs") -> tuple[list[Any], list[Any]]:
-    serve, health = probe_targets(world.snapshot(name))
-    return (
-        sorted((p.cluster, p.dashboard, p.path, p.entry_kind) for p in serve),
-        sorted((p.pod, p.pod_uid, p.pod_ip, p.port, p.path, p.entry_kind) for p in health),
-    )
-
-
-def watcher_side(world: World) -> tuple[list[Any], list[Any]]:
-    objects = objects_of(world)
-    serve = serve_targets(objects)
-    health = health_targets(objects)
-    assert all(t.source == "serve" for t in serve) and all(t.source == "servehealth" for t in health)
-    assert all(t.pod is not None for t in health)
-    return (
-        sorted((t.entry_name, t.dashboard, t.path, t.entry_kind) for t in serve),
-        sorted(
-            (t.entry_name, t.pod.uid, t.pod.ip, t.pod.port, t.path, t.entry_kind) for t in health if t.pod is not None
-        ),
-    )
-
-
-def _upgrading(world: World) -> None:
-    world.auto_ready = False
-    world.update("RayService", "rs", lambda o: o["spec"]["rayClusterConfig"].update(rayVersion="2.53.0"), spec=True)
-    world.settle("rs")
-
-
-def _suspended(world: World) -> None:
-    world.update("RayService", "rs", lambda o: o["spec"].update(suspend=True), spec=True)
-    world.settle("rs")
-
-
-def _excluded(world: World) -> None:
-    world.update("RayService", "rs", lambda o: o["spec"].update(excludeHeadPodFromServeSvc=True), spec=True)
-
-
-def _deleting(world: World) -> None:
-    world.update("RayService", "rs", lambda o: o["metadata"].update(deletionTimestamp="2024-05-01T12:00:00Z"))
-
-
-def _token_auth(world: World) -> None:
-    for cluster in world.of_kind("RayCluster"):
-        cluster["spec"]["authOptions"] = {"mode": "token"}
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        pytest.param(None, id="settled"),
-        pytest.param(_upgrading, id="pending-cluster-not-ready"),
-        pytest.param(_suspended, id="suspended"),
-        pytest.param(_excluded, id="head-excluded"),
-        pytest.param(_deleting, id="being-deleted"),
-        pytest.param(_token_auth, id="token-auth"),
-    ],
-)
-def test_targets_match_the_reconcile_contract(change: Any) -> None:
-    world = World()
-    world.add(rayservice(rayClusterConfig=cluster_config()))
-    world.settle("rs")
-    if change is not None:
-        change(world)
-    assert watcher_side(world) == contract(world)
-
-
-def test_both_clusters_are_probed_during_an_upgrade() -> None:
-    world = World()
-    world.add(rayservice())
-    world.settle("rs")
-    world.auto_ready = False
-    world.update("RayService", "rs", lambda o: o["spec"]["rayClusterConfig"].update(rayVersion="2.53.0"), spec=True)
-    world.settle("rs")
-    pending = world.status("rs")["pendingServiceStatus"]["rayClusterName"]
-    world.make_cluster_ready(pending)
-    serve, health = watcher_side(world)
-    assert len(serve) == 2 and len(health) == 2
-    assert (serve, health) == contract(world)
-
-
-def test_timed_out_rayservice_is_not_probed() -> None:
-    world = World()
-    world.add(rayservice())
-    world.settle("rs")
-    world.update(
-        "RayService",
-        "rs",
-        lambda o: o["status"]["conditions"].append(
-            {"type": "Ready", "status": "False", "reason": "InitializingTimeout"}
-        ),
-    )
-    assert watcher_side(world) == ([], []) == contract(world)
+from schema.probes import PodEndpoint, ProbeTarget, serve_significant
+from schema.probes import serve_health_significant as health_significant
+from services.watcher.dashboard import DashboardAnswer, pod_base_url
+from services.watcher.serveprobes import SERVE_PROBES, health_data
 
 
 def _target() -> ProbeTarget:
