@@ -11,9 +11,11 @@ a dashboard (submit, stop, Serve config) address it with the same :func:`dashboa
 The rules (docs/architecture.md#prober):
 
 - **RayJob** → entry ``obs-rayjob``/``<status.jobId>``: ``GET /api/jobs/<jobId>`` on the dashboard of
-  the RayCluster ``status.rayClusterName``, while ``status.jobDeploymentStatus`` is ``Running`` and the
-  RayJob is not being deleted. Data: the JSON body on 2xx, else ``{"http_status": N, "error": "..."}``
-  (``N`` = 0 when unreachable). Significant: status, message, start and end time (or the error).
+  the RayCluster ``status.rayClusterName``, while ``status.jobDeploymentStatus`` is ``Running``, the
+  RayJob is not being deleted and its RayCluster is known (before that, the address and auth Secret are
+  not: a poll could only report a wrong failure). Data: the JSON body on 2xx, else
+  ``{"http_status": N, "error": "..."}`` (``N`` = 0 when unreachable). Significant: status, message,
+  start and end time (or the error).
 - **RayService**, for its active and pending clusters (``status.activeServiceStatus`` /
   ``pendingServiceStatus.rayClusterName``, not being deleted), unless the RayService is being deleted,
   Suspending/Suspended or timed out (a condition with reason ``InitializingTimeout``):
@@ -192,7 +194,7 @@ class _Index:
 
 
 def rayjob_targets(objects: Objects) -> list[ProbeTarget]:
-    """The RayJob rule: ``/api/jobs/<jobId>`` of every Running RayJob not being deleted."""
+    """The RayJob rule: ``/api/jobs/<jobId>`` of every Running RayJob not being deleted, once its cluster is known."""
     index = _Index(objects, RAYJOB_KINDS)
     targets: list[ProbeTarget] = []
     for rayjob in index.objects["RayJob"]:
@@ -204,6 +206,8 @@ def rayjob_targets(objects: Objects) -> list[ProbeTarget]:
         if not namespace or not name or not job_id or not cluster_name:
             continue
         cluster = index.get("RayCluster", namespace, cluster_name)
+        if cluster is None:
+            continue  # its dashboard address and auth Secret are not known yet
         targets.append(
             ProbeTarget(
                 key=ReconcileKey(kind="RayJob", namespace=namespace, name=name),

@@ -92,6 +92,12 @@ def running_rayjob(*, name: str = "rj", head_ports: list[dict[str, Any]] | None 
     return world
 
 
+def _rayjob_cluster_unknown() -> ApiServer:
+    world = running_rayjob()
+    world.remove("RayCluster", "rj-cluster")
+    return world
+
+
 def _rayjob_lifecycle() -> ApiServer:
     world = JobWorld()
     world.add(rayjob_object(submissionMode="HTTPMode"))
@@ -147,6 +153,7 @@ def _raycronjob_child_running() -> ApiServer:
     world.reconcile(raycronjob.reconcile, "RayCronJob", "nightly")
     [child] = world.of_kind("RayJob")
     cluster = f"{child['metadata']['name']}-cluster"
+    world.add({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": cluster}, "spec": cluster_spec()})
     world.set_status(
         "RayJob", child["metadata"]["name"], {"jobDeploymentStatus": "Running", "jobId": "j", "rayClusterName": cluster}
     )
@@ -158,6 +165,7 @@ def _raycronjob_child_running() -> ApiServer:
     [
         pytest.param(_rayjob_lifecycle, {"RayJob": 1}, id="rayjob-running"),
         pytest.param(lambda: running_rayjob(), {"RayJob": 1}, id="rayjob-no-head-service-yet"),
+        pytest.param(_rayjob_cluster_unknown, {}, id="rayjob-cluster-not-projected-yet"),
         pytest.param(_rayservice_upgrading, {"RayService": 4}, id="rayservice-upgrading"),
         pytest.param(_rayservice_suspended, {}, id="rayservice-suspended"),
         pytest.param(_rayservice_token_auth, {"RayService": 2}, id="rayservice-token-auth"),
