@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from schema.config import OperatorConfig
+from schema.ray.common import MAX_INT32
 from schema.ray.rayservice import NEW_CLUSTER, NEW_CLUSTER_WITH_INCREMENTAL_UPGRADE, RayServiceSpec
 from services.reconciler.raycluster.spechash import spec_hash
 from services.reconciler.rayservice import names
@@ -177,9 +178,12 @@ def zero_downtime_enabled(model: ServiceModel, config: OperatorConfig) -> bool:
 
 
 def deletion_delay(model: ServiceModel) -> int:
-    """``rayClusterDeletionDelaySeconds`` (default 60; a negative value never passes validation)."""
+    """``rayClusterDeletionDelaySeconds`` (default 60; a negative value never passes validation).
+
+    Capped at int32, the field's type in KubeRay's CRD: a larger value cannot come through the API server,
+    and must not overflow the date arithmetic of a pass if it comes some other way."""
     delay = model.deletion_delay_seconds
-    return names.DEFAULT_DELETION_DELAY_SECONDS if delay is None or delay < 0 else delay
+    return names.DEFAULT_DELETION_DELAY_SECONDS if delay is None or delay < 0 else min(delay, MAX_INT32)
 
 
 def initializing_timeout_ns(model: ServiceModel) -> int | None:

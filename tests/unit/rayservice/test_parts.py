@@ -12,7 +12,7 @@ from schema.keys import ReconcileKey
 from schema.probes import snapshot_targets
 from services.reconciler.rayjob.names import rand5
 from services.reconciler.rayservice.godur import go_duration_string, parse_go_duration, parse_timeout
-from services.reconciler.rayservice.model import goal_hash, read_model
+from services.reconciler.rayservice.model import deletion_delay, goal_hash, read_model
 from services.reconciler.rayservice.names import cluster_name
 from services.reconciler.rayservice.serve import (
     ServeConfigError,
@@ -236,3 +236,8 @@ def test_probe_targets_follow_active_and_pending_clusters() -> None:
     assert [t for t in snapshot_targets(world.snapshot("rs")) if t.entry_kind == OBS_SERVE_HEALTH] == []
     empty = Snapshot(key=ReconcileKey(kind="RayService", namespace="default", name="rs"), entries={})
     assert snapshot_targets(empty) == []
+
+
+def test_a_deletion_delay_beyond_int32_is_capped() -> None:
+    model = read_model(rayservice(rayClusterDeletionDelaySeconds=251_687_736_000))
+    assert model is not None and deletion_delay(model) == 2_147_483_647

@@ -192,8 +192,17 @@ def test_a_rayjob_being_deleted_is_not_polled_and_its_stop_uses_the_polled_dashb
         head_ports=[{"name": "dashboard", "containerPort": 8266}],
         cluster_fields={"authOptions": {"mode": "token", "secretName": "my-token"}},
     )
+    world.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "rj-cluster-head-svc", "labels": {"ray.io/cluster": "rj-cluster"}},
+            "spec": {"ports": [{"name": "client", "port": 10001}]},
+        }
+    )
     [target] = assert_agree(world)
     assert target.dashboard is not None and target.dashboard.auth_secret == "my-token"
+    assert target.dashboard.port == 8266
     world.delete("RayJob", "rj")
     assert assert_agree(world) == []
     decision = world.reconcile(rayjob.reconcile, "RayJob", "rj")
