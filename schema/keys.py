@@ -8,15 +8,12 @@ written as ``_`` and the encoding is reversible. Kinds and namespaces never cont
 from __future__ import annotations
 
 import re
-from typing import Final, Literal, NewType, get_args
+from typing import Final, Literal, get_args
 
 import msgspec
 
 KeyKind = Literal["RayCluster", "RayJob", "RayService", "RayCronJob"]
 KEY_KINDS: Final[tuple[KeyKind, ...]] = get_args(KeyKind)
-
-ObjectUid = NewType("ObjectUid", str)
-PartitionId = NewType("PartitionId", int)
 
 
 _DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

@@ -23,10 +23,6 @@ class RetryableError(RaybusError):
         self.delay = delay
 
 
-class ContractError(RaybusError):
-    """A message that does not decode as its contract says; it goes to the dead-letter stream."""
-
-
 class ReplayDivergence(RaybusError):
     """Today's reconcile decides differently from what was recorded."""
 

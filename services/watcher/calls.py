@@ -2,8 +2,8 @@
 
 Role (lightkube's ``prepare_request`` / ``handle_response`` split): :func:`plan_call` turns one object
 command into an :class:`ApiCall` (method, path, query, body, content type, and how a 404/409 answer
-counts) without any I/O, so every path and body is unit-tested without a server. The executor
-(``executor``) only sends what was planned. :func:`outcome_of_error` and :func:`retry_delay` are the
+counts) without any I/O, so every path and body is unit-tested without a server. The Kubernetes
+adapter (``kubeapi``) only sends what was planned. :func:`outcome_of_error` and :func:`retry_delay` are the
 policies that turn an :class:`ApiError` into a published outcome (kopf's error taxonomy: what is done,
 what is dropped, what is retried, what fails for good).
 
@@ -16,7 +16,7 @@ Idempotency rules (docs/architecture.md#watcher):
 - 429, 5xx and connection errors → retried with backoff, then ``failed``;
 - any other 4xx → ``failed`` at once, with the API's message.
 
-Not here: dashboard calls (``dashboard``), threads and the official client (``executor``).
+Not here: dashboard calls (``dashboard``), threads and the official client (``kubeapi``).
 Deliberately pure: the clock and the token generator of ``raybus.io/generate`` Secrets are arguments.
 """
 

@@ -19,7 +19,7 @@ Invariants:
 - Errors other than 410 reconnect with backoff from the same resourceVersion.
 - ``stop()`` interrupts a blocking read by shutting the socket down; the thread exits promptly.
 
-Not here: what a change means (``projection``); where resume points are stored (``projection``).
+Not here: what a change means (``projection``); where resume points are stored (``resume``).
 """
 
 from __future__ import annotations

@@ -19,10 +19,8 @@ from schema.messages import (
     PatchObject,
     PatchStatus,
     StopRayJob,
-    command_verb,
 )
 from services.runtime.errors import PermanentError
-from services.watcher.applier import verb_of
 from services.watcher.calls import (
     ApiCall,
     ApiError,
@@ -366,19 +364,3 @@ def test_retry_delay(error: ApiError, attempt: int, delay: float | None) -> None
 def test_api_error_text() -> None:
     assert str(ApiError(422, "Invalid", 'Pod "p" is invalid')) == '422 Invalid: Pod "p" is invalid'
     assert str(ApiError(0, "ConnectionError", "refused")) == "connection error: refused"
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        CreateObject(target=ref("v1", "Pod"), body={}),
-        PatchObject(target=ref("v1", "Pod"), patch={}),
-        PatchStatus(target=ref("ray.io/v1", "RayJob"), status={}),
-        DeleteObject(target=ref("v1", "Pod")),
-        DeleteCollection(api_version="v1", kind="Pod", namespace="ns", label_selector="a=b"),
-        EmitEvent(regarding=ref("v1", "Pod"), event_type="Normal", reason="r", message="m"),
-        StopRayJob(dashboard=DashboardRef(namespace="ns", service="s", port=1, cluster="c"), job_id="j"),
-    ],
-)
-def test_the_applier_verb_is_the_wire_tag(command: Command) -> None:
-    assert verb_of(command) == command_verb(command)
