@@ -7,7 +7,7 @@ Role: ``reconcile(snapshot, now, config) -> Decision`` for key ``RayJob/<ns>/<rj
 Ray job id; data = the dashboard's ``GET /api/jobs/<id>`` body, or ``{"http_status": 404}``, or
 ``{"error": ..., "http_status": N}``).
 
-Prober contract (see ``rayjob.probes``): the watcher's prober polls the job of every RayJob whose
+Prober contract (``schema.probes``): the watcher's prober polls the job of every RayJob whose
 ``status.jobDeploymentStatus`` is ``Running``, and publishes an observation only when the answer
 changed. Every other wait here is woken by an event (cluster ready, Service projected, objects deleted,
 spec edited) or by ``Decision.wake_at`` (deadlines, grace periods, the status-check timeout, TTLs):

@@ -10,7 +10,7 @@ Entries read: ``RayService`` (the CR), ``RayCluster`` (labelled originated-from 
 clusters' head pods), ``EndpointSlice`` (of the serve Services), ``Gateway``/``HTTPRoute``, and the
 prober's observations ``obs-serve`` (entry name = cluster; the dashboard's declarative Serve
 applications, or ``{"http_status": N, "error": ...}``) and ``obs-servehealth`` (entry name = head pod;
-``{"healthy": bool, "http_status": N, "pod_uid": ...}``). See ``rayservice.probes`` for the prober
+``{"healthy": bool, "http_status": N, "pod_uid": ...}``). See ``schema.probes`` for the prober
 contract.
 
 Time: KubeRay requeues every RayService every 2 s; raybus reacts to events (observations,
