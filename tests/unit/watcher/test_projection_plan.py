@@ -205,3 +205,24 @@ def test_deleting_an_unknown_object_still_clears_its_keys() -> None:
     p = projection()
     ops = p.plan(scope("Pod"), change("Pod", "ghost", type_="DELETED", labels={"ray.io/cluster": "c"}))
     assert summary(ops) == [(f"RayCluster/{NS}/c", "Pod", "ghost", "DELETED")]
+
+
+def test_the_applier_facts_follow_the_objects_by_name_and_remember_deletions() -> None:
+    p = projection()
+    pod = scope("Pod")
+    p.plan(pod, change("Pod", "rc-head", labels={"ray.io/cluster": "rc"}))
+    found = p.find("Pod", NS, "rc-head")
+    assert found is not None and found["metadata"]["uid"] == "uid-rc-head"
+    assert p.find("Pod", "elsewhere", "rc-head") is None
+    assert not p.recently_deleted("Pod", NS, "rc-head")
+
+    p.plan(pod, change("Pod", "rc-head", type_="DELETED", rv="2"))
+    assert p.find("Pod", NS, "rc-head") is None
+    assert p.recently_deleted("Pod", NS, "rc-head")
+
+    p.plan(pod, change("Pod", "rc-head", uid="uid-new", rv="3"))  # a namesake
+    found = p.find("Pod", NS, "rc-head")
+    assert found is not None and found["metadata"]["uid"] == "uid-new"
+    assert not p.recently_deleted("Pod", NS, "rc-head")
+    p.plan(pod, change("Pod", "rc-head", type_="DELETED", rv="4"))  # the old one's late DELETED changes nothing
+    assert p.find("Pod", NS, "rc-head") is not None
