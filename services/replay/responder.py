@@ -115,4 +115,6 @@ async def serve_replays(
             view = _failed(request, f"replay failed: {type(exc).__name__}: {exc}")
         await msg.respond(msgspec.json.encode(view))
 
-    return await nc.subscribe(subjects.REPLAY_SUBJECT, queue=subjects.REPLAY_QUEUE, cb=handle)
+    subscription = await nc.subscribe(subjects.REPLAY_SUBJECT, queue=subjects.REPLAY_QUEUE, cb=handle)
+    await nc.flush()  # answering from now on, not from whenever the server sees the subscription
+    return subscription

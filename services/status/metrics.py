@@ -17,6 +17,15 @@ confirmed transitions:
   (Running → Failed → Retrying in one write counts as Retrying, as in KubeRay, which compares the status
   before and after a pass), the seconds since that attempt went Initializing; ``retry_count`` is the
   number of failed attempts before it. Its series go when the RayJob is deleted, as in KubeRay.
+- ``kuberay_cluster_info{name, namespace, uid, owner_kind}`` = 1 for every live RayCluster; ``owner_kind``
+  is ``RayJob`` or ``RayService`` when such a resource named it as its cluster (a RayJob's
+  ``rayClusterName``, a RayService's pending or active cluster), else ``None``, as KubeRay's
+  ``ray.io/originated-from-crd`` label says;
+- ``kuberay_cluster_condition_provisioned{name, namespace, uid, condition}`` = 1 for every live RayCluster,
+  ``condition`` "true" when its ``RayClusterProvisioned`` condition is True, else "false";
+- ``kuberay_cluster_provisioned_duration_seconds{name, namespace, uid}`` (gauge): when
+  ``RayClusterProvisioned`` goes from False (or unset) to True, the seconds since the RayCluster's
+  creation; gone with the RayCluster, as KubeRay's ``DeleteRayClusterMetrics``.
 
 Invariants: only transitions this database inserted for the first time are observed
 (``PersistStats.inserted``), so a redelivered result never counts twice; every status replica reports
@@ -37,12 +46,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+import msgspec
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from schema.keys import KeyKind
 from services.runtime.metrics import meter as runtime_meter
 from services.status.kinds import LIFECYCLE_CREATED, LIFECYCLE_DELETED, LIFECYCLE_FIELD
-from services.status.projection import RayServiceState
+from services.status.projection import FieldMark, RayServiceState
 from services.status.store import InsertedTransition, PersistStats, ResourceRecord, StatusStore
 
 log = logging.getLogger(__name__)
@@ -53,6 +63,9 @@ JOB_STATUS_FIELD: Final = "jobDeploymentStatus"
 JOB_TERMINAL: Final = frozenset({"Complete", "Failed"})
 JOB_ENDS: Final = JOB_TERMINAL | {"Retrying"}
 """Where an attempt ends (KubeRay's ``emitRayJobExecutionDuration``)."""
+PROVISIONED_FIELD: Final = "condition/RayClusterProvisioned"
+SERVICE_CLUSTER_FIELDS: Final = frozenset({"pendingCluster", "activeCluster"})
+"""RayService transition fields whose new value is a RayCluster it owns."""
 
 
 @dataclass
@@ -69,6 +82,16 @@ class _Job:
     """Execution duration by (job_deployment_status, retry_count)."""
 
 
+@dataclass
+class _Cluster:
+    """What the RayCluster gauges need of one live RayCluster."""
+
+    labels: dict[str, str]
+    created_at: datetime | None = None
+    provisioned: bool = False
+    provisioned_seconds: float | None = None
+
+
 def _labels(name: str, namespace: str, uid: str) -> dict[str, str]:
     return {"name": name, "namespace": namespace, "uid": uid}
 
@@ -82,6 +105,10 @@ class ResourceMetrics:
         """Live RayServices: uid → labels."""
         self._jobs: dict[str, _Job] = {}
         """Live RayJobs by uid."""
+        self._clusters: dict[str, _Cluster] = {}
+        """Live RayClusters by uid."""
+        self._owners: dict[tuple[str, str], str] = {}
+        """(namespace, RayCluster name) → the kind that named it as its cluster."""
         self._gone: set[str] = set()
         """Deleted uids (a late fact of one never brings it back)."""
         m.create_observable_gauge(
@@ -111,9 +138,27 @@ class ResourceMetrics:
             description="Duration from when the RayJob CR's JobDeploymentStatus transitions from Initializing to "
             "either the Retrying state or a terminal state, such as Complete or Failed",
         )
+        m.create_observable_gauge(
+            "kuberay_cluster_info",
+            callbacks=[self._cluster_info],
+            description="Metadata information about RayCluster custom resources",
+        )
+        m.create_observable_gauge(
+            "kuberay_cluster_condition_provisioned",
+            callbacks=[self._cluster_provisioned],
+            description="Indicates whether the RayCluster is provisioned",
+        )
+        m.create_observable_gauge(
+            "kuberay_cluster_provisioned_duration_seconds",
+            callbacks=[self._cluster_provisioned_seconds],
+            unit="s",
+            description="The time, in seconds, when a RayCluster's `RayClusterProvisioned` status transitions from "
+            "false (or unset) to true",
+        )
         self._rules: dict[str, Callable[[InsertedTransition, PersistStats], None]] = {
             "RayService": self._rayservice,
             "RayJob": self._rayjob,
+            "RayCluster": self._raycluster,
         }
 
     @property
@@ -126,27 +171,59 @@ class ResourceMetrics:
         """The RayJobs ``kuberay_job_info`` reports: uid → deployment status."""
         return {uid: job.status for uid, job in self._jobs.items()}
 
+    @property
+    def live_rayclusters(self) -> dict[str, str]:
+        """The RayClusters ``kuberay_cluster_info`` reports: uid → owner kind."""
+        return {uid: self._owner_kind(c) for uid, c in self._clusters.items()}
+
     async def load(self, store: StatusStore) -> None:
         """Seed the live resources from the history (the service's start)."""
         async for record in _resources(store, "RayService"):
             row = record.resource
             if row.deleted_at is None:
                 self._services[row.uid] = _labels(row.name, row.namespace, row.uid)
+                view = record.rayservice
+                for cluster in (view.active_cluster, view.pending_cluster) if view is not None else ():
+                    if cluster:
+                        self._owners[(row.namespace, cluster)] = "RayService"
             else:
                 self._gone.add(row.uid)
+        async for record in _resources(store, "RayCluster"):
+            row = record.resource
+            if row.deleted_at is not None:
+                self._gone.add(row.uid)
+                continue
+            marks = msgspec.convert(row.fields, dict[str, FieldMark])
+            provisioned = marks.get(PROVISIONED_FIELD)
+            is_provisioned = provisioned is not None and provisioned.value == "True"
+            self._clusters[row.uid] = _Cluster(
+                labels=_labels(row.name, row.namespace, row.uid),
+                created_at=row.first_seen,
+                provisioned=is_provisioned,
+                provisioned_seconds=(provisioned.at - row.first_seen).total_seconds()
+                if provisioned is not None and is_provisioned
+                else None,
+            )
         failures = await store.count_transitions(kind="RayJob", field=JOB_STATUS_FIELD, to_value="Failed")
         async for record in _resources(store, "RayJob"):
             row = record.resource
             if row.deleted_at is not None:
                 self._gone.add(row.uid)
                 continue
+            if record.rayjob is not None and record.rayjob.cluster_name:
+                self._owners[(row.namespace, record.rayjob.cluster_name)] = "RayJob"
             self._jobs[row.uid] = _Job(
                 labels=_labels(row.name, row.namespace, row.uid),
                 status=row.status,
                 started_at=record.rayjob.started_at if record.rayjob is not None else None,
                 failures=failures.get(row.uid, 0),
             )
-        log.info("metrics: %d live RayService(s), %d live RayJob(s)", len(self._services), len(self._jobs))
+        log.info(
+            "metrics: %d live RayService(s), %d live RayJob(s), %d live RayCluster(s)",
+            len(self._services),
+            len(self._jobs),
+            len(self._clusters),
+        )
 
     def observe(self, stats: PersistStats) -> None:
         """Account for one persisted batch."""
@@ -159,6 +236,7 @@ class ResourceMetrics:
         """Report nothing any more (the service stopped; its instruments outlive it in the process)."""
         self._services.clear()
         self._jobs.clear()
+        self._clusters.clear()
 
     def _rayservice(self, inserted: InsertedTransition, stats: PersistStats) -> None:
         fact, uid = inserted.fact, inserted.uid
@@ -167,6 +245,8 @@ class ResourceMetrics:
             self._services.pop(uid, None)
         elif uid not in self._gone and (fact.field != LIFECYCLE_FIELD or fact.to_value == LIFECYCLE_CREATED):
             self._services[uid] = _labels(inserted.name, inserted.namespace, uid)
+        if fact.field in SERVICE_CLUSTER_FIELDS and fact.to_value:
+            self._owners[(inserted.namespace, fact.to_value)] = "RayService"
         if fact.field == "activeCluster" and fact.from_value and fact.to_value:
             view = stats.views.get(uid)
             # The view holds the latest upgrade; an earlier one in the same batch goes unsampled.
@@ -186,6 +266,8 @@ class ResourceMetrics:
             return
         if uid in self._gone:
             return
+        if cluster := fact.attributes.get("rayClusterName"):
+            self._owners[(inserted.namespace, cluster)] = "RayJob"
         job = self._jobs.setdefault(uid, _Job(labels=_labels(inserted.name, inserted.namespace, uid)))
         if fact.field != JOB_STATUS_FIELD:
             return
@@ -200,6 +282,40 @@ class ResourceMetrics:
         if fact.to_value == "Failed":
             job.failures += 1
         job.status = after
+
+    def _raycluster(self, inserted: InsertedTransition, _: PersistStats) -> None:
+        fact, uid = inserted.fact, inserted.uid
+        if fact.field == LIFECYCLE_FIELD and fact.to_value == LIFECYCLE_DELETED:
+            self._gone.add(uid)
+            self._clusters.pop(uid, None)  # with its duration series, as KubeRay's DeleteRayClusterMetrics
+            self._owners.pop((inserted.namespace, inserted.name), None)
+            return
+        if uid in self._gone:
+            return
+        cluster = self._clusters.setdefault(uid, _Cluster(labels=_labels(inserted.name, inserted.namespace, uid)))
+        if fact.field == LIFECYCLE_FIELD and fact.to_value == LIFECYCLE_CREATED:
+            cluster.created_at = fact.at
+        elif fact.field == PROVISIONED_FIELD:
+            provisioned = fact.to_value == "True"
+            if provisioned and not cluster.provisioned and cluster.created_at is not None:
+                cluster.provisioned_seconds = (fact.at - cluster.created_at).total_seconds()
+            cluster.provisioned = provisioned
+
+    def _owner_kind(self, cluster: _Cluster) -> str:
+        return self._owners.get((cluster.labels["namespace"], cluster.labels["name"]), "None")
+
+    def _cluster_info(self, _: CallbackOptions) -> Iterable[Observation]:
+        for cluster in list(self._clusters.values()):
+            yield Observation(1, {**cluster.labels, "owner_kind": self._owner_kind(cluster)})
+
+    def _cluster_provisioned(self, _: CallbackOptions) -> Iterable[Observation]:
+        for cluster in list(self._clusters.values()):
+            yield Observation(1, {**cluster.labels, "condition": "true" if cluster.provisioned else "false"})
+
+    def _cluster_provisioned_seconds(self, _: CallbackOptions) -> Iterable[Observation]:
+        for cluster in list(self._clusters.values()):
+            if cluster.provisioned_seconds is not None:
+                yield Observation(cluster.provisioned_seconds, cluster.labels)
 
     def _service_info(self, _: CallbackOptions) -> Iterable[Observation]:
         for labels in list(self._services.values()):

@@ -67,6 +67,7 @@ from services.runtime.errors import PermanentError
 from services.runtime.health import Progress
 from services.runtime.metrics import meter
 from services.runtime.tracing import current_trace_id, extract_context, tracer
+from services.watcher import pipeline_metrics
 from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.authorize import Allowed, Facts, Gone, authorize, command_kind
 from services.watcher.calls import ApiError, outcome_of_error, plan_call, retry_delay
@@ -162,6 +163,7 @@ class Applier:
         self._progress_interval = progress_interval
         self._decisions = DecisionCheck(js, owners)
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
+        pipeline_metrics.track_queue(self)
         self._workers: dict[ReconcileKey, asyncio.Task[None]] = {}
         self._outstanding = 0
         self._stopping = False
@@ -322,6 +324,7 @@ class Applier:
             ) as span:
                 applied = await self._apply_authorized(batch, index, command, msg, review.stale)
                 span.set_attribute("raybus.outcome", applied.outcome)
+                pipeline_metrics.command_executed(verb, applied.outcome)
                 if applied.status_code:
                     span.set_attribute("http.response.status_code", applied.status_code)
                 result = CommandResult(
@@ -481,6 +484,10 @@ class Applier:
                 delay = PUBLISH_RETRY_DELAYS[min(failures, len(PUBLISH_RETRY_DELAYS)) - 1]
                 log.warning("publishing to %s failed (%s); retrying in %.2fs", subject, exc, delay)
                 await asyncio.sleep(delay)
+
+    def queued(self) -> int:
+        """Batches accepted and waiting behind their key's running one."""
+        return sum(max(len(queue) - 1, 0) for queue in self._queues.values())
 
     @property
     def busy(self) -> int:

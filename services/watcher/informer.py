@@ -29,8 +29,9 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
@@ -40,6 +41,7 @@ import urllib3
 from schema.bounds import MAX_NESTING, TooComplex, check_bounds, truncate_nesting
 from schema.messages import EmitEvent, ObjectRef, WatchEventType
 from services.runtime.errors import PermanentError
+from services.watcher import pipeline_metrics
 from services.watcher.calls import ApiError, plan_call
 from services.watcher.kubeapi import KubeApi
 from services.watcher.resources import ResourceType, sanitize
@@ -117,10 +119,11 @@ Item = Change | Listing | Bookmark
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """What one informer hands to the projection at once."""
+    """What one informer hands to the projection at once, and when it was received (monotonic seconds)."""
 
     scope: Scope
     items: tuple[Item, ...]
+    received: float = field(default_factory=time.monotonic)
 
 
 class _Meta(msgspec.Struct):
@@ -458,6 +461,7 @@ class Informer:
         if self._stop.is_set():
             return
         self.relists += 1
+        pipeline_metrics.relisted(resource.plural)
         listing = Listing(tuple(objects), resource_version, frozenset(refused))
         if not self._deliver(Batch(self.scope, (listing,))):
             return
@@ -485,6 +489,9 @@ class Informer:
                 try:
                     for line in lines:
                         item = decode_line(self.scope.resource, line)
+                        if isinstance(item, Change | Refused):
+                            change = item if isinstance(item, Change) else item.change
+                            pipeline_metrics.watch_event(self.scope.resource.plural, change.type)
                         if isinstance(item, Refused):
                             self._refuse(item)
                         else:

@@ -45,6 +45,7 @@ from schema.probes import RAYJOB_KINDS, ProbeTarget, job_significant, rayjob_tar
 from services.runtime.bus import publish
 from services.runtime.errors import PermanentError
 from services.runtime.tracing import tracer
+from services.watcher import pipeline_metrics
 from services.watcher.aio import raise_if_cancelling
 from services.watcher.dashboard import DashboardAnswer, DashboardClient
 
@@ -177,17 +178,21 @@ class Prober:
         data = kind.observe(target, answer)
         significant = kind.significant(data)
         state_key = (target.key.token(), f"{target.entry_kind}/{target.entry_name}")
+        unanswered = answer.status == 0 or answer.status >= 400
         if state_key not in self._last:
             self._last[state_key] = await self._projected(kind, target)
         if self._last[state_key] == significant:
+            pipeline_metrics.polled(kind.name, changed=False, error=unanswered)
             return
         try:
             await self._publish(target, data, significant)
         except (nats.errors.Error, TimeoutError) as exc:
             raise_if_cancelling()
             log.warning("publishing an observation of %s failed: %s", target.key, exc)
+            pipeline_metrics.polled(kind.name, changed=False, error=True)
             return
         self._last[state_key] = significant
+        pipeline_metrics.polled(kind.name, changed=True, error=unanswered)
 
     async def _projected(self, kind: ProbeKind, target: ProbeTarget) -> Any:
         if self._objects is None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -56,6 +57,7 @@ from schema.keys import ReconcileKey, decode_token
 from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
 from services.runtime.bus import publish
 from services.runtime.tracing import current_trace_id, tracer
+from services.watcher import pipeline_metrics
 from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.calls import ApiError
 from services.watcher.informer import Batch, Bookmark, Change, Listing, Scope
@@ -418,6 +420,7 @@ class Projection:
         """Plan one batch and start its writes (waits only for free slots in the window)."""
         if self._failure is not None:
             raise RuntimeError("a projection write failed") from self._failure
+        pipeline_metrics.projected(batch.scope.resource.plural, time.monotonic() - batch.received)
         for item in batch.items:
             if self._owners is not None and isinstance(item, Change):
                 await self._owners_first(batch.scope, item)

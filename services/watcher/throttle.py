@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from services.watcher import pipeline_metrics
+
 
 @dataclass(frozen=True)
 class Bucket:
@@ -50,5 +52,6 @@ class RateLimiter:
             self._bucket = Bucket(tokens=self._burst, stamp=now)
             self._started = True
         self._bucket, wait = take(self._bucket, now, rate=self._rate, burst=self._burst)
+        pipeline_metrics.rate_limited(wait)
         if wait > 0:
             await asyncio.sleep(wait)

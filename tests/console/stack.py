@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,6 +83,12 @@ class RaybusUp:
         """GET a path of the status service (JSON)."""
         with urllib.request.urlopen(self.status_url + path, timeout=10) as response:
             return json.loads(response.read())
+
+    def metrics_urls(self) -> list[str]:
+        """Each service's ``/metrics``, from the health URLs ``raybus up`` printed."""
+        return [
+            url.replace("/readyz", "/metrics") for url in re.findall(r"http://[\d.:]+/readyz", self.log.read_text())
+        ]
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """``.venv/bin/raybus ARGV`` in the stack's folder, as the README has the user type it."""

@@ -249,7 +249,8 @@ class PartitionConsumer:
         with _tracer.start_as_current_span(
             "reconcile", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
         ) as span:
-            _lag_seconds.record(max(0.0, time.time() - now.timestamp()), {"raybus.kind": key.kind})
+            lag = max(0.0, time.time() - now.timestamp())
+            _lag_seconds.record(lag, {"raybus.kind": key.kind, "partition": str(self.partition)})
             try:
                 snapshot = await self._reader.read(key, min_revision=min_revision(inputs))
                 outcome = decide(

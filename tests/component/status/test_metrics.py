@@ -91,3 +91,52 @@ async def test_instances_without_a_meter_report_their_own_state(store: StatusSto
     await store.persist(records(retried_history()))
     await second.load(store)
     assert first.live_rayjobs == {} and second.live_rayjobs == {"rj-1": "Complete"}
+
+
+def cluster_write(seconds: float, rv: str, field: str, a: str, b: str, *, uid: str, name: str) -> CommandResult:
+    """One status write of a RayCluster moving ``field`` from ``a`` to ``b``."""
+    step = transition(field, a, b, uid=uid, kind="RayCluster", name=name, seconds=seconds, rv=rv)
+    return result(step, kind="RayCluster", name=name, batch_id=f"{name}-{rv}")
+
+
+async def test_raycluster_metrics_with_kuberays_names_and_labels(store: StatusStore) -> None:
+    reader = InMemoryMetricReader()
+    metrics = ResourceMetrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    job_cluster = {"name": "demo-abcde", "namespace": "default", "uid": "rc-job"}
+    plain = {"name": "plain", "namespace": "default", "uid": "rc-plain"}
+    initializing = transition(
+        "jobDeploymentStatus",
+        "",
+        "Initializing",
+        uid="rj-1",
+        seconds=1,
+        rv="2",
+        attributes={"rayClusterName": "demo-abcde"},
+    )
+    history = [
+        lifecycle("created", uid="rj-1", kind="RayJob", name="demo"),
+        result(initializing, batch_id="job-1"),
+        lifecycle("created", uid="rc-job", kind="RayCluster", name="demo-abcde", seconds=1),
+        cluster_write(4.5, "3", "condition/RayClusterProvisioned", "", "True", uid="rc-job", name="demo-abcde"),
+        lifecycle("created", uid="rc-plain", kind="RayCluster", name="plain", seconds=2),
+        cluster_write(3, "4", "condition/RayClusterProvisioned", "", "False", uid="rc-plain", name="plain"),
+    ]
+    metrics.observe(await store.persist(records(history)))
+    assert points(reader, "kuberay_cluster_info") == [
+        (1, {**job_cluster, "owner_kind": "RayJob"}),
+        (1, {**plain, "owner_kind": "None"}),
+    ]
+    assert points(reader, "kuberay_cluster_condition_provisioned") == [
+        (1, {**job_cluster, "condition": "true"}),
+        (1, {**plain, "condition": "false"}),
+    ]
+    assert points(reader, "kuberay_cluster_provisioned_duration_seconds") == [(3.5, job_cluster)]
+
+    restarted = ResourceMetrics(MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("test"))
+    await restarted.load(store)
+    assert restarted.live_rayclusters == {"rc-job": "RayJob", "rc-plain": "None"}
+
+    deleted = lifecycle("deleted", uid="rc-job", kind="RayCluster", name="demo-abcde", seconds=9, rv="5")
+    metrics.observe(await store.persist(records([*history, deleted])))
+    assert points(reader, "kuberay_cluster_info") == [(1, {**plain, "owner_kind": "None"})]
+    assert points(reader, "kuberay_cluster_provisioned_duration_seconds") == []
