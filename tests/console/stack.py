@@ -9,6 +9,8 @@ and a hostile message on the bus that ends as a dead letter.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import re
@@ -29,7 +31,7 @@ from services.runtime import endpoints
 from tests.e2e.pipeline import load_yaml_docs
 from tests.e2e.rayservices import active, is_ready, pending, sample_service
 from tests.e2e.test_rayservice import with_env
-from tests.helpers import eventually, eventually_sync, samples_dir
+from tests.helpers import eventually_sync, samples_dir
 
 TRACE_URL_TEMPLATE = "http://traces.invalid/trace/{trace_id}"
 """What the stack's status service links trace ids to (``RAYBUS_TRACE_URL_TEMPLATE``)."""
@@ -106,7 +108,21 @@ def _status(custom: client.CustomObjectsApi, plural: str, name: str) -> dict[str
     return dict(custom.get_namespaced_custom_object("ray.io", "v1", "default", plural, name).get("status") or {})
 
 
-async def record_history(stack: RaybusUp) -> dict[str, str]:
+def publish_raw(url: str, subject: str, payload: bytes) -> None:
+    """Publish ``payload`` to the stream of ``subject`` (from a thread of its own: the tests' loop is not touched)."""
+
+    async def publish() -> None:
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().publish(subject, payload)
+        finally:
+            await nc.close()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, publish()).result(timeout=60)
+
+
+def record_history(stack: RaybusUp) -> dict[str, str]:
     """Run the samples through the stack; returns the names the tests look for."""
     custom, dyn = _custom(stack.endpoints[endpoints.KUBECONFIG])
     service = sample_service("ray-service.sample.yaml")
@@ -117,12 +133,12 @@ async def record_history(stack: RaybusUp) -> dict[str, str]:
         *load_yaml_docs(samples_dir() / "ray-cluster.sample.yaml"),
     ]
     apply_documents(dyn, docs)
-    job = await eventually(
+    job = eventually_sync(
         lambda: (s := _status(custom, "rayjobs", "rayjob-sample")).get("jobDeploymentStatus") == "Complete" and s,
         timeout=180,
         message="the RayJob did not complete",
     )
-    first = await eventually(
+    first = eventually_sync(
         lambda: is_ready(s := _status(custom, "rayservices", "rayservice-sample")) and s,
         timeout=180,
         message="the RayService did not become ready",
@@ -135,29 +151,25 @@ async def record_history(stack: RaybusUp) -> dict[str, str]:
         status = _status(custom, "rayservices", "rayservice-sample")
         return active(status) if active(status) != old and not pending(status) else ""
 
-    new = await eventually(upgraded, timeout=180, message="the RayService did not switch to a new cluster")
-    await eventually(
+    new = eventually_sync(upgraded, timeout=180, message="the RayService did not switch to a new cluster")
+    eventually_sync(
         lambda: stack.api(f"/v1/rayclusters/default/{old}")["deleted_at"],
         timeout=180,
         message="the old cluster was not deleted after the upgrade",
     )
-    await eventually(
+    eventually_sync(
         lambda: _status(custom, "rayclusters", "raycluster-kuberay").get("state") == "ready",
         timeout=180,
         message="the RayCluster did not become ready",
     )
     custom.delete_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", "raycluster-kuberay")
-    await eventually(
+    eventually_sync(
         lambda: stack.api("/v1/rayclusters/default/raycluster-kuberay")["deleted_at"],
         timeout=180,
         message="the history does not show the RayCluster deleted",
     )
-    nc = await nats.connect(stack.endpoints[endpoints.NATS_URL])
-    try:
-        await nc.jetstream().publish(subjects.events_subject(JUNK_KEY), b"{not json")
-    finally:
-        await nc.close()
-    await eventually(
+    publish_raw(stack.endpoints[endpoints.NATS_URL], subjects.events_subject(JUNK_KEY), b"{not json")
+    eventually_sync(
         lambda: stack.api("/v1/bus")["dead_letters_total"] >= 1,
         timeout=120,
         message="the hostile message did not become a dead letter",

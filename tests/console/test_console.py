@@ -4,7 +4,6 @@ deleted RayCluster (``stack.record_history``)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -22,7 +21,7 @@ PAGE_TIMEOUT = 60.0
 @pytest.fixture(scope="module")
 def names(stack: RaybusUp) -> dict[str, str]:
     """The recorded history's names (the samples' and the clusters raybus created)."""
-    return asyncio.run(record_history(stack))
+    return record_history(stack)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ the status service of a ``raybus up`` stack that ran the console tests' history.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import urllib.request
@@ -48,7 +47,7 @@ def is_exported(name: str, families: dict[str, str]) -> bool:
 
 
 def test_dashboards_query_only_exported_metrics(stack: RaybusUp) -> None:
-    asyncio.run(record_history(stack))
+    record_history(stack)
     urls = stack.metrics_urls()
     assert len(urls) == 3, urls  # watcher, reconciler, status
     families = exported(urls)
