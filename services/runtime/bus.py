@@ -1,11 +1,13 @@
 """NATS connection and publishing with trace context (the only place services open a NATS connection).
 
-Credentials come from settings and are handed to nats-py only; URLs are logged without userinfo.
+Credentials come from settings and are handed to nats-py only; URLs are logged without userinfo. With
+a CA file the connection is TLS and the server's certificate is verified against it (host name too).
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -52,6 +54,8 @@ async def connect(settings: NatsSettings, *, name: str) -> Client:
     if settings.user:
         options["user"] = settings.user
         options["password"] = settings.password or ""
+    if settings.tls_ca_file:
+        options["tls"] = ssl.create_default_context(cafile=settings.tls_ca_file)
 
     async def _error_cb(exc: Exception) -> None:
         log.warning("nats error: %s", exc)

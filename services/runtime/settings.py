@@ -34,6 +34,8 @@ class NatsSettings:
     """User name for user/password auth (password from ``RAYBUS_NATS_PASSWORD``)."""
     password: str | None = dataclasses.field(default=None, repr=False)
     """Password; ``repr=False`` keeps it out of logs and tracebacks."""
+    tls_ca_file: str | None = None
+    """CA bundle the server's certificate must chain to (``tls://`` URLs); None: the system's CAs."""
     connect_timeout: float = 5.0
     """Seconds per connection attempt."""
     ensure_topology: bool = True
@@ -244,6 +246,7 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
         creds_file=env.get("RAYBUS_NATS_CREDS") or None,
         user=env.get("RAYBUS_NATS_USER") or None,
         password=env.get("RAYBUS_NATS_PASSWORD") or None,
+        tls_ca_file=env.get("RAYBUS_NATS_TLS_CA") or None,
     )
     kube = dataclasses.replace(
         s.kube,

@@ -76,7 +76,7 @@ def test_service_container(tree: str, service: str) -> None:
     item = container(deployment, service)
     assert item["image"] == "ghcr.io/raybus/raybus:0.1.0"
     assert item["args"][0] == service
-    assert "--nats-url=nats://raybus-nats:4222" in item["args"]
+    assert "--nats-url=tls://raybus-nats:4222" in item["args"]
     assert "--no-ensure-topology" in item["args"]
     ports = {p["name"]: p["containerPort"] for p in item["ports"]}
     assert ports["health"] == 8081

@@ -31,6 +31,7 @@ from services.runtime.topology import ensure_topology
 from services.status.busview import bus_view
 from services.status.eventsview import key_events
 from tests.deploy.render import find
+from tests.deploy.test_nats_tls import make_certificates
 from tests.fixtures.nats import NatsServer, nats_server_binary
 from tests.helpers import eventually
 
@@ -332,13 +333,15 @@ def test_every_user_has_a_password_variable() -> None:
 
 
 def test_server_configs_parse(tmp_path: Path) -> None:
-    """The full server config of the base (cluster) and of the dev overlay is valid for nats-server."""
+    """The full server config of the base (cluster) and of the dev overlay is valid for nats-server (with
+    a certificate where the Secret raybus-nats-tls is mounted)."""
+    certs = make_certificates(tmp_path / "certs")
     for tree in ("base", "overlays/dev"):
         data = find(tree, "ConfigMap", "raybus-nats-config")["data"]
         folder = tmp_path / tree.replace("/", "-")
         folder.mkdir()
         for name, text in data.items():
-            (folder / name).write_text(text)
+            (folder / name).write_text(text.replace("/etc/nats-tls/", f"{certs}/"))
         env = {"SERVER_NAME": "raybus-nats-0"} | {f"RAYBUS_NATS_{u.upper()}_PASSWORD": _password(u) for u in USERS}
         result = subprocess.run(
             [nats_server_binary(), "-t", "-c", str(folder / "nats.conf")],
