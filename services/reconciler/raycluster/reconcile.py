@@ -36,7 +36,7 @@ import msgspec
 
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
-from schema.messages import EmitEvent, ObjectRef
+from schema.messages import ObjectRef
 from services.reconciler.raycluster import (
     auth,
     autoscaler_rbac,
@@ -52,7 +52,7 @@ from services.reconciler.raycluster import (
     status,
     validation,
 )
-from services.reconciler.raycluster.commands import RAY_API_VERSION, Plan, command_id
+from services.reconciler.raycluster.commands import RAY_API_VERSION, Plan
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.podindex import PodIndex, index_pods
 
@@ -66,32 +66,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
         return Decision()
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
-    try:
-        return _reconcile(snapshot, obj, now, config)
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, msgspec.ValidationError) as exc:
-        # Last line of defence: something in the object had a shape no check anticipated.
-        raw_meta = obj.get("metadata")
-        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
-        owner = ObjectRef(
-            api_version=RAY_API_VERSION,
-            kind="RayCluster",
-            namespace=str(meta.get("namespace", snapshot.key.namespace)),
-            name=str(meta.get("name", snapshot.key.name)),
-            uid=str(meta.get("uid", "")),
-        )
-        message = f"RayCluster could not be reconciled, it is malformed: {type(exc).__name__}: {exc}"
-        return Decision(
-            commands=(
-                EmitEvent(
-                    id=command_id(str(snapshot.revision), "malformed", message),
-                    regarding=owner,
-                    event_type="Warning",
-                    reason=events.INVALID_SPEC,
-                    message=message,
-                ),
-            ),
-            rules=("4.1/malformed",),
-        )
+    return _reconcile(snapshot, obj, now, config)
 
 
 def _decision(plan: Plan, wake_at: datetime | None) -> Decision:

@@ -47,11 +47,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-import msgspec
-
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
-from schema.messages import EmitEvent, ObjectRef, PatchObject
+from schema.messages import ObjectRef, PatchObject
 from schema.ray.common import API_VERSION, MANAGED_BY_KUBERAY
 from services.reconciler.rayjob.patches import add_finalizer_patch, remove_finalizer_patch
 from services.reconciler.rayjob.times import as_utc
@@ -65,7 +63,7 @@ from services.reconciler.rayservice.flow import (
     reconcile_services,
     update_serve_labels,
 )
-from services.reconciler.rayservice.model import mapping, read_model, text
+from services.reconciler.rayservice.model import read_model
 from services.reconciler.rayservice.outcome import compute_status
 from services.reconciler.rayservice.passes import Pass
 from services.reconciler.rayservice.routing import reconcile_gateway_objects
@@ -90,29 +88,7 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
     if rayservice is None:
         return Decision(rules=("6.1/gone",))
     now = as_utc(now)
-    try:
-        return _reconcile(snapshot, rayservice, now=now, config=config)
-    except (
-        TypeError,
-        ValueError,
-        KeyError,
-        AttributeError,
-        IndexError,
-        RecursionError,
-        msgspec.ValidationError,
-    ) as exc:
-        # Last line of defence: a shape no check anticipated. A Warning Event, never a crash.
-        metadata = mapping(rayservice.get("metadata"))
-        ref = ObjectRef(
-            api_version=API_VERSION,
-            kind="RayService",
-            namespace=text(metadata.get("namespace")) or snapshot.key.namespace,
-            name=text(metadata.get("name")) or snapshot.key.name,
-            uid=text(metadata.get("uid")),
-        )
-        message = f"RayService could not be reconciled, it is malformed: {type(exc).__name__}: {exc}"
-        event = EmitEvent(regarding=ref, event_type="Warning", reason="InvalidRayServiceSpec", message=message)
-        return Decision(commands=(event,), rules=("6.1/malformed",))
+    return _reconcile(snapshot, rayservice, now=now, config=config)
 
 
 def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], *, now: datetime, config: OperatorConfig) -> Decision:

@@ -6,6 +6,10 @@ It calls the kind's pure ``reconcile`` and turns the Decision into the message t
 with deterministic ids: a command's id is a digest of its content, and a batch's id a digest of the key,
 the input sequences and the commands, so a redelivered input that yields the same decision is
 de-duplicated by JetStream, while the same commands decided again for a later input are not.
+
+A custom resource whose shape no check anticipated must not crash anything, nor be retried until it is
+dead-lettered: :func:`guarded` turns what such an object makes a reconcile raise into a Warning Event on
+the object (``Invalid<Kind>Spec``, rule ``<section>/malformed``), for every kind alike.
 """
 
 from __future__ import annotations
@@ -14,19 +18,44 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 import msgspec
 
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind
-from schema.messages import BusInput, Command, CommandBatch, Observation, TimerTick, WatchEvent
+from schema.messages import BusInput, Command, CommandBatch, EmitEvent, ObjectRef, Observation, TimerTick, WatchEvent
+from schema.objects import metadata_of, text
+from schema.ray.conventions import API_VERSION
 
 _encoder = msgspec.json.Encoder(order="deterministic")
 
 LOGIC_VERSION = 1
 """Bumped with any change that alters the commands for a recorded history, so replay can tell a
 logic change from a bug (a change gated on it, never a re-recorded history)."""
+
+
+MALFORMED: Final[Mapping[KeyKind, tuple[str, str]]] = {
+    "RayCluster": ("4.1/malformed", "InvalidRayClusterSpec"),
+    "RayJob": ("5.1/malformed", "InvalidRayJobSpec"),
+    "RayService": ("6.1/malformed", "InvalidRayServiceSpec"),
+    "RayCronJob": ("7/malformed", "InvalidRayCronJobSpec"),
+}
+"""The rule id and Event reason of a custom resource that could not be reconciled, by kind."""
+
+_SHAPE_ERRORS: Final = (
+    TypeError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    RecursionError,
+    OverflowError,
+    msgspec.ValidationError,
+)
+"""What reading a field of an unexpected type or size raises (a bug raises something else, and is retried
+and then dead-lettered like any failure)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +106,39 @@ def batch_id(key_token: str, sequences: Sequence[int], commands: Sequence[Comman
     return h.hexdigest()
 
 
+def malformed(snapshot: Snapshot, error: BaseException) -> Decision:
+    """The decision for a custom resource its reconcile could not handle: a Warning Event on it."""
+    owner = snapshot.owner()
+    if owner is None:
+        return Decision()
+    key = snapshot.key
+    rule, reason = MALFORMED[key.kind]
+    metadata = metadata_of(owner)
+    ref = ObjectRef(
+        api_version=API_VERSION,
+        kind=key.kind,
+        namespace=text(metadata.get("namespace")) or key.namespace,
+        name=text(metadata.get("name")) or key.name,
+        uid=text(metadata.get("uid")),
+    )
+    message = f"{key.kind} could not be reconciled, it is malformed: {type(error).__name__}: {error}"
+    return Decision(
+        commands=(EmitEvent(regarding=ref, event_type="Warning", reason=reason, message=message),), rules=(rule,)
+    )
+
+
+def guarded(reconcile: ReconcileFn) -> ReconcileFn:
+    """``reconcile`` that never raises on a malformed custom resource (see :func:`malformed`)."""
+
+    def run(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        try:
+            return reconcile(snapshot, now, config)
+        except _SHAPE_ERRORS as exc:
+            return malformed(snapshot, exc)
+
+    return run
+
+
 def decide(
     *,
     reconcilers: Mapping[KeyKind, ReconcileFn],
@@ -90,8 +152,7 @@ def decide(
     Raises:
         KeyError: no reconcile is registered for the key's kind.
     """
-    reconcile = reconcilers[snapshot.key.kind]
-    decision = reconcile(snapshot, now, config)
+    decision = guarded(reconcilers[snapshot.key.kind])(snapshot, now, config)
     commands = with_ids(decision.commands)
     batch = CommandBatch(
         id=batch_id(snapshot.key.token(), sequences, commands),

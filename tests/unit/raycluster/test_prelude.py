@@ -8,7 +8,9 @@ import pytest
 
 from schema.config import FeatureGates
 from schema.messages import CreateObject, EmitEvent
-from services.reconciler.raycluster import podplan, reconcile
+from services.reconciler import raycluster
+from services.reconciler.raycluster import podplan
+from services.reconciler.worker.decide import guarded
 from tests.unit.raycluster import builders
 from tests.unit.raycluster.sim import NOW, World
 
@@ -62,7 +64,7 @@ def test_unexpected_failure_becomes_a_warning(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(podplan, "plan_pods", boom)
     world = World(builders.cluster())
-    decision = reconcile(world.snapshot(), NOW, world.config)
+    decision = guarded(raycluster.reconcile)(world.snapshot(), NOW, world.config)
     assert decision.rules == ("4.1/malformed",)
     (event,) = decision.commands
     assert isinstance(event, EmitEvent)
@@ -71,6 +73,6 @@ def test_unexpected_failure_becomes_a_warning(monkeypatch: pytest.MonkeyPatch) -
 
 def test_naive_now_is_taken_as_utc() -> None:
     world = World(builders.cluster())
-    aware = reconcile(world.snapshot(), NOW, world.config)
-    naive = reconcile(world.snapshot(), NOW.replace(tzinfo=None), world.config)
+    aware = raycluster.reconcile(world.snapshot(), NOW, world.config)
+    naive = raycluster.reconcile(world.snapshot(), NOW.replace(tzinfo=None), world.config)
     assert aware == naive

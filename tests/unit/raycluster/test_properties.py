@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from schema.config import OperatorConfig
 from schema.decision import Snapshot
 from schema.messages import DeleteObject, EmitEvent
-from services.reconciler.raycluster import model, reconcile, validation
+from services.reconciler import raycluster
+from services.reconciler.raycluster import model, validation
+from services.reconciler.worker.decide import guarded
 from tests.unit.raycluster import builders
 from tests.unit.raycluster.sim import NOW, World
 
@@ -159,7 +161,7 @@ def test_mutated_specs_never_raise(mutations: list[tuple[tuple[Any, ...], Any]])
             continue
     world = World.__new__(World)
     snapshot = Snapshot(key=World(builders.cluster()).snapshot().key, entries={"RayCluster": {"rc": obj}}, revision=1)
-    decision = reconcile(snapshot, NOW, OperatorConfig())
+    decision = guarded(raycluster.reconcile)(snapshot, NOW, OperatorConfig())
     del world
     if "4.1/malformed" in decision.rules:
         assert isinstance(decision.commands[0], EmitEvent)
@@ -174,7 +176,9 @@ def test_mutated_specs_never_raise(mutations: list[tuple[tuple[Any, ...], Any]])
 @given(obj=st.dictionaries(st.sampled_from(["metadata", "spec", "status", "kind"]), JSON, max_size=4))
 def test_arbitrary_objects_never_raise(obj: dict[str, Any]) -> None:
     key = World(builders.cluster()).snapshot().key
-    decision = reconcile(Snapshot(key=key, entries={"RayCluster": {"rc": obj}}), NOW, OperatorConfig())
+    decision = guarded(raycluster.reconcile)(
+        Snapshot(key=key, entries={"RayCluster": {"rc": obj}}), NOW, OperatorConfig()
+    )
     for command in decision.commands:
         if isinstance(command, EmitEvent):
             assert command.event_type == "Warning"
@@ -195,5 +199,6 @@ def test_malformed_pods_never_raise(pods: list[dict[str, Any]]) -> None:
             **(pod["metadata"] if isinstance(pod.get("metadata"), dict) else {}),
         }
         entries.setdefault("Pod", {})[f"junk-{i}"] = pod
-    decision = reconcile(Snapshot(key=snap.key, entries=entries, revision=snap.revision), NOW, world.config)
+    snapshot = Snapshot(key=snap.key, entries=entries, revision=snap.revision)
+    decision = guarded(raycluster.reconcile)(snapshot, NOW, world.config)
     assert "4.1/malformed" not in decision.rules

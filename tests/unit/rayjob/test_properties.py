@@ -16,6 +16,7 @@ from schema.decision import OBS_RAY_JOB, Decision, Snapshot
 from schema.keys import ReconcileKey
 from schema.probes import snapshot_targets
 from services.reconciler import raycronjob, rayjob
+from services.reconciler.worker.decide import guarded
 from tests.unit.rayjob.builders import cluster_spec, finish_submitter, job_info, make_cluster_ready
 from tests.unit.rayjob.builders import rayjob as rayjob_object
 from tests.unit.rayjob.sim import NOW, World, stamp
@@ -276,7 +277,7 @@ CONFIGS = st.builds(
 @given(snapshot=rayjob_snapshots(), config=CONFIGS, offset=st.integers(0, 10**6))
 def test_rayjob_reconcile_never_raises(snapshot: Snapshot, config: OperatorConfig, offset: int) -> None:
     now = NOW + timedelta(seconds=offset)
-    decision = rayjob.reconcile(snapshot, now, config)
+    decision = guarded(rayjob.reconcile)(snapshot, now, config)
     assert decision.wake_at is None or decision.wake_at > now
     msgspec.json.encode(decision)  # everything in it can travel on the bus
 

@@ -15,8 +15,11 @@ from schema.config import OperatorConfig
 from schema.decision import OBS_SERVE, OBS_SERVE_HEALTH, Decision, Snapshot
 from schema.keys import ReconcileKey
 from services.reconciler.rayservice import reconcile
+from services.reconciler.worker.decide import guarded
 from tests.unit.rayservice.builders import cluster_config, incremental_strategy, load_sample, rayservice
 from tests.unit.rayservice.sim import NOW, World
+
+safe_reconcile = guarded(reconcile)
 
 
 def _encode(decision: Decision) -> bytes:
@@ -41,8 +44,8 @@ def test_same_snapshot_same_decision_over_a_blue_green_lifecycle() -> None:
     _lifecycle(world, "rayservice-sample")
     assert len(world.history) > 20
     for snapshot, now, decision in world.history:
-        assert _encode(reconcile(snapshot, now, world.config)) == _encode(decision)
-        assert _encode(reconcile(copy.deepcopy(snapshot), now, world.config)) == _encode(decision)
+        assert _encode(safe_reconcile(snapshot, now, world.config)) == _encode(decision)
+        assert _encode(safe_reconcile(copy.deepcopy(snapshot), now, world.config)) == _encode(decision)
 
 
 def test_same_snapshot_same_decision_over_an_incremental_lifecycle() -> None:
@@ -50,7 +53,7 @@ def test_same_snapshot_same_decision_over_an_incremental_lifecycle() -> None:
     world.add(rayservice(upgradeStrategy=incremental_strategy(), rayClusterConfig=cluster_config(autoscaling=True)))
     _lifecycle(world, "rs")
     for snapshot, now, decision in world.history:
-        assert _encode(reconcile(snapshot, now, world.config)) == _encode(decision)
+        assert _encode(safe_reconcile(snapshot, now, world.config)) == _encode(decision)
 
 
 def test_wake_ups_are_in_the_future_and_only_for_deadlines() -> None:
@@ -164,9 +167,9 @@ def test_mutated_specs_statuses_and_observations_never_raise(
         entries[OBS_SERVE_HEALTH][name] = health_obs if isinstance(health_obs, dict) else {"healthy": health_obs}
     snapshot = Snapshot(key=BASE_SNAPSHOT.key, entries=entries)
     now = NOW + timedelta(seconds=seconds)
-    decision = reconcile(snapshot, now, BASE_CONFIG)
+    decision = safe_reconcile(snapshot, now, BASE_CONFIG)
     assert isinstance(decision, Decision)
-    assert _encode(reconcile(snapshot, now, BASE_CONFIG)) == _encode(decision)
+    assert _encode(safe_reconcile(snapshot, now, BASE_CONFIG)) == _encode(decision)
 
 
 @settings(max_examples=150, deadline=None)
@@ -176,7 +179,7 @@ def test_arbitrary_objects_never_raise(obj: dict[str, Any]) -> None:
     snapshot = Snapshot(
         key=ReconcileKey(kind="RayService", namespace="default", name="rs"), entries={"RayService": {"rs": obj}}
     )
-    assert isinstance(reconcile(snapshot, NOW, OperatorConfig()), Decision)
+    assert isinstance(safe_reconcile(snapshot, NOW, OperatorConfig()), Decision)
 
 
 @settings(max_examples=100, deadline=None)
@@ -198,4 +201,4 @@ def test_odd_metadata_never_raises(metadata: dict[str, Any]) -> None:
     snapshot = Snapshot(
         key=ReconcileKey(kind="RayService", namespace="default", name="rs"), entries={"RayService": {"rs": obj}}
     )
-    assert isinstance(reconcile(snapshot, NOW, OperatorConfig()), Decision)
+    assert isinstance(safe_reconcile(snapshot, NOW, OperatorConfig()), Decision)

@@ -10,7 +10,7 @@ import pytest
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.keys import ReconcileKey
-from schema.messages import Command, CommandBatch, CreateObject, ObjectRef, TimerTick, WatchEvent
+from schema.messages import Command, CommandBatch, CreateObject, EmitEvent, ObjectRef, TimerTick, WatchEvent
 from services.reconciler.worker.assignment import owner_of, partitions_of
 from services.reconciler.worker.decide import decide, decision_time
 from services.reconciler.worker.timers import schedule_header
@@ -232,3 +232,49 @@ def test_a_create_stays_in_flight_until_the_snapshot_shows_it() -> None:
     assert inflight.filter(batch, applied_floor=2, entries=shown).commands == ()  # shown, within grace
     clock[0] = 14.5
     assert inflight.filter(batch, applied_floor=2, entries={}).commands == batch.commands
+
+
+def _trips_on_shape(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+    raise TypeError("'int' object is not subscriptable")
+
+
+def _has_a_bug(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+    raise ZeroDivisionError("division by zero")
+
+
+@pytest.mark.parametrize(
+    ("kind", "rule", "reason"),
+    [
+        ("RayCluster", "4.1/malformed", "InvalidRayClusterSpec"),
+        ("RayJob", "5.1/malformed", "InvalidRayJobSpec"),
+        ("RayService", "6.1/malformed", "InvalidRayServiceSpec"),
+        ("RayCronJob", "7/malformed", "InvalidRayCronJobSpec"),
+    ],
+)
+def test_a_malformed_custom_resource_of_any_kind_becomes_a_warning_event(kind: str, rule: str, reason: str) -> None:
+    key = ReconcileKey(kind=kind, namespace="ns", name="x")  # type: ignore[arg-type]
+    obj = {"kind": kind, "metadata": {"name": "x", "namespace": "ns", "uid": "u1"}, "spec": 7}
+    snapshot = Snapshot(key=key, entries={kind: {"x": obj}}, revision=3)
+    outcome = decide(
+        reconcilers={key.kind: _trips_on_shape},
+        snapshot=snapshot,
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+        config=OperatorConfig(),
+    )
+    assert outcome.batch.rules == (rule,)
+    (event,) = outcome.batch.commands
+    assert isinstance(event, EmitEvent) and event.event_type == "Warning" and event.reason == reason
+    assert (event.regarding.kind, event.regarding.name, event.regarding.uid) == (kind, "x", "u1")
+    assert "TypeError" in event.message and event.id
+
+
+def test_a_bug_is_not_taken_for_a_malformed_object() -> None:
+    key = ReconcileKey(kind="RayJob", namespace="ns", name="x")
+    snapshot = Snapshot(key=key, entries={"RayJob": {"x": {"metadata": {"name": "x"}}}})
+    with pytest.raises(ZeroDivisionError):
+        decide(
+            reconcilers={"RayJob": _has_a_bug},
+            snapshot=snapshot,
+            now=datetime(2026, 1, 1, tzinfo=UTC),
+            config=OperatorConfig(),
+        )
