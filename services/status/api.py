@@ -6,7 +6,8 @@ Routes (all GET, JSON; errors are ``ErrorOut`` with 400 / 404 / 503):
   deleted; ``since`` keeps those updated at or after an RFC 3339 time;
 - ``/v1/resources/{kind}/{namespace}/{name}[?uid=]``: the latest incarnation (by first_seen), or an older
   one by uid;
-- ``/v1/resources/{kind}/{namespace}/{name}/transitions[?uid=]``: that resource and its timeline;
+- ``/v1/resources/{kind}/{namespace}/{name}/transitions[?uid=&limit=]``: that resource and its latest
+  transitions (``limit``, default and at most 1000; ``earlier`` counts the older ones left out);
 - ``/v1/commands?kind=&namespace=&name=&outcome=&limit=&after=``: the command audit trail;
 - ``/v1/raycronjobs/{namespace}/{name}/runs[?uid=&limit=]``: a RayCronJob's latest scheduled runs (its
   ``schedule`` transitions), each joined with the RayJob it created: uid, statuses, and the path of that
@@ -63,6 +64,9 @@ _P_NAME = Param("name", "path", "name of the custom resource")
 _P_KIND = Param("kind", "path", "RayJob, RayService, RayCluster or RayCronJob (any case, or plural)")
 _P_UID = Param("uid", "query", "a specific incarnation; default: the latest (by first seen)")
 _Q_NAMESPACE = Param("namespace", "query", "only this namespace")
+_Q_TRANSITIONS = Param(
+    "limit", "query", "how many of the latest transitions", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
+)
 _Q_STATUS = Param("status", "query", "only resources whose status field has this value")
 _Q_SINCE = Param(
     "since", "query", "only resources updated at or after (RFC 3339)", {"type": "string", "format": "date-time"}
@@ -139,10 +143,12 @@ def _since(query: Mapping[str, str]) -> datetime | None:
     if text is None:
         return None
     try:
+        # In UTC here: a time near the ends of the calendar whose offset moves it out of range is refused
+        # now, not by the database later (as an unavailable database).
         value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ApiError(400, "bad_request", f"since={text!r}: not an RFC 3339 time") from None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise ApiError(400, "bad_request", f"since={text!r}: not an RFC 3339 time in range") from None
 
 
 def _page_size(query: Mapping[str, str]) -> tuple[int, int]:
@@ -204,10 +210,10 @@ class StatusApi:
                 "/v1/resources/{kind}/{namespace}/{name}/transitions",
                 self._get_history(None),
                 "getResourceTransitions",
-                "A custom resource and its transitions, ordered by time",
+                "A custom resource and its latest transitions, ordered by time",
                 History,
-                (_P_KIND, _P_NAMESPACE, _P_NAME, _P_UID),
-                (404,),
+                (_P_KIND, _P_NAMESPACE, _P_NAME, _P_UID, _Q_TRANSITIONS),
+                (400, 404),
             ),
             Route(
                 "/v1/commands",
@@ -250,10 +256,10 @@ class StatusApi:
                     f"{base}/{{namespace}}/{{name}}/transitions",
                     self._get_history(info),
                     f"get{title}Transitions",
-                    f"A {title} and its transitions",
+                    f"A {title} and its latest transitions",
                     History,
-                    (_P_NAMESPACE, _P_NAME, _P_UID),
-                    (404,),
+                    (_P_NAMESPACE, _P_NAME, _P_UID, _Q_TRANSITIONS),
+                    (400, 404),
                 ),
             ]
         routes.append(
@@ -321,8 +327,10 @@ class StatusApi:
     def _get_history(self, fixed: KindInfo | None) -> Handler:
         async def handler(request: web.Request) -> web.Response:
             record = await self._find(request, fixed)
-            rows = await self._store.list_transitions(record.resource.uid)
-            return json_response(History(resource=resource_out(record), transitions=[transition_out(t) for t in rows]))
+            limit = _int(request.query, "limit", default=MAX_LIMIT, low=1, high=MAX_LIMIT)
+            rows, earlier = await self._store.list_transitions(record.resource.uid, limit=limit)
+            transitions = [transition_out(t) for t in rows]
+            return json_response(History(resource=resource_out(record), transitions=transitions, earlier=earlier))
 
         return handler
 

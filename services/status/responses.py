@@ -109,10 +109,12 @@ class TransitionOut(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class History(msgspec.Struct, frozen=True, kw_only=True):
-    """A resource and its whole timeline, ordered by time."""
+    """A resource and its latest transitions (at most the ``limit`` asked for), ordered by time;
+    ``earlier`` counts the older ones left out."""
 
     resource: ResourceOut
     transitions: list[TransitionOut]
+    earlier: int = 0
 
 
 class RunOut(msgspec.Struct, frozen=True, kw_only=True):

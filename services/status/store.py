@@ -412,13 +412,19 @@ class StatusStore:
         found = await self._resource_records(query)
         return found[0] if found else None
 
-    async def list_transitions(self, uid: str) -> list[Transition]:
-        """Every transition of ``uid``, ordered by time then storage order."""
+    async def list_transitions(self, uid: str, *, limit: int | None = None) -> tuple[list[Transition], int]:
+        """The latest ``limit`` transitions of ``uid`` (all without a limit), ordered by time then storage
+        order, and how many older ones were left out."""
+        query = sa.select(Transition).where(Transition.uid == uid)
         async with self._reading() as session:
-            result = await session.scalars(
-                sa.select(Transition).where(Transition.uid == uid).order_by(Transition.at, Transition.id)
-            )
-            return list(result.all())
+            if limit is None:
+                return list((await session.scalars(query.order_by(Transition.at, Transition.id))).all()), 0
+            latest = await session.scalars(query.order_by(Transition.at.desc(), Transition.id.desc()).limit(limit))
+            rows = list(reversed(latest.all()))
+            if len(rows) < limit:
+                return rows, 0
+            total = await session.scalar(sa.select(sa.func.count()).where(Transition.uid == uid))
+            return rows, int(total or 0) - len(rows)
 
     async def count_transitions(self, *, kind: KeyKind, field: str, to_value: str) -> dict[str, int]:
         """How many transitions of each ``kind`` uid went to ``to_value`` in ``field`` (uids with none are

@@ -126,6 +126,9 @@ async def test_one_resource_its_timeline_and_errors(api: tuple[str, StatusApi]) 
     assert history["transitions"][1]["attributes"]["rayClusterName"] == "job-a-c"
     assert history["transitions"][3]["message"] == "Job finished successfully."
     assert history["transitions"][3]["stream_seq"] == 3
+    status, latest = await get(base, "/v1/rayjobs/default/job-a/transitions", limit="2")
+    assert (status, latest["earlier"]) == (200, 3)
+    assert latest["transitions"] == history["transitions"][3:]
 
     for path, params, code, error in [
         ("/v1/rayjobs/default/nope", {}, 404, "not_found"),
@@ -137,6 +140,9 @@ async def test_one_resource_its_timeline_and_errors(api: tuple[str, StatusApi]) 
         ("/v1/resources", {"limit": "0"}, 400, "bad_request"),
         ("/v1/resources", {"after": "x"}, 400, "bad_request"),
         ("/v1/resources", {"since": "yesterday"}, 400, "bad_request"),
+        ("/v1/resources", {"since": "0001-01-01T00:00:00+01:00"}, 400, "bad_request"),
+        ("/v1/resources", {"since": "9999-12-31T23:59:59-01:00"}, 400, "bad_request"),
+        ("/v1/rayjobs/default/job-a/transitions", {"limit": "1001"}, 400, "bad_request"),
         ("/v1/commands", {"outcome": "maybe"}, 400, "bad_request"),
     ]:
         status, body = await get(base, path, **params)
