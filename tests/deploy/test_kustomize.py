@@ -162,6 +162,18 @@ def _to_nats(rule: dict[str, Any]) -> bool:
     return selectors == [{"app.kubernetes.io/name": "raybus", "app.kubernetes.io/component": "nats"}]
 
 
+def _ingress_from(spec: dict[str, Any]) -> dict[int, str]:
+    """Port → the namespace label its ingress rule requires, for the rules that admit by namespace label."""
+    return {
+        port["port"]: label
+        for rule in spec["ingress"]
+        for peer in rule.get("from", [])
+        for label, value in peer.get("namespaceSelector", {}).get("matchLabels", {}).items()
+        if value == "true"
+        for port in rule["ports"]
+    }
+
+
 @pytest.mark.parametrize("tree", TREES)
 def test_network_policies(tree: str) -> None:
     deny = _policy(tree, "default-deny")
@@ -178,7 +190,7 @@ def test_network_policies(tree: str) -> None:
 
     status = _policy(tree, "raybus-status")
     assert _egress_ports(status) == {4222, 5432}
-    assert 8090 in {p["port"] for rule in status["ingress"] for p in rule["ports"]}
+    assert _ingress_from(status) == {8090: "raybus.io/status-access", 9090: "raybus.io/metrics-access"}
 
     watcher = _policy(tree, "raybus-watcher")
     assert _egress_ports(watcher) == {4222, 443, 6443, 8265, 8000, 52365}
@@ -189,6 +201,7 @@ def test_network_policies(tree: str) -> None:
     client_rule = next(r for r in nats["ingress"] if r["ports"] == [{"protocol": "TCP", "port": 4222}])
     assert client_rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "raybus"}}}]
     assert _egress_ports(nats) == {6222}
+    assert _ingress_from(nats)[8222] == "raybus.io/metrics-access"
 
     # Every pod is selected by a policy of its own besides the default deny.
     selected = [p["spec"]["podSelector"].get("matchLabels") for p in render(tree) if p["kind"] == "NetworkPolicy"]
