@@ -1,4 +1,4 @@
-"""Timestamps as Kubernetes writes them, and the arithmetic the RayJob / RayCronJob deadlines need.
+"""Timestamps as Kubernetes writes them (RFC 3339), and the arithmetic deadlines need: the one time module.
 
 Role: parse and format RFC3339 (``YYYY-MM-DDTHH:MM:SSZ``, whole seconds, UTC) without a clock; every
 "now" is an argument.
@@ -6,7 +6,8 @@ Role: parse and format RFC3339 (``YYYY-MM-DDTHH:MM:SSZ``, whole seconds, UTC) wi
 Invariants: every datetime returned is timezone-aware UTC; parsing never raises (a malformed
 timestamp is ``None``, and the caller decides what a missing time means).
 
-Not here: reading the clock (forbidden in reconcile code), cron arithmetic (``raycronjob.schedule``).
+Not here: reading the clock (forbidden in reconcile code; a service's clock is an argument), cron
+arithmetic (``raycronjob.schedule``).
 """
 
 from __future__ import annotations

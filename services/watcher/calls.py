@@ -45,6 +45,7 @@ from schema.messages import (
     StopRayJob,
     SubmitRayJob,
 )
+from schema.times import format_time
 from services.runtime.errors import PermanentError, RaybusError
 from services.watcher.resources import GATEWAY_GROUP, RAY_GROUP, ResourceType, by_api_version_kind, by_kind
 
@@ -162,13 +163,9 @@ def event_name(regarding: ObjectRef, command_id: str, reason: str, message: str)
     return f"{regarding.name}.{hashlib.sha256(seed.encode()).hexdigest()[:16]}"
 
 
-def _timestamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _event_body(command: EmitEvent, now: datetime) -> dict[str, Any]:
     r = command.regarding
-    stamp = _timestamp(now)
+    stamp = format_time(now)
     involved: dict[str, Any] = {"apiVersion": r.api_version, "kind": r.kind, "namespace": r.namespace, "name": r.name}
     if r.uid:
         involved["uid"] = r.uid

@@ -1,4 +1,5 @@
-"""Patch bodies: JSON merge-patch diffs (RFC 7386) and the JSON patches for finalizers.
+"""Patch bodies: JSON merge-patch diffs (RFC 7386), omitempty status bodies, and the JSON patches for
+finalizers, for every kind.
 
 Role: turn "old status, new status" into the smallest merge patch that makes the server's copy equal
 to the new one, and add/remove one finalizer with a ``test`` guard so a stale patch fails instead of
@@ -7,7 +8,7 @@ removing the wrong list element.
 Invariants: :func:`merge_diff` never mutates its inputs; applying its result to ``old`` with merge-patch
 semantics yields ``new`` (keys missing from ``new`` become ``null``).
 
-Not here: deciding *whether* to write (``rayjob.status`` owns KubeRay's write rule).
+Not here: deciding *whether* to write (each kind's ``status`` module owns KubeRay's write rule).
 """
 
 from __future__ import annotations
@@ -57,3 +58,19 @@ def remove_finalizer_patch(finalizers: list[str], finalizer: str) -> list[dict[s
     index = finalizers.index(finalizer)
     path = f"/metadata/finalizers/{index}"
     return [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
+
+
+def compact(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` without empty values (recursively for nested objects), as Go's omitempty writes it."""
+    out: dict[str, Any] = {}
+    for key, value in status.items():
+        if isinstance(value, Mapping):
+            value = compact(value)
+        if not is_empty(value):
+            out[key] = value
+    return out
+
+
+def is_empty(value: object) -> bool:
+    """Go's zero value of a JSON field: omitted by omitempty."""
+    return value is None or value == "" or value == {} or value == []

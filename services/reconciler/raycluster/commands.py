@@ -15,7 +15,6 @@ Not here: what to do (the reconcile modules decide), applying commands (the appl
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
 from typing import Any
 
 from schema.messages import (
@@ -168,13 +167,6 @@ class Plan:
                 message=message,
             )
         )
-
-
-def rfc3339(moment: datetime) -> str:
-    """A time as Kubernetes writes it (UTC, second precision, ``Z``); naive times are taken as UTC."""
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def owner_reference(owner: ObjectRef) -> dict[str, Any]:

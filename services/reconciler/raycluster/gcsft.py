@@ -18,11 +18,11 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from schema.config import OperatorConfig
+from schema.times import parse_time
 from services.reconciler.raycluster import containers, model, names, pods
 from services.reconciler.raycluster.commands import Plan
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.podindex import PodIndex
-from services.reconciler.raycluster.podops import parse_time
 
 DEFAULT_DELETION_TIMEOUT: Final = 300
 HEAD_WAIT_SECONDS: Final = 10.0

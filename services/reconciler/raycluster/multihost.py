@@ -19,11 +19,12 @@ from typing import Any, Final
 
 from schema.config import OperatorConfig
 from schema.ray import WorkerGroupSpec
+from schema.times import parse_time
 from services.reconciler.raycluster import events, model, names, pods
 from services.reconciler.raycluster.commands import Plan
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.podindex import PodInfo, should_delete
-from services.reconciler.raycluster.podops import delete_pod, lowest_free, parse_time
+from services.reconciler.raycluster.podops import delete_pod, lowest_free
 
 CREATE_GRACE: Final = 30.0
 """Seconds a partly visible replica of ours is completed rather than deleted (KubeRay's expectation timeout)."""

@@ -8,8 +8,6 @@ Not here: the planning itself (``podplan``, ``multihost``).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from schema.ray import WorkerGroupSpec
 from services.reconciler.raycluster import events
 from services.reconciler.raycluster.commands import Plan
@@ -67,12 +65,3 @@ def used_indices(infos: list[PodInfo]) -> set[int]:
         if info.replica_index.isdigit():
             used.add(int(info.replica_index))
     return used
-
-
-def parse_time(raw: str) -> datetime | None:
-    """An RFC3339 time from the API server (naive → UTC), or None."""
-    try:
-        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

@@ -26,7 +26,7 @@ from schema.config import OperatorConfig
 from schema.messages import Transition
 from schema.ray import Condition, HeadInfo, RayClusterStatus
 from schema.ray.common import ConditionStatus
-from services.reconciler.raycluster.commands import rfc3339
+from schema.times import format_time
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.podindex import PodIndex, PodInfo
 from services.reconciler.raycluster.podops import group_replicas
@@ -141,7 +141,7 @@ def compute_status(
         StatusError: the head Service is missing or duplicated, or there are several head pods.
     """
     old = view.status
-    stamp = rfc3339(now)
+    stamp = format_time(now)
     spec = view.spec
     gate = config.gates.ray_cluster_status_conditions
     conditions = list(old.conditions or ())

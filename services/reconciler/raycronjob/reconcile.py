@@ -38,9 +38,9 @@ from schema.decision import Decision, Snapshot
 from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, ObjectRef, PatchStatus, Transition
 from schema.ray.common import API_VERSION
 from schema.ray.raycronjob import RayCronJobSpec
+from schema.times import format_time, parse_time, truncate
 from services.reconciler.raycronjob.schedule import latest_tick, next_tick, parse_schedule
 from services.reconciler.raycronjob.validation import validate_raycronjob
-from services.reconciler.rayjob.times import format_time, parse_time, truncate
 
 CRONJOB_NAME_LABEL: Final = "ray.io/cronjob-name"
 SCHEDULED_TIMESTAMP_ANNOTATION: Final = "ray.io/cronjob-scheduled-timestamp"

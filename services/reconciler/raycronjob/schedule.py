@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 from croniter import croniter  # type: ignore[import-untyped]  # no stubs published
 
-from services.reconciler.rayjob.times import as_utc
+from schema.times import as_utc
 
 DESCRIPTORS: Final = frozenset({"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"})
 """robfig/cron's predefined schedules that croniter also knows."""

@@ -25,8 +25,8 @@ from schema.config import OperatorConfig
 from schema.messages import Command, DeleteObject, EmitEvent, ObjectRef, PatchObject
 from schema.ray.common import API_VERSION
 from schema.ray.rayjob import DeletionRule, RayJobSpec
+from schema.times import after_seconds
 from services.reconciler.rayjob.cluster import being_deleted, mapping, text
-from services.reconciler.rayjob.times import after_seconds
 
 _IMPACT: Final = {"DeleteSelf": 4, "DeleteCluster": 3, "DeleteWorkers": 2, "DeleteNone": 1}
 

@@ -21,9 +21,9 @@ from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, EventKind, ObjectRef, Propagation
 from schema.ray.rayjob import RayJobSpec
+from schema.times import after_seconds, parse_time
 from services.reconciler.rayjob.cluster import mapping, text
 from services.reconciler.rayjob.status import TERMINAL_JOB_STATUSES, StatusDraft
-from services.reconciler.rayjob.times import after_seconds, parse_time
 
 
 class Pass:

@@ -36,6 +36,8 @@ from schema.messages import EmitEvent, ObjectRef, PatchObject, PatchStatus, Stop
 from schema.probes import snapshot_dashboard
 from schema.ray.common import API_VERSION, MANAGED_BY_KUBERAY
 from schema.ray.rayjob import INTERACTIVE_MODE, K8S_JOB_MODE
+from schema.times import format_time, parse_time
+from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
 from services.reconciler.rayjob import running
 from services.reconciler.rayjob.cleanup import plan_cleanup
 from services.reconciler.rayjob.cluster import (
@@ -47,11 +49,9 @@ from services.reconciler.rayjob.cluster import (
 )
 from services.reconciler.rayjob.names import CLUSTER_SELECTOR_KEY, FINALIZER, attempt_suffix
 from services.reconciler.rayjob.passes import Pass
-from services.reconciler.rayjob.patches import add_finalizer_patch, remove_finalizer_patch
 from services.reconciler.rayjob.status import TERMINAL_DEPLOYMENT_STATUSES, TERMINAL_JOB_STATUSES, StatusDraft
 from services.reconciler.rayjob.steps import get_or_create_cluster, pre_running_deadline_passed, preflight
 from services.reconciler.rayjob.submitter import SubmitterError, build_submitter_job
-from services.reconciler.rayjob.times import format_time, parse_time
 from services.reconciler.rayjob.validation import validate_rayjob
 
 

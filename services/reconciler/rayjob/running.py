@@ -25,6 +25,7 @@ from schema.decision import OBS_RAY_JOB
 from schema.messages import ObjectRef, PatchObject, SubmitRayJob
 from schema.probes import snapshot_dashboard
 from schema.ray.rayjob import HTTP_MODE, K8S_JOB_MODE, SIDECAR_MODE
+from schema.times import after_seconds, format_time, from_epoch_millis, parse_time
 from services.reconciler.rayjob.cluster import (
     head_pod,
     mapping,
@@ -36,7 +37,6 @@ from services.reconciler.rayjob.passes import Pass
 from services.reconciler.rayjob.status import TERMINAL_JOB_STATUSES
 from services.reconciler.rayjob.steps import get_or_create_cluster, preflight
 from services.reconciler.rayjob.submitter import SubmitterError, build_submit_request
-from services.reconciler.rayjob.times import after_seconds, format_time, from_epoch_millis, parse_time
 
 SUBMITTER_FINISHED_TIMEOUT: Final = 30.0
 """Seconds after the submitter finished within which Ray must report a terminal job status."""

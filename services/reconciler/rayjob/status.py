@@ -19,9 +19,9 @@ from datetime import datetime
 from typing import Any, Final
 
 from schema.messages import ObjectRef, PatchStatus
+from schema.times import format_time
+from services.reconciler.common.patches import compact, is_empty, merge_diff
 from services.reconciler.common.transitions import Step, build_transitions
-from services.reconciler.rayjob.patches import merge_diff
-from services.reconciler.rayjob.times import format_time
 
 TERMINAL_JOB_STATUSES: Final = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 TERMINAL_DEPLOYMENT_STATUSES: Final = frozenset({"Complete", "Failed"})
@@ -40,28 +40,13 @@ _CLUSTER_STATUS_FIELDS: Final = (
 )
 
 
-def _empty(value: object) -> bool:
-    return value is None or value == "" or value == {} or value == []
-
-
-def compact(status: Mapping[str, Any]) -> dict[str, Any]:
-    """``status`` without empty values (recursively for nested objects), as Go's omitempty writes it."""
-    out: dict[str, Any] = {}
-    for key, value in status.items():
-        if isinstance(value, Mapping):
-            value = compact(value)
-        if not _empty(value):
-            out[key] = value
-    return out
-
-
 def cluster_status_changed(old: object, new: object) -> bool:
     """KubeRay's ``InconsistentRayClusterStatus`` over two copied RayCluster statuses."""
     before = old if isinstance(old, Mapping) else {}
     after = new if isinstance(new, Mapping) else {}
     for field in _CLUSTER_STATUS_FIELDS:
         a, b = before.get(field), after.get(field)
-        if _empty(a) and _empty(b):
+        if is_empty(a) and is_empty(b):
             continue
         if field.endswith("Replicas") and (a in (None, 0)) and (b in (None, 0)):
             continue

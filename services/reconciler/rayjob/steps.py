@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from schema.ray.common import API_VERSION
+from schema.times import after_seconds, go_time_string, parse_time
 from services.reconciler.rayjob.cluster import build_cluster
 from services.reconciler.rayjob.passes import Pass
 from services.reconciler.rayjob.submitter import SubmitterError
-from services.reconciler.rayjob.times import after_seconds, go_time_string, parse_time
 
 
 def preflight(job: Pass, *, pre_running: bool) -> bool:

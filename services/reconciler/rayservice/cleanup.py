@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.reconciler.rayjob.times import format_time, parse_time
+from schema.times import format_time, parse_time
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.clusters import annotations_of, being_deleted, labels_of, name_of
 from services.reconciler.rayservice.model import deletion_delay

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.reconciler.rayjob.times import parse_time
+from schema.times import parse_time
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.model import UpgradeOptions, integer, mapping, text
 from services.reconciler.rayservice.status import ACTIVE, PENDING, StatusDraft

@@ -21,7 +21,7 @@ import copy
 from datetime import timedelta
 from typing import Any
 
-from services.reconciler.rayjob.times import format_time, parse_time
+from schema.times import format_time, parse_time
 from services.reconciler.rayservice import incremental, names
 from services.reconciler.rayservice.clusters import name_of, originated_clusters
 from services.reconciler.rayservice.flow import Progress, should_prepare

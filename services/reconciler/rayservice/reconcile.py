@@ -51,8 +51,8 @@ from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import ObjectRef, PatchObject
 from schema.ray.common import API_VERSION, MANAGED_BY_KUBERAY
-from services.reconciler.rayjob.patches import add_finalizer_patch, remove_finalizer_patch
-from services.reconciler.rayjob.times import as_utc
+from schema.times import as_utc
+from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.cleanup import cleanup_dangling
 from services.reconciler.rayservice.clusters import originated_clusters

@@ -24,6 +24,7 @@ from schema import subjects
 from schema.codec import encode
 from schema.keys import ReconcileKey
 from schema.messages import TimerTick
+from schema.times import format_time
 from services.runtime.bus import publish
 
 Clock = Callable[[], datetime]
@@ -47,7 +48,7 @@ def _utc_now() -> datetime:
 def schedule_header(due: datetime) -> str:
     """``@at <RFC3339>`` rounded up to the next whole second."""
     ts = math.ceil(due.timestamp())
-    return "@at " + datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "@at " + format_time(datetime.fromtimestamp(ts, UTC))
 
 
 class TimerScheduler:
