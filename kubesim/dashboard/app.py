@@ -1,28 +1,33 @@
-"""The aiohttp app of one simulated Ray head: dashboard, jobs and serve REST API, agent and proxy health.
+"""The aiohttp apps of one simulated Ray head: the dashboard (jobs and Serve REST API), the dashboard
+agent's health and the Serve proxy, each on a port of its own as on a real head.
 
-Routes (all on one port; the kubesim proxies map every Ray HTTP port of the cluster here):
+Routes:
 
-- dashboard: ``/api/version``, ``/api/gcs_healthz``, ``/api/jobs/`` (GET list, POST submit),
+- dashboard (8265): ``/api/version``, ``/api/gcs_healthz``, ``/api/jobs/`` (GET list, POST submit),
   ``/api/jobs/{id}`` (GET, DELETE), ``/api/jobs/{id}/stop``, ``/api/jobs/{id}/logs``,
-  ``/api/serve/applications/`` (GET, PUT, DELETE);
-- dashboard agent: ``/api/local_raylet_healthz``, ``/api/healthz``;
-- serve proxy: ``/-/healthz``, ``/-/routes`` and the route prefixes of RUNNING applications.
+  ``/api/serve/applications/`` (GET, PUT, DELETE); paths without the trailing slash are 404 as in Ray;
+- dashboard agent (52365): ``/api/local_raylet_healthz``, ``/api/healthz``;
+- Serve proxy (8000, listening only while Serve runs: from the first config PUT to a DELETE):
+  ``/-/healthz``, ``/-/routes`` and the route prefixes of RUNNING applications.
 
-Token auth (Ray ``RAY_AUTH_MODE=token``): with a token configured, every ``/api/`` request needs
-``x-ray-authorization: Bearer <token>`` (``Authorization`` is accepted too) or gets 401. The serve proxy
-paths are not covered: in Ray they are a separate server that token auth does not protect.
+Token auth (Ray ``RAY_AUTH_MODE=token``): with a token configured, every dashboard ``/api/`` request but
+``/api/gcs_healthz`` needs ``x-ray-authorization: Bearer <token>`` (``Authorization`` is accepted too):
+401 without one, 403 with a wrong one. The agent's health and the Serve proxy are not covered, as in Ray.
 
-Error statuses follow Ray: 404 for an unknown job, 500 "... Please use a different submission_id" for a
-reused id, 400 for malformed bodies. The state lives in :class:`DashboardState`, which tests may poke
-directly (``serve_proxy_healthy``, ``gcs_healthy``).
+Error statuses follow Ray 2.60: 404 for an unknown job, 500 "... Please use a different submission_id" for
+a reused id, 500 for a body that is not JSON, 400 (with Ray's ``TypeError`` text) for unknown fields or
+non-string metadata values; an empty entrypoint is accepted. The state lives in :class:`DashboardState`,
+which tests may poke directly (``serve_proxy_healthy``, ``gcs_healthy``). Latencies of a real head
+(``first_submit_seconds``, ``first_put_seconds``) delay the answer when set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -35,6 +40,7 @@ from kubesim.dashboard.jobs import (
     JobTable,
 )
 from kubesim.dashboard.serve import InvalidServeConfigError, ServeController
+from kubesim.dashboard.timings import RayTimings
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -54,6 +60,12 @@ class DashboardState:
     """False: ``/-/healthz`` answers 503 (set from the head pod's failure annotation)."""
     labels: dict[str, str] = field(default_factory=dict)
     """Free-form identification (namespace, cluster, pod) for logs and tests."""
+    first_submit_seconds: float = 0.0
+    """Latency of the head's first job submission (a real head starts its job manager then)."""
+    first_put_seconds: float = 0.0
+    """Latency of a Serve config PUT that starts Serve (controller and proxy actors)."""
+    on_serve_change: Callable[[bool], Awaitable[None]] | None = None
+    """Called with ``serve.started`` after a PUT or DELETE (the server opens or closes the Serve port)."""
 
 
 def new_state(
@@ -63,14 +75,18 @@ def new_state(
     default_run_seconds: float = 0.2,
     serve_deploy_seconds: float = 0.2,
     ray_version: str = "2.52.0",
+    timings: RayTimings | None = None,
 ) -> DashboardState:
     """Build a fresh dashboard state (a new Ray head: no jobs, no serve apps)."""
     used_clock = clock or SystemClock()
+    times = timings or RayTimings()
     return DashboardState(
-        jobs=JobTable(used_clock, default_run_seconds=default_run_seconds),
-        serve=ServeController(used_clock, deploy_seconds=serve_deploy_seconds),
+        jobs=JobTable(used_clock, default_run_seconds=default_run_seconds, timings=times),
+        serve=ServeController(used_clock, deploy_seconds=serve_deploy_seconds, timings=times),
         token=token,
         ray_version=ray_version,
+        first_submit_seconds=times.first_submit_seconds,
+        first_put_seconds=times.first_put_seconds,
     )
 
 
@@ -81,16 +97,29 @@ def _state(request: web.Request) -> DashboardState:
     return request.app[STATE_KEY]
 
 
-def _authorized(request: web.Request, token: str) -> bool:
-    expected = f"Bearer {token}"
-    return expected in (request.headers.get("x-ray-authorization"), request.headers.get("Authorization"))
+Role = Literal["dashboard", "agent", "serve"]
+"""Which port of the head an app serves."""
+_OPEN_PATHS = frozenset({"/api/gcs_healthz"})
+"""Dashboard paths that answer without a token."""
+
+
+def _presented_token(request: web.Request) -> str | None:
+    for header in ("x-ray-authorization", "Authorization"):
+        value = request.headers.get(header)
+        if value is not None:
+            return value.removeprefix("Bearer ").strip()
+    return None
 
 
 @web.middleware
 async def _auth_middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
     token = _state(request).token
-    if token is not None and request.path.startswith("/api/") and not _authorized(request, token):
-        return web.Response(status=401, text="Unauthorized: missing or invalid authentication token")
+    if token is not None and request.path.startswith("/api/") and request.path not in _OPEN_PATHS:
+        presented = _presented_token(request)
+        if not presented:
+            return web.Response(status=401, text="Unauthorized: Missing authentication token")
+        if presented != token:
+            return web.Response(status=403, text="Forbidden: Invalid authentication token")
     return await handler(request)
 
 
@@ -98,7 +127,8 @@ async def _read_json(request: web.Request) -> Any:
     try:
         return await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise web.HTTPBadRequest(text=f"invalid JSON body: {error}") from error
+        # Ray does not catch it: aiohttp's bare 500.
+        raise web.HTTPInternalServerError(text="500 Internal Server Error\n\nServer got itself in trouble") from error
 
 
 def _job_or_404(request: web.Request) -> JobRecord:
@@ -129,9 +159,12 @@ async def _list_jobs(request: web.Request) -> web.Response:
 async def _submit_job(request: web.Request) -> web.Response:
     body = await _read_json(request)
     if not isinstance(body, dict):
-        raise web.HTTPBadRequest(text="the request body must be a JSON object")
+        raise web.HTTPBadRequest(text="TypeError: the request body must be a JSON object")
+    state = _state(request)
+    if state.first_submit_seconds > 0 and not state.jobs.any_submitted():
+        await asyncio.sleep(state.first_submit_seconds)
     try:
-        record = _state(request).jobs.submit(body)
+        record = state.jobs.submit(body)
     except InvalidSubmissionError as error:
         raise web.HTTPBadRequest(text=str(error)) from error
     except JobExistsError as error:
@@ -171,16 +204,30 @@ async def _get_serve(request: web.Request) -> web.Response:
 
 async def _put_serve(request: web.Request) -> web.Response:
     body = await _read_json(request)
+    state = _state(request)
     try:
-        _state(request).serve.apply(body)
+        state.serve.validate(body)
     except InvalidServeConfigError as error:
         raise web.HTTPBadRequest(text=str(error)) from error
+    if not state.serve.started:
+        if state.first_put_seconds > 0:
+            await asyncio.sleep(state.first_put_seconds)
+        state.serve.start()
+        await _serve_changed(state)
+    state.serve.apply(body)
     return web.Response(text="")
 
 
 async def _delete_serve(request: web.Request) -> web.Response:
-    _state(request).serve.delete_all()
+    state = _state(request)
+    state.serve.delete_all()
+    await _serve_changed(state)
     return web.Response(text="")
+
+
+async def _serve_changed(state: DashboardState) -> None:
+    if state.on_serve_change is not None:
+        await state.on_serve_change(state.serve.started)
 
 
 async def _proxy_health(request: web.Request) -> web.Response:
@@ -204,33 +251,40 @@ async def _serve_route(request: web.Request) -> web.Response:
     return web.Response(text=f"kubesim serve application {app.name}\n")
 
 
-def build_app(state: DashboardState) -> web.Application:
-    """Build the aiohttp application serving ``state``.
+def build_app(state: DashboardState, role: Role = "dashboard") -> web.Application:
+    """Build the aiohttp application of one port of a head.
 
     Args:
         state: the simulated head's state (shared with whoever created it, e.g. tests or the registry).
+        role: the dashboard, the dashboard agent or the Serve proxy.
 
     Returns:
         An application ready for an ``AppRunner`` or the aiohttp test client.
     """
+    if role == "agent":
+        agent = web.Application()
+        agent[STATE_KEY] = state
+        agent.router.add_get("/api/local_raylet_healthz", _health)
+        agent.router.add_get("/api/healthz", _health)
+        return agent
+    if role == "serve":
+        proxy = web.Application()
+        proxy[STATE_KEY] = state
+        proxy.router.add_get("/-/healthz", _proxy_health)
+        proxy.router.add_get("/-/routes", _proxy_routes)
+        proxy.router.add_route("*", "/{tail:.*}", _serve_route)
+        return proxy
     app = web.Application(middlewares=[_auth_middleware])
     app[STATE_KEY] = state
     app.router.add_get("/api/version", _version)
     app.router.add_get("/api/gcs_healthz", _health)
-    app.router.add_get("/api/local_raylet_healthz", _health)
-    app.router.add_get("/api/healthz", _health)
-    for path in ("/api/jobs/", "/api/jobs"):
-        app.router.add_get(path, _list_jobs)
-        app.router.add_post(path, _submit_job)
+    app.router.add_get("/api/jobs/", _list_jobs)
+    app.router.add_post("/api/jobs/", _submit_job)
     app.router.add_get("/api/jobs/{job_id}", _get_job)
     app.router.add_delete("/api/jobs/{job_id}", _delete_job)
     app.router.add_post("/api/jobs/{job_id}/stop", _stop_job)
     app.router.add_get("/api/jobs/{job_id}/logs", _job_logs)
-    for path in ("/api/serve/applications/", "/api/serve/applications"):
-        app.router.add_get(path, _get_serve)
-        app.router.add_put(path, _put_serve)
-        app.router.add_delete(path, _delete_serve)
-    app.router.add_get("/-/healthz", _proxy_health)
-    app.router.add_get("/-/routes", _proxy_routes)
-    app.router.add_route("*", "/{tail:.*}", _serve_route)
+    app.router.add_get("/api/serve/applications/", _get_serve)
+    app.router.add_put("/api/serve/applications/", _put_serve)
+    app.router.add_delete("/api/serve/applications/", _delete_serve)
     return app

@@ -17,9 +17,10 @@ Any other entrypoint (``python /home/ray/samples/sample_code.py``) is a short su
 the entrypoint wins over the same marker in ``runtime_env.env_vars``.
 
 Serve applications: an application whose ``name`` or ``import_path`` contains ``kubesim-deploy-fail``
-(case-insensitive, ``_`` or ``-``), or whose ``runtime_env.env_vars`` has ``KUBESIM_DEPLOY_FAIL``, ends in
-``DEPLOY_FAILED`` instead of ``RUNNING``. ``KUBESIM_DEPLOY_SECONDS=F`` in ``runtime_env.env_vars`` overrides
-the dashboard's serve deploy delay for that application.
+(case-insensitive, ``_`` or ``-``) fails to import, one whose ``runtime_env.env_vars`` has
+``KUBESIM_DEPLOY_FAIL`` fails in its replicas' constructor; both end in ``DEPLOY_FAILED`` instead of
+``RUNNING``, each with Ray's answer for that kind of failure. ``KUBESIM_DEPLOY_SECONDS=F`` in
+``runtime_env.env_vars`` overrides the dashboard's serve deploy delay for that application.
 
 This module is pure: it parses, it does not keep time.
 """
@@ -76,6 +77,7 @@ def parse_job_script(
     runtime_env: Mapping[str, Any] | None = None,
     *,
     default_run_seconds: float = 0.2,
+    default_pending_seconds: float = 0.0,
 ) -> JobScript:
     """Read a job's scripted outcome from its entrypoint and runtime environment.
 
@@ -83,6 +85,7 @@ def parse_job_script(
         entrypoint: the shell command the job would run.
         runtime_env: the submitted ``runtime_env`` (its ``env_vars`` may carry markers).
         default_run_seconds: run length when no ``KUBESIM_RUN_SECONDS`` is given.
+        default_pending_seconds: time PENDING when no ``KUBESIM_PENDING_SECONDS`` is given.
 
     Returns:
         The job's script; malformed marker values fall back to the defaults.
@@ -93,7 +96,7 @@ def parse_job_script(
     except ValueError:
         exit_code = 1
     return JobScript(
-        pending_seconds=_float(found.get("KUBESIM_PENDING_SECONDS"), 0.0),
+        pending_seconds=_float(found.get("KUBESIM_PENDING_SECONDS"), default_pending_seconds),
         run_seconds=_float(found.get("KUBESIM_RUN_SECONDS"), default_run_seconds),
         exit_code=exit_code,
     )
@@ -107,6 +110,8 @@ class ServeAppScript:
     """Time spent DEPLOYING."""
     fails: bool
     """True: ends DEPLOY_FAILED instead of RUNNING."""
+    import_failure: bool = False
+    """The failure is the application's import (no deployments known) rather than a replica's constructor."""
 
 
 def parse_serve_app_script(app: Mapping[str, Any], *, default_deploy_seconds: float) -> ServeAppScript:
@@ -123,9 +128,10 @@ def parse_serve_app_script(app: Mapping[str, Any], *, default_deploy_seconds: fl
     env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, Mapping) else None
     env: Mapping[str, Any] = env_vars if isinstance(env_vars, Mapping) else {}
     text = f"{app.get('name', '')} {app.get('import_path', '')}"
-    fails = bool(_DEPLOY_FAIL.search(text)) or "KUBESIM_DEPLOY_FAIL" in env
+    import_failure = bool(_DEPLOY_FAIL.search(text))
     raw = env.get("KUBESIM_DEPLOY_SECONDS")
     return ServeAppScript(
         deploy_seconds=_float(None if raw is None else str(raw), default_deploy_seconds),
-        fails=fails,
+        fails=import_failure or "KUBESIM_DEPLOY_FAIL" in env,
+        import_failure=import_failure,
     )

@@ -1,12 +1,18 @@
 """The simulated Ray Serve controller behind ``/api/serve/applications/``.
 
-A PUT replaces the declarative config: new or changed applications go DEPLOYING and, after their deploy
-delay, RUNNING (or DEPLOY_FAILED when scripted so, see ``rules``); unchanged ones keep their state; the
-ones left out disappear. Like jobs, statuses are computed from the clock on read.
+Serve starts with the first config PUT and stops with a DELETE. A PUT replaces the declarative config:
+new or changed applications go DEPLOYING and, after their deploy delay, RUNNING (or DEPLOY_FAILED when
+scripted so, see ``rules``); unchanged ones keep their state; the ones left out are DELETING for the
+head's delete delay, then gone. A deploying application lists no deployments at first (Ray builds the
+application before it knows them), and one whose import failed never does. Like jobs, statuses are
+computed from the clock on read.
 
-The GET body follows Ray's ``ServeInstanceDetails`` (``controller_info``, ``proxy_location``,
-``http_options``, ``proxies``, ``deploy_mode``, ``applications``, ``target_capacity``), with each
-application's ``deployments`` map. It deliberately does not model replicas, autoscaling or traffic.
+The GET body follows Ray 2.60's ``ServeInstanceDetails``: before Serve runs only ``controller_info``,
+``proxies``, ``applications`` (all empty) and ``target_capacity`` (null); then also ``proxy_location``,
+``http_options`` and ``grpc_options``, with each proxy and each application's deployments as objects.
+Deployment names are the ``deployments`` entries of the config, else the last part of the import path
+(real Ray names them after the classes in the code, which the simulator does not read). It deliberately
+does not model replicas, autoscaling or traffic.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from typing import Any
 
 from kubesim.dashboard.clock import Clock
 from kubesim.dashboard.rules import ServeAppScript, parse_serve_app_script
+from kubesim.dashboard.timings import INSTANT_RAY, RayTimings
+
+_NODE_ID = "kubesim-head-node"
 
 
 class InvalidServeConfigError(Exception):
@@ -32,9 +41,13 @@ class ServeApp:
     script: ServeAppScript
     deployed_mono: float
     deployed_wall: float
+    deleting_mono: float | None = None
+    """When a PUT left the application out (it is DELETING from then on)."""
 
     def status_at(self, now: float) -> str:
         """Ray's ApplicationStatus at monotonic time ``now``."""
+        if self.deleting_mono is not None:
+            return "DELETING"
         if now < self.deployed_mono + self.script.deploy_seconds:
             return "DEPLOYING"
         return "DEPLOY_FAILED" if self.script.fails else "RUNNING"
@@ -89,31 +102,48 @@ def _validate(config: Any) -> list[dict[str, Any]]:
 class ServeController:
     """The serve applications of one simulated Ray cluster."""
 
-    def __init__(self, clock: Clock, *, deploy_seconds: float = 0.2) -> None:
+    def __init__(self, clock: Clock, *, deploy_seconds: float = 0.2, timings: RayTimings = INSTANT_RAY) -> None:
         self._clock = clock
         self._deploy_seconds = deploy_seconds
+        self._timings = timings
         self._apps: dict[str, ServeApp] = {}
         self._target_capacity: float | None = None
         self.started = False
-        """True once a config was PUT (Serve is running on the cluster)."""
+        """True from the first config PUT until a DELETE (Serve runs on the cluster)."""
 
-    def apply(self, config: Any) -> None:
-        """Replace the declarative config with a PUT body.
+    def start(self) -> None:
+        """Start Serve (the controller and the proxy), as the first config PUT does."""
+        self.started = True
+
+    @staticmethod
+    def validate(config: Any) -> None:
+        """Check a PUT body.
 
         Raises:
             InvalidServeConfigError: the body is malformed.
         """
-        apps = _validate(config)
+        _validate(config)
         capacity = config.get("target_capacity")
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int | float)):
             raise InvalidServeConfigError("target_capacity must be a number")
+
+    def apply(self, config: Any) -> None:
+        """Replace the declarative config with a PUT body (Serve starts if it does not run).
+
+        Raises:
+            InvalidServeConfigError: the body is malformed.
+        """
+        self.validate(config)
+        apps = _validate(config)
+        capacity = config.get("target_capacity")
         self._target_capacity = None if capacity is None else float(capacity)
         now, wall = self._clock.monotonic(), self._clock.time()
+        self._forget_deleted(now)
         current: dict[str, ServeApp] = {}
         for app in apps:
             name = str(app["name"])
             previous = self._apps.get(name)
-            if previous is not None and previous.config == app:
+            if previous is not None and previous.config == app and previous.deleting_mono is None:
                 current[name] = previous
                 continue
             current[name] = ServeApp(
@@ -123,12 +153,28 @@ class ServeController:
                 deployed_mono=now,
                 deployed_wall=wall,
             )
+        if self._timings.serve_delete_seconds > 0:
+            for name, left_out in self._apps.items():
+                if name not in current:
+                    if left_out.deleting_mono is None:
+                        left_out.deleting_mono = now
+                    current[name] = left_out
         self._apps = current
         self.started = True
 
+    def _forget_deleted(self, now: float) -> None:
+        delay = self._timings.serve_delete_seconds
+        self._apps = {
+            name: app
+            for name, app in self._apps.items()
+            if app.deleting_mono is None or now < app.deleting_mono + delay
+        }
+
     def delete_all(self) -> None:
-        """``DELETE /api/serve/applications/``: shut every application down."""
+        """``DELETE /api/serve/applications/``: shut Serve down with every application."""
         self._apps = {}
+        self._target_capacity = None
+        self.started = False
 
     def app_for_path(self, path: str) -> ServeApp | None:
         """The RUNNING application whose route prefix is the longest match for ``path``."""
@@ -145,66 +191,120 @@ class ServeController:
 
     def details(self) -> dict[str, Any]:
         """Ray's ``ServeInstanceDetails`` JSON for ``GET /api/serve/applications/``."""
+        if not self.started:
+            return {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}
         now = self._clock.monotonic()
+        self._forget_deleted(now)
         return {
-            "controller_info": {
-                "node_id": "kubesim-head-node",
-                "node_ip": "127.0.0.1",
-                "actor_id": "kubesim-serve-controller",
-                "actor_name": "SERVE_CONTROLLER_ACTOR",
-                "worker_id": "kubesim-worker",
-                "log_file_path": "/serve/controller.log",
-            },
+            "controller_info": _actor("SERVE_CONTROLLER_ACTOR", "/serve/controller.log"),
             "proxy_location": "EveryNode",
             "http_options": {
                 "host": "0.0.0.0",
                 "port": 8000,
                 "root_path": "",
                 "request_timeout_s": None,
-                "keep_alive_timeout_s": 5,
+                "keep_alive_timeout_s": 90,
+                "ssl_keyfile": None,
+                "ssl_certfile": None,
+                "ssl_keyfile_password": None,
+                "ssl_ca_certs": None,
             },
-            "grpc_options": {"port": 9000, "grpc_servicer_functions": [], "request_timeout_s": None},
-            "proxies": {"kubesim-head-node": "HEALTHY"} if self.started else {},
-            "deploy_mode": "MULTI_APP",
+            "grpc_options": {
+                "port": 9000,
+                "grpc_servicer_functions": [],
+                "request_timeout_s": None,
+                "enable_reflection": True,
+            },
+            "proxies": {
+                _NODE_ID: {
+                    **_actor(f"SERVE_PROXY_ACTOR-{_NODE_ID}", "/serve/proxy_127.0.0.1.log"),
+                    "status": "HEALTHY",
+                }
+            },
             "applications": {name: self._app_details(app, now) for name, app in self._apps.items()},
             "target_capacity": self._target_capacity,
+            "target_groups": [],
+            "controller_health_metrics": {},
+            "restores_unset_config_options": True,
         }
 
     def _app_details(self, app: ServeApp, now: float) -> dict[str, Any]:
         status = app.status_at(now)
-        deployment_status, trigger, message = {
-            "DEPLOYING": ("UPDATING", "CONFIG_UPDATE_STARTED", ""),
-            "RUNNING": ("HEALTHY", "CONFIG_UPDATE_COMPLETED", ""),
-            "DEPLOY_FAILED": (
-                "DEPLOY_FAILED",
-                "REPLICA_STARTUP_FAILED",
-                "kubesim: scripted deploy failure (kubesim-deploy-fail marker)",
-            ),
-        }[status]
-        app_message = (
-            f"Deploying app '{app.name}' failed with exception:\n{message}" if status == "DEPLOY_FAILED" else ""
+        script = app.script
+        names = _deployment_names(app.config)
+        listed = (
+            status == "RUNNING"
+            or (status == "DEPLOY_FAILED" and not script.import_failure)
+            or (status == "DEPLOYING" and now >= app.deployed_mono + self._timings.deployments_after_seconds)
         )
+        message = ""
+        if status == "DEPLOY_FAILED" and script.import_failure:
+            module = str(app.config.get("import_path", "")).replace(":", ".").rsplit(".", 1)[0]
+            message = (
+                f"Deploying app '{app.name}' failed with exception:\nTraceback (most recent call last):\n"
+                f"ModuleNotFoundError: No module named '{module}'"
+            )
+        elif status == "DEPLOY_FAILED":
+            message = f"Failed to update the deployments {names}."
         overrides = {str(d.get("name")): d for d in app.config.get("deployments") or [] if isinstance(d, Mapping)}
         return {
             "name": app.name,
-            "route_prefix": app.route_prefix,
+            "route_prefix": None if status == "DEPLOY_FAILED" and script.import_failure else app.route_prefix,
             "docs_path": None,
             "status": status,
-            "message": app_message,
+            "message": message,
             "last_deployed_time_s": app.deployed_wall,
             "deployed_app_config": app.config,
             "source": "declarative",
-            "deployments": {
-                name: {
-                    "name": name,
-                    "status": deployment_status,
-                    "status_trigger": trigger,
-                    "message": message,
-                    "deployment_config": dict(overrides.get(name, {"name": name})),
-                    "target_num_replicas": _replicas(overrides.get(name, {})),
-                    "required_resources": {"CPU": 1},
-                    "replicas": [],
+            "deployments": (
+                {name: _deployment(name, status, overrides.get(name, {})) for name in names} if listed else {}
+            ),
+            "external_scaler_enabled": False,
+            "deployment_topology": {
+                "app_name": app.name,
+                "nodes": {
+                    name: {"name": name, "app_name": app.name, "outbound_deployments": [], "is_ingress": i == 0}
+                    for i, name in enumerate(names)
                 }
-                for name in _deployment_names(app.config)
+                if listed
+                else {},
+                "ingress_deployment": names[0] if listed else None,
             },
         }
+
+
+def _actor(name: str, log_file: str) -> dict[str, Any]:
+    return {
+        "node_id": _NODE_ID,
+        "node_ip": "127.0.0.1",
+        "node_instance_id": "",
+        "actor_id": f"kubesim-{name.lower()}",
+        "actor_name": name,
+        "worker_id": "kubesim-worker",
+        "log_file_path": log_file,
+    }
+
+
+def _deployment(name: str, app_status: str, override: Mapping[str, Any]) -> dict[str, Any]:
+    status, trigger, message = {
+        "DEPLOYING": ("UPDATING", "CONFIG_UPDATE_STARTED", ""),
+        "RUNNING": ("HEALTHY", "CONFIG_UPDATE_COMPLETED", ""),
+        "DEPLOY_FAILED": (
+            "DEPLOY_FAILED",
+            "REPLICA_STARTUP_FAILED",
+            "The deployment failed to start 3 times in a row. This may be due to a problem with its "
+            "constructor or initial health check failing. See controller logs for details. "
+            "kubesim: scripted failure (KUBESIM_DEPLOY_FAIL)",
+        ),
+    }[app_status]
+    return {
+        "name": name,
+        "status": status,
+        "status_trigger": trigger,
+        "message": message,
+        "deployment_config": dict(override or {"name": name}),
+        "target_num_replicas": _replicas(override),
+        "required_resources": {"CPU": 1},
+        "replicas": [],
+        "recent_dead_replicas": [],
+    }

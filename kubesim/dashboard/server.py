@@ -1,62 +1,115 @@
-"""Serving one simulated Ray head on a loopback port.
+"""Serving one simulated Ray head on loopback ports: the dashboard, the dashboard agent and, while Serve
+runs, the Serve proxy, each on a port of its own as on a real head.
 
-The port is chosen by the OS (port 0) so any number of simulated clusters coexist; ``url`` is known once
-:meth:`DashboardServer.start` returns. Stopping closes the listener and every open connection, which is
-what a client of a Ray head that died would see.
+Ports are chosen by the OS (port 0) so any number of simulated clusters coexist; the URLs are known once
+:meth:`DashboardServer.start` returns (the Serve proxy's once Serve started). Stopping closes the listeners
+and every open connection, which is what a client of a Ray head that died would see; a Serve shutdown
+closes the Serve port, so its health check is refused as on a real head.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from kubesim.dashboard.app import DashboardState, build_app
+from kubesim.dashboard.app import DashboardState, Role, build_app
+
+DASHBOARD_PORT = 8265
+AGENT_PORT = 52365
+SERVE_PORT = 8000
+
+
+class _Site:
+    """One app on one loopback port."""
+
+    def __init__(self, state: DashboardState, role: Role, host: str) -> None:
+        self._state = state
+        self._role = role
+        self._host = host
+        self._runner: web.AppRunner | None = None
+        self.url: str | None = None
+
+    async def start(self) -> str:
+        if self._runner is None or self.url is None:
+            # A short shutdown timeout: a dying head drops its connections instead of draining them.
+            runner = web.AppRunner(
+                build_app(self._state, self._role), access_log=None, handle_signals=False, shutdown_timeout=0.1
+            )
+            await runner.setup()
+            site = web.TCPSite(runner, self._host, 0)
+            await site.start()
+            self._runner = runner
+            self.url = f"http://{self._host}:{_bound_port(runner)}"
+        return self.url
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        self.url = None
+        if runner is not None:
+            await runner.cleanup()
 
 
 class DashboardServer:
-    """An aiohttp server for one :class:`DashboardState`."""
+    """The aiohttp servers of one :class:`DashboardState`."""
 
     def __init__(self, state: DashboardState, *, host: str = "127.0.0.1") -> None:
         self.state = state
-        self._host = host
-        self._runner: web.AppRunner | None = None
-        self._url: str | None = None
+        self._dashboard = _Site(state, "dashboard", host)
+        self._agent = _Site(state, "agent", host)
+        self._serve = _Site(state, "serve", host)
+        self._running = False
 
     @property
     def url(self) -> str:
-        """Base URL (``http://127.0.0.1:PORT``).
+        """The dashboard's base URL (``http://127.0.0.1:PORT``).
 
         Raises:
             RuntimeError: the server is not started.
         """
-        if self._url is None:
+        if self._dashboard.url is None:
             raise RuntimeError("the dashboard server is not started")
-        return self._url
+        return self._dashboard.url
 
     @property
     def running(self) -> bool:
         """True between start and stop."""
-        return self._runner is not None
+        return self._running
+
+    def url_for(self, container_port: int | None) -> str | None:
+        """Base URL of a head container port: the agent's, the Serve proxy's (None while Serve does not run)
+        or, for any other HTTP port, the dashboard's."""
+        if not self._running:
+            return None
+        if container_port == AGENT_PORT:
+            return self._agent.url
+        if container_port == SERVE_PORT:
+            return self._serve.url
+        return self._dashboard.url
 
     async def start(self) -> str:
-        """Listen on a free loopback port; return the base URL."""
-        if self._runner is not None:
-            return self.url
-        # A short shutdown timeout: a dying head drops its connections instead of draining them.
-        runner = web.AppRunner(build_app(self.state), access_log=None, handle_signals=False, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, self._host, 0)
-        await site.start()
-        self._runner = runner
-        port = _bound_port(runner)
-        self._url = f"http://{self._host}:{port}"
-        return self._url
+        """Listen on free loopback ports; return the dashboard's base URL."""
+        if not self._running:
+            await self._dashboard.start()
+            await self._agent.start()
+            self.state.on_serve_change = self._serve_changed
+            if self.state.serve.started:
+                await self._serve.start()
+            self._running = True
+        return self.url
+
+    async def _serve_changed(self, started: bool) -> None:
+        if not self._running:
+            return
+        if started:
+            await self._serve.start()
+        else:
+            await self._serve.stop()
 
     async def stop(self) -> None:
-        """Close the listener and the open connections (idempotent)."""
-        runner, self._runner = self._runner, None
-        self._url = None
-        if runner is not None:
-            await runner.cleanup()
+        """Close the listeners and the open connections (idempotent)."""
+        self._running = False
+        self.state.on_serve_change = None
+        for site in (self._serve, self._agent, self._dashboard):
+            await site.stop()
 
 
 def _bound_port(runner: web.AppRunner) -> int:

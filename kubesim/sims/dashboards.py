@@ -8,11 +8,12 @@ are lost, as with a real head restart without GCS fault tolerance.
 Token auth: when the head's Ray container has ``RAY_AUTH_MODE=token``, the token is its ``RAY_AUTH_TOKEN``
 (usually a secretKeyRef, read from the store) and the dashboard demands it.
 
-As a :class:`~kubesim.hooks.ProxyResolver`, a Service port resolves to the dashboard of the cluster whose
+As a :class:`~kubesim.hooks.ProxyResolver`, a Service port resolves to the head of the cluster whose
 pods its selector picks (Ready pods, or any running one with ``publishNotReadyAddresses``), and a Pod port to
-its cluster's dashboard. Every Ray HTTP port (dashboard 8265, agent 52365, serve 8000, metrics, any port
-named in the container) maps to the same simulated server, because one app answers all their paths;
-GCS (6379) and Ray client (10001) ports resolve to nothing, as they do not speak HTTP.
+its cluster's head. The agent port (52365) and the Serve port (8000, only while Serve runs) lead to the
+head's agent and Serve proxy, every other Ray HTTP port (dashboard 8265, metrics, any port named in the
+container) to its dashboard; GCS (6379) and Ray client (10001) ports resolve to nothing, as they do not
+speak HTTP.
 
 With ``SimOptions.real_ray`` a head pod gets a real Ray head instead (``kubesim.sims.realray``): the pod is
 reported Running once that head answers its health checks, each HTTP port of the pod maps to the port the
@@ -47,6 +48,7 @@ from kubesim.sims.objects import (
     uid_of,
 )
 from kubesim.sims.options import SimOptions
+from kubesim.sims.rayresources import fits, node_resources
 from kubesim.sims.realray import RealRayHead
 
 logger = logging.getLogger(__name__)
@@ -92,9 +94,9 @@ class _Head:
             await self.server.stop()
 
     def url_for(self, container_port: int | None) -> str | None:
-        """Base URL of a head container port (every HTTP port of a simulated head is its one server)."""
+        """Base URL of a head container port (dashboard, agent, Serve proxy; other HTTP ports: the dashboard)."""
         if self.real is None:
-            return self.url if self.running else None
+            return self.server.url_for(container_port) if self.server is not None else None
         return self.real.url_for(container_port) if container_port is not None and self.running else None
 
 
@@ -151,8 +153,12 @@ class RayDashboards:
             default_run_seconds=self._options.job_run_seconds,
             serve_deploy_seconds=self._options.serve_deploy_seconds,
             ray_version=_ray_version(pod),
+            timings=self._options.ray_timings,
         )
         state.labels = {"namespace": key[0], "cluster": key[1], "pod": name_of(pod)}
+        store = self._store
+        if store is not None:
+            state.jobs.fits = lambda request: fits(request, node_resources(store, key[0], key[1]))
         self.apply_faults(pod, state)
         server = DashboardServer(state)
         await server.start()

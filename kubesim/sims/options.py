@@ -2,8 +2,9 @@
 
 ``instant`` is what tests use: pods go Running/Ready in the same pass they are seen, only scripted Ray
 work (a job's run, a serve deploy) takes its short default time. ``realistic`` spaces the steps out
-(scheduling, image pull, readiness, graceful termination) so a client sees every intermediate state;
-the delays are still well under a second by default so end-to-end runs stay quick. Tests override single
+(scheduling, image pull, readiness, graceful termination) so a client sees every intermediate state,
+and its Ray heads take as long as real Ray 2.60 heads where those are slow (``kubesim.dashboard.timings``:
+PENDING jobs, stops, the first submit and Serve PUT, a 4 s DEPLOYING, DELETING applications). Tests override single
 fields with :func:`dataclasses.replace`.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from kubesim.dashboard.timings import INSTANT_RAY, REALISTIC_RAY, RayTimings
 
 KubeletMode = Literal["off", "instant", "realistic"]
 RayMode = Literal["sim", "real"]
@@ -44,6 +47,8 @@ class SimOptions:
     """Default run length of a Ray job without a ``KUBESIM_RUN_SECONDS`` marker."""
     serve_deploy_seconds: float = 0.2
     """Time a serve application spends DEPLOYING before RUNNING / DEPLOY_FAILED."""
+    ray_timings: RayTimings = INSTANT_RAY
+    """The simulated heads' other delays (a real head's latencies in ``realistic`` mode)."""
     node_name: str = "kubesim-node"
     """The one simulated node pods are bound to."""
     host_ip: str = "10.0.0.10"
@@ -67,6 +72,8 @@ REALISTIC = replace(
     image_pull_delay=0.2,
     readiness_delay=0.3,
     termination_delay=0.2,
+    serve_deploy_seconds=4.0,
+    ray_timings=REALISTIC_RAY,
 )
 
 

@@ -14,7 +14,7 @@ import os
 import signal
 from pathlib import Path
 
-STOP_GRACE_SECONDS = 5.0
+STOP_GRACE_SECONDS = 3.0
 """Time between SIGTERM and SIGKILL when stopping a process tree."""
 
 

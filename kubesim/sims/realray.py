@@ -267,9 +267,18 @@ class RealRayHead:
         raise RealRayUnavailableError(f"the Ray head at {self.url} was not healthy after {HEALTH_TIMEOUT:g}s")
 
     async def stop(self) -> None:
-        """Stop the head's whole process tree and remove its temp dir (idempotent)."""
+        """Stop the head's whole process tree and remove its temp dir (idempotent). A cancelled caller still
+        waits for the end: a head is never left half-stopped (running, unreaped, or with its temp dir)."""
         process, self._process = self._process, None
         self.healthy = False
+        finishing = asyncio.ensure_future(self._finish(process))
+        try:
+            await asyncio.shield(finishing)
+        except asyncio.CancelledError:
+            await finishing
+            raise
+
+    async def _finish(self, process: asyncio.subprocess.Process | None) -> None:
         if process is not None:
             code = await stop_tree(process)
             logger.info("kubesim: real Ray head %s stopped (exit %s)", self.url, code)

@@ -108,7 +108,12 @@ async def run_real_submitter(
         output = await process.stdout.read()
         code = await process.wait()
     except asyncio.CancelledError:
-        await stop_tree(process)
+        # Shielded: the pod's deletion must not leave the submitter running or unreaped.
+        stopping = asyncio.ensure_future(stop_tree(process))
+        try:
+            await asyncio.shield(stopping)
+        except asyncio.CancelledError:
+            await stopping
         raise
     tail = output.decode("utf-8", "replace")[-OUTPUT_TAIL:]
     logger.info("kubesim: submitter exited %s; output ends:\n%s", code, tail)

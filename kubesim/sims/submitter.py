@@ -23,10 +23,15 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from kubesim.sims.envresolve import expand
+
+ExitRule = Literal["logs", "submit", "status"]
+"""What the real command's exit code says about the job it followed: ``logs`` (``ray job logs --follow``,
+KubeRay's K8sJobMode script) exits 0 whatever the end; ``submit`` (a blocking ``ray job submit``, SidecarMode)
+exits 1 only for FAILED; ``status`` (the light-weight ``/submitter``) exits 0 only for SUCCEEDED."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +52,8 @@ class SubmitterCommand:
     """``if ! ray job status ...``: an existing job is followed, not resubmitted."""
     follow: bool = True
     """Wait for the job to end (blocking submit or ``logs --follow``) and exit by its status."""
+    exit_rule: ExitRule = "status"
+    """How the command's exit code follows the job's end (see :data:`ExitRule`)."""
 
     @property
     def host(self) -> str:
@@ -151,7 +158,9 @@ def _split(text: str) -> list[str]:
         return text.split()
 
 
-def _build(values: Mapping[str, str], *, address: str, entrypoint: str, check: bool, follow: bool) -> SubmitterCommand:
+def _build(
+    values: Mapping[str, str], *, address: str, entrypoint: str, check: bool, follow: bool, exit_rule: ExitRule
+) -> SubmitterCommand:
     memory = _number(values.get("--entrypoint-memory"))
     return SubmitterCommand(
         address=values.get("--address", address),
@@ -165,6 +174,7 @@ def _build(values: Mapping[str, str], *, address: str, entrypoint: str, check: b
         entrypoint_resources=_json(values.get("--entrypoint-resources")),
         check_status_first=check,
         follow=follow,
+        exit_rule=exit_rule,
     )
 
 
@@ -191,6 +201,7 @@ def parse_submitter(command: Sequence[str], args: Sequence[str], *, env: Mapping
             entrypoint=" ".join(argv[cut + 1 :]),
             check=True,
             follow=True,
+            exit_rule="status",
         )
     script = expand(" ".join([*command, *args]), env)
     at = script.find("ray job submit")
@@ -214,5 +225,7 @@ def parse_submitter(command: Sequence[str], args: Sequence[str], *, env: Mapping
             **values,
             "--address": env.get("RAY_DASHBOARD_ADDRESS") or (literal.group(1) if literal else default_address),
         }
-    follow = "--no-wait" not in flags or "--follow" in script[at:]
-    return _build(values, address=default_address, entrypoint=entrypoint, check=check, follow=follow)
+    follows_logs = "--follow" in script[at:]
+    follow = "--no-wait" not in flags or follows_logs
+    rule: ExitRule = "logs" if follows_logs else "submit"
+    return _build(values, address=default_address, entrypoint=entrypoint, check=check, follow=follow, exit_rule=rule)

@@ -3,8 +3,10 @@
 Sequence (docs/behaviour.md#5.3): wait until ``/api/gcs_healthz`` says "success" (the script's ``until`` loop); with the
 status check, ``GET /api/jobs/<id>`` and skip the submit when the job exists; ``POST /api/jobs/`` (a
 non-2xx answer, e.g. the 500 of a reused id, fails the container with exit 1); then, when following, poll
-until the job is terminal (backing off to ``FOLLOW_MAX_INTERVAL``). Exit code: 0 for SUCCEEDED, 1 for
-FAILED/STOPPED or a lost dashboard. The address is resolved on every request, so a head that restarts (new
+until the job is terminal (backing off to ``FOLLOW_MAX_INTERVAL``). Exit code: as the real command's
+(:func:`exit_code`: KubeRay's K8sJobMode script ends with ``ray job logs --follow``, which exits 0 whatever
+the job's end; a blocking ``ray job submit`` exits 1 only for FAILED), 1 for a refused submit or a lost
+dashboard. The address is resolved on every request, so a head that restarts (new
 port) is found again.
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from kubesim.sims.submitter import SubmitterCommand
+from kubesim.sims.submitter import ExitRule, SubmitterCommand
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +73,18 @@ async def run_submitter(
                 logger.info("kubesim submitter: job %s vanished from the dashboard", submission_id)
                 return 1
             if status in _TERMINAL:
-                return 0 if status == "SUCCEEDED" else 1
+                return exit_code(command.exit_rule, status)
             await asyncio.sleep(interval)
             interval = min(interval * 2, max(poll_interval, FOLLOW_MAX_INTERVAL))
+
+
+def exit_code(rule: ExitRule, status: str) -> int:
+    """The exit code of a real submitter command that followed a job to ``status`` (terminal)."""
+    if rule == "logs":
+        return 0
+    if rule == "submit":
+        return 1 if status == "FAILED" else 0
+    return 0 if status == "SUCCEEDED" else 1
 
 
 async def _wait_healthy(session: aiohttp.ClientSession, resolve: Resolver, poll_interval: float) -> None:

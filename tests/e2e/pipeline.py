@@ -177,6 +177,7 @@ async def running_pipeline(
 
     ``extra_crds`` (files or directories) are registered beside raybus's own, before anything starts,
     e.g. the Gateway API CRDs a RayService incremental upgrade needs (:func:`gateway_api_crds`).
+    ``ray="real"`` makes kubesim run a real Ray head for every head Pod (the real-Ray tier).
     """
     crds = workdir / "crds"
     write_crds(crds)

@@ -66,11 +66,9 @@ async def test_success(pipe: Pipeline) -> None:
 async def test_application_failure_retries_with_new_clusters(pipe: Pipeline) -> None:
     """backoffLimit 2: three attempts, each on a new cluster, then Failed/AppFailed with ``failed: 3``.
 
-    HTTPMode (raybus submits the job itself), so the failure is always the application's. In K8sJobMode
-    the reason is a race on kubesim: its Job controller replaces a failed submitter pod at once (no 10 s
-    backoff as on a real cluster), so the submitter Job can fail before the prober has seen the Ray job
-    FAILED, and KubeRay's rule (docs/behaviour.md#5.3: AppFailed only if ``status.jobStatus`` already is FAILED) then
-    says SubmissionFailed. The K8sJobMode retry path is ``test_submission_failure``'s.
+    HTTPMode (raybus submits the job itself). In K8sJobMode a failed Ray job ends the same way (the
+    submitter's ``ray job logs --follow`` exits 0, as the real CLI does; the real-Ray tier proves it); the
+    K8sJobMode retry path of a failed submitter is ``test_submission_failure``'s.
     """
     body = small_rayjob("app-fail", entrypoint="KUBESIM_EXIT_CODE=1 python main.py", backoffLimit=2)
     body["spec"]["submissionMode"] = "HTTPMode"

@@ -98,8 +98,10 @@ async def test_job_stuck_pending_ends_at_the_active_deadline(jobs: dict[str, Job
     job = jobs["pending"]
     status = await job.wait_deployment("Failed", timeout=TIMEOUT)
     assert status["reason"] == "DeadlineExceeded"
-    assert status["jobStatus"] == "PENDING"
     assert "activeDeadlineSeconds" in status["message"]
+    # The Ray job never left PENDING (on a busy machine the deadline may come before raybus saw it at all).
+    rows = await job.history(until=ended("Failed"))
+    assert {to for _, to in steps(rows, "jobStatus")} <= {"", "PENDING"}
 
 
 async def test_history_and_replay_of_the_real_runs(pipe: Pipeline, jobs: dict[str, JobDriver]) -> None:

@@ -275,12 +275,17 @@ async def test_serve_proxy_health_through_the_pod_proxy(kube: KubeSimHandle, kub
             namespace=ns, name="c3-head-abcde", uid=pod.metadata.uid, ip=pod.status.pod_ip, port=8000
         )
         dashboard = DashboardClient(kube_api, use_proxy=True)
+        ref = DashboardRef(namespace=ns, service="c3-head-svc", port=8265, cluster="c3", auth_secret="c3")
         try:
+            # As on Ray, the Serve proxy listens only once a Serve config PUT has started Serve.
+            before = await dashboard.request_pod(endpoint, "GET", "/-/healthz")
+            put = await dashboard.request(ref, "PUT", "/api/serve/applications/", {"applications": []})
             answer = await dashboard.request_pod(endpoint, "GET", "/-/healthz")
             gone = await dashboard.request_pod(
                 PodEndpoint(namespace=ns, name="nope", uid="", ip="10.0.0.9", port=8000), "GET", "/-/healthz"
             )
         finally:
             await dashboard.close()
+    assert (before.status, put.status) == (503, 200)
     assert (answer.status, answer.data) == (200, b"success")
     assert gone.status == 404

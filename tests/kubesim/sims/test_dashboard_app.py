@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from kubesim.dashboard import DashboardServer, ManualClock, build_app, new_state
-from kubesim.dashboard.app import DashboardState
+from kubesim.dashboard import REALISTIC_RAY, DashboardServer, ManualClock, build_app, new_state
+from kubesim.dashboard.app import DashboardState, Role
+from kubesim.dashboard.jobs import DELETED_ID_WINDOW
 
 
 @pytest.fixture
@@ -21,14 +22,34 @@ def state(clock: ManualClock) -> DashboardState:
     return new_state(clock=clock, default_run_seconds=1.0, serve_deploy_seconds=2.0)
 
 
-@pytest.fixture
-async def client(state: DashboardState) -> AsyncIterator[TestClient[object, object]]:
-    test_client: TestClient[object, object] = TestClient(TestServer(build_app(state)))
+async def _serving(state: DashboardState, role: Role) -> AsyncIterator[TestClient[object, object]]:
+    test_client: TestClient[object, object] = TestClient(TestServer(build_app(state, role)))
     await test_client.start_server()
     try:
         yield test_client
     finally:
         await test_client.close()
+
+
+@pytest.fixture
+async def client(state: DashboardState) -> AsyncIterator[TestClient[object, object]]:
+    """The head's dashboard port."""
+    async for test_client in _serving(state, "dashboard"):
+        yield test_client
+
+
+@pytest.fixture
+async def agent(state: DashboardState) -> AsyncIterator[TestClient[object, object]]:
+    """The head's dashboard agent port."""
+    async for test_client in _serving(state, "agent"):
+        yield test_client
+
+
+@pytest.fixture
+async def proxy(state: DashboardState) -> AsyncIterator[TestClient[object, object]]:
+    """The head's Serve proxy port (the server opens it only while Serve runs)."""
+    async for test_client in _serving(state, "serve"):
+        yield test_client
 
 
 async def _job(client: TestClient[object, object], job_id: str) -> dict[str, object]:
@@ -38,11 +59,21 @@ async def _job(client: TestClient[object, object], job_id: str) -> dict[str, obj
     return body
 
 
-async def test_health_and_version(client: TestClient[object, object]) -> None:
-    for path in ("/api/gcs_healthz", "/api/local_raylet_healthz", "/api/healthz", "/-/healthz"):
-        response = await client.get(path)
+async def test_health_and_version(
+    client: TestClient[object, object], agent: TestClient[object, object], proxy: TestClient[object, object]
+) -> None:
+    for test_client, path in (
+        (client, "/api/gcs_healthz"),
+        (agent, "/api/local_raylet_healthz"),
+        (agent, "/api/healthz"),
+        (proxy, "/-/healthz"),
+    ):
+        response = await test_client.get(path)
         assert response.status == 200, path
         assert await response.text() == "success"
+    # Each path on its own port, and no path without its trailing slash, as on a real head.
+    for path in ("/api/local_raylet_healthz", "/-/healthz", "/api/jobs", "/api/serve/applications"):
+        assert (await client.get(path)).status == 404, path
     version = await (await client.get("/api/version")).json()
     assert version["ray_version"] == "2.52.0"
 
@@ -54,7 +85,7 @@ async def test_job_lifecycle_follows_the_clock(client: TestClient[object, object
         "metadata": {"owner": "test"},
         "runtime_env": {"pip": ["requests"]},
         "entrypoint_num_cpus": 1,
-        "entrypoint_resources": {"Custom": 1},
+        "entrypoint_resources": {"CPU": 1},
     }
     response = await client.post("/api/jobs/", json=body)
     assert response.status == 200
@@ -114,6 +145,61 @@ async def test_stop_and_delete(client: TestClient[object, object], clock: Manual
     assert await (await client.post("/api/jobs/s/stop")).json() == {"stopped": False}
     assert await (await client.delete("/api/jobs/s")).json() == {"deleted": True}
     assert (await client.get("/api/jobs/s")).status == 404
+    # Ray's supervisor of the deleted job still holds the id: a new job with it fails at once.
+    await client.post("/api/jobs/", json={"entrypoint": "echo", "submission_id": "s"})
+    reused = await _job(client, "s")
+    assert (reused["status"], reused["error_type"]) == ("FAILED", "JOB_SUPERVISOR_ACTOR_DIED")
+    clock.advance(DELETED_ID_WINDOW)
+    await client.delete("/api/jobs/s")
+    clock.advance(DELETED_ID_WINDOW)
+    await client.post("/api/jobs/", json={"entrypoint": "echo", "submission_id": "s"})
+    assert (await _job(client, "s"))["status"] in ("PENDING", "RUNNING")
+
+
+async def test_submit_answers_like_ray(client: TestClient[object, object]) -> None:
+    post = client.post
+    assert (await post("/api/jobs/", data=b"not json")).status == 500
+    unknown = await post("/api/jobs/", json={"entrypoint": "x", "colour": 1})
+    assert unknown.status == 400 and "unexpected keyword argument 'colour'" in await unknown.text()
+    metadata = await post("/api/jobs/", json={"entrypoint": "x", "metadata": {"n": 1}})
+    assert metadata.status == 400 and "metadata values must be strings" in await metadata.text()
+    assert (await post("/api/jobs/", json={"entrypoint": "", "submission_id": "empty"})).status == 200
+    job = await _job(client, "empty")
+    assert (job["metadata"], job["runtime_env"]) == (None, None)
+    assert "entrypoint_num_cpus" not in job  # left out unless asked for
+
+
+async def test_jobs_without_resources_stay_pending(client: TestClient[object, object], clock: ManualClock) -> None:
+    for job_id, extra in (("gpu", {"entrypoint_num_gpus": 1}), ("custom", {"entrypoint_resources": {"TPU": 1}})):
+        await client.post("/api/jobs/", json={"entrypoint": "echo", "submission_id": job_id, **extra})
+        assert await (await client.post(f"/api/jobs/{job_id}/stop")).json() == {"stopped": True}
+        clock.advance(1000)
+        job = await _job(client, job_id)
+        assert job["status"] == "PENDING" and "waiting for resources" in str(job["message"])
+
+
+async def test_realistic_head_timings(clock: ManualClock) -> None:
+    state = new_state(clock=clock, default_run_seconds=1.0, timings=REALISTIC_RAY)
+    async for test_client in _serving(state, "dashboard"):
+        body = {"entrypoint": "KUBESIM_RUN_SECONDS=inf serve", "submission_id": "r"}
+        assert (await test_client.post("/api/jobs/", json=body)).status == 200
+        assert (await _job(test_client, "r"))["status"] == "PENDING"
+        clock.advance(REALISTIC_RAY.pending_seconds)
+        assert (await _job(test_client, "r"))["status"] == "RUNNING"
+        await test_client.post("/api/jobs/r/stop")
+        assert (await _job(test_client, "r"))["status"] == "RUNNING"  # a stop takes a moment
+        clock.advance(REALISTIC_RAY.stop_seconds)
+        assert (await _job(test_client, "r"))["status"] == "STOPPED"
+
+        assert (await test_client.put("/api/serve/applications/", json=SERVE_CONFIG)).status == 200
+        fruit = (await _apps(test_client))["fruit_app"]
+        assert (fruit["status"], fruit["deployments"]) == ("DEPLOYING", {})  # not built yet
+        clock.advance(REALISTIC_RAY.deployments_after_seconds)
+        assert set((await _apps(test_client))["fruit_app"]["deployments"]) == {"MangoStand", "FruitMarket"}
+        await test_client.put("/api/serve/applications/", json={"applications": SERVE_CONFIG["applications"][1:]})
+        assert (await _apps(test_client))["fruit_app"]["status"] == "DELETING"
+        clock.advance(REALISTIC_RAY.serve_delete_seconds)
+        assert "fruit_app" not in await _apps(test_client)
 
 
 async def test_generated_submission_id(client: TestClient[object, object]) -> None:
@@ -144,7 +230,9 @@ async def _apps(client: TestClient[object, object]) -> dict[str, dict[str, objec
     return apps
 
 
-async def test_serve_deploying_then_running(client: TestClient[object, object], clock: ManualClock) -> None:
+async def test_serve_deploying_then_running(
+    client: TestClient[object, object], proxy: TestClient[object, object], clock: ManualClock
+) -> None:
     assert await _apps(client) == {}
     assert (await client.put("/api/serve/applications/", json=SERVE_CONFIG)).status == 200
     apps = await _apps(client)
@@ -159,7 +247,7 @@ async def test_serve_deploying_then_running(client: TestClient[object, object], 
     assert isinstance(fruit_deployments, dict)
     assert set(fruit_deployments) == {"MangoStand", "FruitMarket"}
     assert fruit_deployments["MangoStand"]["status"] == "HEALTHY"
-    assert await (await client.get("/fruit/buy")).text() == "kubesim serve application fruit_app\n"
+    assert await (await proxy.get("/fruit/buy")).text() == "kubesim serve application fruit_app\n"
 
     # Re-PUT: math_app unchanged keeps RUNNING, fruit_app removed, a new app deploys.
     config = {
@@ -174,36 +262,50 @@ async def test_serve_deploying_then_running(client: TestClient[object, object], 
 
 async def test_serve_deploy_failed_marker(client: TestClient[object, object], clock: ManualClock) -> None:
     config = {"applications": [{"name": "bad", "import_path": "kubesim-deploy-fail.app", "route_prefix": "/b"}]}
+    body = await (await client.get("/api/serve/applications/")).json()
+    assert body == {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}
     await client.put("/api/serve/applications/", json=config)
     clock.advance(5)
     app = (await _apps(client))["bad"]
     assert app["status"] == "DEPLOY_FAILED"
-    assert "failed" in str(app["message"])
+    # An import failure: no deployments, no route, the exception in the message.
+    assert (app["deployments"], app["route_prefix"]) == ({}, None)
+    assert "ModuleNotFoundError" in str(app["message"])
+    constructor = {"name": "ctor", "import_path": "m:app", "runtime_env": {"env_vars": {"KUBESIM_DEPLOY_FAIL": "1"}}}
+    await client.put("/api/serve/applications/", json={"applications": [constructor]})
+    clock.advance(5)
+    app = (await _apps(client))["ctor"]
+    deployments = app["deployments"]
+    assert app["status"] == "DEPLOY_FAILED" and isinstance(deployments, dict)
+    assert deployments["app"]["status"] == "DEPLOY_FAILED"
+    body = await (await client.get("/api/serve/applications/")).json()
+    assert all(isinstance(proxy, dict) for proxy in body["proxies"].values())
     assert (await client.put("/api/serve/applications/", json={"nope": 1})).status == 400
 
 
-async def test_serve_proxy_failure_injection(client: TestClient[object, object], state: DashboardState) -> None:
+async def test_serve_proxy_failure_injection(
+    client: TestClient[object, object], proxy: TestClient[object, object], state: DashboardState
+) -> None:
     state.serve_proxy_healthy = False
-    assert (await client.get("/-/healthz")).status == 503
+    assert (await proxy.get("/-/healthz")).status == 503
     state.gcs_healthy = False
     assert (await client.get("/api/gcs_healthz")).status == 503
 
 
 async def test_token_auth() -> None:
     state = new_state(token="s3cret")
-    test_client: TestClient[object, object] = TestClient(TestServer(build_app(state)))
-    await test_client.start_server()
-    try:
+    async for test_client in _serving(state, "dashboard"):
         assert (await test_client.get("/api/jobs/")).status == 401
         wrong = {"x-ray-authorization": "Bearer nope"}
-        assert (await test_client.get("/api/jobs/", headers=wrong)).status == 401
+        assert (await test_client.get("/api/jobs/", headers=wrong)).status == 403
         good = {"x-ray-authorization": "Bearer s3cret"}
         assert (await test_client.get("/api/jobs/", headers=good)).status == 200
-        assert (await test_client.get("/api/gcs_healthz", headers=good)).status == 200
-        # The serve proxy is a separate server in Ray; token auth does not cover it.
+        assert (await test_client.get("/api/gcs_healthz")).status == 200
+    # The agent's health and the Serve proxy are separate servers in Ray; token auth does not cover them.
+    async for test_client in _serving(state, "agent"):
+        assert (await test_client.get("/api/local_raylet_healthz")).status == 200
+    async for test_client in _serving(state, "serve"):
         assert (await test_client.get("/-/healthz")).status == 200
-    finally:
-        await test_client.close()
 
 
 async def test_standalone_server_on_loopback() -> None:
@@ -213,8 +315,23 @@ async def test_standalone_server_on_loopback() -> None:
     url = await server.start()
     try:
         assert url.startswith("http://127.0.0.1:")
-        async with aiohttp.ClientSession() as session, session.get(f"{url}/api/gcs_healthz") as response:
-            assert await response.text() == "success"
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/api/gcs_healthz") as response:
+                assert await response.text() == "success"
+            # The Serve proxy listens from the first config PUT until Serve is deleted.
+            assert server.url_for(8000) is None
+            async with session.put(f"{url}/api/serve/applications/", json=SERVE_CONFIG) as response:
+                assert response.status == 200
+            serve = server.url_for(8000)
+            assert serve is not None and serve != url
+            async with session.get(f"{serve}/-/healthz") as response:
+                assert await response.text() == "success"
+            async with session.delete(f"{url}/api/serve/applications/") as response:
+                assert response.status == 200
+            assert server.url_for(8000) is None
+            with pytest.raises(aiohttp.ClientConnectionError):
+                async with session.get(f"{serve}/-/healthz"):
+                    pass
     finally:
         await server.stop()
     assert not server.running

@@ -142,14 +142,19 @@ async def test_head_pod_gets_a_dashboard_reachable_by_proxy_resolution() -> None
         assert url is not None
         assert dashboards.resolve_service("default", "rc-head-svc", "dashboard") == url
         assert dashboards.resolve_service("default", "rc-head-svc", "8265") == url
-        assert dashboards.resolve_service("default", "rc-head-svc", "serve") == url
+        # No Serve proxy before Serve runs.
+        assert dashboards.resolve_service("default", "rc-head-svc", "serve") is None
         assert dashboards.resolve_service("default", "rc-head-svc", "gcs-server") is None
         assert dashboards.resolve_service("default", "missing", "dashboard") is None
-        assert dashboards.resolve_pod("default", "rc-head-abcde", "8000") == url
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{url}/api/gcs_healthz") as response:
                 assert await response.text() == "success"
-            async with session.get(f"{url}/-/healthz") as response:
+            async with session.put(f"{url}/api/serve/applications/", json={"applications": []}) as response:
+                assert response.status == 200
+            serve = dashboards.resolve_service("default", "rc-head-svc", "serve")
+            assert serve is not None and serve != url
+            assert dashboards.resolve_pod("default", "rc-head-abcde", "8000") == serve
+            async with session.get(f"{serve}/-/healthz") as response:
                 assert response.status == 503  # serve-unhealthy annotation
         store.delete(PODS, "default", "rc-head-abcde")
         await eventually(lambda: dashboards.dashboard_url("default", "rc") is None)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
 from kubesim.dashboard.rules import parse_job_script, parse_serve_app_script
 from kubesim.sims.annotations import pod_faults
+from kubesim.sims.rayresources import fits, group_node
 from kubesim.sims.submitter import parse_submitter
+from kubesim.sims.submitter_run import exit_code
+from tests.helpers import samples_dir
 
 
 @pytest.mark.parametrize(
@@ -91,6 +95,7 @@ def test_parse_k8s_job_mode_script() -> None:
     assert command.entrypoint_resources == {"Custom_1": 1, "Custom_2": 5.5}
     assert command.check_status_first
     assert command.follow
+    assert command.exit_rule == "logs"  # ray job logs --follow exits 0 whatever the job's end
     assert command.submit_body()["submission_id"] == "testJobId"
 
 
@@ -106,6 +111,7 @@ def test_parse_sidecar_mode_script() -> None:
     assert command.entrypoint == "python /home/ray/samples/sample_code.py"
     assert not command.check_status_first
     assert command.follow  # blocking submit
+    assert command.exit_rule == "submit"
 
 
 def test_parse_shell_variable_address_and_env_expansion() -> None:
@@ -143,6 +149,7 @@ def test_parse_light_weight_submitter() -> None:
     command = parse_submitter(["/submitter"], args, env=env)
     assert command is not None
     assert command.submission_id == "lw-1"
+    assert command.exit_rule == "status"
     assert command.entrypoint == "python /home/ray/samples/sample_code.py"
     assert command.runtime_env == {"pip": ["requests==2.26.0"]}
     assert command.host == "rc-head-svc.ns.svc.cluster.local"
@@ -152,3 +159,21 @@ def test_non_submitters() -> None:
     assert parse_submitter(["ray", "start", "--head"], [], env={}) is None
     assert parse_submitter(["/bin/bash", "-c", "--"], ["ulimit -n 65536; ray start --head --block"], env={}) is None
     assert parse_submitter(["ray", "job", "submit", "echo"], [], env={}) is None  # no "--" separator
+
+
+def test_submitter_exit_codes_follow_the_real_commands() -> None:
+    assert [exit_code("logs", s) for s in ("SUCCEEDED", "FAILED", "STOPPED")] == [0, 0, 0]
+    assert [exit_code("submit", s) for s in ("SUCCEEDED", "FAILED", "STOPPED")] == [0, 1, 0]
+    assert [exit_code("status", s) for s in ("SUCCEEDED", "FAILED", "STOPPED")] == [0, 1, 1]
+
+
+def test_cluster_resources_from_ray_start_params() -> None:
+    sample = next(
+        d for d in yaml.safe_load_all((samples_dir() / "ray-job.resources.yaml").read_text()) if d["kind"] == "RayJob"
+    )
+    cluster = {"metadata": {"name": "c"}, "spec": sample["spec"]["rayClusterSpec"]}
+    nodes = [group_node(cluster["spec"]["headGroupSpec"])]
+    assert nodes[0] == {"GPU": 2.0, "resource1": 2.0, "resource2": 3.0}
+    assert fits({"GPU": 0.5, "resource1": 1, "resource2": 2}, nodes)
+    assert not fits({"GPU": 4}, nodes) and not fits({"TPU": 1}, nodes)
+    assert fits({}, []) and not fits({"GPU": 1}, [])
