@@ -9,6 +9,8 @@ closes the Serve port, so its health check is refused as on a real head.
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from kubesim.dashboard.app import DashboardState, Role, build_app
@@ -26,9 +28,14 @@ class _Site:
         self._role = role
         self._host = host
         self._runner: web.AppRunner | None = None
+        self._lock = asyncio.Lock()
         self.url: str | None = None
 
     async def start(self) -> str:
+        async with self._lock:
+            return await self._start()
+
+    async def _start(self) -> str:
         if self._runner is None or self.url is None:
             # A short shutdown timeout: a dying head drops its connections instead of draining them.
             runner = web.AppRunner(
@@ -42,10 +49,11 @@ class _Site:
         return self.url
 
     async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        self.url = None
-        if runner is not None:
-            await runner.cleanup()
+        async with self._lock:
+            runner, self._runner = self._runner, None
+            self.url = None
+            if runner is not None:
+                await runner.cleanup()
 
 
 class DashboardServer:
@@ -101,7 +109,7 @@ class DashboardServer:
             return
         if started:
             await self._serve.start()
-        else:
+        if not started or not self._running:  # also when the head stopped while Serve was starting
             await self._serve.stop()
 
     async def stop(self) -> None:

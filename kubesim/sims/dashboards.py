@@ -88,6 +88,16 @@ class _Head:
         return self.server is not None and self.server.state.gcs_healthy
 
     async def stop(self) -> None:
+        # Shielded: a head whose stop is cancelled half-way (pod deleted while kubesim shuts down) would
+        # keep its other ports listening, and it is no longer in the registry that stops the rest.
+        stopping = asyncio.ensure_future(self._stop())
+        try:
+            await asyncio.shield(stopping)
+        except asyncio.CancelledError:
+            await stopping
+            raise
+
+    async def _stop(self) -> None:
         if self.real is not None:
             await self.real.stop()
         if self.server is not None:
