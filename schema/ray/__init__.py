@@ -15,7 +15,8 @@ from schema.ray.codec import (
     decode_rayservice,
     to_builtins,
 )
-from schema.ray.common import API_VERSION, GROUP, MAX_INT32, Condition, RayStruct
+from schema.ray.common import MAX_INT32, Condition, RayStruct
+from schema.ray.conventions import API_VERSION, GROUP
 from schema.ray.raycluster import (
     AuthOptions,
     AutoscalerOptions,

@@ -25,8 +25,8 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import Meta
 
-GROUP: Final = "ray.io"
-API_VERSION: Final = "ray.io/v1"
+from schema.ray.conventions import MANAGED_BY_KUBERAY, MANAGED_BY_MULTIKUEUE
+
 MAX_INT32: Final = 2_147_483_647
 
 QUANTITY_PATTERN: Final = (
@@ -77,8 +77,6 @@ IngressTLS = Annotated[dict[str, Any], Meta(extra_json_schema=PRESERVE)]
 NetworkPolicyIngressRule = Annotated[dict[str, Any], Meta(extra_json_schema=PRESERVE)]
 NetworkPolicyEgressRule = Annotated[dict[str, Any], Meta(extra_json_schema=PRESERVE)]
 
-MANAGED_BY_KUBERAY: Final = "ray.io/kuberay-operator"
-MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
 
 ManagedBy = Annotated[
     str,

@@ -18,7 +18,6 @@ import msgspec
 from msgspec import Meta
 
 from schema.ray.common import (
-    API_VERSION,
     MAX_INT32,
     ConditionList,
     EnvFromSource,
@@ -41,6 +40,7 @@ from schema.ray.common import (
     VolumeMount,
     crd_default,
 )
+from schema.ray.conventions import API_VERSION
 
 UpscalingMode = Literal["Default", "Aggressive", "Conservative"]
 AutoscalerVersion = Literal["v1", "v2"]

@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from schema.ray.common import API_VERSION, Int32, RayStruct, Time, crd_default
+from schema.ray.common import Int32, RayStruct, Time, crd_default
+from schema.ray.conventions import API_VERSION
 from schema.ray.rayjob import RayJobSpec
 
 ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace"]

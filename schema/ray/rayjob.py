@@ -18,7 +18,6 @@ import msgspec
 from msgspec import Meta
 
 from schema.ray.common import (
-    API_VERSION,
     Int32,
     Int64,
     ManagedBy,
@@ -28,6 +27,7 @@ from schema.ray.common import (
     Time,
     crd_default,
 )
+from schema.ray.conventions import API_VERSION
 from schema.ray.raycluster import RayClusterSpec, RayClusterStatus
 
 K8S_JOB_MODE: Final = "K8sJobMode"

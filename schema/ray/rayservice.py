@@ -18,7 +18,6 @@ from typing import Annotated, Any, Final
 from msgspec import Meta
 
 from schema.ray.common import (
-    API_VERSION,
     ConditionList,
     Int32,
     Int64,
@@ -28,6 +27,7 @@ from schema.ray.common import (
     Time,
     crd_default,
 )
+from schema.ray.conventions import API_VERSION
 from schema.ray.raycluster import RayClusterSpec, RayClusterStatus
 
 NEW_CLUSTER: Final = "NewCluster"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from schema.ray import conventions
 from services.reconciler.raycluster import model, names, pods
 from services.reconciler.raycluster.model import ClusterView
 
@@ -45,7 +46,7 @@ def auth_secret(view: ClusterView) -> dict[str, Any]:
         "metadata": {
             "name": names.auth_secret_name(view.name),
             "namespace": view.namespace,
-            "labels": {names.LABEL_CLUSTER: view.name},
+            "labels": {conventions.LABEL_CLUSTER: view.name},
             "annotations": {GENERATE_ANNOTATION: TOKEN_KEY},
             "ownerReferences": [pods.owner_reference_of(view)],
         },

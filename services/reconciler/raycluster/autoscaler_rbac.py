@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from schema.ray import conventions
 from services.reconciler.raycluster import names, pods
 from services.reconciler.raycluster.model import ClusterView
 
 
 def _labels(view: ClusterView) -> dict[str, str]:
     return {
-        names.LABEL_CLUSTER: view.name,
-        names.LABEL_APP_NAME: names.APP_NAME,
-        names.LABEL_CREATED_BY: names.CREATED_BY,
+        conventions.LABEL_CLUSTER: view.name,
+        conventions.LABEL_APP_NAME: conventions.APP_NAME,
+        conventions.LABEL_CREATED_BY: conventions.CREATED_BY,
     }
 
 
@@ -34,7 +35,7 @@ def user_service_account(view: ClusterView) -> str:
 
 def service_account_name(view: ClusterView) -> str:
     """CheckName(head template serviceAccountName or ``<c>``)."""
-    return names.check_name(user_service_account(view) or view.name)
+    return conventions.check_name(user_service_account(view) or view.name)
 
 
 def service_account(view: ClusterView) -> dict[str, Any]:

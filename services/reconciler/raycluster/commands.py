@@ -15,7 +15,7 @@ Not here: what to do (the reconcile modules decide), applying commands (the appl
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Final
 
 from schema.messages import (
     Command,
@@ -30,8 +30,9 @@ from schema.messages import (
     Propagation,
     Transition,
 )
+from schema.ray.conventions import API_VERSION
 
-RAY_API_VERSION = "ray.io/v1"
+RAY_API_VERSION: Final = API_VERSION
 
 API_VERSIONS: dict[str, str] = {
     "Pod": "v1",
@@ -167,15 +168,3 @@ class Plan:
                 message=message,
             )
         )
-
-
-def owner_reference(owner: ObjectRef) -> dict[str, Any]:
-    """The controller owner reference to the RayCluster."""
-    return {
-        "apiVersion": owner.api_version,
-        "kind": owner.kind,
-        "name": owner.name,
-        "uid": owner.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from schema.config import OperatorConfig
-from services.reconciler.raycluster import containers, model, names
+from schema.ray import conventions
+from services.reconciler.raycluster import containers, model
 from services.reconciler.raycluster.model import ClusterView
 
 GCS_PATH: Final = "/data/gcs"
@@ -87,7 +88,7 @@ def storage_namespace(view: ClusterView) -> str:
     options = view.spec.gcs_fault_tolerance_options
     if options is not None and options.external_storage_namespace:
         return options.external_storage_namespace
-    return view.annotations.get(names.ANN_EXTERNAL_STORAGE_NS) or view.uid
+    return view.annotations.get(conventions.ANN_EXTERNAL_STORAGE_NS) or view.uid
 
 
 def add_container_env(

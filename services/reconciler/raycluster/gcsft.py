@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from schema.config import OperatorConfig
+from schema.ray import conventions
 from schema.times import parse_time
 from services.reconciler.raycluster import containers, model, names, pods
 from services.reconciler.raycluster.commands import Plan
@@ -63,7 +64,7 @@ def _finalizer_patch(view: ClusterView, plan: Plan, finalizers: list[str], step:
 
 def deletion_timeout(view: ClusterView) -> int:
     """``ray.io/gcs-ft-deletion-timeout`` seconds (default 300; unparsable → default)."""
-    raw = view.annotations.get(names.ANN_GCS_FT_DELETION_TIMEOUT, "")
+    raw = view.annotations.get(conventions.ANN_GCS_FT_DELETION_TIMEOUT, "")
     try:
         value = int(raw)
     except ValueError:
@@ -90,12 +91,12 @@ def handle_finalizer(
     plan: Plan,
 ) -> bool:
     """docs/behaviour.md#4.1 step 10. Returns True when this pass ends here (finalizer added, or being deleted)."""
-    has_finalizer = names.FINALIZER_GCS_FT in view.finalizers
+    has_finalizer = conventions.FINALIZER_GCS_FT in view.finalizers
     deleting = bool(view.deletion_timestamp)
-    others = [f for f in view.finalizers if f != names.FINALIZER_GCS_FT]
+    others = [f for f in view.finalizers if f != conventions.FINALIZER_GCS_FT]
     if finalizer_applies(view, config):
         if not has_finalizer and not deleting:
-            _finalizer_patch(view, plan, [*view.finalizers, names.FINALIZER_GCS_FT], "add-finalizer")
+            _finalizer_patch(view, plan, [*view.finalizers, conventions.FINALIZER_GCS_FT], "add-finalizer")
             plan.rule("2.5/add-gcs-ft-finalizer")
             plan.requeue(JOB_POLL_SECONDS)
             return True
@@ -127,14 +128,16 @@ def _cleanup_flow(
     if any(not p.terminating for p in heads):
         plan.delete_collection(
             "Pod",
-            names.selector({names.LABEL_CLUSTER: view.name, names.LABEL_NODE_TYPE: names.NODE_HEAD}),
+            names.selector({conventions.LABEL_CLUSTER: view.name, conventions.LABEL_NODE_TYPE: conventions.NODE_HEAD}),
             step="gcsft-heads",
         )
         plan.rule("4.6/delete-head-pods")
     if any(not p.terminating for p in workers):
         plan.delete_collection(
             "Pod",
-            names.selector({names.LABEL_CLUSTER: view.name, names.LABEL_NODE_TYPE: names.NODE_WORKER}),
+            names.selector(
+                {conventions.LABEL_CLUSTER: view.name, conventions.LABEL_NODE_TYPE: conventions.NODE_WORKER}
+            ),
             step="gcsft-workers",
         )
         plan.rule("4.6/delete-worker-pods")
@@ -148,7 +151,7 @@ def _cleanup_flow(
             "Warning",
             "ForceDeletedStuckCluster",
             f"RayCluster {view.namespace}/{view.name} has been stuck in deletion for more than "
-            f"{deletion_timeout(view)} seconds; the finalizer {names.FINALIZER_GCS_FT} is removed without "
+            f"{deletion_timeout(view)} seconds; the finalizer {conventions.FINALIZER_GCS_FT} is removed without "
             "cleaning up Redis.",
         )
         _finalizer_patch(view, plan, others, "force-remove-finalizer")
@@ -157,8 +160,9 @@ def _cleanup_flow(
     mine = [
         j
         for j in jobs
-        if ((j.get("metadata") or {}).get("labels") or {}).get(names.LABEL_NODE_TYPE) == names.NODE_REDIS_CLEANUP
-        and ((j.get("metadata") or {}).get("labels") or {}).get(names.LABEL_CLUSTER) == view.name
+        if ((j.get("metadata") or {}).get("labels") or {}).get(conventions.LABEL_NODE_TYPE)
+        == conventions.NODE_REDIS_CLEANUP
+        and ((j.get("metadata") or {}).get("labels") or {}).get(conventions.LABEL_CLUSTER) == view.name
     ]
     if mine:
         if job_finished(mine[0]):
@@ -181,7 +185,7 @@ def redis_cleanup_job(view: ClusterView, config: OperatorConfig) -> dict[str, An
     """The Job that deletes the cluster's storage namespace in Redis (built from the head pod)."""
     head = pods.head_pod(view, config, name="redis-cleanup", spec_hash="")
     labels = dict(head["metadata"]["labels"])
-    labels[names.LABEL_NODE_TYPE] = names.NODE_REDIS_CLEANUP
+    labels[conventions.LABEL_NODE_TYPE] = conventions.NODE_REDIS_CLEANUP
     spec = head["spec"]
     container = dict(spec["containers"][0])
     container.pop("livenessProbe", None)
@@ -234,7 +238,7 @@ def gcs_pvc(view: ClusterView) -> dict[str, Any] | None:
     metadata: dict[str, Any] = {
         "name": names.gcs_pvc_name(view.name),
         "namespace": view.namespace,
-        "labels": {names.LABEL_CLUSTER: view.name},
+        "labels": {conventions.LABEL_CLUSTER: view.name},
     }
     if not (storage is not None and storage.deletion_policy == "Retain"):
         metadata["ownerReferences"] = [pods.owner_reference_of(view)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from schema.ray import conventions
 from services.reconciler.raycluster import model, names, pods, services
 from services.reconciler.raycluster.model import ClusterView
 
@@ -33,21 +34,21 @@ def ingress(view: ClusterView) -> dict[str, Any]:
     spec: dict[str, Any] = {"rules": [rule]}
     if options is not None and options.tls:
         spec["tls"] = [dict(t) for t in options.tls]
-    ingress_class = view.annotations.get(names.ANN_INGRESS_CLASS)
+    ingress_class = view.annotations.get(conventions.ANN_INGRESS_CLASS)
     if ingress_class:
         spec["ingressClassName"] = ingress_class
     metadata: dict[str, Any] = {
         "name": names.ingress_name(view.name),
         "namespace": view.namespace,
         "labels": {
-            names.LABEL_CLUSTER: view.name,
-            names.LABEL_IDENTIFIER: names.identifier(view.name, names.NODE_HEAD),
-            names.LABEL_APP_NAME: names.APP_NAME,
-            names.LABEL_CREATED_BY: names.CREATED_BY,
+            conventions.LABEL_CLUSTER: view.name,
+            conventions.LABEL_IDENTIFIER: names.identifier(view.name, conventions.NODE_HEAD),
+            conventions.LABEL_APP_NAME: conventions.APP_NAME,
+            conventions.LABEL_CREATED_BY: conventions.CREATED_BY,
         },
         "ownerReferences": [pods.owner_reference_of(view)],
     }
-    annotations = {k: v for k, v in view.annotations.items() if k != names.ANN_INGRESS_CLASS}
+    annotations = {k: v for k, v in view.annotations.items() if k != conventions.ANN_INGRESS_CLASS}
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": metadata, "spec": spec}

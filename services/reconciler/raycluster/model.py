@@ -18,7 +18,7 @@ from typing import Any, Literal
 import msgspec
 
 from schema.config import OperatorConfig
-from schema.ray import RayClusterSpec, RayClusterStatus, decode_as
+from schema.ray import RayClusterSpec, RayClusterStatus, conventions, decode_as
 from services.reconciler.raycluster import names
 
 CreatorCRD = Literal["RayCluster", "RayJob", "RayService"]
@@ -174,7 +174,7 @@ def gcs_ft_enabled(view: ClusterView) -> bool:
     """GCS FT is on: gcsFaultToleranceOptions set, or annotation ``ray.io/ft-enabled`` is "true"."""
     if view.spec.gcs_fault_tolerance_options is not None:
         return True
-    return view.annotations.get(names.ANN_FT_ENABLED, "").lower() == "true"
+    return view.annotations.get(conventions.ANN_FT_ENABLED, "").lower() == "true"
 
 
 def gcs_backend(view: ClusterView) -> Literal["redis", "rocksdb"] | None:
@@ -189,7 +189,7 @@ def gcs_backend(view: ClusterView) -> Literal["redis", "rocksdb"] | None:
 
 def creator_crd(view: ClusterView) -> CreatorCRD:
     """Who created the cluster, from the ``ray.io/originated-from-crd`` label."""
-    origin = view.labels.get(names.LABEL_ORIGIN_CRD, "")
+    origin = view.labels.get(conventions.LABEL_ORIGIN_CRD, "")
     if origin == "RayJob":
         return "RayJob"
     if origin == "RayService":
@@ -199,7 +199,7 @@ def creator_crd(view: ClusterView) -> CreatorCRD:
 
 def serve_service_enabled(view: ClusterView) -> bool:
     """Annotation ``ray.io/enable-serve-service: "true"`` (create ``<c>-serve-svc``)."""
-    return view.annotations.get(names.ANN_ENABLE_SERVE_SERVICE, "") == "true"
+    return view.annotations.get(conventions.ANN_ENABLE_SERVE_SERVICE, "") == "true"
 
 
 def serve_labels_enabled(view: ClusterView) -> bool:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from schema.config import OperatorConfig
-from schema.ray import WorkerGroupSpec
+from schema.ray import WorkerGroupSpec, conventions
 from schema.times import parse_time
 from services.reconciler.raycluster import events, model, names, pods
 from services.reconciler.raycluster.commands import Plan
@@ -143,9 +143,9 @@ def _complete_young_replicas(
             if base is None:
                 base = pods.worker_pod_base(view, group, config)
             labels = {
-                names.LABEL_REPLICA_INDEX: index,
-                names.LABEL_REPLICA_NAME: replica,
-                names.LABEL_HOST_INDEX: str(host),
+                conventions.LABEL_REPLICA_INDEX: index,
+                conventions.LABEL_REPLICA_NAME: replica,
+                conventions.LABEL_HOST_INDEX: str(host),
             }
             plan.create("Pod", pods.with_identity(base, name=name, extra_labels=labels), step=f"worker:{g}")
         plan.rule(f"4.3/multihost-replica-being-created:{replica}")
@@ -188,9 +188,9 @@ def _create_replicas(
         used_indices.add(index)
         for host, name in enumerate(pod_names):
             labels = {
-                names.LABEL_REPLICA_INDEX: str(index),
-                names.LABEL_REPLICA_NAME: replica,
-                names.LABEL_HOST_INDEX: str(host),
+                conventions.LABEL_REPLICA_INDEX: str(index),
+                conventions.LABEL_REPLICA_NAME: replica,
+                conventions.LABEL_HOST_INDEX: str(host),
             }
             plan.create("Pod", pods.with_identity(base, name=name, extra_labels=labels), step=f"worker:{g}")
             events.created_worker_pod(plan, name)

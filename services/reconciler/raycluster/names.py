@@ -1,10 +1,9 @@
 """Names, labels and label selectors of everything a RayCluster owns (docs/behaviour.md#2).
 
-Role: one place that spells KubeRay's label/annotation keys and name formats, and derives the names
+Role: KubeRay's name formats (the keys and labels themselves are ``schema.ray.conventions``), and the names
 KubeRay randomises from stable inputs instead, so that replaying a history reproduces every name.
 
 Invariants:
-- ``check_name`` / ``check_label`` are KubeRay's CheckName / CheckLabel (docs/behaviour.md#2.1).
 - A "random" 5-character suffix is ``stable_suffix(parts...)``: a hash of the cluster UID and the slot
   it stands for, in the alphabet Kubernetes uses for generateName. The same snapshot therefore always
   names the same pods, so a re-issued create is an AlreadyExists (harmless) and never a second pod.
@@ -15,69 +14,14 @@ Not here: which slot is free (``podplan``), object bodies (``pods``, ``services`
 from __future__ import annotations
 
 import hashlib
-import string
 from typing import Final
 
-# Label keys (docs/behaviour.md#2.2).
-LABEL_CLUSTER: Final = "ray.io/cluster"
-LABEL_NODE_TYPE: Final = "ray.io/node-type"
-LABEL_GROUP: Final = "ray.io/group"
-LABEL_IDENTIFIER: Final = "ray.io/identifier"
-LABEL_IS_RAY_NODE: Final = "ray.io/is-ray-node"
-LABEL_APP_NAME: Final = "app.kubernetes.io/name"
-LABEL_CREATED_BY: Final = "app.kubernetes.io/created-by"
-LABEL_SERVE: Final = "ray.io/serve"
-LABEL_HEADLESS_SVC: Final = "ray.io/headless-worker-svc"
-LABEL_ORIGIN_NAME: Final = "ray.io/originated-from-cr-name"
-LABEL_ORIGIN_CRD: Final = "ray.io/originated-from-crd"
-LABEL_REPLICA_INDEX: Final = "ray.io/worker-group-replica-index"
-LABEL_REPLICA_NAME: Final = "ray.io/worker-group-replica-name"
-LABEL_HOST_INDEX: Final = "ray.io/replica-host-index"
-
-APP_NAME: Final = "kuberay"
-CREATED_BY: Final = "kuberay-operator"
-NODE_HEAD: Final = "head"
-NODE_WORKER: Final = "worker"
-NODE_REDIS_CLEANUP: Final = "redis-cleanup"
-HEAD_GROUP: Final = "headgroup"
-
-# Annotation keys (docs/behaviour.md#2.3).
-ANN_FT_ENABLED: Final = "ray.io/ft-enabled"
-ANN_EXTERNAL_STORAGE_NS: Final = "ray.io/external-storage-namespace"
-ANN_OVERWRITE_CMD: Final = "ray.io/overwrite-container-cmd"
-ANN_ENABLE_SERVE_SERVICE: Final = "ray.io/enable-serve-service"
-ANN_DISABLE_HEAD_RESTART: Final = "ray.io/disable-provisioned-head-restart"
-ANN_GCS_FT_DELETION_TIMEOUT: Final = "ray.io/gcs-ft-deletion-timeout"
-ANN_RECREATE_HASH: Final = "ray.io/upgrade-strategy-recreate-hash"
-ANN_KUBERAY_VERSION: Final = "ray.io/kuberay-version"
-ANN_INGRESS_CLASS: Final = "kubernetes.io/ingress.class"
-
-FINALIZER_GCS_FT: Final = "ray.io/gcs-ft-redis-cleanup-finalizer"
-MANAGED_BY_KUBERAY: Final = "ray.io/kuberay-operator"
+from schema.ray.conventions import check_label, check_name
 
 # Kubernetes' generateName alphabet (no vowels, no confusable digits).
 _SUFFIX_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 # byte → alphabet character, so a digest becomes a suffix with one ``bytes.translate``.
 _SUFFIX_TABLE: Final = bytes(ord(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)]) for b in range(256))
-_PUNCTUATION: Final = frozenset(string.punctuation)
-
-
-def check_name(name: str) -> str:
-    """KubeRay's CheckName: keep the last 50 characters; a leading digit/punctuation becomes ``r``."""
-    if len(name) > 50:
-        name = name[-50:]
-    if name and (name[0].isdigit() or name[0] in _PUNCTUATION):
-        name = "r" + name[1:]
-    return name
-
-
-def check_label(value: str) -> str:
-    """KubeRay's CheckLabel: keep the last 63 characters; a leading punctuation becomes ``r``."""
-    if len(value) > 63:
-        value = value[-63:]
-    if value and value[0] in _PUNCTUATION:
-        value = "r" + value[1:]
-    return value
 
 
 def stable_suffix(*parts: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from services.reconciler.raycluster import names
+from schema.ray import conventions
 
 
 class PodInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,12 +42,12 @@ class PodInfo(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def replica_name(self) -> str:
         """The ``ray.io/worker-group-replica-name`` label ("" when absent)."""
-        return _text(self.obj["metadata"]["labels"].get(names.LABEL_REPLICA_NAME))
+        return _text(self.obj["metadata"]["labels"].get(conventions.LABEL_REPLICA_NAME))
 
     @property
     def replica_index(self) -> str:
         """The ``ray.io/worker-group-replica-index`` label ("" when absent)."""
-        return _text(self.obj["metadata"]["labels"].get(names.LABEL_REPLICA_INDEX))
+        return _text(self.obj["metadata"]["labels"].get(conventions.LABEL_REPLICA_INDEX))
 
 
 class PodIndex(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,8 +83,8 @@ def index_pods(cluster: str, pods: list[dict[str, Any]]) -> PodIndex:
     workers: list[PodInfo] = []
     by_group: dict[str, list[PodInfo]] = {}
     # Hoisted: module attribute lookups per pod are a measurable share of this loop.
-    k_cluster, k_type, k_group = names.LABEL_CLUSTER, names.LABEL_NODE_TYPE, names.LABEL_GROUP
-    head, worker = names.NODE_HEAD, names.NODE_WORKER
+    k_cluster, k_type, k_group = conventions.LABEL_CLUSTER, conventions.LABEL_NODE_TYPE, conventions.LABEL_GROUP
+    head, worker = conventions.NODE_HEAD, conventions.NODE_WORKER
     ready_workers = available_workers = 0
     all_ok = True
     text, dict_type, list_type, info_type = str, dict, list, PodInfo

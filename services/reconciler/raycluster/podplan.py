@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from schema.config import OperatorConfig
-from schema.ray import WorkerGroupSpec
+from schema.ray import WorkerGroupSpec, conventions
 from services.reconciler.raycluster import events, model, names, pods
 from services.reconciler.raycluster.commands import Plan
 from services.reconciler.raycluster.model import ClusterView
@@ -50,7 +50,7 @@ def plan_pods(
     """docs/behaviour.md#4.2; errors are recorded with ``plan.fail`` (and end the pass like KubeRay's return)."""
     gate = config.gates.ray_cluster_status_conditions
     spec = view.spec
-    all_pods = names.selector({names.LABEL_CLUSTER: view.name})
+    all_pods = names.selector({conventions.LABEL_CLUSTER: view.name})
     if (gate and condition_true(view, "RayClusterSuspending")) or (not gate and spec.suspend):
         if any(not p.terminating for p in index.pods):
             plan.delete_collection("Pod", all_pods, step="suspend")
@@ -91,15 +91,18 @@ def _recreate(
     """upgradeStrategy Recreate. Returns True when the pass ends here."""
     head = index.heads[0]
     annotations = (head.obj.get("metadata") or {}).get("annotations") or {}
-    version = annotations.get(names.ANN_KUBERAY_VERSION, "")
-    recorded = annotations.get(names.ANN_RECREATE_HASH, "")
+    version = annotations.get(conventions.ANN_KUBERAY_VERSION, "")
+    recorded = annotations.get(conventions.ANN_RECREATE_HASH, "")
     current = spec_hash()
     if version and version != config.version:
         plan.patch(
             plan.ref("Pod", head.name, uid=head.uid),
             {
                 "metadata": {
-                    "annotations": {names.ANN_RECREATE_HASH: current, names.ANN_KUBERAY_VERSION: config.version}
+                    "annotations": {
+                        conventions.ANN_RECREATE_HASH: current,
+                        conventions.ANN_KUBERAY_VERSION: config.version,
+                    }
                 }
             },
             step="recreate-annotations",
@@ -139,7 +142,7 @@ def _plan_head(
         return True
     if (
         condition_true(view, "RayClusterProvisioned")
-        and view.annotations.get(names.ANN_DISABLE_HEAD_RESTART, "") == "true"
+        and view.annotations.get(conventions.ANN_DISABLE_HEAD_RESTART, "") == "true"
     ):
         plan.rule("4.2/head-restart-disabled")
         return False
@@ -160,7 +163,9 @@ def _plan_group(
     if group.suspend:
         if any(not p.terminating for p in listed):
             plan.delete_collection(
-                "Pod", names.selector({names.LABEL_CLUSTER: view.name, names.LABEL_GROUP: g}), step=f"suspend:{g}"
+                "Pod",
+                names.selector({conventions.LABEL_CLUSTER: view.name, conventions.LABEL_GROUP: g}),
+                step=f"suspend:{g}",
             )
             events.deleted_all_pods(plan, f"of worker group {g} due to suspension")
             plan.rule(f"4.2/suspend-group:{g}")
@@ -223,7 +228,7 @@ def _create_workers(
         if config.gates.ray_multi_host_indexing:
             replica_index = lowest_free(taken_indices)
             taken_indices.add(replica_index)
-            extra[names.LABEL_REPLICA_INDEX] = str(replica_index)
+            extra[conventions.LABEL_REPLICA_INDEX] = str(replica_index)
         plan.create("Pod", pods.with_identity(base, name=name, extra_labels=extra), step=f"worker:{g}")
         events.created_worker_pod(plan, name)
     plan.rule(f"4.2/scale-up:{g}+{count}")

@@ -22,9 +22,10 @@ import msgspec
 
 from schema.config import OperatorConfig
 from schema.messages import ObjectRef
-from schema.ray import RayClusterSpec, WorkerGroupSpec
+from schema.ray import RayClusterSpec, WorkerGroupSpec, conventions
+from schema.ray.conventions import check_name
+from services.reconciler.common.owners import owner_reference
 from services.reconciler.raycluster import containers, env, model, names, rayparams
-from services.reconciler.raycluster.commands import owner_reference
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.quantity import try_parse_quantity
 
@@ -36,7 +37,7 @@ GCS_VOLUME: Final = "gcs-storage"
 GCS_PATH: Final = env.GCS_PATH
 TOKEN_VOLUME: Final = "ray-token"
 TOKEN_PATH: Final = "/var/run/secrets/ray.io/serviceaccount"
-PROTECTED_LABELS: Final = frozenset({names.LABEL_CLUSTER, names.LABEL_NODE_TYPE, names.LABEL_GROUP})
+PROTECTED_LABELS: Final = frozenset({conventions.LABEL_CLUSTER, conventions.LABEL_NODE_TYPE, conventions.LABEL_GROUP})
 
 _json_encoder: Final = msgspec.json.Encoder()
 _json_decoder: Final = msgspec.json.Decoder()
@@ -66,13 +67,13 @@ def pod_labels(
 ) -> dict[str, str]:
     """KubeRay's pod labels: defaults, then template labels, then group ``labels`` (docs/behaviour.md#2.2)."""
     labels = {
-        names.LABEL_IS_RAY_NODE: "yes",
-        names.LABEL_CLUSTER: cluster,
-        names.LABEL_NODE_TYPE: node_type,
-        names.LABEL_GROUP: group,
-        names.LABEL_IDENTIFIER: names.identifier(cluster, node_type),
-        names.LABEL_APP_NAME: names.APP_NAME,
-        names.LABEL_CREATED_BY: names.CREATED_BY,
+        conventions.LABEL_IS_RAY_NODE: "yes",
+        conventions.LABEL_CLUSTER: cluster,
+        conventions.LABEL_NODE_TYPE: node_type,
+        conventions.LABEL_GROUP: group,
+        conventions.LABEL_IDENTIFIER: names.identifier(cluster, node_type),
+        conventions.LABEL_APP_NAME: conventions.APP_NAME,
+        conventions.LABEL_CREATED_BY: conventions.CREATED_BY,
     }
     for source in (template_labels, group_labels):
         for key, value in source.items():
@@ -144,19 +145,19 @@ def _pod_skeleton(
     meta = _dict(template.get("metadata"))
     labels = pod_labels(
         cluster=view.name,
-        node_type=names.NODE_HEAD if head else names.NODE_WORKER,
+        node_type=conventions.NODE_HEAD if head else conventions.NODE_WORKER,
         group=group,
         template_labels=_str_map(meta.get("labels")),
         group_labels=group_labels,
     )
     if model.serve_labels_enabled(view):
-        labels[names.LABEL_SERVE] = "false" if head else "true"
+        labels[conventions.LABEL_SERVE] = "false" if head else "true"
     for key, value in config.pod_defaults.default_pod_labels.items():
         labels.setdefault(key, value)
     annotations = _str_map(meta.get("annotations"))
-    overwrite = view.annotations.get(names.ANN_OVERWRITE_CMD, "")
+    overwrite = view.annotations.get(conventions.ANN_OVERWRITE_CMD, "")
     if overwrite:
-        annotations[names.ANN_OVERWRITE_CMD] = overwrite
+        annotations[conventions.ANN_OVERWRITE_CMD] = overwrite
     metadata: dict[str, Any] = {
         k: v for k, v in meta.items() if k not in ("name", "generateName", "namespace", "labels", "annotations")
     }
@@ -190,7 +191,7 @@ def _finish_pod(
                 _add_empty_dir(spec, sidecar, volume=LOG_VOLUME, path=LOG_PATH, size_limit=None, memory=False)
     params = rayparams.add_container_resources(params, container.get("resources"))
     ray_start = rayparams.ray_start_command(params, head=head)
-    overwrite = pod["metadata"]["annotations"].get(names.ANN_OVERWRITE_CMD, "").lower() == "true"
+    overwrite = pod["metadata"]["annotations"].get(conventions.ANN_OVERWRITE_CMD, "").lower() == "true"
     _wrap_command(container, ray_start=ray_start, overwrite=overwrite, login_shell=config.switches.enable_login_shell)
     for init in spec.get("initContainers") or []:
         init.setdefault("env", [])
@@ -283,22 +284,22 @@ def head_pod(view: ClusterView, config: OperatorConfig, *, name: str, spec_hash:
         config,
         head=True,
         template=template,
-        group=names.HEAD_GROUP,
+        group=conventions.HEAD_GROUP,
         group_labels=dict(spec.head_group_spec.labels or {}),
     )
     pod["metadata"]["name"] = name
     annotations = pod["metadata"]["annotations"]
-    annotations[names.ANN_FT_ENABLED] = "true" if model.gcs_ft_enabled(view) else "false"
+    annotations[conventions.ANN_FT_ENABLED] = "true" if model.gcs_ft_enabled(view) else "false"
     if model.gcs_backend(view) == "redis":
-        annotations[names.ANN_EXTERNAL_STORAGE_NS] = env.storage_namespace(view)
-    annotations[names.ANN_RECREATE_HASH] = spec_hash
-    annotations[names.ANN_KUBERAY_VERSION] = config.version
+        annotations[conventions.ANN_EXTERNAL_STORAGE_NS] = env.storage_namespace(view)
+    annotations[conventions.ANN_RECREATE_HASH] = spec_hash
+    annotations[conventions.ANN_KUBERAY_VERSION] = config.version
     pod_spec = pod["spec"]
     params = head_start_params(view, config)
     container = pod_spec["containers"][0]
     if model.autoscaling_enabled(spec):
         sa = pod_spec.get("serviceAccountName") or view.name
-        pod_spec["serviceAccountName"] = names.check_name(str(sa))
+        pod_spec["serviceAccountName"] = check_name(str(sa))
         pod_spec["containers"].append(
             containers.autoscaler_container(str(container.get("image", "")), spec.autoscaler_options)
         )

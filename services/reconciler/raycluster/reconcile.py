@@ -37,6 +37,7 @@ import msgspec
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import ObjectRef
+from schema.ray import conventions
 from services.reconciler.raycluster import (
     auth,
     autoscaler_rbac,
@@ -76,7 +77,7 @@ def _decision(plan: Plan, wake_at: datetime | None) -> Decision:
 def _reconcile(snapshot: Snapshot, obj: dict[str, Any], now: datetime, config: OperatorConfig) -> Decision:
     raw_spec = obj.get("spec")
     managed_by = raw_spec.get("managedBy") if isinstance(raw_spec, dict) else None
-    if managed_by and managed_by != names.MANAGED_BY_KUBERAY:
+    if managed_by and managed_by != conventions.MANAGED_BY_KUBERAY:
         return Decision(rules=("4.1/managed-by-other",))
     raw_meta = obj.get("metadata")
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from schema.config import OperatorConfig
+from schema.ray import conventions
 from services.reconciler.raycluster import model, names, pods
 from services.reconciler.raycluster.model import ClusterView
 
@@ -53,13 +54,13 @@ def service_ports(ports: dict[str, int]) -> list[dict[str, Any]]:
 def head_selector(view: ClusterView) -> dict[str, str]:
     """The labels that identify the head Service (and select the head pod)."""
     template_labels = (view.spec.head_group_spec.template.get("metadata") or {}).get("labels") or {}
-    app_name = template_labels.get(names.LABEL_APP_NAME) if isinstance(template_labels, dict) else None
+    app_name = template_labels.get(conventions.LABEL_APP_NAME) if isinstance(template_labels, dict) else None
     return {
-        names.LABEL_CLUSTER: view.name,
-        names.LABEL_NODE_TYPE: names.NODE_HEAD,
-        names.LABEL_IDENTIFIER: names.identifier(view.name, names.NODE_HEAD),
-        names.LABEL_APP_NAME: app_name if isinstance(app_name, str) and app_name else names.APP_NAME,
-        names.LABEL_CREATED_BY: names.CREATED_BY,
+        conventions.LABEL_CLUSTER: view.name,
+        conventions.LABEL_NODE_TYPE: conventions.NODE_HEAD,
+        conventions.LABEL_IDENTIFIER: names.identifier(view.name, conventions.NODE_HEAD),
+        conventions.LABEL_APP_NAME: app_name if isinstance(app_name, str) and app_name else conventions.APP_NAME,
+        conventions.LABEL_CREATED_BY: conventions.CREATED_BY,
     }
 
 
@@ -129,12 +130,12 @@ def headless_service(view: ClusterView) -> dict[str, Any]:
         "metadata": {
             "name": names.headless_service_name(view.name),
             "namespace": view.namespace,
-            "labels": {names.LABEL_HEADLESS_SVC: view.name},
+            "labels": {conventions.LABEL_HEADLESS_SVC: view.name},
             "ownerReferences": [pods.owner_reference_of(view)],
         },
         "spec": {
             "clusterIP": "None",
-            "selector": {names.LABEL_CLUSTER: view.name, names.LABEL_NODE_TYPE: names.NODE_WORKER},
+            "selector": {conventions.LABEL_CLUSTER: view.name, conventions.LABEL_NODE_TYPE: conventions.NODE_WORKER},
             "publishNotReadyAddresses": True,
         },
     }
@@ -154,13 +155,13 @@ def serve_service(view: ClusterView) -> dict[str, Any]:
             "name": names.serve_service_name(view.name),
             "namespace": view.namespace,
             "labels": {
-                names.LABEL_ORIGIN_NAME: view.name,
-                names.LABEL_ORIGIN_CRD: "RayCluster",
-                names.LABEL_SERVE: f"{view.name}-serve",
+                conventions.LABEL_ORIGIN_NAME: view.name,
+                conventions.LABEL_ORIGIN_CRD: "RayCluster",
+                conventions.LABEL_SERVE: f"{view.name}-serve",
             },
             "ownerReferences": [pods.owner_reference_of(view)],
         },
-        "spec": {"selector": {names.LABEL_CLUSTER: view.name}, "ports": service_ports(serve_ports(view))},
+        "spec": {"selector": {conventions.LABEL_CLUSTER: view.name}, "ports": service_ports(serve_ports(view))},
     }
 
 
@@ -173,13 +174,13 @@ def labels_match(obj: dict[str, Any], wanted: dict[str, str]) -> bool:
 def find_head_services(view: ClusterView, services: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Services labelled as this cluster's head Service."""
     wanted = {
-        names.LABEL_CLUSTER: view.name,
-        names.LABEL_NODE_TYPE: names.NODE_HEAD,
-        names.LABEL_IDENTIFIER: names.identifier(view.name, names.NODE_HEAD),
+        conventions.LABEL_CLUSTER: view.name,
+        conventions.LABEL_NODE_TYPE: conventions.NODE_HEAD,
+        conventions.LABEL_IDENTIFIER: names.identifier(view.name, conventions.NODE_HEAD),
     }
     return [s for s in services if labels_match(s, wanted)]
 
 
 def find_headless_services(view: ClusterView, services: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Services labelled ``ray.io/headless-worker-svc=<c>``."""
-    return [s for s in services if labels_match(s, {names.LABEL_HEADLESS_SVC: view.name})]
+    return [s for s in services if labels_match(s, {conventions.LABEL_HEADLESS_SVC: view.name})]

@@ -17,13 +17,13 @@ import re
 from typing import Final
 
 from schema.config import OperatorConfig
-from schema.ray import NetworkPolicyRules, RayClusterSpec, WorkerGroupNetworkPolicy, WorkerGroupSpec
-from services.reconciler.raycluster import model, names, shape
+from schema.ray import NetworkPolicyRules, RayClusterSpec, WorkerGroupNetworkPolicy, WorkerGroupSpec, conventions
+from services.reconciler.common.validation import DNS1035
+from services.reconciler.raycluster import model, shape
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.validation_messages import MESSAGES, message_for
 
 MAX_NAME_LENGTH: Final = 53
-_DNS1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME: Final = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -45,7 +45,7 @@ def validate_metadata(view: ClusterView) -> str:
     """docs/behaviour.md#8 metadata rules for a RayCluster name."""
     if len(view.name) > MAX_NAME_LENGTH:
         return message_for("name-too-long", max=MAX_NAME_LENGTH, n=len(view.name))
-    if len(view.name) > 63 or not _DNS1035.match(view.name):
+    if len(view.name) > 63 or not DNS1035.match(view.name):
         return message_for("name-dns1035", name=view.name)
     return ""
 
@@ -177,7 +177,7 @@ def _validate_gcs(view: ClusterView, config: OperatorConfig) -> str:
     options = spec.gcs_fault_tolerance_options
     head_env = _env_names(head.template)
     params = head.ray_start_params or {}
-    if options is not None and names.ANN_FT_ENABLED in view.annotations:
+    if options is not None and conventions.ANN_FT_ENABLED in view.annotations:
         return message_for("ft-both")
     if "RAY_REDIS_ADDRESS" in head_env and not model.gcs_ft_enabled(view):
         return message_for("redis-address-no-ft")
@@ -188,7 +188,7 @@ def _validate_gcs(view: ClusterView, config: OperatorConfig) -> str:
             return message_for("ft-redis-password-env")
         if "RAY_REDIS_ADDRESS" in head_env:
             return message_for("ft-redis-address-env")
-        if names.ANN_EXTERNAL_STORAGE_NS in view.annotations:
+        if conventions.ANN_EXTERNAL_STORAGE_NS in view.annotations:
             return message_for("ft-storage-ns-annotation")
         if options.backend == "rocksdb":
             if not config.gates.gcs_fault_tolerance_embedded_storage:

@@ -36,14 +36,13 @@ from typing import Any, Final
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, ObjectRef, PatchStatus, Transition
-from schema.ray.common import API_VERSION
+from schema.ray import conventions
+from schema.ray.conventions import API_VERSION
 from schema.ray.raycronjob import RayCronJobSpec
 from schema.times import format_time, parse_time, truncate
+from services.reconciler.common.owners import owner_reference
 from services.reconciler.raycronjob.schedule import latest_tick, next_tick, parse_schedule
 from services.reconciler.raycronjob.validation import validate_raycronjob
-
-CRONJOB_NAME_LABEL: Final = "ray.io/cronjob-name"
-SCHEDULED_TIMESTAMP_ANNOTATION: Final = "ray.io/cronjob-scheduled-timestamp"
 
 _FINISHED_SUCCESS: Final = frozenset({"Complete"})
 _FINISHED_FAILURE: Final = frozenset({"Failed", "ValidationFailed"})
@@ -198,7 +197,7 @@ def _children(snapshot: Snapshot, ref: ObjectRef) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for job in snapshot.of_kind("RayJob"):
         metadata = _mapping(job.get("metadata"))
-        if _mapping(metadata.get("labels")).get(CRONJOB_NAME_LABEL) != ref.name:
+        if _mapping(metadata.get("labels")).get(conventions.LABEL_CRONJOB_NAME) != ref.name:
             continue
         owners = metadata.get("ownerReferences")
         controllers = (
@@ -227,7 +226,7 @@ def _is_active(job: Mapping[str, Any]) -> bool:
 def _scheduled_at(job: Mapping[str, Any]) -> tuple[str, str, str]:
     """Sort key, oldest first: scheduled timestamp, then creation time, then name."""
     metadata = _mapping(job.get("metadata"))
-    annotated = parse_time(_mapping(metadata.get("annotations")).get(SCHEDULED_TIMESTAMP_ANNOTATION))
+    annotated = parse_time(_mapping(metadata.get("annotations")).get(conventions.ANN_CRONJOB_SCHEDULED_TIMESTAMP))
     created = parse_time(metadata.get("creationTimestamp"))
     return (
         format_time(annotated) if annotated else "",
@@ -282,18 +281,9 @@ def _create_child(cron: Mapping[str, Any], *, ref: ObjectRef, child_name: str, t
         "metadata": {
             "name": child_name,
             "namespace": ref.namespace,
-            "labels": {CRONJOB_NAME_LABEL: ref.name},
-            "annotations": {SCHEDULED_TIMESTAMP_ANNOTATION: format_time(tick)},
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "RayCronJob",
-                    "name": ref.name,
-                    "uid": ref.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "labels": {conventions.LABEL_CRONJOB_NAME: ref.name},
+            "annotations": {conventions.ANN_CRONJOB_SCHEDULED_TIMESTAMP: format_time(tick)},
+            "ownerReferences": [owner_reference(ref)],
         },
         "spec": copy.deepcopy(dict(template)) if isinstance(template, Mapping) else {},
     }

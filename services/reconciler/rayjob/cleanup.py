@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from schema.config import OperatorConfig
 from schema.messages import Command, DeleteObject, EmitEvent, ObjectRef, PatchObject
-from schema.ray.common import API_VERSION
+from schema.ray.conventions import API_VERSION
 from schema.ray.rayjob import DeletionRule, RayJobSpec
 from schema.times import after_seconds
 from services.reconciler.rayjob.cluster import being_deleted, mapping, text

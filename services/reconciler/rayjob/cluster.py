@@ -21,22 +21,13 @@ from schema.config import OperatorConfig
 from schema.decision import Snapshot
 from schema.objects import service_port
 from schema.probes import head_service_name
-from schema.ray.common import API_VERSION
-from schema.ray.conventions import PORT_DASHBOARD
+from schema.ray import conventions
+from schema.ray.conventions import API_VERSION, PORT_DASHBOARD, check_label
 from schema.ray.rayjob import SIDECAR_MODE, RayJobSpec
+from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.raycluster.model import view_of
 from services.reconciler.raycluster.services import head_service
-from services.reconciler.rayjob.names import (
-    CLUSTER_LABEL,
-    DISABLE_PROVISIONED_HEAD_RESTART,
-    IDENTIFIER_LABEL,
-    JOB_SUBMISSION_MODE_LABEL,
-    NODE_TYPE_LABEL,
-    ORIGINATED_FROM_CR_NAME,
-    ORIGINATED_FROM_CRD,
-    check_label,
-    head_service_name_for_rayjob,
-)
+from services.reconciler.rayjob.names import head_service_name_for_rayjob
 from services.reconciler.rayjob.submitter import sidecar_container
 
 
@@ -48,19 +39,6 @@ def mapping(value: object) -> Mapping[str, Any]:
 def text(value: object) -> str:
     """``value`` if it is a string, else ""."""
     return value if isinstance(value, str) else ""
-
-
-def owner_reference(obj: Mapping[str, Any], kind: str = "RayJob") -> dict[str, Any]:
-    """A controller owner reference to ``obj`` (GC cascades from it)."""
-    metadata = mapping(obj.get("metadata"))
-    return {
-        "apiVersion": API_VERSION,
-        "kind": kind,
-        "name": text(metadata.get("name")),
-        "uid": text(metadata.get("uid")),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def build_cluster(
@@ -80,12 +58,12 @@ def build_cluster(
     metadata = mapping(rayjob.get("metadata"))
     name = text(metadata.get("name"))
     labels = {k: v for k, v in mapping(metadata.get("labels")).items() if isinstance(v, str)}
-    labels[ORIGINATED_FROM_CR_NAME] = name
-    labels[ORIGINATED_FROM_CRD] = "RayJob"
-    labels[JOB_SUBMISSION_MODE_LABEL] = spec.submission_mode
+    labels[conventions.LABEL_ORIGIN_NAME] = name
+    labels[conventions.LABEL_ORIGIN_CRD] = "RayJob"
+    labels[conventions.LABEL_JOB_SUBMISSION_MODE] = spec.submission_mode
     annotations = {k: v for k, v in mapping(metadata.get("annotations")).items() if isinstance(v, str)}
     if spec.submission_mode == SIDECAR_MODE:
-        annotations[DISABLE_PROVISIONED_HEAD_RESTART] = "true"
+        annotations[conventions.ANN_DISABLE_HEAD_RESTART] = "true"
     cluster_spec: dict[str, Any] = copy.deepcopy(dict(mapping(mapping(rayjob.get("spec")).get("rayClusterSpec"))))
     if spec.submission_mode == SIDECAR_MODE:
         container = sidecar_container(
@@ -107,7 +85,7 @@ def build_cluster(
             "name": cluster_name,
             "namespace": text(metadata.get("namespace")),
             "labels": labels,
-            "ownerReferences": [owner_reference(rayjob)],
+            "ownerReferences": [owner_reference_to(rayjob, "RayJob")],
         },
         "spec": cluster_spec,
     }
@@ -142,14 +120,14 @@ def rayjob_head_service(
     name, namespace = text(metadata.get("name")), text(metadata.get("namespace"))
     view = view_of(spec.ray_cluster_spec, name=cluster_name, namespace=namespace)
     service = head_service(
-        view, config, name=head_service_name_for_rayjob(name), owner_reference=owner_reference(rayjob)
+        view, config, name=head_service_name_for_rayjob(name), owner_reference=owner_reference_to(rayjob, "RayJob")
     )
     service["metadata"]["namespace"] = namespace
     service["metadata"]["labels"] = {
-        ORIGINATED_FROM_CR_NAME: name,
-        ORIGINATED_FROM_CRD: "RayJob",
-        NODE_TYPE_LABEL: "head",
-        IDENTIFIER_LABEL: check_label(f"{name}-head"),
+        conventions.LABEL_ORIGIN_NAME: name,
+        conventions.LABEL_ORIGIN_CRD: "RayJob",
+        conventions.LABEL_NODE_TYPE: "head",
+        conventions.LABEL_IDENTIFIER: check_label(f"{name}-head"),
     }
     return service
 
@@ -158,7 +136,7 @@ def head_pod(snapshot: Snapshot, cluster_name: str) -> dict[str, Any] | None:
     """The cluster's head pod among the snapshot's ``Pod`` entries (first by name), or None."""
     for pod in snapshot.of_kind("Pod"):
         labels = mapping(mapping(pod.get("metadata")).get("labels"))
-        if labels.get(CLUSTER_LABEL) == cluster_name and labels.get(NODE_TYPE_LABEL) == "head":
+        if labels.get(conventions.LABEL_CLUSTER) == cluster_name and labels.get(conventions.LABEL_NODE_TYPE) == "head":
             return pod
     return None
 

@@ -34,9 +34,11 @@ from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import EmitEvent, ObjectRef, PatchObject, PatchStatus, StopRayJob
 from schema.probes import snapshot_dashboard
-from schema.ray.common import API_VERSION, MANAGED_BY_KUBERAY
+from schema.ray import conventions
+from schema.ray.conventions import API_VERSION, MANAGED_BY_KUBERAY
 from schema.ray.rayjob import INTERACTIVE_MODE, K8S_JOB_MODE
 from schema.times import format_time, parse_time
+from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
 from services.reconciler.rayjob import running
 from services.reconciler.rayjob.cleanup import plan_cleanup
@@ -44,10 +46,9 @@ from services.reconciler.rayjob.cluster import (
     being_deleted,
     dashboard_url,
     mapping,
-    owner_reference,
     text,
 )
-from services.reconciler.rayjob.names import CLUSTER_SELECTOR_KEY, FINALIZER, attempt_suffix
+from services.reconciler.rayjob.names import attempt_suffix
 from services.reconciler.rayjob.passes import Pass
 from services.reconciler.rayjob.status import TERMINAL_DEPLOYMENT_STATUSES, TERMINAL_JOB_STATUSES, StatusDraft
 from services.reconciler.rayjob.steps import get_or_create_cluster, pre_running_deadline_passed, preflight
@@ -90,10 +91,10 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
     job = Pass(snapshot=snapshot, rayjob=rayjob, spec=spec, ref=ref, now=now, config=config)
     deployment = job.status.deployment
     if deployment == "":
-        if FINALIZER not in job.finalizers:
+        if conventions.FINALIZER_RAYJOB not in job.finalizers:
             patch = PatchObject(
                 target=ref,
-                patch=add_finalizer_patch(job.finalizers, FINALIZER),
+                patch=add_finalizer_patch(job.finalizers, conventions.FINALIZER_RAYJOB),
                 patch_type="json",
                 resource_version=job.resource_version,
             )
@@ -123,7 +124,7 @@ def _on_deletion(snapshot: Snapshot, rayjob: Mapping[str, Any], ref: ObjectRef) 
     """docs/behaviour.md#5.1 step 3: stop a non-terminal job on its dashboard, then drop the finalizer."""
     metadata = mapping(rayjob.get("metadata"))
     finalizers = [f for f in metadata.get("finalizers") or [] if isinstance(f, str)]
-    if FINALIZER not in finalizers:
+    if conventions.FINALIZER_RAYJOB not in finalizers:
         return Decision(rules=("5.1/deleting-no-finalizer",))
     status = mapping(rayjob.get("status"))
     commands: list[Any] = []
@@ -137,7 +138,7 @@ def _on_deletion(snapshot: Snapshot, rayjob: Mapping[str, Any], ref: ObjectRef) 
     commands.append(
         PatchObject(
             target=ref,
-            patch=remove_finalizer_patch(finalizers, FINALIZER),
+            patch=remove_finalizer_patch(finalizers, conventions.FINALIZER_RAYJOB),
             patch_type="json",
             resource_version=text(metadata.get("resourceVersion")),
         )
@@ -193,7 +194,7 @@ def _new(job: Pass) -> None:
         job_id = spec.job_id or f"{job.ref.name}-{attempt_suffix(uid=job.ref.uid, purpose='job', attempt=attempt)}"
         status.set("jobId", job_id)
     if not status.get("rayClusterName"):
-        selected = (spec.cluster_selector or {}).get(CLUSTER_SELECTOR_KEY, "")
+        selected = (spec.cluster_selector or {}).get(conventions.LABEL_CLUSTER, "")
         cluster_name = (
             selected or f"{job.ref.name}-{attempt_suffix(uid=job.ref.uid, purpose='cluster', attempt=attempt)}"
         )
@@ -247,7 +248,7 @@ def _initializing(job: Pass) -> None:
                 dashboard_url=status.get("dashboardURL"),
                 cluster_name=status.get("rayClusterName"),
                 cluster_spec=mapping(cluster.get("spec")),
-                owner_reference=owner_reference(job.rayjob),
+                owner_reference=owner_reference_to(job.rayjob, "RayJob"),
                 config=job.config,
             )
         except SubmitterError as exc:

@@ -24,6 +24,7 @@ from typing import Any, Final
 from schema.decision import OBS_RAY_JOB
 from schema.messages import ObjectRef, PatchObject, SubmitRayJob
 from schema.probes import snapshot_dashboard
+from schema.ray import conventions
 from schema.ray.rayjob import HTTP_MODE, K8S_JOB_MODE, SIDECAR_MODE
 from schema.times import after_seconds, format_time, from_epoch_millis, parse_time
 from services.reconciler.rayjob.cluster import (
@@ -32,7 +33,7 @@ from services.reconciler.rayjob.cluster import (
     rayjob_head_service,
     text,
 )
-from services.reconciler.rayjob.names import CLUSTER_LABEL, SUBMITTER_CONTAINER, head_service_name_for_rayjob
+from services.reconciler.rayjob.names import SUBMITTER_CONTAINER, head_service_name_for_rayjob
 from services.reconciler.rayjob.passes import Pass
 from services.reconciler.rayjob.status import TERMINAL_JOB_STATUSES
 from services.reconciler.rayjob.steps import get_or_create_cluster, preflight
@@ -124,7 +125,7 @@ def _reconcile_head_service(job: Pass) -> None:
         job.rule("5.2/create-head-service")
         return
     existing_spec = mapping(existing.get("spec"))
-    if mapping(existing_spec.get("selector")).get(CLUSTER_LABEL) == cluster_name:
+    if mapping(existing_spec.get("selector")).get(conventions.LABEL_CLUSTER) == cluster_name:
         return
     patch = [
         {"op": "replace", "path": "/spec/selector", "value": wanted["spec"]["selector"]},

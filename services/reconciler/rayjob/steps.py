@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from schema.ray.common import API_VERSION
+from schema.ray.conventions import API_VERSION
 from schema.times import after_seconds, go_time_string, parse_time
 from services.reconciler.rayjob.cluster import build_cluster
 from services.reconciler.rayjob.passes import Pass

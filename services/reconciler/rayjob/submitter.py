@@ -28,15 +28,10 @@ import yaml
 from schema.config import OperatorConfig
 from schema.objects import container_port, head_container
 from schema.probes import token_auth_secret
+from schema.ray import conventions
 from schema.ray.conventions import DEFAULT_DASHBOARD_PORT, PORT_DASHBOARD
 from schema.ray.rayjob import SIDECAR_MODE, RayJobSpec
-from services.reconciler.rayjob.names import (
-    CREATED_BY_LABEL,
-    CREATED_BY_VALUE,
-    ORIGINATED_FROM_CR_NAME,
-    ORIGINATED_FROM_CRD,
-    SUBMITTER_CONTAINER,
-)
+from services.reconciler.rayjob.names import SUBMITTER_CONTAINER
 
 GCS_HEALTH_PATH: Final = "api/gcs_healthz"
 GCS_HEALTH_TIMEOUT_SECONDS: Final = 10
@@ -271,7 +266,11 @@ def build_submitter_job(
     metadata = rayjob.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     name = str(metadata.get("name", ""))
-    labels = {ORIGINATED_FROM_CR_NAME: name, ORIGINATED_FROM_CRD: "RayJob", CREATED_BY_LABEL: CREATED_BY_VALUE}
+    labels = {
+        conventions.LABEL_ORIGIN_NAME: name,
+        conventions.LABEL_ORIGIN_CRD: "RayJob",
+        conventions.LABEL_CREATED_BY: conventions.CREATED_BY,
+    }
     user_template = raw_spec.get("submitterPodTemplate")
     if isinstance(user_template, Mapping):
         template: dict[str, Any] = copy.deepcopy(dict(user_template))

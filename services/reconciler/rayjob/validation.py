@@ -14,7 +14,6 @@ reports when an object bypassed them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -22,6 +21,7 @@ import msgspec
 import yaml
 
 from schema.config import FeatureGates, OperatorConfig
+from schema.ray import conventions
 from schema.ray.raycluster import RayClusterSpec
 from schema.ray.rayjob import (
     HTTP_MODE,
@@ -33,20 +33,15 @@ from schema.ray.rayjob import (
     DeletionRule,
     RayJobSpec,
 )
+from services.reconciler.common.validation import dns1035_errors
 from services.reconciler.raycluster.model import autoscaling_enabled, view_of
 from services.reconciler.raycluster.validation import validate_spec as validate_raycluster_spec
-from services.reconciler.rayjob.names import CLUSTER_SELECTOR_KEY, MAX_RAYJOB_NAME_LENGTH
+from services.reconciler.rayjob.names import MAX_RAYJOB_NAME_LENGTH
 
 InvalidReason = Literal["InvalidRayJobMetadata", "InvalidRayJobSpec", "InvalidRayJobStatus"]
 
 SPEC_INVALID: Final = "The RayJob spec is invalid: "
 
-_DNS1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS1035_MESSAGE: Final = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
-    "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-)
 
 _IMPACT_ORDER: Final = ("DeleteWorkers", "DeleteCluster", "DeleteSelf")
 
@@ -56,16 +51,6 @@ class RayJobInvalid(msgspec.Struct, frozen=True, kw_only=True):
 
     reason: InvalidReason
     message: str
-
-
-def dns1035_errors(name: str) -> list[str]:
-    """Go's ``validation.IsDNS1035Label`` error list (empty when ``name`` is valid)."""
-    errors: list[str] = []
-    if len(name) > 63:
-        errors.append("must be no more than 63 characters")
-    if not _DNS1035.match(name):
-        errors.append(_DNS1035_MESSAGE)
-    return errors
 
 
 def validate_rayjob_metadata(metadata: Mapping[str, Any]) -> str | None:
@@ -137,7 +122,7 @@ def validate_rayjob_spec(
     if spec.ray_cluster_spec is None and not selector_mode:
         return SPEC_INVALID + "one of RayClusterSpec or ClusterSelector must be set"
     if selector_mode:
-        if not selector.get(CLUSTER_SELECTOR_KEY):
+        if not selector.get(conventions.LABEL_CLUSTER):
             return "cluster name in ClusterSelector should not be empty"
         if spec.submission_mode == SIDECAR_MODE:
             return "ClusterSelector is not supported in SidecarMode"

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from schema.ray import conventions
 from schema.times import format_time, parse_time
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.clusters import annotations_of, being_deleted, labels_of, name_of
@@ -104,8 +105,8 @@ def owned_services(job: Pass) -> list[dict[str, Any]]:
     for service in job.snapshot.of_kind("Service"):
         labels = labels_of(service)
         if (
-            labels.get(names.LABEL_ORIGIN_NAME) == job.model.name
-            and labels.get(names.LABEL_ORIGIN_CRD) == names.ORIGIN_CRD
+            labels.get(conventions.LABEL_ORIGIN_NAME) == job.model.name
+            and labels.get(conventions.LABEL_ORIGIN_CRD) == names.ORIGIN_CRD
         ):
             found.append(service)
     return found

@@ -24,7 +24,8 @@ from typing import Any
 
 from schema.config import OperatorConfig
 from schema.decision import Snapshot
-from services.reconciler.rayjob.cluster import owner_reference
+from schema.ray import conventions
+from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.model import ServiceModel, goal_hash, integer, mapping, string_map, text
 
@@ -54,7 +55,10 @@ def originated_clusters(snapshot: Snapshot, rayservice: str) -> list[dict[str, A
     found = []
     for cluster in snapshot.of_kind("RayCluster"):
         labels = labels_of(cluster)
-        if labels.get(names.LABEL_ORIGIN_NAME) == rayservice and labels.get(names.LABEL_ORIGIN_CRD) == names.ORIGIN_CRD:
+        if (
+            labels.get(conventions.LABEL_ORIGIN_NAME) == rayservice
+            and labels.get(conventions.LABEL_ORIGIN_CRD) == names.ORIGIN_CRD
+        ):
             found.append(cluster)
     return found
 
@@ -77,14 +81,14 @@ def build_cluster(
     """The RayCluster a RayService creates (docs/behaviour.md#6.3)."""
     cluster_config = model.cluster_config
     labels = dict(model.labels)
-    labels[names.LABEL_ORIGIN_NAME] = model.name
-    labels[names.LABEL_ORIGIN_CRD] = names.ORIGIN_CRD
+    labels[conventions.LABEL_ORIGIN_NAME] = model.name
+    labels[conventions.LABEL_ORIGIN_CRD] = names.ORIGIN_CRD
     annotations = dict(model.annotations)
     for key in names.RAYBUS_ANNOTATIONS:
         annotations.pop(key, None)
-    annotations[names.ANN_HASH] = goal_hash(cluster_config)
-    annotations[names.ANN_NUM_WORKER_GROUPS] = str(worker_group_count(cluster_config))
-    annotations[names.ANN_KUBERAY_VERSION] = config.version
+    annotations[conventions.ANN_SPEC_HASH] = goal_hash(cluster_config)
+    annotations[conventions.ANN_NUM_WORKER_GROUPS] = str(worker_group_count(cluster_config))
+    annotations[conventions.ANN_KUBERAY_VERSION] = config.version
     for key, value in (keep_annotations or {}).items():
         annotations[key] = value
     if clear_replicas:
@@ -99,7 +103,7 @@ def build_cluster(
             "namespace": model.namespace,
             "labels": labels,
             "annotations": annotations,
-            "ownerReferences": [owner_reference(rayservice, kind="RayService")],
+            "ownerReferences": [owner_reference_to(rayservice, "RayService")],
         },
         "spec": cluster_config,
     }
@@ -110,11 +114,11 @@ def hash_equal(model: ServiceModel, cluster: Mapping[str, Any], *, partial: bool
     worker groups (true when only groups were appended). An unreadable group count counts as equal,
     as in KubeRay (such a cluster is updated in place)."""
     annotations = annotations_of(cluster)
-    cluster_hash = annotations.get(names.ANN_HASH, "")
+    cluster_hash = annotations.get(conventions.ANN_SPEC_HASH, "")
     config = mapping(model.raw_spec.get("rayClusterConfig"))
     if not partial:
         return cluster_hash == goal_hash(config)
-    count = integer(annotations.get(names.ANN_NUM_WORKER_GROUPS, ""))
+    count = integer(annotations.get(conventions.ANN_NUM_WORKER_GROUPS, ""))
     if count is None or count < 0:
         return True
     goal = goal_hash(config, groups=count) if worker_group_count(config) >= count else ""
@@ -130,7 +134,7 @@ def should_update(
     if active:
         if upgrading:
             return False
-        if annotations_of(cluster).get(names.ANN_KUBERAY_VERSION, "") != config.version:
+        if annotations_of(cluster).get(conventions.ANN_KUBERAY_VERSION, "") != config.version:
             return True
     if hash_equal(model, cluster, partial=False):
         return False
@@ -173,8 +177,8 @@ def head_pod(snapshot: Snapshot, cluster_name: str) -> dict[str, Any] | None:
     pods = [
         pod
         for pod in snapshot.of_kind("Pod")
-        if labels_of(pod).get(names.LABEL_CLUSTER) == cluster_name
-        and labels_of(pod).get(names.LABEL_NODE_TYPE) == "head"
+        if labels_of(pod).get(conventions.LABEL_CLUSTER) == cluster_name
+        and labels_of(pod).get(conventions.LABEL_NODE_TYPE) == "head"
     ]
     live = [pod for pod in pods if not being_deleted(pod)]
     chosen = live or pods

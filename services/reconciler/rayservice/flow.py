@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from schema.decision import OBS_SERVE_HEALTH
-from services.reconciler.rayservice import names
+from schema.ray import conventions
 from services.reconciler.rayservice.clusters import (
     build_cluster,
     hash_equal,
@@ -183,9 +183,9 @@ def update_serve_labels(job: Pass, progress: Progress) -> None:
             job.rule("6.1/head-pod-missing")
             continue
         wanted = "false" if exclude else _observed_health(job, pod)
-        if wanted is None or labels_of(pod).get(names.LABEL_SERVE) == wanted:
+        if wanted is None or labels_of(pod).get(conventions.LABEL_SERVE) == wanted:
             continue
-        job.patch("Pod", pod, body={"metadata": {"labels": {names.LABEL_SERVE: wanted}}}, guarded=False)
+        job.patch("Pod", pod, body={"metadata": {"labels": {conventions.LABEL_SERVE: wanted}}}, guarded=False)
         job.emit(
             "Normal",
             reason="UpdatedHeadPodServeLabel",

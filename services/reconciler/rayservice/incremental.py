@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from schema.ray import conventions
 from schema.times import parse_time
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.model import UpgradeOptions, integer, mapping, text
@@ -31,7 +32,7 @@ from services.reconciler.rayservice.status import ACTIVE, PENDING, StatusDraft
 def gateway_body(*, rayservice: str, namespace: str, class_name: str, owner: dict[str, Any]) -> dict[str, Any]:
     """``<rs>-gateway``: one HTTP listener on port 80 (KubeRay's ``createGateway``)."""
     return {
-        "apiVersion": names.GATEWAY_API_VERSION,
+        "apiVersion": conventions.GATEWAY_API_VERSION,
         "kind": "Gateway",
         "metadata": {"name": names.gateway_name(rayservice), "namespace": namespace, "ownerReferences": [owner]},
         "spec": gateway_spec(class_name),
@@ -65,7 +66,7 @@ def httproute_spec(*, rayservice: str, namespace: str, backends: list[tuple[str,
 def httproute_body(*, rayservice: str, namespace: str, spec: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
     """``<rs>-httproute`` owned by the RayService."""
     return {
-        "apiVersion": names.GATEWAY_API_VERSION,
+        "apiVersion": conventions.GATEWAY_API_VERSION,
         "kind": "HTTPRoute",
         "metadata": {"name": names.httproute_name(rayservice), "namespace": namespace, "ownerReferences": [owner]},
         "spec": spec,

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from schema.config import OperatorConfig
+from schema.ray import conventions
 from schema.ray.common import MAX_INT32
 from schema.ray.rayservice import NEW_CLUSTER, NEW_CLUSTER_WITH_INCREMENTAL_UPGRADE, RayServiceSpec
 from services.reconciler.raycluster.spechash import spec_hash
@@ -188,7 +189,7 @@ def deletion_delay(model: ServiceModel) -> int:
 
 def initializing_timeout_ns(model: ServiceModel) -> int | None:
     """The ``ray.io/initializing-timeout`` annotation in nanoseconds (None: absent or unusable)."""
-    raw = model.annotations.get(names.ANN_INITIALIZING_TIMEOUT, "")
+    raw = model.annotations.get(conventions.ANN_INITIALIZING_TIMEOUT, "")
     if not raw:
         return None
     parsed = parse_timeout(raw)

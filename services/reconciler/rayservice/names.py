@@ -5,7 +5,7 @@ five characters from a hash of stable inputs instead (the RayService uid, its ge
 cluster it replaces and a collision counter), so a replay of the same snapshot names the same cluster
 and every new cluster of one RayService gets a fresh name.
 
-Invariants: every function here is pure; suffixes are ``rayjob.names.rand5`` (only ``[a-z0-9]{5}``).
+Invariants: every function here is pure; suffixes are ``common.names.rand5`` (only ``[a-z0-9]{5}``).
 
 Not here: the RayCluster controller's own names (``raycluster.names``).
 """
@@ -14,23 +14,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from services.reconciler.rayjob.names import rand5
+from services.reconciler.common.names import rand5
 
-FINALIZER: Final = "ray.io/rayservice-finalizer"
-
-LABEL_CLUSTER: Final = "ray.io/cluster"
-LABEL_NODE_TYPE: Final = "ray.io/node-type"
-LABEL_IDENTIFIER: Final = "ray.io/identifier"
-LABEL_SERVE: Final = "ray.io/serve"
-LABEL_ORIGIN_NAME: Final = "ray.io/originated-from-cr-name"
-LABEL_ORIGIN_CRD: Final = "ray.io/originated-from-crd"
-LABEL_SERVICE_NAME: Final = "kubernetes.io/service-name"
 ORIGIN_CRD: Final = "RayService"
 
-ANN_HASH: Final = "ray.io/hash-without-replicas-and-workers-to-delete"
-ANN_NUM_WORKER_GROUPS: Final = "ray.io/num-worker-groups"
-ANN_KUBERAY_VERSION: Final = "ray.io/kuberay-version"
-ANN_INITIALIZING_TIMEOUT: Final = "ray.io/initializing-timeout"
 
 # raybus's durable replacements for KubeRay's in-memory caches (kept on the RayCluster they describe).
 ANN_DELETE_AFTER: Final = "raybus.io/delete-after"
@@ -41,11 +28,8 @@ RAYBUS_ANNOTATIONS: Final = (ANN_DELETE_AFTER, ANN_SERVE_CONFIG_HASH)
 
 MAX_RAYSERVICE_NAME_LENGTH: Final = 47
 DEFAULT_DELETION_DELAY_SECONDS: Final = 60
-DEFAULT_SERVE_PORT: Final = 8000
-SERVE_PORT_NAME: Final = "serve"
 GATEWAY_LISTENER_NAME: Final = "http"
 GATEWAY_LISTENER_PORT: Final = 80
-GATEWAY_API_VERSION: Final = "gateway.networking.k8s.io/v1"
 
 
 def cluster_name(*, rayservice: str, uid: str, generation: int, replaces: str, taken: frozenset[str]) -> str:
@@ -91,12 +75,3 @@ def gateway_name(rayservice: str) -> str:
 def httproute_name(rayservice: str) -> str:
     """``<rs>-httproute`` (incremental upgrade)."""
     return f"{rayservice}-httproute"
-
-
-def check_label(value: str) -> str:
-    """KubeRay's CheckLabel: keep the last 63 characters; a leading punctuation becomes ``r``."""
-    if len(value) > 63:
-        value = value[-63:]
-    if value and not value[0].isalnum():
-        value = "r" + value[1:]
-    return value

@@ -34,11 +34,13 @@ from schema.messages import (
     Propagation,
     PutServeConfig,
 )
+from schema.ray import conventions
+from services.reconciler.common.owners import owner_reference
 from services.reconciler.rayservice.model import ServiceModel, incremental_enabled, mapping, text
 from services.reconciler.rayservice.status import StatusDraft
 
 API_VERSIONS: dict[str, str] = {
-    "RayCluster": "ray.io/v1",
+    "RayCluster": conventions.API_VERSION,
     "Service": "v1",
     "Pod": "v1",
     "Gateway": "gateway.networking.k8s.io/v1",
@@ -132,14 +134,7 @@ class Pass:
 
     def owner_reference(self) -> dict[str, Any]:
         """A controller owner reference to the RayService (GC cascades from it)."""
-        return {
-            "apiVersion": self.ref.api_version,
-            "kind": "RayService",
-            "name": self.ref.name,
-            "uid": self.ref.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        return owner_reference(self.ref)
 
     def mark_deleted(self, kind: str, name: str) -> bool:
         """Remember a deletion of this pass; False when the object was already deleted in it."""

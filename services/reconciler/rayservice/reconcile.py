@@ -50,10 +50,10 @@ from typing import Any
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import ObjectRef, PatchObject
-from schema.ray.common import API_VERSION, MANAGED_BY_KUBERAY
+from schema.ray import conventions
+from schema.ray.conventions import API_VERSION, MANAGED_BY_KUBERAY
 from schema.times import as_utc
 from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
-from services.reconciler.rayservice import names
 from services.reconciler.rayservice.cleanup import cleanup_dangling
 from services.reconciler.rayservice.clusters import originated_clusters
 from services.reconciler.rayservice.flow import (
@@ -108,11 +108,11 @@ def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], *, now: dateti
     remaining = cleanup_dangling(job, clusters)
     if model.deleting:
         return _on_deletion(job, remaining=remaining)
-    if names.FINALIZER not in model.finalizers:
+    if conventions.FINALIZER_RAYSERVICE not in model.finalizers:
         job.commands.append(
             PatchObject(
                 target=ref,
-                patch=add_finalizer_patch(list(model.finalizers), names.FINALIZER),
+                patch=add_finalizer_patch(list(model.finalizers), conventions.FINALIZER_RAYSERVICE),
                 patch_type="json",
                 resource_version=model.resource_version,
             )
@@ -163,7 +163,7 @@ def _finish(job: Pass) -> Decision:
 
 def _on_deletion(job: Pass, *, remaining: bool) -> Decision:
     """docs/behaviour.md#6.1 step 4: every cluster is being deleted; drop the finalizer once none is left."""
-    if names.FINALIZER not in job.model.finalizers:
+    if conventions.FINALIZER_RAYSERVICE not in job.model.finalizers:
         job.rule("6.1/deleting-no-finalizer")
         return job.decision()
     if remaining:
@@ -172,7 +172,7 @@ def _on_deletion(job: Pass, *, remaining: bool) -> Decision:
     job.commands.append(
         PatchObject(
             target=job.ref,
-            patch=remove_finalizer_patch(list(job.model.finalizers), names.FINALIZER),
+            patch=remove_finalizer_patch(list(job.model.finalizers), conventions.FINALIZER_RAYSERVICE),
             patch_type="json",
             resource_version=job.model.resource_version,
         )

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from schema.probes import serve_port
-from services.reconciler.rayjob.cluster import owner_reference
+from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.rayservice import incremental, names
 from services.reconciler.rayservice.clusters import name_of
 from services.reconciler.rayservice.flow import Progress
@@ -38,7 +38,7 @@ def reconcile_gateway_objects(job: Pass, progress: Progress) -> None:
         if job.snapshot.get("Service", service_name) is not None:
             continue
         try:
-            body = per_cluster_serve_service(model, cluster, owner=owner_reference(cluster, kind="RayCluster"))
+            body = per_cluster_serve_service(model, cluster, owner=owner_reference_to(cluster, "RayCluster"))
         except ServiceBuildError as exc:
             job.emit("Warning", reason="FailedToCreateService", message=f"{job.ref.namespace}/{service_name}: {exc}")
             job.halt("6.4/per-cluster-serve-service-failed")

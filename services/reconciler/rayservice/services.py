@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from schema.config import OperatorConfig
-from schema.ray import RayClusterSpec, decode_as
+from schema.ray import RayClusterSpec, conventions, decode_as
 from services.reconciler.raycluster.model import view_of
 from services.reconciler.raycluster.services import head_service, serve_ports
 from services.reconciler.rayservice import names
@@ -53,7 +53,7 @@ def _cluster_spec(cluster: Mapping[str, Any]) -> RayClusterSpec:
 def selected_cluster(service: Mapping[str, Any] | None) -> str:
     """The ``ray.io/cluster`` of a Service's selector ("" when none)."""
     selector = mapping(mapping(mapping(service).get("spec")).get("selector"))
-    return text(selector.get(names.LABEL_CLUSTER))
+    return text(selector.get(conventions.LABEL_CLUSTER))
 
 
 def rayservice_head_service(
@@ -65,10 +65,10 @@ def rayservice_head_service(
     service = head_service(view, config, name=names.head_service_name(model.name), owner_reference=owner)
     service["metadata"]["namespace"] = model.namespace
     service["metadata"]["labels"] = {
-        names.LABEL_ORIGIN_NAME: model.name,
-        names.LABEL_ORIGIN_CRD: names.ORIGIN_CRD,
-        names.LABEL_NODE_TYPE: "head",
-        names.LABEL_IDENTIFIER: names.check_label(f"{model.name}-head"),
+        conventions.LABEL_ORIGIN_NAME: model.name,
+        conventions.LABEL_ORIGIN_CRD: names.ORIGIN_CRD,
+        conventions.LABEL_NODE_TYPE: "head",
+        conventions.LABEL_IDENTIFIER: conventions.check_label(f"{model.name}-head"),
     }
     return service
 
@@ -99,11 +99,11 @@ def rayservice_serve_service(
     """
     cluster_name = text(mapping(cluster.get("metadata")).get("name"))
     labels = {
-        names.LABEL_ORIGIN_NAME: model.name,
-        names.LABEL_ORIGIN_CRD: names.ORIGIN_CRD,
-        names.LABEL_SERVE: names.serve_service_label(model.name),
+        conventions.LABEL_ORIGIN_NAME: model.name,
+        conventions.LABEL_ORIGIN_CRD: names.ORIGIN_CRD,
+        conventions.LABEL_SERVE: names.serve_service_label(model.name),
     }
-    selector = {names.LABEL_CLUSTER: cluster_name, names.LABEL_SERVE: "true"}
+    selector = {conventions.LABEL_CLUSTER: cluster_name, conventions.LABEL_SERVE: "true"}
     generated = _generated_ports(model, cluster)
     user = model.raw_spec.get("serveService")
     if not isinstance(user, Mapping):
@@ -155,7 +155,7 @@ def _user_ports(generated: Mapping[str, int], user_ports: object) -> list[dict[s
     for port in user_ports if isinstance(user_ports, list) else []:
         if isinstance(port, dict):
             name = text(port.get("name"))
-            if name == names.SERVE_PORT_NAME or name.startswith(f"{names.SERVE_PORT_NAME}-"):
+            if name == conventions.PORT_SERVE or name.startswith(f"{conventions.PORT_SERVE}-"):
                 by_name.setdefault(name, dict(port))
     merged = {name: by_name.get(name, {"name": name, "port": port}) for name, port in generated.items()}
     for name, port in by_name.items():
@@ -176,7 +176,7 @@ def per_cluster_serve_service(
     if not generated:
         raise ServiceBuildError(NO_SERVE_PORT)
     spec: dict[str, Any] = {
-        "selector": {names.LABEL_CLUSTER: cluster_name, names.LABEL_SERVE: "true"},
+        "selector": {conventions.LABEL_CLUSTER: cluster_name, conventions.LABEL_SERVE: "true"},
         "ports": _plain_ports(generated),
     }
     if _default_type(model):
@@ -188,9 +188,9 @@ def per_cluster_serve_service(
             "name": names.serve_service_name(cluster_name),
             "namespace": model.namespace,
             "labels": {
-                names.LABEL_ORIGIN_NAME: cluster_name,
-                names.LABEL_ORIGIN_CRD: names.ORIGIN_CRD,
-                names.LABEL_SERVE: names.serve_service_label(cluster_name),
+                conventions.LABEL_ORIGIN_NAME: cluster_name,
+                conventions.LABEL_ORIGIN_CRD: names.ORIGIN_CRD,
+                conventions.LABEL_SERVE: names.serve_service_label(cluster_name),
             },
             "ownerReferences": [owner],
         },
@@ -213,7 +213,7 @@ def count_serve_endpoints(endpoint_slices: list[dict[str, Any]], service_names: 
     pods: set[str] = set()
     for slice_ in endpoint_slices:
         labels = mapping(mapping(slice_.get("metadata")).get("labels"))
-        if text(labels.get(names.LABEL_SERVICE_NAME)) not in service_names:
+        if text(labels.get(conventions.LABEL_SERVICE_NAME)) not in service_names:
             continue
         endpoints = slice_.get("endpoints")
         for endpoint in endpoints if isinstance(endpoints, list) else []:

@@ -19,10 +19,11 @@ from typing import Final, Literal
 import msgspec
 
 from schema.config import OperatorConfig
+from schema.ray import conventions
 from schema.ray.rayservice import UPGRADE_TYPES
+from services.reconciler.common.validation import dns1035_errors
 from services.reconciler.raycluster.model import autoscaling_enabled, view_of
 from services.reconciler.raycluster.validation import validate_spec as validate_raycluster_spec
-from services.reconciler.rayjob.validation import dns1035_errors
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.godur import parse_go_duration
 from services.reconciler.rayservice.model import ServiceModel, incremental_enabled, integer, mapping
@@ -41,10 +42,10 @@ class RayServiceInvalid(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _initializing_timeout_error(annotations: dict[str, str]) -> str | None:
-    value = annotations.get(names.ANN_INITIALIZING_TIMEOUT, "")
+    value = annotations.get(conventions.ANN_INITIALIZING_TIMEOUT, "")
     if not value:
         return None
-    key = names.ANN_INITIALIZING_TIMEOUT
+    key = conventions.ANN_INITIALIZING_TIMEOUT
     parsed = parse_go_duration(value)
     if parsed is not None:
         return None if parsed > 0 else f"annotation {key} must be a positive duration, got: {value}"

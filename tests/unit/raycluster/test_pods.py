@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from schema.config import OperatorConfig, OperatorSwitches, PodDefaults
+from schema.ray import conventions
 from services.reconciler.raycluster import model, names, pods, rayparams
 from tests.unit.raycluster import builders
 
@@ -263,10 +264,10 @@ def test_autoscaler_options_override() -> None:
 
 
 def test_names() -> None:
-    assert names.check_name("x" * 60) == "x" * 50
-    assert names.check_name("1abc") == "rabc"
-    assert names.check_label("-" + "a" * 70) == "a" * 63
-    assert names.check_label("-abc") == "rabc"
+    assert conventions.check_name("x" * 60) == "x" * 50
+    assert conventions.check_name("1abc") == "rabc"
+    assert conventions.check_label("-" + "a" * 70) == "a" * 63
+    assert conventions.check_label("-abc") == "rabc"
     assert names.head_pod_name("My-Cluster", "u", deterministic=True) == "my-cluster-head"
     name = names.head_pod_name("c" * 60, "u", deterministic=False)
     assert name.startswith("c" * 50 + "-head-") and len(name) == 61

@@ -10,7 +10,7 @@ import pytest
 from schema.decision import OBS_SERVE, OBS_SERVE_HEALTH, Snapshot
 from schema.keys import ReconcileKey
 from schema.probes import snapshot_targets
-from services.reconciler.rayjob.names import rand5
+from services.reconciler.common.names import rand5
 from services.reconciler.rayservice.godur import go_duration_string, parse_go_duration, parse_timeout
 from services.reconciler.rayservice.model import deletion_delay, goal_hash, read_model
 from services.reconciler.rayservice.names import cluster_name
