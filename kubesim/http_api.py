@@ -117,7 +117,7 @@ class ResourceApi:
                     return await self._watch(request, info, namespace, None)
                 return self._list(request, info, namespace)
             if method == "POST":
-                body = await self._body(request)
+                body = await self.read_object(request)
                 created = self._store.create_object(info, namespace, body)
                 return json_response(present(info, created), 201)
             if method == "DELETE":
@@ -129,7 +129,7 @@ class ResourceApi:
                 return await self._watch(request, info, namespace, name)
             return self._get(request, info, namespace, name)
         if method == "PUT":
-            body = await self._body(request)
+            body = await self.read_object(request)
             updated = self._store.update_object(
                 info, namespace, name, body, subresource=target.subresource, require_rv=info.custom
             )
@@ -155,7 +155,8 @@ class ResourceApi:
             raise too_large()
         return raw
 
-    async def _body(self, request: web.Request) -> Obj:
+    async def read_object(self, request: web.Request) -> Obj:
+        """The request's body, a JSON object (400 otherwise, 413 when too large)."""
         raw = await self._raw(request)
         try:
             body = codec.decode(raw)

@@ -21,8 +21,8 @@ from typing import Any, cast
 import yaml
 from aiohttp import web
 
-from kubesim import discovery, kubeconfig, routing
-from kubesim.errors import ApiError, page_not_found
+from kubesim import discovery, kubeconfig, reviews, routing
+from kubesim.errors import ApiError, method_not_allowed, page_not_found
 from kubesim.hooks import Controller, ProxyResolver
 from kubesim.http_api import ResourceApi, error_response, json_response
 from kubesim.proxy import Proxy
@@ -200,6 +200,11 @@ class KubeSim:
             answer = self._discovery(path, parts)
             if answer is not None:
                 return answer
+        if reviews.is_review(path):
+            if request.method != "POST":
+                raise method_not_allowed(request.method)
+            body = await self._api.read_object(request)
+            return json_response(reviews.answer(self.settings.access, path, body), 201)
         target = routing.parse(request.path)
         if target is None:
             raise page_not_found()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from kubesim.reviews import AccessTable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,3 +23,5 @@ class KubeSimSettings:
     """Default lifetime of a watch without ``timeoutSeconds`` (the real server picks 30 to 60 min)."""
     max_body_bytes: int = 3 * 1024 * 1024
     """Largest accepted request body; larger → 413, like the real server's 3 MiB limit."""
+    access: AccessTable = field(default_factory=AccessTable)
+    """Tokens and grants answering TokenReviews and SubjectAccessReviews (kubesim itself checks nobody)."""

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from services.runtime.settings import (
+    STATUS_AUTH_ENV,
     RaybusSettings,
     load_pod_defaults,
     load_settings,
@@ -71,6 +72,13 @@ def add_status(parser: argparse.ArgumentParser) -> None:
         "--trace-url-template",
         help="the console's link of a trace id, with {trace_id} in it [RAYBUS_TRACE_URL_TEMPLATE]",
     )
+    parser.add_argument(
+        "--auth",
+        action="store_true",
+        default=None,
+        help="require a bearer token on the history API and console, reviewed by the in-cluster API server "
+        f"(TokenReview and SubjectAccessReview) [{STATUS_AUTH_ENV}]",
+    )
 
 
 def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -> RaybusSettings:
@@ -98,6 +106,8 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
         status = dataclasses.replace(status, http_host=given["bind_address"])
     if "no_migrate" in given:
         status = dataclasses.replace(status, migrate=False)
+    if "auth" in given:
+        status = dataclasses.replace(status, auth=dataclasses.replace(status.auth, enabled=True))
     operator = s.operator
     if "feature_gates" in given:
         operator = msgspec.structs.replace(operator, gates=parse_feature_gates(given["feature_gates"], operator.gates))

@@ -37,7 +37,7 @@ from services.runtime.bus import redact_url
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
 from services.runtime.natsbin import nats_server_binary
 from services.runtime.private import OWNER_ONLY_UMASK, open_private_log, private_dir, write_private
-from services.runtime.settings import NATS_URL_ENV
+from services.runtime.settings import NATS_URL_ENV, STATUS_AUTH_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -251,18 +251,20 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         # A URL with a password goes in the environment, never on a command line (``ps`` shows those).
         secret_url = urlsplit(nats_url).password is not None
         bus_flags, bus_env = ([], {NATS_URL_ENV: nats_url}) if secret_url else (["--nats-url", nats_url], {})
-        services: list[tuple[str, list[str], str]] = [
-            ("watcher", ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"], "applier, informers, prober"),
-            ("reconciler", ["--feature-gates", args.feature_gates], "partitions of RAYBUS_EVENTS"),
+        services: list[tuple[str, list[str], str, dict[str, str]]] = [
+            ("watcher", ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"], "applier, informers, prober", {}),
+            ("reconciler", ["--feature-gates", args.feature_gates], "partitions of RAYBUS_EVENTS", {}),
         ]
         status_port = args.status_port or free_port()
         status_url = f"http://127.0.0.1:{status_port}"
-        services.append(("status", ["--db-url", db_url, "--http-port", str(status_port)], f"history API {status_url}"))
-        for name, extra, what in services:
+        # The history API on loopback is the user's own: no token reviews (an exported variable notwithstanding).
+        status_flags = ["--db-url", db_url, "--http-port", str(status_port)]
+        services.append(("status", status_flags, f"history API {status_url}", {STATUS_AUTH_ENV: "false"}))
+        for name, extra, what, env in services:
             health = free_port()
             argv = _raybus(name, *bus_flags, "--health-port", str(health), *extra)
             ready_url = f"http://127.0.0.1:{health}/readyz"
-            child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}", env=bus_env)
+            child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}", env={**bus_env, **env})
             stack.add(child, functools.partial(http_ok, ready_url), args.timeout)
         stack.endpoints = {
             endpoints.NATS_URL: nats_url,

@@ -22,6 +22,9 @@ from schema.subjects import DEFAULT_PARTITIONS
 from services.runtime.errors import PermanentError
 
 NATS_URL_ENV: Final = "RAYBUS_NATS_URL"
+STATUS_AUTH_ENV: Final = "RAYBUS_STATUS_AUTH"
+IN_CLUSTER_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+IN_CLUSTER_CA_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +106,22 @@ class KubeSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StatusAuthSettings:
+    enabled: bool = False
+    """Require a bearer token on the history API and the console, checked by the Kubernetes API server
+    (TokenReview, then SubjectAccessReview of ``get`` on the request's path as a non-resource URL). Off
+    by default and under ``raybus up``; for in-cluster use."""
+    api_url: str = ""
+    """The API server that reviews tokens; "" = in-cluster (``KUBERNETES_SERVICE_HOST``/``_PORT``)."""
+    token_file: str = IN_CLUSTER_TOKEN_FILE
+    """The status service's own token, sent with each review (re-read, so a rotated token is used)."""
+    ca_file: str = IN_CLUSTER_CA_FILE
+    """The CA the API server's certificate must chain to (``https`` only)."""
+    cache_ttl: float = 10.0
+    """Seconds a review's answer (accepted or not) is reused for the same token, user and path."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class StatusSettings:
     db_url: str = "sqlite+aiosqlite:///.raybus/raybus.db"
     """SQLAlchemy async URL; PostgreSQL in production (``postgresql+asyncpg://...``)."""
@@ -113,6 +132,8 @@ class StatusSettings:
     """The read-only history API (and the web console under ``/console/``)."""
     trace_url_template: str = ""
     """Link of a trace id in the console, e.g. ``https://jaeger.example/trace/{trace_id}`` ("" = no link)."""
+    auth: StatusAuthSettings = field(default_factory=StatusAuthSettings)
+    """Who may read the history API and the console (nobody is checked by default)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,6 +281,7 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
         s.status,
         db_url=env.get("RAYBUS_DB_URL", s.status.db_url),
         trace_url_template=env.get("RAYBUS_TRACE_URL_TEMPLATE", s.status.trace_url_template),
+        auth=dataclasses.replace(s.status.auth, enabled=_bool(STATUS_AUTH_ENV, env.get(STATUS_AUTH_ENV, "false"))),
     )
     gates = parse_feature_gates(env.get("RAYBUS_FEATURE_GATES", ""))
     pod_defaults = (

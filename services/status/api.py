@@ -1,13 +1,14 @@
 """The read-only history API (aiohttp), used by ``raybus history`` and by people with ``curl``.
 
-Routes (all GET, JSON; errors are ``ErrorOut`` with 400 / 404 / 503):
+Routes (all GET, JSON; errors are ``ErrorOut`` with 400 / 404 / 503, and 401 / 403 when a guard reviews the
+callers, see ``access``):
 
 - ``/v1/resources?kind=&namespace=&status=&since=&limit=&after=``: resources (incarnations), alive or
   deleted; ``since`` keeps those updated at or after an RFC 3339 time;
 - ``/v1/resources/{kind}/{namespace}/{name}[?uid=]``: the latest incarnation (by first_seen), or an older
   one by uid;
-- ``/v1/resources/{kind}/{namespace}/{name}/transitions[?uid=&limit=]``: that resource and its latest
-  transitions (``limit``, default and at most 1000; ``earlier`` counts the older ones left out);
+- ``/v1/resources/{kind}/{namespace}/{name}/transitions[?uid=&limit=&after=]``: that resource and a page of
+  its timeline (by time, then storage order);
 - ``/v1/commands?kind=&namespace=&name=&outcome=&limit=&after=``: the command audit trail;
 - ``/v1/raycronjobs/{namespace}/{name}/runs[?uid=&limit=]``: a RayCronJob's latest scheduled runs (its
   ``schedule`` transitions), each joined with the RayJob it created: uid, statuses, and the path of that
@@ -18,7 +19,8 @@ Routes (all GET, JSON; errors are ``ErrorOut`` with 400 / 404 / 503):
 - ``/openapi.json``: the OpenAPI document generated from this very route table.
 
 ``{kind}`` accepts ``RayJob``, ``rayjob`` or ``rayjobs``. Pages hold up to ``limit`` items (default 100,
-at most 1000); ``next_after`` is the cursor of the next page. ``/healthz`` and ``/readyz`` are not here:
+at most 1000); ``next_after`` is the cursor of the next page. Bad input (a time that is not RFC 3339, a
+NUL character) is a 400 that says what is wrong, never a database error. ``/healthz`` and ``/readyz`` are not here:
 the runtime's health server serves them on its own port.
 """
 
@@ -31,6 +33,7 @@ from typing import Any, Final, get_args
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from schema.messages import Outcome
 from services.runtime.errors import RetryableError
@@ -64,9 +67,6 @@ _P_NAME = Param("name", "path", "name of the custom resource")
 _P_KIND = Param("kind", "path", "RayJob, RayService, RayCluster or RayCronJob (any case, or plural)")
 _P_UID = Param("uid", "query", "a specific incarnation; default: the latest (by first seen)")
 _Q_NAMESPACE = Param("namespace", "query", "only this namespace")
-_Q_TRANSITIONS = Param(
-    "limit", "query", "how many of the latest transitions", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
-)
 _Q_STATUS = Param("status", "query", "only resources whose status field has this value")
 _Q_SINCE = Param(
     "since", "query", "only resources updated at or after (RFC 3339)", {"type": "string", "format": "date-time"}
@@ -75,16 +75,20 @@ _Q_LIMIT = Param(
     "limit", "query", "page size", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
 )
 _Q_AFTER = Param("after", "query", "cursor: next_after of the previous page", {"type": "integer", "minimum": 0})
+_Q_AFTER_TRANSITION = Param(
+    "after", "query", "cursor: next_after of the previous page (a transition id)", {"type": "integer", "minimum": 0}
+)
 
 
 class ApiError(Exception):
     """An answer other than 200, raised by a handler and rendered as ``ErrorOut``."""
 
-    def __init__(self, status: int, error: str, message: str) -> None:
+    def __init__(self, status: int, error: str, message: str, *, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.error = error
         self.message = message
+        self.headers = dict(headers or {})
 
 
 def json_response(body: msgspec.Struct | dict[str, Any], *, status: int = 200) -> web.Response:
@@ -95,9 +99,14 @@ def json_response(body: msgspec.Struct | dict[str, Any], *, status: int = 200) -
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
+        if "\x00" in request.path or any("\x00" in f"{k}{v}" for k, v in request.query.items()):
+            # No database stores a NUL in text (PostgreSQL refuses it): bad input, not an outage.
+            raise ApiError(400, "bad_request", "a NUL character in the path or the query")
         return await handler(request)
     except ApiError as exc:
-        return json_response(ErrorOut(error=exc.error, message=exc.message), status=exc.status)
+        response = json_response(ErrorOut(error=exc.error, message=exc.message), status=exc.status)
+        response.headers.update(exc.headers)
+        return response
     except RetryableError as exc:
         log.warning("status API %s: %s", request.path, exc)
         return json_response(ErrorOut(error="unavailable", message="the status database is unavailable"), status=503)
@@ -146,9 +155,13 @@ def _since(query: Mapping[str, str]) -> datetime | None:
         # In UTC here: a time near the ends of the calendar whose offset moves it out of range is refused
         # now, not by the database later (as an unavailable database).
         value = datetime.fromisoformat(text)
+        # In UTC, as stored: a time near year 1 or 9999 whose offset leaves the calendar is refused here,
+        # not by the database driver.
         return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
     except (ValueError, OverflowError):
-        raise ApiError(400, "bad_request", f"since={text!r}: not an RFC 3339 time in range") from None
+        raise ApiError(
+            400, "bad_request", f"since={text!r}: not an RFC 3339 time (e.g. 2026-01-01T12:00:00Z)"
+        ) from None
 
 
 def _page_size(query: Mapping[str, str]) -> tuple[int, int]:
@@ -165,15 +178,18 @@ class StatusApi:
         *,
         extra_routes: Sequence[Route] = (),
         pages: Callable[[web.Application], None] | None = None,
+        guard: Middleware | None = None,
     ) -> None:
         self._store = store
         self._pages = pages
+        self._guard = guard
         self.routes: tuple[Route, ...] = (*self._route_table(), *extra_routes)
         self.document = build_document(self.routes, title="raybus status API", version=API_VERSION)
 
     def application(self) -> web.Application:
-        """An aiohttp application serving :attr:`routes` (and the pages, when given)."""
-        app = web.Application(middlewares=[_errors])
+        """An aiohttp application serving :attr:`routes` (and the pages, when given), every request let
+        through ``guard`` first (when given)."""
+        app = web.Application(middlewares=[_errors] if self._guard is None else [_errors, self._guard])
         for route in self.routes:
             app.router.add_get(route.path, route.handler, allow_head=False)
         if self._pages is not None:
@@ -210,9 +226,9 @@ class StatusApi:
                 "/v1/resources/{kind}/{namespace}/{name}/transitions",
                 self._get_history(None),
                 "getResourceTransitions",
-                "A custom resource and its latest transitions, ordered by time",
+                "A custom resource and a page of its transitions, ordered by time",
                 History,
-                (_P_KIND, _P_NAMESPACE, _P_NAME, _P_UID, _Q_TRANSITIONS),
+                (_P_KIND, _P_NAMESPACE, _P_NAME, _P_UID, _Q_LIMIT, _Q_AFTER_TRANSITION),
                 (400, 404),
             ),
             Route(
@@ -256,9 +272,9 @@ class StatusApi:
                     f"{base}/{{namespace}}/{{name}}/transitions",
                     self._get_history(info),
                     f"get{title}Transitions",
-                    f"A {title} and its latest transitions",
+                    f"A {title} and a page of its transitions",
                     History,
-                    (_P_NAMESPACE, _P_NAME, _P_UID, _Q_TRANSITIONS),
+                    (_P_NAMESPACE, _P_NAME, _P_UID, _Q_LIMIT, _Q_AFTER_TRANSITION),
                     (400, 404),
                 ),
             ]
@@ -327,10 +343,14 @@ class StatusApi:
     def _get_history(self, fixed: KindInfo | None) -> Handler:
         async def handler(request: web.Request) -> web.Response:
             record = await self._find(request, fixed)
-            limit = _int(request.query, "limit", default=MAX_LIMIT, low=1, high=MAX_LIMIT)
-            rows, earlier = await self._store.list_transitions(record.resource.uid, limit=limit)
-            transitions = [transition_out(t) for t in rows]
-            return json_response(History(resource=resource_out(record), transitions=transitions, earlier=earlier))
+            limit, after = _page_size(request.query)
+            rows = await self._store.list_transitions(record.resource.uid, limit=limit, after=after)
+            next_after = rows[-1].id if len(rows) == limit else None
+            return json_response(
+                History(
+                    resource=resource_out(record), transitions=[transition_out(t) for t in rows], next_after=next_after
+                )
+            )
 
         return handler
 

@@ -33,6 +33,7 @@ import msgspec
 from services.runtime import endpoints
 from services.runtime.endpoints import stack_endpoint
 from services.runtime.errors import PermanentError, RetryableError
+from services.status.api import MAX_LIMIT
 from services.status.kinds import KINDS, parse_kind
 from services.status.responses import ErrorOut, History, RayServiceOut, RunOut, RunsOut
 
@@ -119,7 +120,15 @@ async def fetch_history(status_url: str, *, kind: str, namespace: str, name: str
         RetryableError: the API is unreachable or answered with an error.
     """
     path = f"/v1/resources/{quote(kind)}/{quote(namespace)}/{quote(name)}/transitions"
-    return _history_decoder.decode(await _fetch(status_url, path, {"uid": uid} if uid else {}))
+    params = {"limit": str(MAX_LIMIT), **({"uid": uid} if uid else {})}
+    history = _history_decoder.decode(await _fetch(status_url, path, params))
+    transitions = list(history.transitions)
+    while history.next_after is not None:
+        # The later pages of the same incarnation, whatever is recorded meanwhile.
+        after = {"after": str(history.next_after), "uid": history.resource.uid}
+        history = _history_decoder.decode(await _fetch(status_url, path, {**params, **after}))
+        transitions += history.transitions
+    return msgspec.structs.replace(history, transitions=transitions)
 
 
 async def fetch_runs(status_url: str, *, namespace: str, name: str, uid: str) -> RunsOut:

@@ -109,12 +109,12 @@ class TransitionOut(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class History(msgspec.Struct, frozen=True, kw_only=True):
-    """A resource and its latest transitions (at most the ``limit`` asked for), ordered by time;
-    ``earlier`` counts the older ones left out."""
+    """A resource and a page of its timeline, ordered by time."""
 
     resource: ResourceOut
     transitions: list[TransitionOut]
-    earlier: int = 0
+    next_after: int | None = None
+    """Cursor of the next page (``?after=``), null on the last one."""
 
 
 class RunOut(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,6 +21,7 @@ from services.runtime.bus import connect
 from services.runtime.health import HealthServer
 from services.runtime.settings import RaybusSettings
 from services.runtime.topology import ensure_topology
+from services.status.access import AccessReviewer, access_middleware
 from services.status.api import ApiServer, StatusApi
 from services.status.console import Console
 from services.status.consumer import ResultConsumer
@@ -83,10 +84,12 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
             health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
             health.add_readiness("database", probe.reason)
             console = Console(nc, partitions=settings.bus.partitions, trace_url_template=status.trace_url_template)
-            api = StatusApi(store, extra_routes=console.routes(), pages=console.add_pages)
+            reviewer = AccessReviewer(status.auth) if status.auth.enabled else None
+            guard = access_middleware(reviewer) if reviewer is not None else None
+            api = StatusApi(store, extra_routes=console.routes(), pages=console.add_pages, guard=guard)
             server = ApiServer(api, host=status.http_host, port=status.http_port)
             await server.start()
-            log.info("status API on %s", server.url)
+            log.info("status API on %s (%s)", server.url, "bearer tokens reviewed" if reviewer else "no authentication")
             metrics = ResourceMetrics()
             await metrics.load(store)
             probe_task = asyncio.create_task(probe.run(stop), name="status-db-probe")
@@ -99,6 +102,8 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
                 probe_task.cancel()
                 await asyncio.wait([probe_task])  # unlike awaiting it, never swallows our own cancellation
                 await server.stop()
+                if reviewer is not None:
+                    await reviewer.close()
         finally:
             await nc.close()
     finally:

@@ -412,19 +412,17 @@ class StatusStore:
         found = await self._resource_records(query)
         return found[0] if found else None
 
-    async def list_transitions(self, uid: str, *, limit: int | None = None) -> tuple[list[Transition], int]:
-        """The latest ``limit`` transitions of ``uid`` (all without a limit), ordered by time then storage
-        order, and how many older ones were left out."""
+    async def list_transitions(self, uid: str, *, limit: int = 100, after: int = 0) -> list[Transition]:
+        """Up to ``limit`` transitions of ``uid`` ordered by time then storage order, from the one following
+        the ``after`` cursor (a transition id of ``uid``; 0 = from the first)."""
         query = sa.select(Transition).where(Transition.uid == uid)
+        if after:
+            # Keyset paging on (at, id), the order itself: a page goes on from the previous page's last row.
+            cursor = sa.select(Transition.at).where(Transition.id == after, Transition.uid == uid).scalar_subquery()
+            query = query.where(sa.or_(Transition.at > cursor, sa.and_(Transition.at == cursor, Transition.id > after)))
         async with self._reading() as session:
-            if limit is None:
-                return list((await session.scalars(query.order_by(Transition.at, Transition.id))).all()), 0
-            latest = await session.scalars(query.order_by(Transition.at.desc(), Transition.id.desc()).limit(limit))
-            rows = list(reversed(latest.all()))
-            if len(rows) < limit:
-                return rows, 0
-            total = await session.scalar(sa.select(sa.func.count()).where(Transition.uid == uid))
-            return rows, int(total or 0) - len(rows)
+            result = await session.scalars(query.order_by(Transition.at, Transition.id).limit(limit))
+            return list(result.all())
 
     async def count_transitions(self, *, kind: KeyKind, field: str, to_value: str) -> dict[str, int]:
         """How many transitions of each ``kind`` uid went to ``to_value`` in ``field`` (uids with none are

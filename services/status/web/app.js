@@ -320,7 +320,12 @@ function relatedTable(related, namespace) {
 async function objectPage(kind, namespace, name, params) {
   const uid = params.get("uid");
   const base = `/v1/resources/${kind}/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`;
-  const history = await api(`${base}/transitions${uid ? `?uid=${encodeURIComponent(uid)}` : ""}`);
+  const history = await api(`${base}/transitions?limit=1000${uid ? `&uid=${encodeURIComponent(uid)}` : ""}`);
+  while (history.next_after !== null && history.next_after !== undefined) {
+    const page = await api(`${base}/transitions?limit=1000&after=${history.next_after}&uid=${encodeURIComponent(history.resource.uid)}`);
+    history.transitions.push(...page.transitions);
+    history.next_after = page.next_after;
+  }
   const resource = history.resource;
   const keyQuery = `kind=${kind}&namespace=${encodeURIComponent(namespace)}&name=${encodeURIComponent(name)}`;
   const [commands, events] = await Promise.all([

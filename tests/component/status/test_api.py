@@ -126,9 +126,9 @@ async def test_one_resource_its_timeline_and_errors(api: tuple[str, StatusApi]) 
     assert history["transitions"][1]["attributes"]["rayClusterName"] == "job-a-c"
     assert history["transitions"][3]["message"] == "Job finished successfully."
     assert history["transitions"][3]["stream_seq"] == 3
-    status, latest = await get(base, "/v1/rayjobs/default/job-a/transitions", limit="2")
-    assert (status, latest["earlier"]) == (200, 3)
-    assert latest["transitions"] == history["transitions"][3:]
+    status, first = await get(base, "/v1/rayjobs/default/job-a/transitions", limit="2")
+    assert (status, first["next_after"]) == (200, first["transitions"][-1]["id"])
+    assert first["transitions"] == history["transitions"][:2]
 
     for path, params, code, error in [
         ("/v1/rayjobs/default/nope", {}, 404, "not_found"),
@@ -140,14 +140,47 @@ async def test_one_resource_its_timeline_and_errors(api: tuple[str, StatusApi]) 
         ("/v1/resources", {"limit": "0"}, 400, "bad_request"),
         ("/v1/resources", {"after": "x"}, 400, "bad_request"),
         ("/v1/resources", {"since": "yesterday"}, 400, "bad_request"),
-        ("/v1/resources", {"since": "0001-01-01T00:00:00+01:00"}, 400, "bad_request"),
-        ("/v1/resources", {"since": "9999-12-31T23:59:59-01:00"}, 400, "bad_request"),
+        ("/v1/resources", {"since": "garbage"}, 400, "bad_request"),
+        ("/v1/rayjobs", {"since": "0001-01-01T00:00:00+01:00"}, 400, "bad_request"),  # before year 1 in UTC
+        ("/v1/rayjobs", {"since": "9999-12-31T23:59:59-01:00"}, 400, "bad_request"),  # after year 9999 in UTC
+        ("/v1/resources", {"namespace": "a\x00b"}, 400, "bad_request"),
+        ("/v1/rayjobs/default/job-a", {"uid": "\x00"}, 400, "bad_request"),
+        ("/v1/rayjobs/default/job-a/transitions", {"limit": "0"}, 400, "bad_request"),
         ("/v1/rayjobs/default/job-a/transitions", {"limit": "1001"}, 400, "bad_request"),
+        ("/v1/rayjobs/default/job-a/transitions", {"after": "-1"}, 400, "bad_request"),
         ("/v1/commands", {"outcome": "maybe"}, 400, "bad_request"),
     ]:
         status, body = await get(base, path, **params)
         assert (status, body["error"]) == (code, error), path
         assert body["message"]
+
+
+async def test_bad_times_say_what_is_wrong(api: tuple[str, StatusApi]) -> None:
+    base, _ = api
+    status, body = await get(base, "/v1/resources", since="garbage")
+    assert status == 400
+    assert body["message"] == "since='garbage': not an RFC 3339 time (e.g. 2026-01-01T12:00:00Z)"
+    earliest = await get(base, "/v1/rayjobs", since="0001-01-01T00:00:00Z")
+    assert [r["name"] for r in earliest[1]["items"]] == ["job-a", "job-b"]
+    naive = await get(base, "/v1/rayjobs", since="2026-01-01T12:01:00")  # no offset: UTC
+    assert [r["name"] for r in naive[1]["items"]] == ["job-a"]
+
+
+async def test_transitions_are_paged_like_the_other_lists(api: tuple[str, StatusApi]) -> None:
+    base, _ = api
+    path = "/v1/rayjobs/default/job-a/transitions"
+    whole = (await get(base, path))[1]
+    assert whole["next_after"] is None
+    assert len(whole["transitions"]) == 5
+    pages = []
+    page = (await get(base, path, limit="2"))[1]
+    pages.append(page)
+    while page["next_after"] is not None:
+        page = (await get(base, path, limit="2", after=str(page["next_after"])))[1]
+        pages.append(page)
+    assert [len(p["transitions"]) for p in pages] == [2, 2, 1]
+    assert [t for p in pages for t in p["transitions"]] == whole["transitions"]
+    assert all(p["resource"] == whole["resource"] for p in pages)
 
 
 async def test_command_audit_trail(api: tuple[str, StatusApi]) -> None:

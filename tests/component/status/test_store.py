@@ -61,7 +61,7 @@ async def test_persist_is_idempotent_and_keeps_deleted_resources(store: StatusSt
         "K8sJobMode",
     )
     assert (found.rayjob.attempts, found.rayjob.started_at, found.rayjob.ended_at) == (1, at(1), at(9))
-    history, _ = await store.list_transitions("u1")
+    history = await store.list_transitions("u1")
     assert [(t.field, t.to_value) for t in history] == [
         ("lifecycle", "created"),
         ("jobDeploymentStatus", "Initializing"),
@@ -83,7 +83,7 @@ async def test_a_duplicate_decision_in_one_batch_is_stored_once(store: StatusSto
     stats = await store.persist([rec(one, 1, "t" * 32), rec(one, 2), rec(dup, 3)])
     assert stats.transitions == 1
     assert await count(store, "commands") == 2
-    [stored], _ = await store.list_transitions("c1")
+    [stored] = await store.list_transitions("c1")
     assert (stored.stream_seq, stored.trace_id, stored.batch_id) == (1, "t" * 32, "x")
 
 

@@ -1,4 +1,5 @@
-"""Settings from flags and environment: the applier's API budget (KubeRay's --qps / --burst)."""
+"""Settings from flags and environment: the applier's API budget (KubeRay's --qps / --burst), the status
+API's authentication."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 
 import pytest
 
-from services.cli.flags import add_kube, settings_from
+from services.cli.flags import add_kube, add_status, settings_from
 from services.runtime.errors import PermanentError
 from services.runtime.settings import load_settings
 
@@ -33,3 +34,14 @@ def test_environment_then_flags() -> None:
 def test_bad_qps_is_named(value: str) -> None:
     with pytest.raises(PermanentError, match="RAYBUS_QPS"):
         load_settings({"RAYBUS_QPS": value})
+
+
+def test_status_auth_is_off_unless_the_flag_or_its_variable_says_so() -> None:
+    parser = argparse.ArgumentParser()
+    add_status(parser)
+    assert load_settings({}).status.auth.enabled is False
+    assert settings_from(parser.parse_args([]), {}).status.auth.enabled is False
+    assert load_settings({"RAYBUS_STATUS_AUTH": "true"}).status.auth.enabled is True
+    assert settings_from(parser.parse_args(["--auth"]), {}).status.auth.enabled is True
+    with pytest.raises(PermanentError, match="RAYBUS_STATUS_AUTH"):
+        load_settings({"RAYBUS_STATUS_AUTH": "maybe"})
