@@ -189,7 +189,7 @@ def test_network_policies(tree: str) -> None:
     assert _egress_ports(reconciler) == {4222}
 
     status = _policy(tree, "raybus-status")
-    assert _egress_ports(status) == {4222, 5432}
+    assert _egress_ports(status) == {4222, 5432, 443, 6443}
     assert _ingress_from(status) == {8090: "raybus.io/status-access", 9090: "raybus.io/metrics-access"}
 
     watcher = _policy(tree, "raybus-watcher")

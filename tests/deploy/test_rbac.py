@@ -1,5 +1,5 @@
-"""The watcher's RBAC grants exactly what the watcher needs (``services/watcher/permissions.py``), and
-only the watcher has any.
+"""The watcher's RBAC grants exactly what the watcher needs (``services/watcher/permissions.py``), the
+status service's exactly its two reviews (``services/status/access.py``), and no one else has any.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from services.status.access import REQUIRED_RULES as STATUS_RULES
 from services.watcher.authorize import DASHBOARD_KIND, GRANTED_RULES
 from services.watcher.calls import plan_call
 from services.watcher.permissions import allowed_pairs, rule_for, sample_command
 from services.watcher.rbac_manifests import stale_files
-from tests.deploy.render import DEPLOY, TREES, find, render
+from tests.deploy.render import DEPLOY, TREES, container, find, render
 
 WRITE_VERBS = frozenset({"create", "patch", "delete", "deletecollection", "update"})
 
@@ -53,33 +54,46 @@ def test_cluster_role_is_exactly_the_required_rules() -> None:
 def test_single_namespace_role_is_exactly_the_required_rules() -> None:
     granted = _granted(find("overlays/single-namespace", "Role", "raybus-watcher"))
     assert _diff(granted) == {"missing": [], "extra": []}
-    kinds = {obj["kind"] for obj in render("overlays/single-namespace")}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    cluster_wide = [
+        (o["kind"], o["metadata"]["name"])
+        for o in render("overlays/single-namespace")
+        if o["kind"] in {"ClusterRole", "ClusterRoleBinding"}
+    ]
+    assert sorted(cluster_wide) == [("ClusterRole", "raybus-status"), ("ClusterRoleBinding", "raybus-status")]
 
 
 @pytest.mark.parametrize("tree", TREES)
-def test_only_the_watcher_is_bound(tree: str) -> None:
-    roles = [o for o in render(tree) if o["kind"] in {"Role", "ClusterRole"}]
+def test_the_status_service_may_only_review_callers(tree: str) -> None:
+    assert _granted(find(tree, "ClusterRole", "raybus-status")) == set(STATUS_RULES)
+    deployment = find(tree, "Deployment", "raybus-status")
+    assert "--auth" in container(deployment, "status")["args"]
+
+
+@pytest.mark.parametrize("tree", TREES)
+def test_only_the_watcher_and_the_status_service_are_bound(tree: str) -> None:
+    roles = {o["metadata"]["name"]: o for o in render(tree) if o["kind"] in {"Role", "ClusterRole"}}
     bindings = [o for o in render(tree) if o["kind"] in {"RoleBinding", "ClusterRoleBinding"}]
-    assert [r["metadata"]["name"] for r in roles] == ["raybus-watcher"]
-    assert len(bindings) == 1
-    (binding,) = bindings
-    assert binding["roleRef"]["name"] == "raybus-watcher"
-    assert binding["roleRef"]["kind"] == roles[0]["kind"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "raybus-watcher", "namespace": "raybus-system"}]
+    assert sorted(roles) == ["raybus-status", "raybus-watcher"]
+    assert len(bindings) == 2
+    for binding in bindings:
+        name = binding["roleRef"]["name"]
+        assert name == binding["metadata"]["name"]
+        assert binding["roleRef"]["kind"] == roles[name]["kind"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": "raybus-system"}]
 
 
 @pytest.mark.parametrize("tree", TREES)
-def test_only_the_watcher_mounts_an_api_token(tree: str) -> None:
+def test_only_the_watcher_and_the_status_service_mount_an_api_token(tree: str) -> None:
+    bound = {"raybus-watcher", "raybus-status"}
     for obj in render(tree):
         if obj["kind"] == "ServiceAccount" and obj["metadata"]["name"] != "raybus-watcher":
             assert obj.get("automountServiceAccountToken") is False, obj["metadata"]["name"]
         if obj["kind"] in {"Deployment", "StatefulSet", "Job"}:
             pod = obj["spec"]["template"]["spec"]
-            is_watcher = obj["metadata"]["name"] == "raybus-watcher"
-            assert pod["automountServiceAccountToken"] is is_watcher, obj["metadata"]["name"]
-            if is_watcher:
-                assert pod["serviceAccountName"] == "raybus-watcher"
+            mounts = obj["metadata"]["name"] in bound
+            assert pod["automountServiceAccountToken"] is mounts, obj["metadata"]["name"]
+            if mounts:
+                assert pod["serviceAccountName"] == obj["metadata"]["name"]
 
 
 def test_the_role_manifests_are_generated_from_the_authorization_table() -> None:
