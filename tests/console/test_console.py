@@ -15,6 +15,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from tests.console.conftest import ARTIFACTS
 from tests.console.stack import JUNK_KEY, TRACE_URL_TEMPLATE, RaybusUp, record_history
 
+pytestmark = pytest.mark.timeout(600)  # the first test also starts raybus up and records the history
 PAGE_TIMEOUT = 60.0
 
 

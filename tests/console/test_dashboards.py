@@ -9,8 +9,11 @@ import re
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.console.stack import RaybusUp, record_history
 
+pytestmark = pytest.mark.timeout(600)  # the first test also starts raybus up and records the history
 DASHBOARDS = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
 METRIC = re.compile(r"\b((?:raybus|kuberay)_[a-z0-9_]+)")
 LABELS = re.compile(r"\b(?:by|without)\s*\([^)]*\)|\{[^}]*\}")
