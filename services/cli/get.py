@@ -127,8 +127,11 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str], out: TextIO, err: T
     try:
         kind = parse_kind(args.kind)
         api, context_namespace = _api(kubeconfig_path(args.kubeconfig, args.state_dir, env), args.context)
-        namespace = None if args.all_namespaces else (args.namespace or context_namespace)
-        objects = list_objects(api, kind, namespace=namespace, name=args.name)
+        try:
+            namespace = None if args.all_namespaces else (args.namespace or context_namespace)
+            objects = list_objects(api, kind, namespace=namespace, name=args.name)
+        finally:
+            api.api_client.close()
     except (PermanentError, RetryableError) as exc:
         err.write(f"raybus get: {exc}\n")
         return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,9 +101,13 @@ class RaybusUp:
         )
 
 
-def _custom(kubeconfig: str) -> tuple[client.CustomObjectsApi, dynamic.DynamicClient]:
+@contextlib.contextmanager
+def _custom(kubeconfig: str) -> Iterator[tuple[client.CustomObjectsApi, dynamic.DynamicClient]]:
     api_client = config.new_client_from_config(kubeconfig)
-    return client.CustomObjectsApi(api_client), dynamic.DynamicClient(api_client)
+    try:
+        yield client.CustomObjectsApi(api_client), dynamic.DynamicClient(api_client)
+    finally:
+        api_client.close()
 
 
 def _status(custom: client.CustomObjectsApi, plural: str, name: str) -> dict[str, Any]:
@@ -124,7 +130,11 @@ def publish_raw(url: str, subject: str, payload: bytes) -> None:
 
 def record_history(stack: RaybusUp) -> dict[str, str]:
     """Run the samples through the stack; returns the names the tests look for."""
-    custom, dyn = _custom(stack.endpoints[endpoints.KUBECONFIG])
+    with _custom(stack.endpoints[endpoints.KUBECONFIG]) as (custom, dyn):
+        return _drive(stack, custom, dyn)
+
+
+def _drive(stack: RaybusUp, custom: client.CustomObjectsApi, dyn: dynamic.DynamicClient) -> dict[str, str]:
     service = sample_service("ray-service.sample.yaml")
     service["spec"]["rayClusterDeletionDelaySeconds"] = 2
     docs = [
