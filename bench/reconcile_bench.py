@@ -67,7 +67,7 @@ def cluster(workers: int) -> dict[str, Any]:
                     "groupName": "workers",
                     "replicas": workers,
                     "minReplicas": 0,
-                    "maxReplicas": 1000,
+                    "maxReplicas": max(1000, workers),
                     "numOfHosts": 1,
                     "rayStartParams": {},
                     "template": {"spec": {"containers": [container("ray-worker", "1", "1Gi")]}},

@@ -24,7 +24,7 @@ from services.reconciler.raycluster import events, model, names, pods
 from services.reconciler.raycluster.commands import Plan
 from services.reconciler.raycluster.model import ClusterView
 from services.reconciler.raycluster.podindex import PodInfo, should_delete
-from services.reconciler.raycluster.podops import delete_pod, lowest_free
+from services.reconciler.raycluster.podops import delete_pod, free_indices
 
 CREATE_GRACE: Final = 30.0
 """Seconds a partly visible replica of ours is completed rather than deleted (KubeRay's expectation timeout)."""
@@ -171,7 +171,7 @@ def _create_replicas(
     base = pods.worker_pod_base(view, group, config)
     used_pod_names = {p.name for p in listed}
     used_replicas = set(replicas)
-    used_indices = {int(ps[0].replica_index) for ps in replicas.values() if ps[0].replica_index.isdigit()}
+    free = free_indices({int(ps[0].replica_index) for ps in replicas.values() if ps[0].replica_index.isdigit()})
     slot = 0
     for _ in range(count):
         while True:
@@ -184,8 +184,7 @@ def _create_replicas(
                 break
         used_replicas.add(replica)
         used_pod_names.update(pod_names)
-        index = lowest_free(used_indices)
-        used_indices.add(index)
+        index = next(free)
         for host, name in enumerate(pod_names):
             labels = {
                 conventions.LABEL_REPLICA_INDEX: str(index),

@@ -32,7 +32,7 @@ from services.reconciler.raycluster.podops import (
     condition_true,
     delete_pod,
     desired_pods,
-    lowest_free,
+    free_indices,
     scale_down_order,
     used_indices,
 )
@@ -216,7 +216,7 @@ def _create_workers(
     g = group.group_name
     base = pods.worker_pod_base(view, group, config)
     used_names = {p.name for p in listed}
-    taken_indices = used_indices(running)
+    free = free_indices(used_indices(running))
     slot = 0
     for _ in range(count):
         name = names.worker_pod_name(view.name, view.uid, g, slot)
@@ -226,9 +226,7 @@ def _create_workers(
         used_names.add(name)
         extra: dict[str, str] = {}
         if config.gates.ray_multi_host_indexing:
-            replica_index = lowest_free(taken_indices)
-            taken_indices.add(replica_index)
-            extra[conventions.LABEL_REPLICA_INDEX] = str(replica_index)
+            extra[conventions.LABEL_REPLICA_INDEX] = str(next(free))
         plan.create("Pod", pods.with_identity(base, name=name, extra_labels=extra), step=f"worker:{g}")
         events.created_worker_pod(plan, name)
     plan.rule(f"4.2/scale-up:{g}+{count}")
