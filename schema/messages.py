@@ -221,6 +221,9 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     the ids of commands the decision contained but the worker withheld because an identical command of
     the same key is still in flight (see ``services/reconciler/worker/inflight.py``); the decision itself
     is ``commands`` plus those.
+
+    A decision too large for one message is published as ``parts`` batches with the same ``id``, numbered
+    by ``part`` from 0, its commands in order across them (``schema.parts``); ``parts`` is 1 otherwise.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -234,6 +237,8 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     wake_at: datetime | None = None
     rules: tuple[str, ...] = ()
     suppressed: tuple[str, ...] = ()
+    part: int = 0
+    parts: int = 1
 
 
 Outcome = Literal["applied", "already_done", "dropped", "failed", "superseded", "denied"]

@@ -10,6 +10,9 @@ included, with its revision.
 Reads are batched direct gets (``services.runtime.directget``): a few requests whatever the history
 length, and no consumer (never a durable: reading history must not change the bus).
 
+A decision published in parts (``schema.parts``) is joined back into one recorded decision, at the
+sequence of its first part.
+
 Not here: decoding errors are not fatal (an undecodable message is counted and skipped); replaying.
 """
 
@@ -25,6 +28,7 @@ from nats.aio.client import Client
 from schema import subjects
 from schema.codec import decode_batch, decode_input
 from schema.keys import ReconcileKey, decode_token
+from schema.parts import PartAssembler
 from services.replay.history import HistoryWindow, KeyHistory, KvSeedEntry, RecordedDecision, RecordedInput
 from services.runtime.directget import direct_batches
 
@@ -90,11 +94,24 @@ async def read_history(nc: Client, key: ReconcileKey, *, window: HistoryWindow |
     window = window or await read_window(nc)
     decisions: list[RecordedDecision] = []
     skipped: list[int] = []
+    parts = PartAssembler()
+    first_part: dict[str, StoredMessage] = {}
     async for stored in direct_batches(nc, subjects.COMMANDS_STREAM, subject_filter=subjects.command_subject(key)):
         try:
-            decisions.append(RecordedDecision(seq=stored.seq, time=stored.time, batch=decode_batch(stored.data)))
+            batch = decode_batch(stored.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             skipped.append(stored.seq)
+            continue
+        if batch.part == 0:
+            first_part[batch.id] = stored
+        whole = parts.add(batch)
+        if whole is not None:
+            # A decision split in parts is recorded where its first part is stored.
+            at = first_part.pop(batch.id, stored)
+            decisions.append(RecordedDecision(seq=at.seq, time=at.time, batch=whole))
+    incomplete = parts.finish()
+    if incomplete:
+        log.warning("replay: %d decision(s) of %s lack parts, left out: %s", len(incomplete), key, incomplete[:10])
     inputs: list[RecordedInput] = []
     async for stored in direct_batches(nc, subjects.EVENTS_STREAM, subject_filter=stored_events_filter(key)):
         try:

@@ -2,18 +2,23 @@
 
 A JetStream batched direct get (``multi_last``) returns the last message of every subject matching the
 filter and ends with an EOB status whose ``Nats-UpTo-Sequence`` is the stream sequence the read
-reflects. Used for snapshots (``snapshots.py``) and for worker membership. (nats-py's ``kv.keys`` with
+reflects. The server answers at most 1,024 keys that way; a larger prefix is read in pages instead.
+Used for snapshots (``snapshots.py``) and for worker membership. (nats-py's ``kv.keys`` with
 filters answers "no keys" on 2.16, and a KV watch per read costs a consumer creation.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import msgspec
 from nats.aio.client import Client
 
 from services.runtime.errors import RetryableError
+
+PAGE: Final = 1000
+"""Messages asked for per page of a paged read."""
 
 
 @dataclass(frozen=True)
@@ -32,28 +37,76 @@ async def read_latest(nc: Client, bucket: str, key_filter: str, *, timeout: floa
         RetryableError: no answer within ``timeout`` or an error status.
     """
     prefix = f"$KV.{bucket}."
-    request = msgspec.json.encode({"multi_last": [prefix + key_filter], "batch": 100_000})
+    request = {"multi_last": [prefix + key_filter], "batch": 100_000}
+    values: dict[str, bytes] = {}
+    status, headers = await _direct_get(nc, bucket, request, prefix, values, timeout=timeout)
+    if status == "204":  # end of batch
+        upto = headers.get("Nats-UpTo-Sequence") or headers.get("Nats-Last-Sequence") or 0
+        return KvRead(values=values, revision=int(upto), empty=False)
+    if status == "404":
+        return KvRead(values=values, revision=0, empty=True)
+    if status == "413":  # more keys than one multi_last answers
+        return await _read_paged(nc, bucket, key_filter, timeout=timeout)
+    raise RetryableError(f"KV read of {bucket}/{key_filter}: {status} {headers.get('Description', '')}")
+
+
+async def _read_paged(nc: Client, bucket: str, key_filter: str, *, timeout: float) -> KvRead:
+    """The same read as pages of the bucket's stream in sequence order (the server answers a multi_last
+    with at most 1,024 keys; a RayCluster of 2,000 workers has more entries).
+
+    A bucket with history 1 holds one message per key, so reading the filter's messages upwards to the end
+    gives every key's latest value: a write made meanwhile has a higher sequence than anything already
+    passed, so it is read too. The read reflects the highest sequence it saw.
+    """
+    prefix = f"$KV.{bucket}."
+    values: dict[str, bytes] = {}
+    read_up_to = 0
+    while True:
+        request = {"seq": read_up_to + 1, "next_by_subj": prefix + key_filter, "batch": PAGE}
+        status, headers = await _direct_get(nc, bucket, request, prefix, values, timeout=timeout, seqs=True)
+        last_read = int(headers["Nats-Last-Read"])
+        if status == "404" or (status == "204" and (last_read == 0 or int(headers.get("Nats-Num-Pending") or 0) <= 0)):
+            read_up_to = max(read_up_to, last_read)
+            return KvRead(values=values, revision=read_up_to, empty=read_up_to == 0)
+        if status != "204":
+            raise RetryableError(f"KV read of {bucket}/{key_filter}: {status} {headers.get('Description', '')}")
+        read_up_to = last_read
+
+
+async def _direct_get(
+    nc: Client,
+    bucket: str,
+    request: dict[str, object],
+    prefix: str,
+    values: dict[str, bytes],
+    *,
+    timeout: float,
+    seqs: bool = False,
+) -> tuple[str, dict[str, str]]:
+    """Send one batched direct get; put live values into ``values``; return the final status and headers
+    (with ``seqs``, ``Nats-Last-Read`` is the highest message sequence of the answer)."""
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
-    values: dict[str, bytes] = {}
+    last_read = 0
     try:
-        await nc.publish(f"$JS.API.DIRECT.GET.KV_{bucket}", request, reply=inbox)
+        await nc.publish(f"$JS.API.DIRECT.GET.KV_{bucket}", msgspec.json.encode(request), reply=inbox)
         while True:
             try:
                 msg = await sub.next_msg(timeout=timeout)
             except Exception as exc:  # nats-py TimeoutError or a closed connection
-                raise RetryableError(f"KV read of {bucket}/{key_filter} got no answer") from exc
-            headers = msg.headers or {}
+                raise RetryableError(f"KV read of {bucket} got no answer") from exc
+            headers = dict(msg.headers or {})
             status = headers.get("Status")
-            if status == "204":  # end of batch
-                upto = headers.get("Nats-UpTo-Sequence") or headers.get("Nats-Last-Sequence") or 0
-                return KvRead(values=values, revision=int(upto), empty=False)
-            if status == "404":
-                return KvRead(values=values, revision=0, empty=True)
             if status:
-                raise RetryableError(f"KV read of {bucket}/{key_filter}: {status} {headers.get('Description', '')}")
+                if seqs:
+                    headers["Nats-Last-Read"] = str(last_read)
+                return status, headers
+            if seqs:
+                last_read = max(last_read, int(headers.get("Nats-Sequence") or 0))
+            subject = headers["Nats-Subject"][len(prefix) :]
             if headers.get("KV-Operation") in ("DEL", "PURGE"):
+                values.pop(subject, None)
                 continue
-            values[headers["Nats-Subject"][len(prefix) :]] = msg.data
+            values[subject] = msg.data
     finally:
         await sub.unsubscribe()

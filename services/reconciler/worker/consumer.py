@@ -3,11 +3,12 @@
 Per fetched batch, the inputs of each key are coalesced into one reconcile (the snapshot is read from
 KV, so the latest state is what matters, not each intermediate event); different keys of the batch are
 reconciled concurrently and the next batch is fetched only when this one is done, so one key is never
-reconciled twice at once. A message is acked only after the command batch it produced is stored by
-JetStream (invariant 5). Failures are retried with backoff and, after ``max_deliver`` attempts, parked in
-the dead-letter stream with the reason (invariant 4); an undecodable message goes there at once. Nothing
-one message does (bytes too deep or too large, a wrong schema, an exception anywhere in its reconcile)
-ends the partition: the message is parked and the partition goes on.
+reconciled twice at once. A message is acked only after the command batch it produced (every part of it,
+when it is too large for one message) is stored by JetStream (invariant 5). Failures are retried with
+backoff and, after ``max_deliver`` attempts, parked in the dead-letter stream with the reason
+(invariant 4); an undecodable message goes there at once. Nothing one message does (bytes too deep or too
+large, a wrong schema, an exception anywhere in its reconcile) ends the partition: the message is parked
+and the partition goes on.
 """
 
 from __future__ import annotations
@@ -26,16 +27,17 @@ from nats.js import JetStreamContext
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from schema import subjects
-from schema.codec import decode_input, encode
+from schema.codec import decode_input
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
 from schema.messages import BusInput, TimerTick
+from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
 from services.reconciler.worker.inflight import InFlight
+from services.reconciler.worker.publishing import publish_decision
 from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
-from services.runtime.bus import publish
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
 from services.runtime.health import Progress
@@ -125,6 +127,7 @@ class PartitionConsumer:
         applied: AppliedFloor,
         coalesce_window: float = 0.0,
         progress: Progress | None = None,
+        part_budget: int = part_budget(DEFAULT_MAX_PAYLOAD),
     ) -> None:
         self.partition = partition
         self._js = js
@@ -138,6 +141,7 @@ class PartitionConsumer:
         self._applied = applied
         self._coalesce_window = coalesce_window
         self._progress = progress or Progress(f"partition {partition}")
+        self._part_budget = part_budget
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
         self._tended_at = float("-inf")
@@ -265,8 +269,8 @@ class PartitionConsumer:
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
                 span.set_attribute("raybus.commands", len(batch.commands))
                 span.set_attribute("raybus.suppressed", len(batch.suppressed))
-                ack = await publish(self._js, subjects.command_subject(key), encode(batch), msg_id=batch.id)
-                self._inflight.published(key, ack.seq)
+                last_seq = await publish_decision(self._js, batch, budget=self._part_budget)
+                self._inflight.published(key, last_seq)
                 if any(isinstance(message, TimerTick) for message in inputs):
                     self._timers.forget(key)
                 wake_at = outcome.decision.wake_at

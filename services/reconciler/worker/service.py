@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind
+from schema.parts import part_budget
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.consumer import PartitionConsumer
@@ -90,6 +91,7 @@ async def run_reconciler(
                 applied=applied,
                 coalesce_window=settings.partitions.coalesce_window,
                 progress=progress,
+                part_budget=part_budget(nc.max_payload),
             )
             task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
             task.add_done_callback(on_done)

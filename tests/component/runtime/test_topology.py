@@ -54,6 +54,27 @@ async def test_snapshot_reads_entries_of_one_key_only(nats_server: NatsServer) -
         await nc.close()
 
 
+async def test_a_snapshot_larger_than_one_multi_last_answer_is_read_whole(nats_server: NatsServer) -> None:
+    """The server answers a multi_last with at most 1,024 keys: a 2,000-worker cluster's snapshot has more."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=PartitionSettings())
+        await buckets.objects.put(subjects.entry_key(KEY, "RayCluster", KEY.name), b"{}")
+        for i in range(2100):
+            await buckets.objects.put(subjects.entry_key(KEY, "Pod", f"w-{i}"), msgspec.json.encode({"i": i}))
+        await buckets.objects.put(subjects.entry_key(KEY, "Pod", "w-7"), msgspec.json.encode({"i": "again"}))
+        rev = await buckets.objects.delete(subjects.entry_key(KEY, "Pod", "w-8"))
+        await buckets.objects.put(
+            subjects.entry_key(ReconcileKey(kind="RayJob", namespace="d", name="o"), "Pod", "x"), b"{}"
+        )
+        snap = await SnapshotReader(nc).read(KEY, min_revision=rev)
+        assert len(snap.entries["Pod"]) == 2099 and "w-8" not in snap.entries["Pod"]
+        assert snap.entries["Pod"]["w-7"] == {"i": "again"} and snap.entries["Pod"]["w-2099"] == {"i": 2099}
+        assert snap.owner() == {} and snap.revision >= rev
+    finally:
+        await nc.close()
+
+
 @pytest.mark.parametrize(
     ("text", "expected"), [("2.15.1", (2, 15, 1)), ("2.9", (2, 9, 0)), ("2.12.0-beta.1", (2, 12, 0))]
 )
