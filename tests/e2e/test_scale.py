@@ -40,6 +40,7 @@ async def scale(p: Pipeline, name: str, group: dict[str, Any], replicas: int) ->
     await asyncio.to_thread(p.custom().patch_namespaced_custom_object, GROUP, VERSION, "default", PLURAL, name, patch)
 
 
+@pytest.mark.timeout(1800)  # some 8,000 API calls for one key, applied in order, on a shared machine
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_a_cluster_goes_from_1_to_2000_workers_and_back_to_0(tmp_path: Path, db_url: str) -> None:
     async with running_pipeline(tmp_path, db_url=db_url) as p:

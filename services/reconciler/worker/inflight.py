@@ -11,11 +11,14 @@ command (:func:`in_flight_key`) while the first is still in flight.
 "In flight" means: the applier has not yet acknowledged the batch that carries it (the applier
 consumer's ack floor is below the batch's stream sequence), or it was acknowledged less than ``grace``
 seconds ago (the time its watch event takes to reach the KV). A time cap (``max_age``) bounds the
-memory when the applier is stuck, like an expired expectation. Withheld ids are recorded in the batch
-(``suppressed``), so the decision log still holds the whole decision and replay stays exact. The
-memory is per worker and may be lost (restart, partition hand-over): then a duplicate is simply
-applied, which is safe; a look or wake-up it held is backed by a durable tick at most ``max_age`` later
-(the consumer's backstop).
+memory when the applier is stuck, like an expired expectation: it counts from when the command was sent
+or, if later, from when the applier last made progress (its ack floor rose), so a long queue that is
+being worked through (a 2,000-worker scale-up is some 4,000 API calls for one key, applied in order) does
+not make the worker decide the same commands again while the first ones wait their turn. Withheld ids
+are recorded in the batch (``suppressed``), so the decision log still holds the whole decision and
+replay stays exact. The memory is per worker and may be lost (restart, partition hand-over): then a
+duplicate is simply applied, which is safe; a look or wake-up it held is backed by a durable tick at
+most ``max_age`` later (the consumer's backstop).
 
 A withheld create or delete may be needed after all (its twin was a no-op, e.g. an AlreadyExists on a
 Pod still terminating) and then no further event may come: the key is due for another look when that
@@ -101,6 +104,8 @@ class InFlight:
         self._unseen: dict[ReconcileKey, dict[int, set[Target]]] = {}
         self._looks: dict[ReconcileKey, set[str]] = {}
         self._wakes: dict[ReconcileKey, datetime] = {}
+        self._floor = 0
+        self._floor_rose_at = float("-inf")
 
     def filter(
         self, batch: CommandBatch, *, applied_floor: int, entries: Mapping[str, Mapping[str, Any]] | None = None
@@ -165,6 +170,8 @@ class InFlight:
 
     def _live(self, key: ReconcileKey, applied_floor: int) -> dict[str, _Sent]:
         now = self._clock()
+        if applied_floor > self._floor:
+            self._floor, self._floor_rose_at = applied_floor, now
         live: dict[str, _Sent] = {}
         unseen = self._unseen.get(key, {})
         for command_key, sent in self._sent.get(key, {}).items():
@@ -172,7 +179,7 @@ class InFlight:
                 sent.applied_at = now
             applied_for = None if sent.applied_at is None else now - sent.applied_at
             held = sent.batch_seq in unseen and applied_for is not None and applied_for < self._create_hold
-            expired = now - sent.sent_at >= self._max_age or (
+            expired = now - max(sent.sent_at, self._floor_rose_at) >= self._max_age or (
                 applied_for is not None and applied_for >= self._grace and not held
             )
             if not expired:

@@ -117,6 +117,22 @@ def test_in_flight_memory_expires_when_the_applier_is_stuck() -> None:
     assert inflight.filter(batch, applied_floor=0).commands == batch.commands
 
 
+def test_in_flight_memory_does_not_expire_while_the_applier_works_through_its_queue() -> None:
+    from services.reconciler.worker.inflight import InFlight
+
+    clock = [0.0]
+    inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
+    snap = Snapshot(key=KEY, entries={})
+    batch = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).batch
+    inflight.filter(batch, applied_floor=0)
+    inflight.published(KEY, batch_seq=500)
+    for floor in range(50, 500, 50):  # the applier acks older batches the whole time
+        clock[0] += 30.0
+        assert inflight.filter(batch, applied_floor=floor).commands == ()
+    clock[0] += 61.0  # then it stops moving: stuck
+    assert inflight.filter(batch, applied_floor=450).commands == batch.commands
+
+
 def test_one_status_patch_per_object_version_is_in_flight() -> None:
     from schema.messages import PatchStatus
     from services.reconciler.worker.inflight import in_flight_key
