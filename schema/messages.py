@@ -224,6 +224,9 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
 
     A decision too large for one message is published as ``parts`` batches with the same ``id``, numbered
     by ``part`` from 0, its commands in order across them (``schema.parts``); ``parts`` is 1 otherwise.
+
+    ``report`` (non-empty: why) marks a batch that is not a decision but shows a failure on the custom
+    resource (a Warning Event) after the key's inputs were dead-lettered; the decision log leaves it out.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -239,6 +242,7 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     suppressed: tuple[str, ...] = ()
     part: int = 0
     parts: int = 1
+    report: str = ""
 
 
 Outcome = Literal["applied", "already_done", "dropped", "failed", "superseded", "denied"]

@@ -102,6 +102,8 @@ async def read_history(nc: Client, key: ReconcileKey, *, window: HistoryWindow |
         except (msgspec.DecodeError, msgspec.ValidationError):
             skipped.append(stored.seq)
             continue
+        if batch.report:
+            continue  # a failure shown on the custom resource, not a decision
         if batch.part == 0:
             first_part[batch.id] = stored
         whole = parts.add(batch)

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import secrets
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -102,6 +102,8 @@ class _Head(msgspec.Struct):
 _head_decoder: Final[msgspec.json.Decoder[_Head]] = msgspec.json.Decoder(_Head)
 
 Clock = Callable[[], datetime]
+FailureHook = Callable[[CommandBatch, Command | None, str], Awaitable[None]]
+"""Shows a command (None: a whole batch) that failed after its retries on the key's resource (``failures``)."""
 
 
 def generate_token(kind: str) -> str:
@@ -144,6 +146,7 @@ class Applier:
         burst: int | None = None,
         max_deliver: int = 0,
         progress_interval: float = 10.0,
+        on_failure: FailureHook | None = None,
         owners: OwnerView | None = None,
         facts: Facts | None = None,
     ) -> None:
@@ -161,6 +164,7 @@ class Applier:
         self._limiter = RateLimiter(qps, burst=burst)
         self._max_deliver = max_deliver
         self._progress_interval = progress_interval
+        self._on_failure = on_failure
         self._decisions = DecisionCheck(js, owners)
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
         pipeline_metrics.track_queue(self)
@@ -216,7 +220,9 @@ class Applier:
         deliveries = msg.metadata.num_delivered
         if self._max_deliver and deliveries > self._max_deliver:
             # A batch that keeps coming back (an applier died on it each time) must not block its key.
-            await self._dead_letter(msg, f"command batch {batch.id} delivered {deliveries} times without an ack")
+            reason = f"command batch {batch.id} delivered {deliveries} times without an ack"
+            await self._dead_letter(msg, reason)
+            await self._report(batch, None, reason)
             return
         self._outstanding += 1
         self._queues.setdefault(batch.key, deque()).append((msg, batch))
@@ -241,6 +247,7 @@ class Applier:
                     self.batches_applied += 1
                 else:
                     await self._dead_letter(msg, failure)
+                    await self._report(batch, None, failure)
         finally:
             if not queue:
                 self._queues.pop(key, None)
@@ -255,6 +262,10 @@ class Applier:
             log.exception("command batch %s of %s failed", batch.id, batch.key, extra={"raybus.key": str(batch.key)})
             return f"command batch {batch.id} failed: {type(exc).__name__}: {exc}"
         return None
+
+    async def _report(self, batch: CommandBatch, command: Command | None, error: str) -> None:
+        if self._on_failure is not None:
+            await self._on_failure(batch, command, error)
 
     async def _shutdown(self) -> None:
         """Let running batches finish (bounded), nak the queued ones, cancel the rest (left unacked)."""
@@ -362,6 +373,7 @@ class Applier:
                     applied.error,
                     extra={"raybus.key": str(batch.key)},
                 )
+                await self._report(batch, command, applied.error)
 
     async def _apply_authorized(
         self, batch: CommandBatch, index: int, command: Command, msg: Msg, stale: Callable[[Command], str]

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Coroutine
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from nats.aio.client import Client
@@ -32,6 +33,7 @@ from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.applier import Applier
 from services.watcher.calls import ApiError
 from services.watcher.dashboard import DashboardClient
+from services.watcher.failures import FailureReporter
 from services.watcher.informer import Batch, Informer, queue_deliverer, reconnect_delay, scopes_for
 from services.watcher.kubeapi import KubeApi, load_configuration
 from services.watcher.owners import api_owner_reader
@@ -150,6 +152,7 @@ class Watcher:
             burst=settings.kube.burst,
             max_deliver=settings.bus.max_deliver,
             progress_interval=settings.bus.ack_wait / 3,
+            on_failure=FailureReporter(self.api, clock=lambda: datetime.now(UTC)),
             owners=self.projection,
             facts=self.projection,
         )

@@ -21,8 +21,8 @@ Deliberate differences from KubeRay (kept here so they are found):
 - OpenShift Routes, mTLS (cert-manager), NetworkPolicies, the history-server collector and batch
   schedulers are not implemented: mTLS/NetworkPolicy/history need alpha gates (off by default) and a
   cluster with them enabled gets a Warning Event instead of silent misbehaviour (mTLS), or nothing.
-- ``ReplicaFailure`` is only ever removed: the failures it reports are API errors the applier sees,
-  not reconcile.
+- ``ReplicaFailure`` is only ever removed, once the Pods are as desired: the failures it reports are
+  API errors the applier sees (and marks with it), not reconcile.
 
 Not here: the individual builders and planners (see the sibling modules).
 """

@@ -145,11 +145,13 @@ def compute_status(
     spec = view.spec
     gate = config.gates.ray_cluster_status_conditions
     conditions = list(old.conditions or ())
-    if gate and not error:
-        conditions = [c for c in conditions if c.type != REPLICA_FAILURE]
     groups = spec.worker_group_specs or ()
     active = [g for g in groups if not g.suspend]
     desired = sum(group_replicas(g) * max(g.num_of_hosts, 1) for g in groups)
+    if gate and not error and (len(index.pods) == desired + 1 or spec.suspend):
+        # The applier sets ReplicaFailure when a Pod create or delete failed after its retries; reconcile
+        # cannot see that failure, only its end: the Pods are as desired (or being suspended away).
+        conditions = [c for c in conditions if c.type != REPLICA_FAILURE]
     minimum = sum(g.min_replicas * max(g.num_of_hosts, 1) for g in active)
     maximum = min(sum(g.max_replicas * max(g.num_of_hosts, 1) for g in active), MAX_INT32)
     state, reason = old.state, old.reason

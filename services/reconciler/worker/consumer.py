@@ -37,6 +37,7 @@ from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
 from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.publishing import publish_decision
+from services.reconciler.worker.reports import owner_uid, report_failure
 from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
@@ -309,6 +310,17 @@ class PartitionConsumer:
         except (NatsError, TimeoutError) as exc:
             log.warning("partition %d: could not dead-letter (%s); it will be redelivered", self.partition, exc)
 
+    async def _owner_uid(self, key: ReconcileKey, inputs: list[BusInput]) -> str:
+        """The custom resource's uid, so that its Warning Event is listed with it (best effort)."""
+        uid = owner_uid(key, inputs)
+        if uid:
+            return uid
+        try:
+            owner = (await self._reader.read(key, attempts=1)).owner()
+        except (RetryableError, NatsError):
+            return ""
+        return str(((owner or {}).get("metadata") or {}).get("uid") or "")
+
     async def _fail(self, key: ReconcileKey, items: list[_Item], exc: Exception) -> None:
         deliveries = max(item.msg.metadata.num_delivered for item in items)
         if deliveries >= self._bus.max_deliver or isinstance(exc, KeyError):
@@ -319,6 +331,13 @@ class PartitionConsumer:
             _dead_letters.add(len(items), {"stream": subjects.EVENTS_STREAM})
             for item in items:
                 await self._park(item.msg, reason)
+            await report_failure(
+                self._js,
+                key,
+                uid=await self._owner_uid(key, [item.message for item in items]),
+                sequences=[item.msg.metadata.sequence.stream for item in items],
+                reason=f"{reason}; its {len(items)} input(s) are in the dead-letter stream",
+            )
             return
         delay = exc.delay if isinstance(exc, RetryableError) else retry_delay(deliveries)
         log.warning(

@@ -185,7 +185,10 @@ async def test_failing_reconcile_is_retried_then_dead_lettered(nats_server: Nats
         assert "ZeroDivisionError: boom" in letter.error
         assert letter.deliveries == 3
         found = await batches(client)
-        assert [b.key for b in found] == [key(2)]
+        assert [b.key for b in found if not b.report] == [key(2)]
+        (report,) = [b for b in found if b.report]
+        assert report.key == key(1) and "ZeroDivisionError: boom" in report.report
+        assert [(c.event_type, c.reason) for c in report.commands] == [("Warning", "FailedToReconcile")]  # type: ignore[union-attr]
     finally:
         await worker.close()
 
