@@ -4,9 +4,10 @@ A decision is not bounded by the bus's message size: a RayCluster of 2,000 worke
 creates and 2,000 Events at once (about 5 MB of JSON; NATS's default ``max_payload`` is 1 MB). A batch
 whose encoding exceeds the budget is published as ``parts`` CommandBatches with the decision's ``id``,
 ``part`` = 0, 1, ... and the commands in order, the first commands in part 0; the withheld ids
-(``suppressed``) follow the commands. Every part carries the decision-level fields (inputs, issued_at,
-snapshot_revision, wake_at, rules, logic_version), so any part says which decision it belongs to and
-:func:`join_parts` rebuilds exactly the decision that was split. The reasons are in docs/decision-size.md.
+(``suppressed``) come first, so that whoever holds part 0 of a decision knows everything it withheld.
+Every part carries the decision-level fields (inputs, issued_at, snapshot_revision, wake_at, rules,
+logic_version), so any part says which decision it belongs to and :func:`join_parts` rebuilds exactly
+the decision that was split. The reasons are in docs/decision-size.md.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def split_batch(batch: CommandBatch, budget: int) -> list[CommandBatch]:
     frame = len(_encoder.encode(msgspec.structs.replace(batch, commands=(), suppressed=(), part=0, parts=2)))
     groups: list[tuple[list[Command], list[str]]] = [([], [])]
     used = frame
-    for item in (*batch.commands, *batch.suppressed):
+    for item in (*batch.suppressed, *batch.commands):
         size = len(_encoder.encode(item)) + 1  # + its comma
         commands, suppressed = groups[-1]
         if used + size > budget and (commands or suppressed):

@@ -120,15 +120,18 @@ class DecisionCheck:
         """What of ``batch`` still holds; ``queued`` are the key's batches this applier holds after it."""
         if not batch.commands:
             return HOLDS
-        newer = queued[-1] if queued else None
+        # Later parts of this same decision are not newer, and a failure report is no decision.
+        newer = next((b for b in reversed(queued) if b.id != batch.id and not b.report), None)
         if newer is None and msg.reply and self._worth_a_lookup(msg):
             newer = await self._latest(msg, batch)
         revision = batch.snapshot_revision
         if newer is None:
             return Review(owners=self._owners, snapshot_revision=revision)
+        # A decision in parts carries its withheld ids in its first part (``schema.parts``).
+        wanted = {i for b in queued if b.id == newer.id for i in b.suppressed} | set(newer.suppressed)
         return Review(
             newer=f"(command batch {newer.id})",
-            wanted=frozenset(newer.suppressed),
+            wanted=frozenset(wanted),
             owners=self._owners,
             snapshot_revision=revision,
         )
@@ -151,6 +154,11 @@ class DecisionCheck:
         if last.seq is None or last.seq <= msg.metadata.sequence.stream or last.data is None:
             return None
         try:
-            return codec.decode_batch(last.data)
+            latest = codec.decode_batch(last.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None  # a malformed newer message is the dead-letter path's business, not a decision
+        if latest.id == batch.id or latest.report or latest.part > 0:
+            # A later part of this decision, a failure report, or the middle of a decision in parts
+            # (whose withheld ids are in its first part, not read here): not a reason to hold back.
+            return None
+        return latest

@@ -157,3 +157,28 @@ async def test_creates_for_an_owner_deleted_after_the_decision_are_never_sent(
 async def _enough(bus: Bus, key: ReconcileKey, count: int) -> list[dict[str, Any]] | None:
     found = await bus.results(key)
     return found if len(found) >= count else None
+
+
+async def test_parts_of_one_decision_do_not_supersede_each_other(
+    bus: Bus, kube: KubeSimHandle, kube_api: KubeApi, kubesim_namespace: str
+) -> None:
+    """A decision in parts: every part is applied; a newer decision's withheld ids come from its first part."""
+    from schema.parts import part_msg_id, split_batch
+
+    ns = kubesim_namespace
+    key = ReconcileKey(kind="RayCluster", namespace=ns, name="parts")
+    old = batch(key, "old", *(CreateObject(id=f"o{i}", target=sa_ref(ns, f"o{i}"), body={}) for i in range(6)))
+    newer = batch(key, "newer", CreateObject(id="n", target=sa_ref(ns, "n"), body={}), suppressed=("o5",))
+    old_parts, newer_parts = split_batch(old, 700), split_batch(newer, 200)
+    assert len(old_parts) > 2 and len(newer_parts) == 2 and newer_parts[0].suppressed == ("o5",)
+    alone = ReconcileKey(kind="RayCluster", namespace=ns, name="alone")
+    alone_parts = split_batch(msgspec.structs.replace(old, key=alone, id="alone"), 700)
+    for part in [*old_parts, *newer_parts, *alone_parts]:
+        await publish(bus.js, subjects.command_subject(part.key), codec.encode(part), msg_id=part_msg_id(part))
+    async with running_applier(bus, kube_api):
+        results = await results_of(bus, key, 7)
+        alone_results = await results_of(bus, alone, 6)
+    outcomes = {r["command_id"]: r["outcome"] for r in results}
+    assert outcomes == {**{f"o{i}": "superseded" for i in range(5)}, "o5": "applied", "n": "applied"}
+    assert len({r["command_id"] for r in alone_results}) == 6
+    assert {r["outcome"] for r in alone_results} <= {"applied", "already_done"}
