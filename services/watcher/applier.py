@@ -165,6 +165,7 @@ class Applier:
         self._max_deliver = max_deliver
         self._progress_interval = progress_interval
         self._on_failure = on_failure
+        self._kept_alive_at = float("-inf")
         self._decisions = DecisionCheck(js, owners)
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
         pipeline_metrics.track_queue(self)
@@ -185,6 +186,7 @@ class Applier:
             while not stop.is_set():
                 raise_if_cancelling()
                 self._raise_crashed()
+                await self._keep_queued_alive()
                 room = self._concurrency * 4 - self._outstanding
                 if room <= 0:
                     await asyncio.sleep(0.01)
@@ -205,6 +207,20 @@ class Applier:
             await self._shutdown()
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def _keep_queued_alive(self) -> None:
+        """Tell JetStream that queued batches are still being worked on: a key's batches wait their turn
+        (a decision in parts is many batches of one key), and one waiting longer than the ack wait would be
+        delivered again and applied twice."""
+        now = asyncio.get_running_loop().time()
+        if now - self._kept_alive_at < self._progress_interval:
+            return
+        self._kept_alive_at = now
+        for queue in list(self._queues.values()):
+            for msg, _ in list(queue):
+                if msg.reply:
+                    with contextlib.suppress(Exception):
+                        await msg.in_progress()
 
     def _raise_crashed(self) -> None:
         for task in list(self._workers.values()):

@@ -118,7 +118,11 @@ class DecisionCheck:
 
     async def review(self, msg: Msg, batch: CommandBatch, queued: Sequence[CommandBatch]) -> Review:
         """What of ``batch`` still holds; ``queued`` are the key's batches this applier holds after it."""
-        if not batch.commands:
+        if not batch.commands or batch.parts > 1:
+            # A decision in parts is applied whole. It is a large scale step whose creates a newer decision
+            # may withhold under different content (a worker's replica index shifts as Pods come up), so
+            # its withheld ids do not name these commands, and superseding them left Pods that no batch
+            # created until the in-flight memory expired, wave after wave.
             return HOLDS
         # Later parts of this same decision are not newer, and a failure report is no decision.
         newer = next((b for b in reversed(queued) if b.id != batch.id and not b.report), None)

@@ -162,7 +162,8 @@ async def _enough(bus: Bus, key: ReconcileKey, count: int) -> list[dict[str, Any
 async def test_parts_of_one_decision_do_not_supersede_each_other(
     bus: Bus, kube: KubeSimHandle, kube_api: KubeApi, kubesim_namespace: str
 ) -> None:
-    """A decision in parts: every part is applied; a newer decision's withheld ids come from its first part."""
+    """A decision in parts is applied whole, also when a newer decision exists (and never superseded by
+    its own later parts)."""
     from schema.parts import part_msg_id, split_batch
 
     ns = kubesim_namespace
@@ -179,6 +180,7 @@ async def test_parts_of_one_decision_do_not_supersede_each_other(
         results = await results_of(bus, key, 7)
         alone_results = await results_of(bus, alone, 6)
     outcomes = {r["command_id"]: r["outcome"] for r in results}
-    assert outcomes == {**{f"o{i}": "superseded" for i in range(5)}, "o5": "applied", "n": "applied"}
+    assert sorted(outcomes) == ["n", *(f"o{i}" for i in range(6))]
+    assert set(outcomes.values()) <= {"applied", "already_done"}  # the other key creates the same names
     assert len({r["command_id"] for r in alone_results}) == 6
     assert {r["outcome"] for r in alone_results} <= {"applied", "already_done"}
