@@ -30,7 +30,7 @@ from schema.codec import decode_batch, decode_input
 from schema.keys import ReconcileKey, decode_token
 from schema.parts import PartAssembler
 from services.replay.history import HistoryWindow, KeyHistory, KvSeedEntry, RecordedDecision, RecordedInput
-from services.runtime.directget import direct_batches
+from services.runtime.directget import StoredMessage, direct_batches
 
 log = logging.getLogger(__name__)
 

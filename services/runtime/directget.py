@@ -3,7 +3,8 @@
 A batched direct get (``{"seq", "next_by_subj", "batch"}``) answers with up to ``batch`` messages and an
 EOB status carrying the number still pending, so a read is a few requests whatever the length, creates
 no consumer (reading must not change the bus) and needs only ``allow_direct`` on the streams, which
-raybus sets. Used by replay (a key's history) and by the status service's console (Events, dead letters).
+raybus sets. Used by replay (a key's history), by the status service's console (Events, dead letters)
+and by the reconciler worker (what of a key is still in flight when its partition moves).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from schema.codec import decode_batch
 from schema.keys import ReconcileKey
 from schema.parts import part_budget
 from services.replay.replayer import Replayer
-from services.replay.source import direct_batches
+from services.runtime.directget import direct_batches
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, apply_cluster, get_cluster, pods_of

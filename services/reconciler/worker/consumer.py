@@ -35,7 +35,7 @@ from schema.messages import BusInput, TimerTick
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
-from services.reconciler.worker.inflight import InFlight
+from services.reconciler.worker.inflight import InFlight, Recalled
 from services.reconciler.worker.publishing import publish_decision
 from services.reconciler.worker.reports import owner_uid, report_failure
 from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
@@ -104,6 +104,10 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+Recall = Callable[[ReconcileKey], Awaitable[list[Recalled]]]
+"""Reads a key's recent decisions back from the commands stream."""
+
+
 @dataclass
 class _Item:
     msg: Msg
@@ -129,6 +133,7 @@ class PartitionConsumer:
         coalesce_window: float = 0.0,
         progress: Progress | None = None,
         part_budget: int = part_budget(DEFAULT_MAX_PAYLOAD),
+        recall: Recall | None = None,
     ) -> None:
         self.partition = partition
         self._js = js
@@ -143,6 +148,8 @@ class PartitionConsumer:
         self._coalesce_window = coalesce_window
         self._progress = progress or Progress(f"partition {partition}")
         self._part_budget = part_budget
+        self._recall = recall
+        self._recalled: set[ReconcileKey] = set()
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
         self._tended_at = float("-inf")
@@ -265,6 +272,7 @@ class PartitionConsumer:
                     config=self._config,
                     sequences=[item.msg.metadata.sequence.stream for item in items],
                 )
+                await self._take_over(key)
                 floor = await self._applied.get()
                 batch = self._inflight.filter(outcome.batch, applied_floor=floor, entries=snapshot.entries)
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
@@ -309,6 +317,14 @@ class PartitionConsumer:
             await settle(msg.ack())
         except (NatsError, TimeoutError) as exc:
             log.warning("partition %d: could not dead-letter (%s); it will be redelivered", self.partition, exc)
+
+    async def _take_over(self, key: ReconcileKey) -> None:
+        """The first time this consumer reconciles ``key``: restore what earlier owners of the partition
+        published for it and may still be in flight (``handover.py``)."""
+        if self._recall is None or key in self._recalled:
+            return
+        self._inflight.restore(key, await self._recall(key))
+        self._recalled.add(key)
 
     async def _owner_uid(self, key: ReconcileKey, inputs: list[BusInput]) -> str:
         """The custom resource's uid, so that its Warning Event is listed with it (best effort)."""

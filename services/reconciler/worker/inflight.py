@@ -41,7 +41,7 @@ reconciles.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -82,6 +82,15 @@ class _Sent:
     batch_seq: int
     sent_at: float
     applied_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A batch of the key read back from the commands stream, stored ``age`` seconds ago."""
+
+    seq: int
+    age: float
+    batch: CommandBatch
 
 
 Target = tuple[str, str]
@@ -146,6 +155,20 @@ class InFlight:
         if not withheld:
             return batch
         return msgspec.structs.replace(batch, commands=tuple(kept), suppressed=tuple(withheld))
+
+    def restore(self, key: ReconcileKey, recalled: Sequence[Recalled]) -> None:
+        """Take over what another worker published for ``key`` (``handover.py``): each command as sent
+        when its batch was stored, the parts of one decision under the sequence of its last part."""
+        now = self._clock()
+        last_part = {r.batch.id: r.seq for r in recalled}
+        sent = self._sent.setdefault(key, {})
+        for r in recalled:
+            seq = last_part[r.batch.id]
+            for command in r.batch.commands:
+                sent[in_flight_key(command)] = _Sent(batch_seq=seq, sent_at=now - r.age)
+            creates = {(c.target.kind, c.target.name) for c in r.batch.commands if isinstance(c, CreateObject)}
+            if creates and self._create_hold > 0:
+                self._unseen.setdefault(key, {}).setdefault(seq, set()).update(creates)
 
     def published(self, key: ReconcileKey, batch_seq: int) -> None:
         """Record that the commands kept by the last :meth:`filter` of ``key`` are in ``batch_seq``."""

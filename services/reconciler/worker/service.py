@@ -21,6 +21,7 @@ from schema.parts import part_budget
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.consumer import PartitionConsumer
+from services.reconciler.worker.handover import recent_batches
 from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.leases import PartitionLeases
 from services.reconciler.worker.timers import TimerScheduler
@@ -92,6 +93,7 @@ async def run_reconciler(
                 coalesce_window=settings.partitions.coalesce_window,
                 progress=progress,
                 part_budget=part_budget(nc.max_payload),
+                recall=lambda key: recent_batches(nc, key, within=settings.partitions.inflight_max_age),
             )
             task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
             task.add_done_callback(on_done)
