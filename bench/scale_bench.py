@@ -1,0 +1,148 @@
+"""Scale benchmark: one RayCluster scaled from 1 to ``--workers`` Pods, and many clusters at once.
+
+(a) ``--workers N``: one RayCluster is created with 1 worker, then patched to N workers; figures: seconds
+until all N workers are Running and counted ready in the status, the commands and API calls it took,
+the decisions published in parts and the largest message on RAYBUS_COMMANDS, CPU seconds and peak RSS
+per process, and beside it the floor: the same number of API calls at kubesim's raw create rate.
+(b) ``--clusters N``: N RayClusters (1 head + 3 workers) created at once (``pipeline_bench``'s run),
+with the duplicate creates (AlreadyExists) counted.
+
+Every component runs as its own process (``pipeline_bench.stack``). CPU seconds and call counts are the
+figures to compare across runs on a shared machine; wall-clock times move with the machine's load.
+
+Run: ``.venv/bin/python bench/scale_bench.py [--workers 2000] [--clusters 0] [--qps 0]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import msgspec
+import nats
+from kubernetes import client, config
+from pipeline_bench import pod_create_ceiling, print_flow, run_pipeline, stack, stream_figures
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from schema import subjects  # noqa: E402
+from schema.codec import decode_batch  # noqa: E402
+from tests.e2e.clusters import small_cluster  # noqa: E402
+from tests.helpers import stored_messages  # noqa: E402
+
+
+async def message_sizes(nats_url: str) -> dict[str, int]:
+    """The largest command batch message and how many decisions were split."""
+    nc = await nats.connect(nats_url)
+    try:
+        stored = await stored_messages(nc.jetstream(), subjects.COMMANDS_STREAM, timeout=10)
+        batches = [decode_batch(m.data) for m in stored]
+        return {
+            "largest_message_bytes": max((len(m.data) for m in stored), default=0),
+            "max_payload": nc.max_payload,
+            "decisions_in_parts": len({b.id for b in batches if b.parts > 1}),
+            "parts": sum(1 for b in batches if b.parts > 1),
+        }
+    finally:
+        await nc.close()
+
+
+def running_workers(core: client.CoreV1Api, name: str) -> int:
+    response = core.list_namespaced_pod(
+        "default", label_selector=f"ray.io/cluster={name},ray.io/node-type=worker", _preload_content=False
+    )
+    pods = msgspec.json.decode(response.read())["items"]  # type: ignore[attr-defined]  # raw response
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+
+
+def ready_workers(custom: client.CustomObjectsApi, name: str) -> int:
+    cluster = cast(dict[str, Any], custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", name))
+    return int((cluster.get("status") or {}).get("readyWorkerReplicas") or 0)
+
+
+def run_scale(workers: int, timeout: float, qps: float) -> dict[str, Any]:
+    """(a): one cluster, 1 → ``workers`` workers."""
+    with (
+        tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp,
+        stack(Path(tmp), 1, watcher_args=["--qps", str(qps)]) as (s, nats_url, kubeconfig),
+    ):
+        api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
+        api = client.ApiClient(api.configuration)
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        body = small_cluster("scale", workers=1)
+        group = {**body["spec"]["workerGroupSpecs"][0], "maxReplicas": workers}
+        body["spec"]["workerGroupSpecs"] = [group]
+        custom.create_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", body)
+        deadline = time.monotonic() + 120
+        while ready_workers(custom, "scale") < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        before = {p.name: p.usage()[0] for p in s.procs}
+        started = time.perf_counter()
+        patch = {"spec": {"workerGroupSpecs": [{**group, "replicas": workers}]}}
+        custom.patch_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", "scale", patch)
+        running_in = ready_in = 0.0
+        while time.perf_counter() - started < timeout:
+            if not running_in and running_workers(core, "scale") >= workers:
+                running_in = time.perf_counter() - started
+            if running_in and ready_workers(custom, "scale") >= workers:
+                ready_in = time.perf_counter() - started
+                break
+            time.sleep(0.5)
+        usage = {p.name: p.usage() for p in s.procs}
+        api.close()
+        figures = asyncio.run(stream_figures(nats_url))
+        sizes = asyncio.run(message_sizes(nats_url))
+        return {
+            "workers": workers,
+            "running_in_s": running_in,
+            "ready_in_s": ready_in,
+            **figures,
+            **sizes,
+            "processes": {
+                name: {"cpu_s": usage[name][0] - before[name], "peak_rss_mb": usage[name][1]} for name in usage
+            },
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=2000, help="(a) workers of the one scaled cluster (0: skip)")
+    parser.add_argument("--clusters", type=int, default=0, help="(b) clusters created at once (0: skip)")
+    parser.add_argument("--qps", type=float, default=0.0, help="the watcher's API budget (0: unlimited)")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--threads", type=int, default=4)
+    args = parser.parse_args()
+    print(f"machine: {platform.platform()} ({platform.machine()}), python {platform.python_version()}")
+    if args.workers:
+        r = run_scale(args.workers, args.timeout, args.qps)
+        calls = r["results"]
+        ceiling = pod_create_ceiling(min(calls, 4000), args.threads)
+        floor = calls / ceiling
+        print(f"(a) 1 → {r['workers']} workers at --qps {args.qps:g}")
+        print(f"  all Running in {r['running_in_s']:.1f} s, counted ready in {r['ready_in_s']:.1f} s")
+        print(f"  {r['decisions']} decisions, {r['commands']} commands, {calls} API calls; outcomes {r['outcomes']}")
+        print(
+            f"  {r['decisions_in_parts']} decision(s) in {r['parts']} parts; largest message "
+            f"{r['largest_message_bytes']} B (max_payload {r['max_payload']} B)"
+        )
+        print(f"  floor: {calls} calls at kubesim's {ceiling:.0f} creates/s = {floor:.1f} s")
+        print_flow(r)
+    if args.clusters:
+        r = run_pipeline(args.clusters, 1, args.threads, args.timeout, args.qps)
+        duplicates = r["outcomes"].get("create_object/already_done", 0)
+        print(f"(b) {r['clusters']} clusters (1 head + 3 workers) at once, 1 reconciler")
+        print(f"  {r['ready']} ready in {r['all_ready_in_s']:.1f} s; duplicate creates {duplicates}")
+        print(f"  {r['decisions']} decisions, {r['commands']} commands")
+        print_flow(r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
