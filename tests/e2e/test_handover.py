@@ -11,6 +11,7 @@ import pytest
 from schema import subjects
 from schema.codec import decode_result
 from services.reconciler.worker.service import run_reconciler
+from services.runtime.settings import RaybusSettings
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Component, running_pipeline
 from tests.e2e.test_invariants import all_ready, create, stream_messages
@@ -20,7 +21,14 @@ CLUSTERS = 200
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_a_worker_joining_mid_burst_sends_no_duplicate_create(tmp_path: Path, db_url: str) -> None:
-    async with running_pipeline(tmp_path, db_url=db_url) as p:
+    # A create hold longer than any watch lag of a loaded test machine: what is measured is the hand-over,
+    # not a Pod that showed up in the snapshot later than the hold.
+    def hold(settings: RaybusSettings) -> RaybusSettings:
+        return dataclasses.replace(
+            settings, partitions=dataclasses.replace(settings.partitions, inflight_create_hold=60.0)
+        )
+
+    async with running_pipeline(tmp_path, db_url=db_url, settings_hook=hold) as p:
         names = [f"handover-{i}" for i in range(CLUSTERS)]
         joiner = Component(
             "joiner",
