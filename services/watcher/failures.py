@@ -34,6 +34,7 @@ from schema.messages import (
     command_target,
     command_verb,
 )
+from schema.times import format_time
 from services.runtime.metrics import meter
 from services.watcher.calls import ApiError, object_path, outcome_of_error, plan_call, resource_of
 from services.watcher.kubeapi import KubeApi
@@ -165,7 +166,7 @@ class FailureReporter:
         return "applied"
 
     async def _set_replica_failure(self, ref: ObjectRef, owner: dict[str, Any], *, reason: str, message: str) -> None:
-        now = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_time(self._clock())
         for _ in range(CONDITION_ATTEMPTS):
             conditions = replica_failure(
                 list((owner.get("status") or {}).get("conditions") or []), reason=reason, message=message, now=now
