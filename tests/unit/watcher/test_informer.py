@@ -13,6 +13,7 @@ from services.watcher.informer import (
     Bookmark,
     Change,
     Gone,
+    Refused,
     Scope,
     WatchDriver,
     decode_line,
@@ -187,3 +188,16 @@ def test_select_served_skips_optional_and_requires_the_rest() -> None:
     without_ray = {s for s in everything if s[0] != "ray.io"}
     with pytest.raises(LookupError, match=r"rayclusters\.ray\.io"):
         select_served(without_ray)
+
+
+def test_an_object_too_deep_to_decode_is_refused_with_what_can_be_read_of_it() -> None:
+    deep = b'{"a":' * 2000 + b"1" + b"}" * 2000
+    meta = b'{"name":"p","namespace":"ns","uid":"u","resourceVersion":"7"}'
+    line_of = b'{"type":"%s","object":{"metadata":' + meta + b',"spec":' + deep + b"}}"
+    refused = decode_line(PODS, line_of % b"MODIFIED")
+    assert isinstance(refused, Refused)
+    assert (refused.change.uid, refused.change.name, refused.change.resource_version) == ("u", "p", "7")
+    assert "nested deeper than" in refused.reason
+    deleted = decode_line(PODS, line_of % b"DELETED")
+    assert isinstance(deleted, Change)
+    assert (deleted.type, deleted.uid) == ("DELETED", "u")
