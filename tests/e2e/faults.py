@@ -1,0 +1,377 @@
+"""A fault-injection run of the whole stack, every component its own process (the e2e test and
+``bench/fault_bench.py`` share it).
+
+nats-server, kubesim (kubelet ``instant``), ``raybus watcher``, two ``raybus reconciler`` workers and
+``raybus status`` (SQLite). RayClusters of 1 head and 3 workers are created in four bursts; right after
+each burst one component is killed with SIGKILL and restarted (a reconciler: a third worker starts
+instead; the watcher; nats-server on its file store; the status service), and the run waits until every
+cluster created so far is ready. Then, while the batches the killed watcher left unfinished are still
+waiting for their redelivery, some clusters are scaled down to 1 worker and some deleted, and the run
+waits until everything converged and every consumer drained.
+
+A watch on Pods counts every create by name, so the figures say what really reached the API server:
+creates against the minimum (each cluster's head and 3 workers once: every cluster was ready before it
+was scaled or deleted), names created twice, Pods left for deleted clusters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+from kubernetes import client, config, watch
+
+from schema import subjects
+from schema.crd import write_crds
+from tests.e2e.clusters import small_cluster
+from tests.e2e.pipeline import spawn_raybus
+from tests.fixtures.nats import NatsServer, free_port
+
+GROUP, VERSION, PLURAL, NAMESPACE = "ray.io", "v1", "rayclusters", "default"
+WORKERS = 3
+KILLED = ("reconciler", "watcher", "nats-server", "status")
+"""What each burst is followed by a kill -9 of, in order."""
+
+
+@dataclass
+class Service:
+    """A ``raybus`` service process with its health port."""
+
+    name: str
+    args: list[str]
+    workdir: Path
+    health_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = [*self.args, "--health-port", str(self.health_port)]
+        self.proc = spawn_raybus(args, log_path=self.workdir / f"{self.name}.log", home=self.workdir / "home")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+    def healthy(self) -> bool:
+        """Alive, and /healthz and /readyz answer 200."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        return all(_ok(f"http://127.0.0.1:{self.health_port}/{path}") for path in ("healthz", "readyz"))
+
+    def log_tail(self) -> str:
+        with contextlib.suppress(OSError):
+            return (self.workdir / f"{self.name}.log").read_text(errors="replace")[-3000:]
+        return ""
+
+
+def _ok(url: str) -> bool:
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:  # loopback only
+        return bool(response.status == 200)
+    return False
+
+
+class PodCreates:
+    """Every Pod ADDED on the API server, by name, from a watch started before the first create."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._core = client.CoreV1Api(api)
+        self.added: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._rv = self._core.list_namespaced_pod(NAMESPACE).metadata.resource_version
+        self.cycles = 0
+        """Watch requests ended so far."""
+        self._thread = threading.Thread(target=self._run, name="pod-creates", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            w = watch.Watch()
+            with contextlib.suppress(Exception):  # a broken watch resumes from the last version seen
+                for event in w.stream(
+                    self._core.list_namespaced_pod, NAMESPACE, resource_version=self._rv, timeout_seconds=2
+                ):
+                    if event["type"] == "ADDED":
+                        self.added[event["object"].metadata.name] += 1
+                    self._rv = event["object"].metadata.resource_version
+                    if self._stop.is_set():
+                        break
+            self.cycles += 1
+
+    def caught_up_from(self, cycles: int) -> bool:
+        """Whether two watch requests began after ``cycles`` had ended: each resumes from the last version
+        seen and ends only after its timeout, so the second has seen everything up to the call."""
+        return self.cycles >= cycles + 2
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@dataclass
+class Stack:
+    """The processes of one run."""
+
+    workdir: Path
+    nats: NatsServer
+    kube: subprocess.Popen[bytes]
+    kubeconfig: Path
+    services: dict[str, Service]
+
+    @property
+    def api(self) -> client.ApiClient:
+        return config.new_client_from_config(str(self.kubeconfig))
+
+    def check(self) -> None:
+        """Raise when a service that should run has died."""
+        for service in self.services.values():
+            if service.proc is not None and service.proc.poll() is not None:
+                raise AssertionError(f"{service.name} exited with {service.proc.returncode}:\n{service.log_tail()}")
+
+
+def wait(check: Callable[[], bool], what: str, timeout: float, stack: Stack | None = None) -> float:
+    """Poll ``check`` until true; returns the seconds it took (AssertionError on timeout)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if stack is not None:
+            stack.check()
+        with contextlib.suppress(Exception):
+            if check():
+                return time.monotonic() - started
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {timeout:.0f}s")
+
+
+@contextlib.contextmanager
+def fault_stack(workdir: Path) -> Iterator[Stack]:
+    """Start every process; stop them all afterwards."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    nats_server = NatsServer(workdir / "nats")
+    nats_server.start()
+    crds = workdir / "crds"
+    write_crds(crds)
+    kubeconfig = workdir / "kubeconfig"
+    port = free_port()
+    kube_args = ["kubesim", "--port", str(port), "--kubeconfig", str(kubeconfig), "--kubelet", "instant"]
+    kube = spawn_raybus([*kube_args, "--crds", str(crds)], log_path=workdir / "kubesim.log", home=workdir / "home")
+    services: dict[str, Service] = {}
+    try:
+        wait(kubeconfig.exists, "kubesim started", 60)
+        common = ["--nats-url", nats_server.url]
+        services["status"] = Service(
+            "status",
+            [
+                "status",
+                *common,
+                "--db-url",
+                f"sqlite+aiosqlite:///{workdir}/raybus.db",
+                "--http-port",
+                str(free_port()),
+            ],
+            workdir,
+        )
+        services["watcher"] = Service(
+            "watcher", ["watcher", *common, "--kubeconfig", str(kubeconfig), "--use-kubernetes-proxy"], workdir
+        )
+        for worker in ("w1", "w2"):
+            services[worker] = Service(worker, ["reconciler", *common, "--worker-id", worker], workdir)
+        for service in services.values():
+            service.start()
+        stack = Stack(workdir, nats_server, kube, kubeconfig, services)
+        for service in services.values():
+            wait(service.healthy, f"{service.name} ready", 120, stack)
+        yield stack
+    finally:
+        for service in services.values():
+            service.stop()
+        kube.terminate()
+        try:
+            kube.wait(30)
+        except subprocess.TimeoutExpired:
+            kube.kill()
+        nats_server.stop()
+
+
+@dataclass
+class Figures:
+    """What one run measured."""
+
+    clusters: int
+    scaled: int
+    deleted: int
+    creates: int
+    minimum: int
+    names: int
+    created_twice: dict[str, int]
+    left_for_deleted: int
+    converge_after_kill: dict[str, float]
+    converge_after_changes: float
+    unhealthy: list[str]
+    dead_letters: int
+
+    @property
+    def extra(self) -> int:
+        return self.creates - self.minimum
+
+
+def _pods_by_cluster(api: client.ApiClient) -> Counter[str]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(NAMESPACE).items
+    return Counter(pod.metadata.labels.get("ray.io/cluster", "") for pod in pods)
+
+
+def _states(api: client.ApiClient) -> dict[str, str]:
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
+    return {c["metadata"]["name"]: (c.get("status") or {}).get("state", "") for c in items}
+
+
+def _converged(api: client.ApiClient, expected: dict[str, int]) -> bool:
+    """Every named cluster ready with its expected Pods, every other cluster's Pods gone."""
+    states, pods = _states(api), _pods_by_cluster(api)
+    if any(states.get(name) != "ready" or pods.get(name, 0) != count for name, count in expected.items()):
+        return False
+    return set(states) <= set(expected) and set(pods) <= set(expected)
+
+
+async def _drained(nats_url: str, partitions: int) -> bool:
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        consumers = [
+            (subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER),
+            (subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER),
+        ]
+        consumers += [(subjects.EVENTS_STREAM, subjects.partition_consumer(n)) for n in range(partitions)]
+        for stream, name in consumers:
+            info = await js.consumer_info(stream, name)
+            if info.num_pending or info.num_ack_pending:
+                return False
+        return True
+    finally:
+        await nc.close()
+
+
+async def _dead_letters(nats_url: str) -> int:
+    nc = await nats.connect(nats_url)
+    try:
+        info = await nc.jetstream().stream_info(subjects.DEADLETTER_STREAM)
+        return int(info.state.messages)
+    finally:
+        await nc.close()
+
+
+def run_faults(stack: Stack, *, clusters: int, scaled: int, deleted: int, timeout: float = 240) -> Figures:
+    """The run described in the module docstring; returns its figures."""
+    api = stack.api
+    custom = client.CustomObjectsApi(api)
+    creates = PodCreates(api)
+    names = [f"fault-{i:04d}" for i in range(clusters)]
+    bursts = [names[i :: len(KILLED)] for i in range(len(KILLED))]
+    expected: dict[str, int] = {}
+    converge_after_kill: dict[str, float] = {}
+    try:
+        for burst, victim in zip(bursts, KILLED, strict=True):
+            for name in burst:
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, NAMESPACE, PLURAL, small_cluster(name, workers=WORKERS)
+                )
+                expected[name] = 1 + WORKERS
+            _kill(stack, victim)
+            converge_after_kill[victim] = wait(
+                lambda: _converged(api, expected), f"convergence after the kill of {victim}", timeout, stack
+            )
+        # every cluster reached its head and 3 workers: the minimum is fixed before anything changes
+        minimum = sum(expected.values())
+        changed_at = time.monotonic()
+        for name in names[:scaled]:
+            patch = {
+                "spec": {"workerGroupSpecs": [{**small_cluster(name)["spec"]["workerGroupSpecs"][0], "replicas": 1}]}
+            }
+            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name, patch)
+            expected[name] = 2
+        for name in names[-deleted:] if deleted else []:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+            del expected[name]
+        wait(lambda: _converged(api, expected), "convergence after scale and delete", timeout, stack)
+        # the watcher's unfinished batches come back after the ack wait: wait until every consumer drained
+        wait(
+            lambda: asyncio.run(_drained(stack.nats.url, subjects.DEFAULT_PARTITIONS)),
+            "every consumer drained",
+            timeout,
+            stack,
+        )
+        converge_after_changes = time.monotonic() - changed_at
+        cycles = creates.cycles
+        wait(lambda: creates.caught_up_from(cycles), "the Pod watch caught up", 60, stack)
+        pods = _pods_by_cluster(api)
+        gone = set(names) - set(expected)
+        return Figures(
+            clusters=clusters,
+            scaled=scaled,
+            deleted=deleted,
+            creates=sum(creates.added.values()),
+            minimum=minimum,
+            names=len(creates.added),
+            created_twice={name: n for name, n in creates.added.items() if n > 1},
+            left_for_deleted=sum(pods.get(name, 0) for name in gone),
+            converge_after_kill=converge_after_kill,
+            converge_after_changes=converge_after_changes,
+            unhealthy=[s.name for s in stack.services.values() if not s.healthy()],
+            dead_letters=asyncio.run(_dead_letters(stack.nats.url)),
+        )
+    finally:
+        creates.close()
+
+
+def _kill(stack: Stack, victim: str) -> None:
+    services = stack.services
+    if victim == "nats-server":
+        stack.nats.kill()
+        stack.nats.start()
+    elif victim == "reconciler":
+        services.pop("w1").kill()
+        third = services["w3"] = Service(
+            "w3", ["reconciler", "--nats-url", stack.nats.url, "--worker-id", "w3"], stack.workdir
+        )
+        third.start()
+    else:
+        services[victim].kill()
+        services[victim].start()
+
+
+def describe(figures: Figures) -> dict[str, Any]:
+    """The figures as plain data (what the bench prints)."""
+    return {
+        "clusters": figures.clusters,
+        "scaled_to_1_worker": figures.scaled,
+        "deleted": figures.deleted,
+        "pod_creates": figures.creates,
+        "minimum": figures.minimum,
+        "extra_creates": figures.extra,
+        "names_created_twice": len(figures.created_twice),
+        "pods_left_for_deleted_clusters": figures.left_for_deleted,
+        "converge_s_after_kill": {k: round(v, 1) for k, v in figures.converge_after_kill.items()},
+        "converge_s_after_scale_and_delete_incl_drain": round(figures.converge_after_changes, 1),
+        "unhealthy": figures.unhealthy,
+        "dead_letters": figures.dead_letters,
+    }
