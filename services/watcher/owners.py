@@ -28,6 +28,7 @@ class Owner:
     """A custom resource named by an ownerReference."""
 
     kind: str
+    name: str
     uid: str
 
 
@@ -49,19 +50,27 @@ def deleting(obj: dict[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def owners_of_going(change: Change) -> list[Owner]:
-    """The custom resources owning ``change``'s object when the change deletes it (or starts to)."""
-    if change.type != "DELETED" and not deleting(change.obj):
+def custom_owners(obj: dict[str, Any]) -> list[Owner]:
+    """The custom resources (RayCluster, RayJob, RayService, RayCronJob) the object's ownerReferences name."""
+    metadata = obj.get("metadata")
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    if not isinstance(refs, list):
         return []
-    refs = (change.obj.get("metadata") or {}).get("ownerReferences") or ()
     return [
-        Owner(kind=str(ref.get("kind")), uid=str(ref.get("uid")))
+        Owner(kind=str(ref.get("kind")), name=str(ref.get("name", "")), uid=str(ref.get("uid")))
         for ref in refs
         if isinstance(ref, dict)
         and ref.get("kind") in KEY_KINDS
         and str(ref.get("apiVersion", "")).startswith(f"{RAY_GROUP}/")
         and ref.get("uid")
     ]
+
+
+def owners_of_going(change: Change) -> list[Owner]:
+    """The custom resources owning ``change``'s object when the change deletes it (or starts to)."""
+    if change.type != "DELETED" and not deleting(change.obj):
+        return []
+    return custom_owners(change.obj)
 
 
 def api_owner_reader(api: KubeApi) -> OwnerReader:

@@ -35,9 +35,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from schema import codec, subjects
-from schema.keys import KEY_KINDS
 from schema.messages import Command, CommandBatch, CreateObject, PatchObject, PatchStatus
-from services.watcher.resources import RAY_GROUP
+from services.watcher.owners import custom_owners
 
 log = logging.getLogger(__name__)
 
@@ -71,36 +70,13 @@ class Review:
         if self.newer and command.id not in self.wanted and not _guarded(command):
             return f"superseded by the newer decision {self.newer}"
         if self.owners is not None and isinstance(command, CreateObject):
-            for ref in _owner_refs(command):
-                if self.owners.owner_gone(ref.kind, ref.uid, self.snapshot_revision):
-                    return f"its owner {ref.kind} {ref.name} ({ref.uid}) was deleted after the decision"
+            for owner in custom_owners(command.body):
+                if self.owners.owner_gone(owner.kind, owner.uid, self.snapshot_revision):
+                    return f"its owner {owner.kind} {owner.name} ({owner.uid}) was deleted after the decision"
         return ""
 
 
 HOLDS: Final = Review()
-
-
-class _OwnerRef(msgspec.Struct):
-    apiVersion: str = ""
-    kind: str = ""
-    name: str = ""
-    uid: str = ""
-
-
-class _Meta(msgspec.Struct):
-    ownerReferences: list[_OwnerRef] = []
-
-
-def _owner_refs(command: CreateObject) -> list[_OwnerRef]:
-    metadata = command.body.get("metadata")
-    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
-    if not refs:
-        return []
-    try:
-        decoded = msgspec.convert({"ownerReferences": refs}, _Meta).ownerReferences
-    except msgspec.ValidationError:
-        return []
-    return [r for r in decoded if r.kind in KEY_KINDS and r.apiVersion.startswith(f"{RAY_GROUP}/") and r.uid]
 
 
 def _guarded(command: Command) -> bool:
