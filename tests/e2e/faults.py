@@ -139,8 +139,8 @@ class Stack:
     kubeconfig: Path
     services: dict[str, Service]
 
-    @property
     def api(self) -> client.ApiClient:
+        """A client on kubesim (close it: its connection pool holds sockets)."""
         return config.new_client_from_config(str(self.kubeconfig))
 
     def check(self) -> None:
@@ -282,7 +282,11 @@ async def _dead_letters(nats_url: str) -> int:
 
 def run_faults(stack: Stack, *, clusters: int, scaled: int, deleted: int, timeout: float = 240) -> Figures:
     """The run described in the module docstring; returns its figures."""
-    api = stack.api
+    with stack.api() as api:
+        return _run(stack, api, clusters=clusters, scaled=scaled, deleted=deleted, timeout=timeout)
+
+
+def _run(stack: Stack, api: client.ApiClient, *, clusters: int, scaled: int, deleted: int, timeout: float) -> Figures:
     custom = client.CustomObjectsApi(api)
     creates = PodCreates(api)
     names = [f"fault-{i:04d}" for i in range(clusters)]

@@ -75,9 +75,10 @@ def _needles(state: Path) -> list[str]:
 
 def burst(state: Path, count: int) -> None:
     """Create ``count`` clusters at once through the stack's own kubeconfig."""
-    api = client.CustomObjectsApi(config.new_client_from_config(str(state / "kubeconfig")))
-    for i in range(count):
-        api.create_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", small_cluster(f"burst-{i}"))
+    with config.new_client_from_config(str(state / "kubeconfig")) as api_client:
+        api = client.CustomObjectsApi(api_client)
+        for i in range(count):
+            api.create_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", small_cluster(f"burst-{i}"))
 
 
 def wait_for_exit(proc: subprocess.Popen[str], bound: float) -> int:
