@@ -137,6 +137,7 @@ async def test_creates_for_an_owner_deleted_after_the_decision_are_never_sent(
         # decided before the deletion showed: not sent; decided knowing it (KubeRay's Redis cleanup Job
         # of a deleting RayCluster): sent
         await send(bus, batch(key, "blind", owned_create(ns, "blind"), rev=before))
+        await results_of(bus, key, 1)  # one at a time: a queued later batch would supersede the first
         await send(bus, batch(key, "aware", owned_create(ns, "aware"), rev=deleting_at))
         results = await results_of(bus, key, 2)
         assert [(r["command_id"], r["outcome"]) for r in results] == [("blind", "superseded"), ("aware", "applied")]
