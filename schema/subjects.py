@@ -100,6 +100,22 @@ def key_from_stored_subject(subject: str) -> ReconcileKey:
     return ReconcileKey.from_token(".".join(subject.split(".")[-3:]))
 
 
+def kv_subject(bucket: str, key: str = "") -> str:
+    """The subject JetStream stores KV ``key`` of ``bucket`` on (``$KV.<bucket>.<key>``; the bucket's
+    prefix when ``key`` is empty): what a write publishes to and what a direct get filters on."""
+    return f"$KV.{bucket}.{key}"
+
+
+def kv_stream(bucket: str) -> str:
+    """The stream behind KV ``bucket``."""
+    return f"KV_{bucket}"
+
+
+def direct_get_subject(stream: str) -> str:
+    """The JetStream API subject of a direct get on ``stream``."""
+    return f"$JS.API.DIRECT.GET.{stream}"
+
+
 def entry_key(key: ReconcileKey, entry_kind: str, entry_name: str) -> str:
     """KV key of one projected object (or observation) under ``key``'s prefix."""
     return f"{key.token()}.{entry_kind}.{encode_token(entry_name)}"

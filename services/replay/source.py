@@ -68,8 +68,8 @@ async def read_window(nc: Client) -> HistoryWindow:
 
 async def read_kv_seed(nc: Client, key: ReconcileKey) -> tuple[KvSeedEntry, ...]:
     """The last KV write of every entry under ``key`` (delete markers included), with its revision."""
-    prefix = f"$KV.{subjects.OBJECTS_BUCKET}."
-    stream = f"KV_{subjects.OBJECTS_BUCKET}"
+    prefix = subjects.kv_subject(subjects.OBJECTS_BUCKET)
+    stream = subjects.kv_stream(subjects.OBJECTS_BUCKET)
     seed: list[KvSeedEntry] = []
     async for stored in direct_batches(nc, stream, multi_last=prefix + subjects.entry_prefix(key)):
         _, entry_kind, name = stored.subject[len(prefix) :].rsplit(".", 2)

@@ -17,6 +17,7 @@ from typing import Any, Final
 import msgspec
 from nats.aio.client import Client
 
+from schema import subjects
 from services.runtime.errors import RetryableError
 
 DIRECT_BATCH: Final = 1000
@@ -79,7 +80,7 @@ async def direct_batches(
         pending = 0
         last = 0
         try:
-            await nc.publish(f"$JS.API.DIRECT.GET.{stream}", msgspec.json.encode(request), reply=inbox)
+            await nc.publish(subjects.direct_get_subject(stream), msgspec.json.encode(request), reply=inbox)
             while True:
                 try:
                     msg = await sub.next_msg(timeout=timeout)

@@ -15,6 +15,7 @@ from typing import Final
 import msgspec
 from nats.aio.client import Client
 
+from schema import subjects
 from services.runtime.errors import RetryableError
 
 PAGE: Final = 1000
@@ -36,7 +37,7 @@ async def read_latest(nc: Client, bucket: str, key_filter: str, *, timeout: floa
     Raises:
         RetryableError: no answer within ``timeout`` or an error status.
     """
-    prefix = f"$KV.{bucket}."
+    prefix = subjects.kv_subject(bucket)
     request = {"multi_last": [prefix + key_filter], "batch": 100_000}
     values: dict[str, bytes] = {}
     status, headers = await _direct_get(nc, bucket, request, prefix, values, timeout=timeout)
@@ -58,7 +59,7 @@ async def _read_paged(nc: Client, bucket: str, key_filter: str, *, timeout: floa
     gives every key's latest value: a write made meanwhile has a higher sequence than anything already
     passed, so it is read too. The read reflects the highest sequence it saw.
     """
-    prefix = f"$KV.{bucket}."
+    prefix = subjects.kv_subject(bucket)
     values: dict[str, bytes] = {}
     read_up_to = 0
     while True:
@@ -89,7 +90,9 @@ async def _direct_get(
     sub = await nc.subscribe(inbox)
     last_read = 0
     try:
-        await nc.publish(f"$JS.API.DIRECT.GET.KV_{bucket}", msgspec.json.encode(request), reply=inbox)
+        await nc.publish(
+            subjects.direct_get_subject(subjects.kv_stream(bucket)), msgspec.json.encode(request), reply=inbox
+        )
         while True:
             try:
                 msg = await sub.next_msg(timeout=timeout)

@@ -27,9 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import nats.errors
 from nats.aio.msg import Msg
@@ -39,6 +38,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from schema import codec, subjects
+from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
 from services.runtime.health import Progress
@@ -50,7 +50,6 @@ from services.status.store import ResultRecord, StatusStore
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 
 RETRY_DELAYS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
 """Seconds between attempts to persist a batch while the database is unavailable (the last repeats)."""
@@ -66,11 +65,6 @@ def _raise_if_cancelling() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
-
-
-def utc_now() -> datetime:
-    """The wall clock, in UTC (the default :data:`Clock`)."""
-    return datetime.now(UTC)
 
 
 @dataclass

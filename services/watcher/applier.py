@@ -36,7 +36,6 @@ import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
@@ -62,6 +61,7 @@ from schema.messages import (
     command_verb,
 )
 from services.runtime.bus import publish
+from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, destination
 from services.runtime.errors import PermanentError
 from services.runtime.health import Progress
@@ -101,7 +101,6 @@ class _Head(msgspec.Struct):
 
 _head_decoder: Final[msgspec.json.Decoder[_Head]] = msgspec.json.Decoder(_Head)
 
-Clock = Callable[[], datetime]
 FailureHook = Callable[[CommandBatch, Command | None, str], Awaitable[None]]
 """Shows a command (None: a whole batch) that failed after its retries on the key's resource (``failures``)."""
 
@@ -137,7 +136,7 @@ class Applier:
         *,
         dashboard: DashboardClient | None = None,
         concurrency: int = 32,
-        clock: Clock = lambda: datetime.now(UTC),
+        clock: Clock = utc_now,
         tracer: Tracer | None = None,
         generate: Callable[[str], str] = generate_token,
         exit_timeout: float = 20.0,

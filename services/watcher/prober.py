@@ -28,7 +28,6 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
@@ -43,6 +42,7 @@ from schema.bounds import TooComplex
 from schema.messages import Observation
 from schema.probes import RAYJOB_KINDS, ProbeTarget, job_significant, rayjob_targets
 from services.runtime.bus import publish
+from services.runtime.clock import Clock, utc_now
 from services.runtime.errors import PermanentError
 from services.runtime.tracing import tracer
 from services.watcher import pipeline_metrics
@@ -114,7 +114,7 @@ class Prober:
         interval: float,
         objects: KeyValue | None = None,
         probes: tuple[ProbeKind, ...] = PROBES,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = utc_now,
         tracer: Tracer | None = None,
     ) -> None:
         self._js = js
@@ -219,8 +219,8 @@ class Prober:
             },
         ):
             encoded = msgspec.json.encode(data)
-            subject = f"$KV.{subjects.OBJECTS_BUCKET}." + subjects.entry_key(
-                target.key, target.entry_kind, target.entry_name
+            subject = subjects.kv_subject(
+                subjects.OBJECTS_BUCKET, subjects.entry_key(target.key, target.entry_kind, target.entry_name)
             )
             ack = await self._js.publish(subject, encoded, headers={"Nats-Msg-Id": msg_id})
             observation = Observation(

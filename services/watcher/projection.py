@@ -42,7 +42,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, cast
 
 import msgspec
@@ -56,6 +56,7 @@ from schema.bounds import TooComplex
 from schema.keys import ReconcileKey, decode_token
 from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
 from services.runtime.bus import publish
+from services.runtime.clock import Clock, utc_now
 from services.runtime.tracing import current_trace_id, tracer
 from services.watcher import pipeline_metrics
 from services.watcher.aio import cancel_and_wait, raise_if_cancelling
@@ -70,7 +71,7 @@ from services.watcher.resume import Ticket, Watermarks, store_resume_points
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
 
-KV_PREFIX: Final = f"$KV.{subjects.OBJECTS_BUCKET}."
+KV_PREFIX: Final = subjects.kv_subject(subjects.OBJECTS_BUCKET)
 WRITE_RETRY_DELAYS: Final[tuple[float, ...]] = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 """Seconds between attempts of a failed bus write; the last one repeats until the watcher stops."""
 
@@ -82,8 +83,6 @@ _CHUNK: Final = 64
 """Writes per window slot when one item (a listing) plans many."""
 GONE_MEMORY: Final = 100_000
 """Deleted custom resources (by uid) the projection remembers, for :meth:`Projection.owner_gone`."""
-
-Clock = Callable[[], datetime]
 
 
 def message_id(change: Change, event_type: WatchEventType, key: ReconcileKey, cause: Change | None = None) -> str:
@@ -149,7 +148,7 @@ class Projection:
         *,
         resume_kv: KeyValue | None = None,
         resume_points: dict[str, str] | None = None,
-        clock: Clock = lambda: datetime.now(UTC),
+        clock: Clock = utc_now,
         tracer: Tracer | None = None,
         window: int = 512,
         resume_interval: float = 0.5,

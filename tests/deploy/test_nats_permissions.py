@@ -257,8 +257,10 @@ def _consumer_next(stream: str, consumer: str) -> str:
     [
         pytest.param(subjects.result_subject(KEY), id="results"),
         pytest.param(subjects.events_subject(KEY), id="events"),
-        pytest.param(f"$KV.{subjects.OBJECTS_BUCKET}.{subjects.entry_key(KEY, 'Pod', 'p')}", id="kv-objects-write"),
-        pytest.param(f"$KV.{subjects.WATCHER_BUCKET}.{subjects.resume_key('pods')}", id="kv-watcher-write"),
+        pytest.param(
+            subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(KEY, "Pod", "p")), id="kv-objects-write"
+        ),
+        pytest.param(subjects.kv_subject(subjects.WATCHER_BUCKET, subjects.resume_key("pods")), id="kv-watcher-write"),
         pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER), id="applier-queue"),
         pytest.param(_consumer_next(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),
@@ -277,7 +279,7 @@ async def test_reconciler_is_denied(reconciler: User, subject: str) -> None:
 async def test_reconciler_cannot_write_objects_through_kv(reconciler: User, server: NatsServer) -> None:
     objects = await reconciler.js.key_value(subjects.OBJECTS_BUCKET)
     entry = subjects.entry_key(_key("kv-denied"), "Pod", "p")
-    await reconciler.assert_denied_publish(f"$KV.{subjects.OBJECTS_BUCKET}.{entry}")
+    await reconciler.assert_denied_publish(subjects.kv_subject(subjects.OBJECTS_BUCKET, entry))
     with pytest.raises(NotFoundError):
         await objects.get(entry)
 
@@ -293,9 +295,11 @@ async def test_reconciler_cannot_eavesdrop(reconciler: User) -> None:
         pytest.param(subjects.timer_subject(KEY), id="timers"),
         pytest.param(subjects.events_subject(KEY), id="events"),
         pytest.param(subjects.result_subject(KEY), id="results"),
-        pytest.param(f"$KV.{subjects.OBJECTS_BUCKET}.{subjects.entry_key(KEY, 'Pod', 'p')}", id="kv-objects-write"),
-        pytest.param(f"$KV.{subjects.LEASES_BUCKET}.{subjects.lease_key(0)}", id="kv-leases-write"),
-        pytest.param(f"$JS.API.DIRECT.GET.KV_{subjects.OBJECTS_BUCKET}", id="kv-objects-read"),
+        pytest.param(
+            subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(KEY, "Pod", "p")), id="kv-objects-write"
+        ),
+        pytest.param(subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key(0)), id="kv-leases-write"),
+        pytest.param(subjects.direct_get_subject(subjects.kv_stream(subjects.OBJECTS_BUCKET)), id="kv-objects-read"),
         pytest.param(_consumer_next(subjects.EVENTS_STREAM, subjects.partition_consumer(0)), id="partition-queue"),
         pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER), id="applier-queue"),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),
@@ -310,7 +314,7 @@ async def test_status_is_denied(status: User, subject: str) -> None:
     [
         pytest.param(subjects.command_subject(KEY), id="commands"),
         pytest.param(subjects.timer_subject(KEY), id="timers"),
-        pytest.param(f"$KV.{subjects.LEASES_BUCKET}.{subjects.lease_key(0)}", id="kv-leases-write"),
+        pytest.param(subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key(0)), id="kv-leases-write"),
         pytest.param(_consumer_next(subjects.EVENTS_STREAM, subjects.partition_consumer(0)), id="partition-queue"),
         pytest.param(_consumer_next(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),

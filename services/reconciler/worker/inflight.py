@@ -62,7 +62,8 @@ from schema.messages import (
 )
 from services.reconciler.worker.decide import command_id
 
-Clock = Callable[[], float]
+Monotonic = Callable[[], float]
+"""Seconds on a monotonic clock (``time.monotonic``): elapsed time, never a date."""
 
 
 def in_flight_key(command: Command) -> str:
@@ -102,7 +103,7 @@ class InFlight:
     at most ``create_hold`` after it was applied) or ``max_age``."""
 
     def __init__(
-        self, *, grace: float, max_age: float, create_hold: float = 0.0, clock: Clock = time.monotonic
+        self, *, grace: float, max_age: float, create_hold: float = 0.0, clock: Monotonic = time.monotonic
     ) -> None:
         self._grace = grace
         self._max_age = max_age

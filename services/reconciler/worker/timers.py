@@ -14,7 +14,6 @@ changing is not reconciled again (a retry wish that was overtaken by events, for
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -26,8 +25,7 @@ from schema.keys import ReconcileKey
 from schema.messages import TimerTick
 from schema.times import format_time
 from services.runtime.bus import publish
-
-Clock = Callable[[], datetime]
+from services.runtime.clock import Clock, utc_now
 
 FIRING_SLACK: Final = timedelta(seconds=2)
 """How long after its due time a tick may still be on its way (due times round up to the second)."""
@@ -41,10 +39,6 @@ SCHEDULER_HEADER: Final = "Nats-Scheduler"
 cannot set it on a schedule (the server refuses the publish), so it says which key's timer sent it."""
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def schedule_header(due: datetime) -> str:
     """``@at <RFC3339>`` rounded up to the next whole second."""
     ts = math.ceil(due.timestamp())
@@ -54,7 +48,7 @@ def schedule_header(due: datetime) -> str:
 class TimerScheduler:
     """Publishes at most one schedule per key and wish."""
 
-    def __init__(self, js: JetStreamContext, *, clock: Clock = _utc_now) -> None:
+    def __init__(self, js: JetStreamContext, *, clock: Clock = utc_now) -> None:
         self._js = js
         self._clock = clock
         self._pending: dict[ReconcileKey, datetime] = {}

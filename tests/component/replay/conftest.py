@@ -29,7 +29,7 @@ async def bus(nats_server: NatsServer) -> AsyncIterator[Client]:
         await nc.close()
 
 
-FILLER: Final = f"$KV.{subjects.OBJECTS_BUCKET}.RayCluster.filler.filler.Filler.x"
+FILLER: Final = subjects.kv_subject(subjects.OBJECTS_BUCKET, "RayCluster.filler.filler.Filler.x")
 """KV writes of another key that move the KV revision forward, as other keys' writes did when recording."""
 
 
@@ -47,12 +47,12 @@ async def publish_history(nc: Client, history: KeyHistory) -> None:
     writes = [r for r in history.inputs if entry_of(r.message) is not None]
     for recorded in sorted(writes, key=lambda r: (getattr(r.message, "kv_revision", 0), r.seq)):
         wanted = getattr(recorded.message, "kv_revision", 0)
-        last = (await js.stream_info(f"KV_{subjects.OBJECTS_BUCKET}")).state.last_seq
+        last = (await js.stream_info(subjects.kv_stream(subjects.OBJECTS_BUCKET))).state.last_seq
         assert last < wanted, f"KV already at revision {last}, cannot write revision {wanted}"
         for _ in range(wanted - last - 1):
             await js.publish(FILLER, b"{}")
         kind, name = entry_of(recorded.message) or ("", "")
-        subject = f"$KV.{subjects.OBJECTS_BUCKET}." + subjects.entry_key(key, kind, name)
+        subject = subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(key, kind, name))
         message = recorded.message
         if isinstance(message, WatchEvent) and message.event_type == "DELETED":
             ack = await js.publish(subject, b"", headers={"KV-Operation": "DEL"})

@@ -24,7 +24,7 @@ from tests.component.watcher.conftest import (
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, running_kubesim
 from tests.fixtures.nats import NatsServer
 
-KV_STREAM = f"KV_{subjects.OBJECTS_BUCKET}"
+KV_STREAM = subjects.kv_stream(subjects.OBJECTS_BUCKET)
 
 
 def entry_count(watcher: Watcher) -> int:
