@@ -11,11 +11,14 @@ Per batch:
    reason, de-duplicated by stream sequence) and acked, so garbage never blocks the stream;
 2. persist the good ones in one transaction, inside one ``status.persist`` span per message that continues
    the trace its headers carry;
-3. on a retryable database error (down, deadlock), retry the *same* batch with backoff while telling
-   JetStream the messages are in progress: nak-ing would burn deliveries (``max_deliver``) and could lose
+3. on a retryable database error (down, deadlock), retry the *same* batch with backoff while the
+   messages are kept in progress: nak-ing would burn deliveries (``max_deliver``) and could lose
    history during a long outage. On a permanent error (data the database refuses) or any other
    exception, split the batch to find the culprit, dead-letter it and persist the rest;
 4. ack.
+
+The batch is kept in progress while all this runs (splitting it on a busy machine can outlast the ack
+wait), so it is not delivered again, persisted and dead-lettered twice, behind its own back.
 
 A stop request is honoured between batches: the batch in flight is finished (committed and acked)
 first; if the database is down at that moment, the batch is left unacked for another replica.
@@ -42,6 +45,7 @@ from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
 from services.runtime.health import Progress
+from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
 from services.runtime.tracing import extract_context
 from services.runtime.tracing import tracer as get_tracer
@@ -53,6 +57,9 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAYS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
 """Seconds between attempts to persist a batch while the database is unavailable (the last repeats)."""
+
+DEFAULT_ACK_WAIT = 30.0
+"""JetStream's ack wait, for a consumer whose configuration leaves it unset."""
 
 
 def _raise_if_cancelling() -> None:
@@ -134,6 +141,7 @@ class ResultConsumer:
         sub = await self._js.pull_subscribe_bind(durable=subjects.STATUS_CONSUMER, stream=subjects.RESULTS_STREAM)
         failures = 0
         try:
+            ack_wait = (await sub.consumer_info()).config.ack_wait or DEFAULT_ACK_WAIT
             while not stop.is_set():
                 try:
                     msgs = await sub.fetch(self._batch_size, timeout=self._fetch_timeout)
@@ -148,7 +156,8 @@ class ResultConsumer:
                 failures = 0
                 _raise_if_cancelling()
                 with self.progress.working():
-                    await self._handle(msgs, stop)
+                    async with kept_in_progress(msgs, ack_wait):
+                        await self._handle(msgs, stop)
         finally:
             await sub.unsubscribe()
 
@@ -218,8 +227,6 @@ class ResultConsumer:
                 if await self._pause(stop, attempt):
                     return None
                 attempt += 1
-                for item in items:
-                    await item.msg.in_progress()
                 continue
             except Exception as exc:  # refused, or a result the store cannot handle: find which one
                 if len(items) == 1:

@@ -14,7 +14,6 @@ and the partition goes on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,6 +42,7 @@ from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
 from services.runtime.health import Progress
+from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
 from services.runtime.snapshots import SnapshotReader
@@ -239,23 +239,10 @@ class PartitionConsumer:
                 await self._park(msg, f"undecodable input: {_reason(exc)}")
                 continue
             groups.setdefault(key, []).append(_Item(msg, message))
-        keep_alive = asyncio.create_task(self._keep_alive([i.msg for items in groups.values() for i in items]))
-        try:
+        # reconciling a key of thousands of Pods (its snapshot read, its decision published in parts) can
+        # outlast the ack wait, and inputs delivered again meanwhile would be reconciled twice
+        async with kept_in_progress([i.msg for items in groups.values() for i in items], self._bus.ack_wait):
             await asyncio.gather(*(self._guarded(key, items) for key, items in groups.items()))
-        finally:
-            keep_alive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keep_alive
-
-    async def _keep_alive(self, msgs: list[Msg]) -> None:
-        """Tell JetStream the inputs in hand are being worked on: reconciling a key of thousands of Pods
-        (its snapshot read, its decision published in parts) can outlast the ack wait, and inputs
-        delivered again meanwhile would be reconciled twice."""
-        while True:
-            await asyncio.sleep(self._bus.ack_wait / 3)
-            for msg in msgs:
-                if not msg.is_acked:
-                    await settle(msg.in_progress())
 
     async def _guarded(self, key: ReconcileKey, items: list[_Item]) -> None:
         async with self._limit:
