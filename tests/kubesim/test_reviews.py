@@ -12,8 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubesim.reviews import ACCESS_REVIEW_PATH, AccessRule, AccessTable, TokenUser
-from kubesim.settings import KubeSimSettings
-from tests.fixtures.kubesim import KubeSimHandle, start_kubesim
+from tests.fixtures.kubesim import KubeSimHandle, reviewing_kubesim
 
 TABLE = AccessTable(
     tokens={
@@ -30,11 +29,7 @@ TABLE = AccessTable(
 
 @pytest.fixture(scope="module")
 def kube() -> Iterator[KubeSimHandle]:
-    handle = start_kubesim(settings=KubeSimSettings(access=TABLE))
-    try:
-        yield handle
-    finally:
-        handle.close()
+    yield from reviewing_kubesim(TABLE)
 
 
 def _review_token(kube: KubeSimHandle, token: str) -> client.V1TokenReviewStatus:

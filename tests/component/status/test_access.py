@@ -16,12 +16,11 @@ import pytest
 from nats.aio.client import Client
 
 from kubesim.reviews import AccessRule, AccessTable, TokenUser
-from kubesim.settings import KubeSimSettings
 from services.runtime.settings import RaybusSettings, StatusAuthSettings
 from services.status.access import AccessReviewer
 from services.status.api import ApiError
 from tests.component.status.conftest import StatusRunner, publish_results, wait_until
-from tests.fixtures.kubesim import KubeSimHandle, start_kubesim
+from tests.fixtures.kubesim import KubeSimHandle, reviewing_kubesim
 from tests.fixtures.nats import free_port
 from tests.unit.status.builders import lifecycle
 
@@ -41,11 +40,7 @@ TABLE = AccessTable(
 
 @pytest.fixture(scope="module")
 def kube() -> Iterator[KubeSimHandle]:
-    handle = start_kubesim(settings=KubeSimSettings(access=TABLE))
-    try:
-        yield handle
-    finally:
-        handle.close()
+    yield from reviewing_kubesim(TABLE)
 
 
 @pytest.fixture
