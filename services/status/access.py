@@ -222,7 +222,9 @@ class AccessReviewer:
             context: ssl.SSLContext | bool = False
             if self._url.startswith("https://"):
                 context = ssl.create_default_context(cafile=self._settings.ca_file)
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+            # No idle keep-alive connection outlives a review: reviews are rare (cached), and a pooled socket
+            # would otherwise linger until the pool is closed.
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, force_close=True))
         return self._session
 
 

@@ -105,3 +105,4 @@ def test_malformed_reviews_are_refused_and_reviews_are_create_only(kube: KubeSim
     with pytest.raises(urllib.error.HTTPError) as listed:
         urllib.request.urlopen(kube.url + ACCESS_REVIEW_PATH, timeout=30)
     assert listed.value.code == 405
+    listed.value.close()
