@@ -184,7 +184,13 @@ async def test_failing_reconcile_is_retried_then_dead_lettered(nats_server: Nats
         letter = decode_deadletter(msg.data or b"")
         assert "ZeroDivisionError: boom" in letter.error
         assert letter.deliveries == 3
-        found = await batches(client)
+
+        async def with_report() -> list[CommandBatch] | None:
+            # The report is published after the dead letter is stored: wait for it, not for time.
+            found = await batches(client)
+            return found if any(b.report for b in found) else None
+
+        found = await eventually(with_report, timeout=30)
         assert [b.key for b in found if not b.report] == [key(2)]
         (report,) = [b for b in found if b.report]
         assert report.key == key(1) and "ZeroDivisionError: boom" in report.report
