@@ -3,7 +3,8 @@
 The core implements :class:`Store`; simulators are :class:`Controller` objects that the server starts and
 stops with itself, and they act on objects only through the store, so every change they make gets a
 resourceVersion, reaches watchers and goes through the same admission as a client's write.
-The service/pod proxy asks :class:`ProxyResolver` objects where a Service or Pod port really listens.
+The service/pod proxy and the pod port-forward ask :class:`ProxyResolver` objects where a Service or Pod
+port really listens.
 
 Additions by the core (backward compatible; :class:`PodTerminationStore` spells them out):
 
@@ -81,7 +82,7 @@ class Controller(Protocol):
 
 
 class ProxyResolver(Protocol):
-    """Where the service proxy and the pod proxy forward to."""
+    """Where the service proxy, the pod proxy and the pod port-forward forward to."""
 
     def resolve_service(self, namespace: str, service: str, port: str) -> str | None:
         """Base URL (``http://127.0.0.1:PORT``) behind ``<service>:<port>``, or None."""

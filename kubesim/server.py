@@ -1,7 +1,7 @@
 """KubeSim: the API-server emulator over real HTTP, with its simulators attached.
 
 Owns one :class:`~kubesim.store.ObjectStore`, the aiohttp application that serves discovery,
-resources, watches and the proxy, and the simulator tasks (``Controller`` objects from
+resources, watches, the proxy and port-forward, and the simulator tasks (``Controller`` objects from
 :mod:`kubesim.hooks`) that run beside it on the same event loop. Everything happens on that loop:
 the store is not thread-safe, so code on other threads talks to kubesim over HTTP (the test fixture
 does exactly that).
@@ -25,6 +25,7 @@ from kubesim import discovery, kubeconfig, reviews, routing
 from kubesim.errors import ApiError, method_not_allowed, page_not_found
 from kubesim.hooks import Controller, ProxyResolver
 from kubesim.http_api import ResourceApi, error_response, json_response
+from kubesim.portforward import PortForward
 from kubesim.proxy import Proxy
 from kubesim.resources import CRD_KEY, Registry
 from kubesim.settings import KubeSimSettings
@@ -82,6 +83,7 @@ class KubeSim:
         self._controllers = list(controllers)
         self._api = ResourceApi(store=self.store, settings=self.settings)
         self._proxy = Proxy(store=self.store, resolvers=proxy_resolvers)
+        self._port_forward = PortForward(store=self.store, resolvers=proxy_resolvers)
         self.proxy_resolvers: tuple[ProxyResolver, ...] = tuple(proxy_resolvers)
         """Where the proxies forward (tests reach the Ray dashboard registry through it)."""
         self._runner: web.AppRunner | None = None
@@ -211,6 +213,9 @@ class KubeSim:
         if target.subresource == "proxy" and target.name is not None:
             info = self._api.resolve(target)
             return await self._proxy.forward(request, info, target.namespace or "", target.name, target.rest)
+        if target.subresource == "portforward" and target.plural == "pods" and target.name is not None:
+            self._api.resolve(target)
+            return await self._port_forward.handle(request, target.namespace or "", target.name)
         return await self._api.handle(request, target)
 
     def _discovery(self, path: str, parts: list[str]) -> web.StreamResponse | None:

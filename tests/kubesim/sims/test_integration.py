@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import struct
+import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from kubernetes import client
 
+from kubesim import spdy
+from kubesim.portforward import PROTOCOL
 from kubesim.sims import Simulation, build_simulation
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, start_kubesim
 from tests.helpers import conformance_dir, eventually
 from tests.kubesim.sims.harness import head_pod, head_service, pod
+from tests.kubesim.test_kubectl import kubectl_binary
 
 A = "kubesim.raybus.io/"
 
@@ -370,3 +376,92 @@ async def test_token_auth_and_serve_through_the_proxy(kube: KubeSimHandle, ns: s
     assert _get(kube, f"/api/v1/namespaces/{ns}/services/auth-rc-head-svc:serve/proxy/app/hello").startswith(
         "kubesim serve application app"
     )
+
+
+@pytest.mark.parametrize("target", ["pod/pf-head-x1y2z", "svc/pf-head-svc"])
+async def test_kubectl_port_forward_reaches_the_head_dashboard(
+    kube: KubeSimHandle, ns: str, target: str, tmp_path: Path
+) -> None:
+    await _start_cluster(kube, ns, "pf")
+    cmd = [kubectl_binary(), "--kubeconfig", str(kube.kubeconfig), "--cache-dir", str(tmp_path / "cache")]
+    forward = await asyncio.create_subprocess_exec(
+        *cmd, "-n", ns, "port-forward", target, ":8265", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        assert forward.stdout is not None and forward.stderr is not None
+        line = (await forward.stdout.readline()).decode()
+        if not line.startswith("Forwarding from 127.0.0.1:"):
+            forward.kill()
+            pytest.fail(f"kubectl port-forward did not start: {line!r} {(await forward.stderr.read()).decode()}")
+        local = int(line.split("127.0.0.1:")[1].split()[0])
+        for _ in range(2):  # each request is a fresh forwarded connection on the same tunnel
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"http://127.0.0.1:{local}/api/version") as response,
+            ):
+                assert response.status == 200
+                assert (await response.json())["ray_commit"] == "kubesim"
+    finally:
+        if forward.returncode is None:
+            forward.terminate()
+        await forward.wait()
+
+
+async def test_kubectl_port_forward_to_a_closed_port_reports_why(kube: KubeSimHandle, ns: str, tmp_path: Path) -> None:
+    await _start_cluster(kube, ns, "pf")
+    cmd = [kubectl_binary(), "--kubeconfig", str(kube.kubeconfig), "--cache-dir", str(tmp_path / "cache")]
+    forward = await asyncio.create_subprocess_exec(
+        *cmd,
+        "-n",
+        ns,
+        "port-forward",
+        "pod/pf-head-x1y2z",
+        ":6379",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert forward.stdout is not None and forward.stderr is not None
+        line = (await forward.stdout.readline()).decode()
+        assert line.startswith("Forwarding from 127.0.0.1:"), line
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(line.split("127.0.0.1:")[1].split()[0]))
+        writer.write(b"PING\r\n")
+        assert await reader.read() == b""
+        writer.close()
+        # Like a kubelet refusing the connection, the error ends kubectl's tunnel.
+        assert await forward.wait() == 1
+        assert "error forwarding port 6379 to pod pf-head-x1y2z" in (await forward.stderr.read()).decode()
+    finally:
+        if forward.returncode is None:
+            forward.terminate()
+            await forward.wait()
+
+
+async def test_port_forward_rejects_bad_requests_and_frames(kube: KubeSimHandle, ns: str) -> None:
+    await _start_cluster(kube, ns, "pf")
+    base = f"{kube.url}/api/v1/namespaces/{ns}/pods"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{base}/pf-head-x1y2z/portforward") as response:
+            assert response.status == 400
+            assert (await response.json())["message"] == "Upgrade request required"
+        async with session.get(f"{base}/nope/portforward") as response:
+            assert response.status == 404
+        hostile = [
+            struct.pack(">HHI", 0x8002, spdy.PING, 4) + b"\0\0\0\1",  # SPDY/2
+            spdy.control(spdy.SYN_STREAM, 0, struct.pack(">IIH", 1, 0, 0) + b"not zlib"),
+        ]
+        for frame in hostile:
+            async with session.ws_connect(f"{base}/pf-head-x1y2z/portforward", protocols=[PROTOCOL]) as ws:
+                assert ws.protocol == PROTOCOL
+                await ws.send_bytes(frame)
+                assert (await ws.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        # A stream without the port-forward headers is refused on its own; the connection stays usable.
+        async with session.ws_connect(f"{base}/pf-head-x1y2z/portforward", protocols=[PROTOCOL]) as ws:
+            block = zlib.compressobj(zdict=spdy.DICTIONARY)
+            headers = block.compress(struct.pack(">I", 0)) + block.flush(zlib.Z_SYNC_FLUSH)
+            await ws.send_bytes(spdy.control(spdy.SYN_STREAM, 0, struct.pack(">IIH", 1, 0, 0) + headers))
+            await ws.send_bytes(spdy.control(spdy.PING, 0, b"\0\0\0\1"))
+            received = bytearray((await ws.receive_bytes()) + (await ws.receive_bytes()))
+            first, second = spdy.take_frame(received), spdy.take_frame(received)
+            assert first == spdy.ControlFrame(spdy.RST_STREAM, 0, struct.pack(">II", 1, spdy.PROTOCOL_ERROR))
+            assert second == spdy.ControlFrame(spdy.PING, 0, b"\0\0\0\1")
