@@ -24,10 +24,11 @@ from typing import Any
 
 from schema.config import OperatorConfig
 from schema.decision import Snapshot
+from schema.objects import integer, mapping, string_map, text
 from schema.ray import conventions
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.rayservice import names
-from services.reconciler.rayservice.model import ServiceModel, goal_hash, integer, mapping, string_map, text
+from services.reconciler.rayservice.model import ServiceModel, goal_hash
 
 
 def labels_of(obj: Mapping[str, Any] | None) -> dict[str, str]:

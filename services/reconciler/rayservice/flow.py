@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from schema.decision import OBS_SERVE_HEALTH
+from schema.objects import mapping, text
 from schema.ray import conventions
 from services.reconciler.rayservice.clusters import (
     build_cluster,
@@ -31,7 +32,7 @@ from services.reconciler.rayservice.clusters import (
     name_of,
     should_update,
 )
-from services.reconciler.rayservice.model import mapping, text, zero_downtime_enabled
+from services.reconciler.rayservice.model import zero_downtime_enabled
 from services.reconciler.rayservice.passes import Pass
 from services.reconciler.rayservice.services import (
     ServiceBuildError,

@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from schema.objects import integer, mapping, text
 from schema.ray import conventions
 from schema.times import parse_time
 from services.reconciler.rayservice import names
-from services.reconciler.rayservice.model import UpgradeOptions, integer, mapping, text
+from services.reconciler.rayservice.model import UpgradeOptions
 from services.reconciler.rayservice.status import ACTIVE, PENDING, StatusDraft
 
 

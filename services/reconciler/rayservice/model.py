@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from schema.config import OperatorConfig
+from schema.objects import integer, mapping, string_map, text
 from schema.ray import conventions
 from schema.ray.common import MAX_INT32
 from schema.ray.rayservice import NEW_CLUSTER, NEW_CLUSTER_WITH_INCREMENTAL_UPGRADE, RayServiceSpec
@@ -30,36 +31,6 @@ from services.reconciler.rayservice import names
 from services.reconciler.rayservice.godur import parse_timeout
 
 _LENIENT_FIELDS = ("upgradeStrategy", "rayClusterDeletionDelaySeconds")
-
-
-def mapping(value: object) -> Mapping[str, Any]:
-    """``value`` if it is a mapping, else an empty one (untrusted JSON)."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def text(value: object) -> str:
-    """``value`` if it is a string, else ""."""
-    return value if isinstance(value, str) else ""
-
-
-def integer(value: object) -> int | None:
-    """An int from JSON (a numeric string is accepted, as the lenient decoders do); None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        stripped = value[1:] if value[:1] in ("-", "+") else value
-        if stripped.isdigit() and stripped.isascii() and len(stripped) < 20:
-            return int(value)
-    return None
-
-
-def string_map(value: object) -> dict[str, str]:
-    """A ``map[string]string`` from untrusted data: non-string entries are dropped."""
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 class UpgradeOptions(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,12 +21,13 @@ import copy
 from datetime import timedelta
 from typing import Any
 
+from schema.objects import mapping
 from schema.times import format_time, parse_time
 from services.reconciler.rayservice import incremental, names
 from services.reconciler.rayservice.clusters import name_of, originated_clusters
 from services.reconciler.rayservice.flow import Progress, should_prepare
 from services.reconciler.rayservice.godur import go_duration_string, to_nanoseconds
-from services.reconciler.rayservice.model import initializing_timeout_ns, mapping
+from services.reconciler.rayservice.model import initializing_timeout_ns
 from services.reconciler.rayservice.passes import Pass
 from services.reconciler.rayservice.services import count_serve_endpoints, serve_service_name
 from services.reconciler.rayservice.status import (

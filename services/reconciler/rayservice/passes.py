@@ -34,9 +34,10 @@ from schema.messages import (
     Propagation,
     PutServeConfig,
 )
+from schema.objects import mapping, text
 from schema.ray import conventions
 from services.reconciler.common.owners import owner_reference
-from services.reconciler.rayservice.model import ServiceModel, incremental_enabled, mapping, text
+from services.reconciler.rayservice.model import ServiceModel, incremental_enabled
 from services.reconciler.rayservice.status import StatusDraft
 
 API_VERSIONS: dict[str, str] = {

@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from schema.objects import mapping, text
 from schema.probes import serve_port
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.rayservice import incremental, names
 from services.reconciler.rayservice.clusters import name_of
 from services.reconciler.rayservice.flow import Progress
-from services.reconciler.rayservice.model import mapping, text
 from services.reconciler.rayservice.passes import Pass
 from services.reconciler.rayservice.services import ServiceBuildError, per_cluster_serve_service
 

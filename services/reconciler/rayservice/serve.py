@@ -29,7 +29,7 @@ from typing import Any, Final
 import msgspec
 import yaml
 
-from services.reconciler.rayservice.model import integer, mapping, text
+from schema.objects import integer, mapping, text
 
 DEFAULT_APP_NAME: Final = "default"
 RUNNING: Final = "RUNNING"

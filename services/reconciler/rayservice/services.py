@@ -24,11 +24,12 @@ from typing import Any
 import msgspec
 
 from schema.config import OperatorConfig
+from schema.objects import mapping, text
 from schema.ray import RayClusterSpec, conventions, decode_as
 from services.reconciler.raycluster.model import view_of
 from services.reconciler.raycluster.services import head_service, serve_ports
 from services.reconciler.rayservice import names
-from services.reconciler.rayservice.model import ServiceModel, mapping, text
+from services.reconciler.rayservice.model import ServiceModel
 
 NO_SERVE_PORT = (
     "Please specify the port named 'serve' in the Ray head container; otherwise, the Kubernetes service "

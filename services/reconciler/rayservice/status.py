@@ -27,10 +27,10 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from schema.messages import ObjectRef, PatchStatus
+from schema.objects import mapping, text
 from schema.times import format_time
 from services.reconciler.common.patches import compact, merge_diff
 from services.reconciler.common.transitions import Step, build_transitions
-from services.reconciler.rayservice.model import mapping, text
 
 Role = Literal["activeServiceStatus", "pendingServiceStatus"]
 ACTIVE: Final[Role] = "activeServiceStatus"

@@ -19,6 +19,7 @@ from typing import Final, Literal
 import msgspec
 
 from schema.config import OperatorConfig
+from schema.objects import integer, mapping
 from schema.ray import conventions
 from schema.ray.rayservice import UPGRADE_TYPES
 from services.reconciler.common.validation import dns1035_errors
@@ -26,7 +27,7 @@ from services.reconciler.raycluster.model import autoscaling_enabled, view_of
 from services.reconciler.raycluster.validation import validate_spec as validate_raycluster_spec
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.godur import parse_go_duration
-from services.reconciler.rayservice.model import ServiceModel, incremental_enabled, integer, mapping
+from services.reconciler.rayservice.model import ServiceModel, incremental_enabled
 
 InvalidReason = Literal["InvalidRayServiceMetadata", "InvalidRayServiceSpec"]
 
