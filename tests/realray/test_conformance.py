@@ -10,17 +10,22 @@ Job entrypoints are real commands that carry the simulator's markers (``KUBESIM_
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import secrets
 import shlex
+import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 from kubernetes import client
 
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, start_kubesim
+from tests.kubesim.test_kubectl import kubectl_binary
 from tests.realray.heads import Head, create_head
 from tests.realray.pair import Answer, Pair
 
@@ -111,6 +116,34 @@ def test_health_endpoints_and_paths(heads: dict[str, Pair]) -> None:
     assert same_status(pair.both("GET", "dashboard", "/api/jobs")) == 404
     sim, real = pair.both("GET", "dashboard", "/api/version")
     assert (sim.status, real.status) == (200, 200) and set(sim.json()) == set(real.json())
+
+
+def test_kubectl_port_forward_reaches_the_real_dashboard(heads: dict[str, Pair], tmp_path: Path) -> None:
+    """``kubectl port-forward svc/<head> :8265`` through kubesim lands on the real Ray head's dashboard."""
+    head = heads["plain"].real
+    command = [
+        kubectl_binary(),
+        *("--kubeconfig", str(head.kube.kubeconfig), "--cache-dir", str(tmp_path / "cache")),
+        *("-n", head.namespace, "port-forward", f"svc/{head.service}", ":8265"),
+    ]
+    # The context manager waits for kubectl and closes its pipes.
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as forward:
+        try:
+            assert forward.stdout is not None and forward.stderr is not None
+            line = forward.stdout.readline()
+            if not line.startswith("Forwarding from 127.0.0.1:"):
+                forward.kill()
+                pytest.fail(f"kubectl port-forward did not start: {line!r} {forward.stderr.read()}")
+            local = f"http://127.0.0.1:{int(line.split('127.0.0.1:')[1].split()[0])}"
+            # Each request is a fresh forwarded connection on the same tunnel.
+            with urllib.request.urlopen(f"{local}/api/version", timeout=60) as response:
+                assert response.status == 200
+                assert json.loads(response.read())["ray_version"] == ray.__version__
+            with urllib.request.urlopen(f"{local}/api/jobs/", timeout=60) as response:
+                assert response.status == 200
+                assert isinstance(json.loads(response.read()), list)
+        finally:
+            forward.terminate()
 
 
 def test_token_auth(heads: dict[str, Pair]) -> None:
