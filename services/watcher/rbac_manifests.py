@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from schema import generated
 from services.watcher.permissions import as_policy_rules
 
 HEADER: Final = (
@@ -70,11 +71,7 @@ def generate_files() -> dict[str, str]:
 
 def stale_files(deploy_dir: Path) -> list[str]:
     """The generated files under ``deploy_dir`` that are missing or differ from a fresh generation."""
-    return [
-        name
-        for name, text in generate_files().items()
-        if not (deploy_dir / name).is_file() or (deploy_dir / name).read_text() != text
-    ]
+    return generated.stale_files(generate_files(), deploy_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,10 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
     args = parser.parse_args(argv)
     if args.check:
-        stale = stale_files(args.deploy)
-        for name in stale:
-            print(f"stale: {args.deploy / name}")
-        return 1 if stale else 0
+        return generated.report_stale(generate_files(), args.deploy)
     for name, text in generate_files().items():
         path = args.deploy / name
         path.write_text(text)
