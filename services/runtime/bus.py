@@ -84,3 +84,8 @@ async def publish(
     if msg_id:
         all_headers["Nats-Msg-Id"] = msg_id
     return await js.publish(subject, payload, headers=all_headers or None, timeout=timeout)
+
+
+def bus_unavailable(exc: Exception) -> bool:
+    """A NATS failure that a later try may not meet (no answer, a reconnect, a server restarting)."""
+    return isinstance(exc, nats.errors.Error | TimeoutError)

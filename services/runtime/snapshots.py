@@ -8,8 +8,8 @@ prefix never written answers "no results"; deletes leave markers, so then nothin
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+import dataclasses
+from typing import Any, Final
 
 import msgspec
 from nats.aio.client import Client
@@ -17,10 +17,18 @@ from nats.aio.client import Client
 from schema import subjects
 from schema.decision import Snapshot
 from schema.keys import ReconcileKey, decode_token
+from services.runtime.backoff import Backoff, retry
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import read_latest
 
 _json_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
+
+BEHIND_BACKOFF: Final = Backoff(base=0.005, cap=0.1)
+"""Pauses between reads while the answering replica is behind the revision asked for."""
+
+
+class _Behind(RetryableError):
+    """The KV answered with a revision older than the one asked for."""
 
 
 class SnapshotReader:
@@ -36,16 +44,19 @@ class SnapshotReader:
         Raises:
             RetryableError: the server did not answer, or never reached ``min_revision``.
         """
-        for attempt in range(attempts):
+
+        async def once() -> Snapshot:
             read = await read_latest(
                 self._nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout
             )
             revision = min_revision if read.empty else read.revision
-            if revision >= min_revision:
-                entries: dict[str, dict[str, dict[str, Any]]] = {}
-                for entry, data in read.values.items():
-                    _, entry_kind, name = entry.rsplit(".", 2)
-                    entries.setdefault(entry_kind, {})[decode_token(name)] = _json_decoder.decode(data)
-                return Snapshot(key=key, entries=entries, revision=revision)
-            await asyncio.sleep(0.005 * (attempt + 1))
-        raise RetryableError(f"KV for {key} did not reach revision {min_revision}")
+            if revision < min_revision:
+                raise _Behind(f"KV for {key} did not reach revision {min_revision}")
+            entries: dict[str, dict[str, dict[str, Any]]] = {}
+            for entry, data in read.values.items():
+                _, entry_kind, name = entry.rsplit(".", 2)
+                entries.setdefault(entry_kind, {})[decode_token(name)] = _json_decoder.decode(data)
+            return Snapshot(key=key, entries=entries, revision=revision)
+
+        policy = dataclasses.replace(BEHIND_BACKOFF, retries=max(attempts, 1) - 1)
+        return await retry(once, policy, transient=lambda exc: isinstance(exc, _Behind))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import nats.errors
@@ -41,6 +41,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from schema import codec, subjects
+from services.runtime.aio import raise_if_cancelling
+from services.runtime.backoff import Backoff, interruptible, retry
 from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
@@ -55,23 +57,12 @@ from services.status.store import ResultRecord, StatusStore
 log = logging.getLogger(__name__)
 
 
-RETRY_DELAYS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
-"""Seconds between attempts to persist a batch while the database is unavailable (the last repeats)."""
+RETRY_BACKOFF = Backoff(base=0.1, cap=5.0)
+"""Pauses between attempts to persist a batch while the database is unavailable, and between fetches
+while NATS is."""
 
 DEFAULT_ACK_WAIT = 30.0
 """JetStream's ack wait, for a consumer whose configuration leaves it unset."""
-
-
-def _raise_if_cancelling() -> None:
-    """Honour a cancellation that nats-py swallowed.
-
-    ``Subscription.next_msg`` awaits ``asyncio.wait_for`` in an inner task; on Python 3.11 a cancel that
-    races with an arriving message is lost there and the fetch returns normally, leaving this task
-    "cancelling" but running forever. Checked after every fetch so cancellation always ends the loop.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 @dataclass
@@ -91,7 +82,7 @@ class ResultConsumer:
         *,
         batch_size: int = 256,
         fetch_timeout: float = 0.5,
-        retry_delays: Sequence[float] = RETRY_DELAYS,
+        retry_backoff: Backoff = RETRY_BACKOFF,
         clock: Clock = utc_now,
         tracer: Tracer | None = None,
         metrics: ResourceMetrics | None = None,
@@ -101,7 +92,7 @@ class ResultConsumer:
         store: where results go.
         batch_size: messages per fetch, and so per transaction.
         fetch_timeout: seconds one fetch waits for messages; bounds how long a stop request waits.
-        retry_delays: backoff while the database is unavailable.
+        retry_backoff: pauses while the database (or NATS) is unavailable.
         clock: time of dead letters.
         tracer: where ``status.persist`` spans go (default: the process's tracer provider).
         metrics: custom-resource metrics fed with each persisted batch (none by default).
@@ -110,7 +101,7 @@ class ResultConsumer:
         self._store = store
         self._batch_size = batch_size
         self._fetch_timeout = fetch_timeout
-        self._retry_delays = tuple(retry_delays)
+        self._retry_backoff = retry_backoff
         self._clock = clock
         self._tracer = tracer or get_tracer(__name__)
         self._metrics = metrics
@@ -146,15 +137,15 @@ class ResultConsumer:
                 try:
                     msgs = await sub.fetch(self._batch_size, timeout=self._fetch_timeout)
                 except TimeoutError:  # nats.errors.TimeoutError: nothing to do right now
-                    _raise_if_cancelling()
+                    raise_if_cancelling()
                     continue
                 except nats.errors.Error as exc:  # reconnecting, consumer briefly unavailable, ...
-                    log.warning("fetching results failed: %s", exc)
-                    await self._pause(stop, failures)
                     failures += 1
+                    log.warning("fetching results failed: %s", exc)
+                    await interruptible(stop)(self._retry_backoff.delay(failures))
                     continue
                 failures = 0
-                _raise_if_cancelling()
+                raise_if_cancelling()
                 with self.progress.working():
                     async with kept_in_progress(msgs, ack_wait):
                         await self._handle(msgs, stop)
@@ -218,42 +209,40 @@ class ResultConsumer:
         """Persist ``items``; return the messages the database refused, or None when stopped first."""
         if not items:
             return []
-        attempt = 0
-        while True:
-            try:
-                stats = await self._store.persist([item.record for item in items])
-            except RetryableError as exc:
-                log.warning("persisting %d results failed (attempt %d): %s", len(items), attempt + 1, exc)
-                if await self._pause(stop, attempt):
-                    return None
-                attempt += 1
-                continue
-            except Exception as exc:  # refused, or a result the store cannot handle: find which one
-                if len(items) == 1:
-                    items[0].span.set_status(Status(StatusCode.ERROR, str(exc)))
-                    return [(items[0].msg, f"refused by the database: {type(exc).__name__}: {exc}")]
-                middle = len(items) // 2
-                refused: list[tuple[Msg, str]] = []
-                for half in (items[:middle], items[middle:]):
-                    more = await self._persist(half, stop)
-                    if more is None:
-                        return None
-                    refused.extend(more)
-                return refused
-            self._consumed.add(stats.results)
-            self._persisted.add(stats.transitions)
-            if self._metrics is not None:
-                self._metrics.observe(stats)
-            return []
-
-    async def _pause(self, stop: asyncio.Event, attempt: int) -> bool:
-        """Back off before attempt ``attempt + 1``; True when ``stop`` was set meanwhile."""
-        delay = self._retry_delays[min(attempt, len(self._retry_delays) - 1)]
         try:
-            await asyncio.wait_for(stop.wait(), timeout=delay)
-        except TimeoutError:
-            return False
-        return True
+            stats = await retry(
+                lambda: self._store.persist([item.record for item in items]),
+                self._retry_backoff,
+                transient=lambda exc: isinstance(exc, RetryableError),
+                give_up=stop.is_set,
+                on_retry=lambda exc, failures, seconds: log.warning(
+                    "persisting %d results failed (attempt %d): %s; retrying in %.2fs",
+                    len(items),
+                    failures,
+                    exc,
+                    seconds,
+                ),
+                sleep=interruptible(stop),
+            )
+        except RetryableError:  # still unavailable when the stop came
+            return None
+        except Exception as exc:  # refused, or a result the store cannot handle: find which one
+            if len(items) == 1:
+                items[0].span.set_status(Status(StatusCode.ERROR, str(exc)))
+                return [(items[0].msg, f"refused by the database: {type(exc).__name__}: {exc}")]
+            middle = len(items) // 2
+            refused: list[tuple[Msg, str]] = []
+            for half in (items[:middle], items[middle:]):
+                more = await self._persist(half, stop)
+                if more is None:
+                    return None
+                refused.extend(more)
+            return refused
+        self._consumed.add(stats.results)
+        self._persisted.add(stats.transitions)
+        if self._metrics is not None:
+            self._metrics.observe(stats)
+        return []
 
     async def _dead_letter(self, msg: Msg, reason: str) -> None:
         meta = msg.metadata

@@ -13,13 +13,16 @@ Invariants:
   handling raises: the key's later batches proceed.
 - A batch is acked only after every command's result is published. A stop mid-batch leaves it unacked
   (queued batches are nak'ed), so JetStream redelivers it; commands are idempotent (``calls``).
-- Outcomes follow ``calls.outcome_of_error`` / ``calls.retry_delay``; nothing raised by a command escapes
+- Outcomes follow ``calls.outcome_of_error`` / ``calls.RETRY_BACKOFF``; nothing raised by a command escapes
   as an exception (kopf's outcome discipline), except cancellation: a command that raises is ``failed``.
 - A command is executed only if ``authorize`` allows it for its batch's key (when the applier has
   facts: the watcher always gives it its projection). A denied command gets the outcome ``denied``
   with the reason, a warning log, ``raybus_commands_denied_total`` and a Warning Event
   ``CommandDenied`` on the key's custom resource (when it exists); a command whose target was deleted
   meanwhile gets the outcome a 404 would have meant, without a call.
+- Every batch received and not yet acked is kept in progress (``kept_in_progress``), also while it waits
+  behind its key's earlier batches (a decision in parts is many batches of one key) or retries a call:
+  one waiting longer than the ack wait would be delivered again and applied twice.
 - ``raybus.io/generate: auth_token`` Secrets get a fresh token here (the only randomness of the
   pipeline); the token never appears in a log, a span or a result.
 
@@ -60,19 +63,29 @@ from schema.messages import (
     command_target,
     command_verb,
 )
-from services.runtime.bus import publish
+from services.runtime.aio import cancel_and_wait, raise_if_cancelling
+from services.runtime.backoff import Backoff, retry
+from services.runtime.bus import bus_unavailable, publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, destination
 from services.runtime.errors import PermanentError
 from services.runtime.health import Progress
+from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
+from services.runtime.settings import BusSettings
 from services.runtime.tracing import current_trace_id, extract_context, tracer
 from services.watcher import pipeline_metrics
-from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.authorize import Allowed, Facts, Gone, authorize, command_kind
-from services.watcher.calls import ApiError, outcome_of_error, plan_call, retry_delay
+from services.watcher.calls import (
+    RETRY_BACKOFF,
+    ApiError,
+    is_transient,
+    outcome_of_error,
+    plan_call,
+    requested_delay,
+)
 from services.watcher.dashboard import DashboardClient, DashboardOutcome
-from services.watcher.kubeapi import KubeApi
+from services.watcher.kubeapi import KubeApi, Response
 from services.watcher.resources import by_kind
 from services.watcher.staleness import DecisionCheck, OwnerView
 from services.watcher.throttle import RateLimiter
@@ -88,7 +101,8 @@ DENIED_REASON: Final = "CommandDenied"
 
 FETCH_TIMEOUT: Final = 1.0
 """Seconds one fetch waits for messages (also how quickly a stop is noticed)."""
-PUBLISH_RETRY_DELAYS: Final[tuple[float, ...]] = (0.05, 0.2, 0.5, 1.0, 2.0)
+PUBLISH_BACKOFF: Final = Backoff(base=0.05, cap=2.0)
+"""Pauses between attempts of a result or dead-letter publish, retried until it is stored."""
 
 
 class _Meta(msgspec.Struct):
@@ -140,11 +154,11 @@ class Applier:
         tracer: Tracer | None = None,
         generate: Callable[[str], str] = generate_token,
         exit_timeout: float = 20.0,
-        retry_delays: tuple[float, ...] | None = None,
+        api_backoff: Backoff = RETRY_BACKOFF,
         qps: float = 0.0,
         burst: int | None = None,
         max_deliver: int = 0,
-        progress_interval: float = 10.0,
+        ack_wait: float = BusSettings.ack_wait,
         on_failure: FailureHook | None = None,
         owners: OwnerView | None = None,
         facts: Facts | None = None,
@@ -159,16 +173,17 @@ class Applier:
         self._tracer = tracer or _tracer
         self._generate = generate
         self._exit_timeout = exit_timeout
-        self._retry_delays = retry_delays
+        self._api_backoff = api_backoff
         self._limiter = RateLimiter(qps, burst=burst)
         self._max_deliver = max_deliver
-        self._progress_interval = progress_interval
+        self._ack_wait = ack_wait
         self._on_failure = on_failure
-        self._kept_alive_at = float("-inf")
         self._decisions = DecisionCheck(js, owners)
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
         pipeline_metrics.track_queue(self)
         self._workers: dict[ReconcileKey, asyncio.Task[None]] = {}
+        self._unacked: dict[int, Msg] = {}
+        """Batches received from JetStream and not yet acked or nak'ed (by ``id``: a Msg is unhashable)."""
         self._outstanding = 0
         self._stopping = False
         self.progress = Progress("applier")
@@ -181,45 +196,34 @@ class Applier:
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, then finish in-flight batches (within the exit timeout)."""
         sub = await self._js.pull_subscribe_bind(durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM)
-        try:
-            while not stop.is_set():
-                raise_if_cancelling()
-                self._raise_crashed()
-                await self._keep_queued_alive()
-                room = self._concurrency * 4 - self._outstanding
-                if room <= 0:
-                    await asyncio.sleep(0.01)
-                    continue
-                try:
-                    messages = await sub.fetch(batch=min(room, 256), timeout=FETCH_TIMEOUT)
-                except TimeoutError:  # nats-py raises both its own and asyncio's (the same in 3.11)
-                    raise_if_cancelling()
-                    continue
-                except nats.errors.Error as exc:
-                    raise_if_cancelling()
-                    log.warning("fetching command batches failed: %s", exc)
-                    await asyncio.sleep(0.5)
-                    continue
-                for msg in messages:
-                    await self._accept(msg)
-        finally:
-            await self._shutdown()
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        async with kept_in_progress(self._unacked.values(), self._ack_wait):
+            try:
+                await self._consume(sub, stop)
+            finally:
+                await self._shutdown()
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
 
-    async def _keep_queued_alive(self) -> None:
-        """Tell JetStream that queued batches are still being worked on: a key's batches wait their turn
-        (a decision in parts is many batches of one key), and one waiting longer than the ack wait would be
-        delivered again and applied twice."""
-        now = asyncio.get_running_loop().time()
-        if now - self._kept_alive_at < self._progress_interval:
-            return
-        self._kept_alive_at = now
-        for queue in list(self._queues.values()):
-            for msg, _ in list(queue):
-                if msg.reply:
-                    with contextlib.suppress(Exception):
-                        await msg.in_progress()
+    async def _consume(self, sub: JetStreamContext.PullSubscription, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            raise_if_cancelling()
+            self._raise_crashed()
+            room = self._concurrency * 4 - self._outstanding
+            if room <= 0:
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                messages = await sub.fetch(batch=min(room, 256), timeout=FETCH_TIMEOUT)
+            except TimeoutError:  # nats-py raises both its own and asyncio's (the same in 3.11)
+                raise_if_cancelling()
+                continue
+            except nats.errors.Error as exc:
+                raise_if_cancelling()
+                log.warning("fetching command batches failed: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for msg in messages:
+                await self._accept(msg)
 
     def _raise_crashed(self) -> None:
         for task in list(self._workers.values()):
@@ -240,6 +244,8 @@ class Applier:
             await self._report(batch, None, reason)
             return
         self._outstanding += 1
+        if msg.reply:
+            self._unacked[id(msg)] = msg
         self._queues.setdefault(batch.key, deque()).append((msg, batch))
         if batch.key not in self._workers:
             self._workers[batch.key] = asyncio.create_task(self._work(batch.key), name=f"applier {batch.key}")
@@ -263,6 +269,7 @@ class Applier:
                 else:
                     await self._dead_letter(msg, failure)
                     await self._report(batch, None, failure)
+                self._unacked.pop(id(msg), None)
         finally:
             if not queue:
                 self._queues.pop(key, None)
@@ -296,6 +303,7 @@ class Applier:
                 with contextlib.suppress(Exception):
                     await msg.nak()
         self._queues.clear()
+        self._unacked.clear()
         self._outstanding = 0
 
     async def _dead_letter(self, msg: Msg, error: str) -> None:
@@ -326,16 +334,9 @@ class Applier:
         parent = extract_context(msg.headers)
         sequence = msg.metadata.sequence.stream if msg.reply else 0
         delivery = msg.metadata.num_delivered if msg.reply else 1
-        loop = asyncio.get_running_loop()
-        last_progress = loop.time()
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
         review = await self._decisions.review(msg, batch, queued)
         for index, command in enumerate(batch.commands):
-            if msg.reply and loop.time() - last_progress > self._progress_interval:
-                # A long batch keeps its delivery: tell JetStream it is still being worked on.
-                with contextlib.suppress(Exception):
-                    await msg.in_progress()
-                last_progress = loop.time()
             verb = command_verb(command)
             with self._tracer.start_as_current_span(
                 f"applier.{verb}",
@@ -348,7 +349,7 @@ class Applier:
                     "raybus.target": command_target(command),
                 },
             ) as span:
-                applied = await self._apply_authorized(batch, index, command, msg, review.stale)
+                applied = await self._apply_authorized(batch, index, command, review.stale)
                 span.set_attribute("raybus.outcome", applied.outcome)
                 pipeline_metrics.command_executed(verb, applied.outcome)
                 if applied.status_code:
@@ -391,7 +392,7 @@ class Applier:
                 await self._report(batch, command, applied.error)
 
     async def _apply_authorized(
-        self, batch: CommandBatch, index: int, command: Command, msg: Msg, stale: Callable[[Command], str]
+        self, batch: CommandBatch, index: int, command: Command, stale: Callable[[Command], str]
     ) -> Applied:
         """Apply one command if its key may (the one place commands are authorized) and its decision
         still holds."""
@@ -405,7 +406,7 @@ class Applier:
         why = stale(command)
         if why:
             return Applied(outcome="superseded", error=why)
-        return await self.apply_command(command, msg)
+        return await self.apply_command(command)
 
     async def _report_denial(self, batch: CommandBatch, index: int, command: Command, reason: str) -> None:
         """Count, log, and show a denial on the key's custom resource (best effort: never raises)."""
@@ -439,78 +440,66 @@ class Applier:
         except (ApiError, PermanentError) as exc:
             log.warning("could not record the denial on %s: %s", key, exc)
 
-    async def apply_command(self, command: Command, msg: Msg | None = None) -> Applied:
+    async def apply_command(self, command: Command) -> Applied:
         """Apply one command; every failure becomes an outcome (only cancellation propagates)."""
         try:
             if isinstance(command, SubmitRayJob | StopRayJob | PutServeConfig):
-                return await self._apply_dashboard(command, msg)
-            return await self._apply_api(command, msg)
+                return await self._apply_dashboard(command)
+            return await self._apply_api(command)
         except PermanentError as exc:
             return Applied(outcome="failed", error=str(exc))
         except Exception as exc:  # a command the calls cannot express (``body.metadata: 7``), or a bug
             log.warning("%s %s raised", command_verb(command), command_target(command), exc_info=True)
             return Applied(outcome="failed", error=f"{type(exc).__name__}: {exc}"[:1000])
 
-    async def _apply_api(self, command: Command, msg: Msg | None) -> Applied:
+    async def _apply_api(self, command: Command) -> Applied:
         if self._api is None:
             raise PermanentError("no Kubernetes API configured")
+        api = self._api
         call = plan_call(command, now=self._clock(), generate=self._generate)
-        attempt = 0
-        while True:
-            attempt += 1
-            await self._limiter.acquire()
-            try:
-                response = await self._api.aexecute(call)
-            except ApiError as exc:
-                tolerated = outcome_of_error(call, exc)
-                if tolerated is not None:
-                    return Applied(outcome=tolerated, status_code=exc.status, error=str(exc)[:1000])
-                delay = (
-                    retry_delay(exc, attempt, self._retry_delays)
-                    if self._retry_delays is not None
-                    else retry_delay(exc, attempt)
-                )
-                if delay is None:
-                    return Applied(outcome="failed", status_code=exc.status, error=str(exc)[:1000])
-                log.info("%s: %s; retrying in %.1fs", call.path, exc, delay)
-                if msg is not None and msg.reply:
-                    with contextlib.suppress(Exception):
-                        await msg.in_progress()
-                await asyncio.sleep(delay)
-                continue
-            resource_version = ""
-            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                resource_version = _head_decoder.decode(response.data).metadata.resourceVersion if response.data else ""
-            return Applied(outcome="applied", status_code=response.status, resource_version=resource_version)
 
-    async def _apply_dashboard(
-        self, command: SubmitRayJob | StopRayJob | PutServeConfig, msg: Msg | None = None
-    ) -> Applied:
+        async def send() -> Response:
+            await self._limiter.acquire()
+            return await api.aexecute(call)
+
+        try:
+            response = await retry(
+                send,
+                self._api_backoff,
+                transient=is_transient,
+                requested=requested_delay,
+                on_retry=lambda exc, _, delay: log.info("%s: %s; retrying in %.1fs", call.path, exc, delay),
+            )
+        except ApiError as exc:
+            outcome = outcome_of_error(call, exc) or "failed"
+            return Applied(outcome=outcome, status_code=exc.status, error=str(exc)[:1000])
+        resource_version = ""
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            resource_version = _head_decoder.decode(response.data).metadata.resourceVersion if response.data else ""
+        return Applied(outcome="applied", status_code=response.status, resource_version=resource_version)
+
+    async def _apply_dashboard(self, command: SubmitRayJob | StopRayJob | PutServeConfig) -> Applied:
         if self._dashboard is None:
             raise PermanentError("no dashboard client configured")
         result: DashboardOutcome = await self._dashboard.apply(command)
         applied = Applied(outcome=result.outcome, status_code=result.status_code, error=result.error)
         if isinstance(command, PutServeConfig) and command.record is not None and result.outcome != "failed":
             # The record says "the cluster has this config": written only once that is true.
-            recorded = await self._apply_api(command.record, msg)
+            recorded = await self._apply_api(command.record)
             if recorded.outcome == "failed":
                 error = f"the serve config was applied, recording it failed: {recorded.error}"
                 return Applied(outcome="failed", status_code=recorded.status_code, error=error[:1000])
         return applied
 
     async def _publish_retrying(self, subject: str, payload: bytes, msg_id: str) -> None:
-        failures = 0
-        while True:
-            raise_if_cancelling()
-            try:
-                await publish(self._js, subject, payload, msg_id=msg_id)
-                return
-            except (nats.errors.Error, TimeoutError) as exc:
-                raise_if_cancelling()
-                failures += 1
-                delay = PUBLISH_RETRY_DELAYS[min(failures, len(PUBLISH_RETRY_DELAYS)) - 1]
-                log.warning("publishing to %s failed (%s); retrying in %.2fs", subject, exc, delay)
-                await asyncio.sleep(delay)
+        await retry(
+            lambda: publish(self._js, subject, payload, msg_id=msg_id),
+            PUBLISH_BACKOFF,
+            transient=bus_unavailable,
+            on_retry=lambda exc, _, delay: log.warning(
+                "publishing to %s failed (%s); retrying in %.2fs", subject, exc, delay
+            ),
+        )
 
     def queued(self) -> int:
         """Batches accepted and waiting behind their key's running one."""

@@ -3,9 +3,10 @@
 Role (lightkube's ``prepare_request`` / ``handle_response`` split): :func:`plan_call` turns one object
 command into an :class:`ApiCall` (method, path, query, body, content type, and how a 404/409 answer
 counts) without any I/O, so every path and body is unit-tested without a server. The Kubernetes
-adapter (``kubeapi``) only sends what was planned. :func:`outcome_of_error` and :func:`retry_delay` are the
-policies that turn an :class:`ApiError` into a published outcome (kopf's error taxonomy: what is done,
-what is dropped, what is retried, what fails for good).
+adapter (``kubeapi``) only sends what was planned. :func:`outcome_of_error`, :func:`is_transient`,
+:func:`requested_delay` and :data:`RETRY_BACKOFF` are the policies that turn an :class:`ApiError` into a
+published outcome (kopf's error taxonomy: what is done, what is dropped, what is retried, what fails for
+good).
 
 Idempotency rules (docs/architecture.md#watcher):
 - create: 409 AlreadyExists → ``already_done`` (names are deterministic);
@@ -46,6 +47,7 @@ from schema.messages import (
     SubmitRayJob,
 )
 from schema.times import format_time
+from services.runtime.backoff import Backoff
 from services.runtime.errors import PermanentError, RaybusError
 from services.watcher.resources import GATEWAY_GROUP, RAY_GROUP, ResourceType, by_api_version_kind, by_kind
 
@@ -300,29 +302,26 @@ def plan_call(command: Command, *, now: datetime, generate: TokenGenerator | Non
 
 # --- outcomes and retries ---------------------------------------------------------------------------
 
-RETRY_DELAYS: Final[tuple[float, ...]] = (0.1, 0.3, 1.0, 2.0, 5.0)
-"""Seconds before each retry of a transient failure (kopf's ``error_delays``); then ``failed``."""
+RETRY_BACKOFF: Final = Backoff(base=0.1, cap=5.0, factor=3.0, retries=5)
+"""Pauses before the retries of a transient failure (0.1, 0.3, 0.9, 2.7, 5 s; kopf's ``error_delays``);
+then ``failed``."""
 MAX_RETRY_AFTER: Final = 30.0
 """A server's ``Retry-After`` is honoured up to this many seconds."""
 
 
-def is_transient(error: ApiError) -> bool:
-    """Worth retrying: no answer, throttled (429) or a server-side error (5xx)."""
-    return error.status == 0 or error.status == 429 or error.status >= 500
+def is_transient(error: Exception) -> bool:
+    """Worth retrying: an API error with no answer, throttled (429) or server-side (5xx)."""
+    return isinstance(error, ApiError) and (error.status == 0 or error.status == 429 or error.status >= 500)
 
 
-def retry_delay(error: ApiError, attempt: int, delays: tuple[float, ...] = RETRY_DELAYS) -> float | None:
-    """Seconds to wait before retrying after the ``attempt``-th failure (1-based), or None to give up.
+def requested_delay(error: Exception) -> float:
+    """Seconds a ``Retry-After`` header asks for (honoured up to :data:`MAX_RETRY_AFTER`), else 0.
 
-    A pure policy (lightkube's ``OnErrorHandler``): transient errors are retried ``len(delays)`` times
-    with the given delays (a ``Retry-After`` header raises the delay, capped); others never.
-    """
-    if not is_transient(error) or attempt > len(delays):
-        return None
-    delay = delays[attempt - 1]
-    if error.retry_after is not None:
-        delay = max(delay, min(error.retry_after, MAX_RETRY_AFTER))
-    return delay
+    A pure policy (lightkube's ``OnErrorHandler``), applied with :data:`RETRY_BACKOFF`: a retry waits
+    the longer of the two."""
+    if isinstance(error, ApiError) and error.retry_after is not None:
+        return min(error.retry_after, MAX_RETRY_AFTER)
+    return 0.0
 
 
 def outcome_of_error(call: ApiCall, error: ApiError) -> Outcome | None:

@@ -45,8 +45,8 @@ from schema.bounds import TooComplex, check_bounds
 from schema.keys import is_dns1123_label, is_dns1123_subdomain
 from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
 from schema.probes import PodEndpoint
+from services.runtime.aio import raise_if_cancelling
 from services.runtime.errors import PermanentError
-from services.watcher.aio import raise_if_cancelling
 from services.watcher.calls import ApiError
 from services.watcher.kubeapi import KubeApi
 

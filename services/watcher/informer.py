@@ -40,6 +40,7 @@ import urllib3
 
 from schema.bounds import MAX_NESTING, TooComplex, check_bounds, truncate_nesting
 from schema.messages import EmitEvent, ObjectRef, WatchEventType
+from services.runtime.backoff import Backoff
 from services.runtime.errors import PermanentError
 from services.watcher import pipeline_metrics
 from services.watcher.calls import ApiError, plan_call
@@ -57,8 +58,8 @@ LIST_PAGE: Final = 500
 """Objects per list page (``limit``); pages keep the API server's and our memory bounded."""
 REFUSED_REASON: Final = "ObjectNotDecodable"
 """Reason of the Warning Event on an object the informer does not project."""
-RECONNECT_DELAYS: Final[tuple[float, ...]] = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
-"""Seconds before each reconnect attempt after an error; the last one repeats."""
+RECONNECT_BACKOFF: Final = Backoff(base=0.1, cap=10.0)
+"""Pauses before reconnecting after consecutive errors (also the watcher's discovery retries)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,11 +310,6 @@ class WatchDriver:
         return tuple(query)
 
 
-def reconnect_delay(attempt: int, delays: tuple[float, ...] = RECONNECT_DELAYS) -> float:
-    """Seconds before reconnect attempt ``attempt`` (1-based); the last delay repeats."""
-    return delays[min(max(attempt, 1), len(delays)) - 1]
-
-
 Deliver = Callable[[Batch], bool]
 """Hands a batch to the event loop; blocks while the queue is full; False once stopping."""
 
@@ -394,7 +390,7 @@ class Informer:
     def _pause(self, exc: BaseException, attempt: int) -> None:
         if self._stop.is_set():
             return
-        delay = reconnect_delay(attempt)
+        delay = RECONNECT_BACKOFF.delay(attempt)
         log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.scope.name, exc, delay)
         self._stop.wait(delay)
 

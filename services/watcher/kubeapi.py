@@ -11,7 +11,7 @@ Invariants: requests are synchronous (the official client is); async callers go 
 Credentials are never logged: errors carry the path, never headers.
 
 Not here: what to request (``calls``, ``informer``) or any retry (callers decide with
-``calls.retry_delay``).
+``calls.RETRY_BACKOFF``).
 """
 
 from __future__ import annotations

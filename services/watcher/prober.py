@@ -41,12 +41,12 @@ from schema import codec, subjects
 from schema.bounds import TooComplex
 from schema.messages import Observation
 from schema.probes import RAYJOB_KINDS, ProbeTarget, job_significant, rayjob_targets
+from services.runtime.aio import raise_if_cancelling
 from services.runtime.bus import publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.errors import PermanentError
 from services.runtime.tracing import tracer
 from services.watcher import pipeline_metrics
-from services.watcher.aio import raise_if_cancelling
 from services.watcher.dashboard import DashboardAnswer, DashboardClient
 
 log = logging.getLogger(__name__)

@@ -55,11 +55,12 @@ from schema import codec, subjects
 from schema.bounds import TooComplex
 from schema.keys import ReconcileKey, decode_token
 from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
-from services.runtime.bus import publish
+from services.runtime.aio import cancel_and_wait, raise_if_cancelling
+from services.runtime.backoff import Backoff, retry
+from services.runtime.bus import bus_unavailable, publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.tracing import current_trace_id, tracer
 from services.watcher import pipeline_metrics
-from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.calls import ApiError
 from services.watcher.informer import Batch, Bookmark, Change, Listing, Scope
 from services.watcher.keymap import dependencies, keys_for
@@ -72,8 +73,8 @@ log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
 
 KV_PREFIX: Final = subjects.kv_subject(subjects.OBJECTS_BUCKET)
-WRITE_RETRY_DELAYS: Final[tuple[float, ...]] = (0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
-"""Seconds between attempts of a failed bus write; the last one repeats until the watcher stops."""
+WRITE_BACKOFF: Final = Backoff(base=0.05, cap=5.0)
+"""Pauses between attempts of a failed bus write, retried until it succeeds or the watcher stops."""
 
 REMEMBERED_DELETIONS: Final = 65536
 """Deleted objects remembered by name, so a command decided just before a deletion was projected is
@@ -640,16 +641,13 @@ class Projection:
         Returns:
             The write's result, or None when ``superseded`` says a newer write made it pointless.
         """
-        failures = 0
-        while True:
-            raise_if_cancelling()
-            try:
-                return await attempt()
-            except (nats.errors.Error, TimeoutError) as exc:
-                raise_if_cancelling()
-                failures += 1
-                delay = WRITE_RETRY_DELAYS[min(failures, len(WRITE_RETRY_DELAYS)) - 1]
-                log.warning("bus write failed (%s); retrying in %.2fs", exc, delay)
-                await asyncio.sleep(delay)
-                if superseded is not None and superseded():
-                    return None
+        try:
+            return await retry(
+                attempt,
+                WRITE_BACKOFF,
+                transient=bus_unavailable,
+                give_up=superseded or (lambda: False),
+                on_retry=lambda exc, _, delay: log.warning("bus write failed (%s); retrying in %.2fs", exc, delay),
+            )
+        except (nats.errors.Error, TimeoutError):  # only ever raised once superseded
+            return None

@@ -24,17 +24,18 @@ from typing import Any, Final
 
 from nats.aio.client import Client
 
+from services.runtime.aio import cancel_and_wait, raise_if_cancelling
+from services.runtime.backoff import retry
 from services.runtime.bus import connect
 from services.runtime.errors import PermanentError
 from services.runtime.health import HealthServer
 from services.runtime.settings import RaybusSettings
 from services.runtime.topology import Buckets, ensure_topology, open_buckets
-from services.watcher.aio import cancel_and_wait, raise_if_cancelling
 from services.watcher.applier import Applier
 from services.watcher.calls import ApiError
 from services.watcher.dashboard import DashboardClient
 from services.watcher.failures import FailureReporter
-from services.watcher.informer import Batch, Informer, queue_deliverer, reconnect_delay, scopes_for
+from services.watcher.informer import RECONNECT_BACKOFF, Batch, Informer, queue_deliverer, scopes_for
 from services.watcher.kubeapi import KubeApi, load_configuration
 from services.watcher.owners import api_owner_reader
 from services.watcher.prober import Prober
@@ -155,7 +156,7 @@ class Watcher:
             qps=settings.kube.qps,
             burst=settings.kube.burst,
             max_deliver=settings.bus.max_deliver,
-            progress_interval=settings.bus.ack_wait / 3,
+            ack_wait=settings.bus.ack_wait,
             on_failure=FailureReporter(self.api, clock=lambda: datetime.now(UTC)),
             owners=self.projection,
             facts=self.projection,
@@ -181,19 +182,25 @@ class Watcher:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + DISCOVERY_TIMEOUT
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                served = await asyncio.to_thread(self.api.served_resources)
-                return select_served(served)
-            except (ApiError, LookupError) as exc:
-                self._waiting_for = str(exc)
-                if loop.time() >= deadline:
-                    raise PermanentError(f"cannot start watching: {exc}") from exc
-                delay = reconnect_delay(attempt)
-                log.warning("discovery: %s; retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
+
+        async def discover() -> tuple[list[ResourceType], list[ResourceType]]:
+            return select_served(await asyncio.to_thread(self.api.served_resources))
+
+        def waiting(exc: Exception, _: int, delay: float) -> None:
+            self._waiting_for = str(exc)
+            log.warning("discovery: %s; retrying in %.1fs", exc, delay)
+
+        try:
+            return await retry(
+                discover,
+                RECONNECT_BACKOFF,
+                transient=lambda exc: isinstance(exc, ApiError | LookupError),
+                give_up=lambda: loop.time() >= deadline,
+                on_retry=waiting,
+            )
+        except (ApiError, LookupError) as exc:
+            self._waiting_for = str(exc)
+            raise PermanentError(f"cannot start watching: {exc}") from exc
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))

@@ -39,6 +39,7 @@ from services.reconciler.worker.inflight import InFlight, Recalled
 from services.reconciler.worker.publishing import publish_decision
 from services.reconciler.worker.reports import owner_uid, report_failure
 from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
+from services.runtime.backoff import Backoff
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
 from services.runtime.health import Progress
@@ -64,6 +65,8 @@ FETCH_BATCH = 256
 FETCH_TIMEOUT = 1.0
 KEY_CONCURRENCY = 64
 TEND_INTERVAL = 0.25
+REDELIVERY_BACKOFF = Backoff(base=0.5, cap=30.0)
+"""Delay of the redelivery after a failed reconcile, by the number of deliveries so far."""
 
 
 async def settle(ack: Awaitable[None]) -> None:
@@ -73,11 +76,6 @@ async def settle(ack: Awaitable[None]) -> None:
         await ack
     except NatsError as exc:
         log.warning("ack/nak not sent (%s); the message will be redelivered", exc)
-
-
-def retry_delay(deliveries: int) -> float:
-    """Backoff before redelivery after ``deliveries`` failed attempts (0.5 s doubling, capped at 30 s)."""
-    return float(min(30.0, 0.5 * 2 ** max(0, deliveries - 1)))
 
 
 def checked_origin(message: BusInput, msg: Msg) -> BusInput:
@@ -359,7 +357,7 @@ class PartitionConsumer:
                 reason=f"{reason}; its {len(items)} input(s) are in the dead-letter stream",
             )
             return
-        delay = exc.delay if isinstance(exc, RetryableError) else retry_delay(deliveries)
+        delay = exc.delay if isinstance(exc, RetryableError) else REDELIVERY_BACKOFF.delay(deliveries)
         log.warning(
             "partition %d: reconcile of %s failed (attempt %d), retrying in %.1fs: %s",
             self.partition,

@@ -26,6 +26,7 @@ from schema.messages import (
     PatchStatus,
     Transition,
 )
+from services.runtime.backoff import Backoff
 from services.runtime.bus import publish
 from services.watcher.applier import Applier
 from services.watcher.kubeapi import KubeApi
@@ -37,7 +38,7 @@ NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
 @contextlib.asynccontextmanager
 async def running_applier(bus: Bus, api: KubeApi) -> AsyncIterator[Applier]:
-    applier = Applier(bus.js, api, concurrency=4, retry_delays=(0.01, 0.02))
+    applier = Applier(bus.js, api, concurrency=4, api_backoff=Backoff(base=0.01, cap=0.02, retries=2))
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
     try:

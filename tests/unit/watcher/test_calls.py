@@ -22,12 +22,14 @@ from schema.messages import (
 )
 from services.runtime.errors import PermanentError
 from services.watcher.calls import (
+    RETRY_BACKOFF,
     ApiCall,
     ApiError,
     event_name,
+    is_transient,
     outcome_of_error,
     plan_call,
-    retry_delay,
+    requested_delay,
 )
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -343,22 +345,39 @@ def test_outcome_of_error(call: ApiCall, error: ApiError, outcome: str | None) -
 
 
 @pytest.mark.parametrize(
-    ("error", "attempt", "delay"),
+    ("error", "transient"),
     [
-        pytest.param(ApiError(0, "ConnectionError"), 1, 0.1, id="connection-first"),
-        pytest.param(ApiError(503, "ServiceUnavailable"), 3, 1.0, id="5xx-third"),
-        pytest.param(ApiError(500, "InternalError"), 5, 5.0, id="last-retry"),
-        pytest.param(ApiError(500, "InternalError"), 6, None, id="exhausted"),
-        pytest.param(ApiError(429, "TooManyRequests", retry_after=3.0), 1, 3.0, id="retry-after-honoured"),
-        pytest.param(ApiError(429, "TooManyRequests", retry_after=3600.0), 1, 30.0, id="retry-after-capped"),
-        pytest.param(ApiError(429, "TooManyRequests", retry_after=0.0), 2, 0.3, id="retry-after-never-shortens"),
-        pytest.param(ApiError(400, "BadRequest"), 1, None, id="4xx-never"),
-        pytest.param(ApiError(403, "Forbidden"), 1, None, id="forbidden-never"),
-        pytest.param(ApiError(409, "Conflict"), 1, None, id="conflict-never"),
+        pytest.param(ApiError(0, "ConnectionError"), True, id="no-answer"),
+        pytest.param(ApiError(429, "TooManyRequests"), True, id="throttled"),
+        pytest.param(ApiError(503, "ServiceUnavailable"), True, id="5xx"),
+        pytest.param(ApiError(400, "BadRequest"), False, id="4xx-never"),
+        pytest.param(ApiError(403, "Forbidden"), False, id="forbidden-never"),
+        pytest.param(ApiError(409, "Conflict"), False, id="conflict-never"),
+        pytest.param(PermanentError("no"), False, id="not-an-api-error"),
     ],
 )
-def test_retry_delay(error: ApiError, attempt: int, delay: float | None) -> None:
-    assert retry_delay(error, attempt) == delay
+def test_is_transient(error: Exception, transient: bool) -> None:
+    assert is_transient(error) is transient
+
+
+def test_transient_failures_are_retried_five_times_over_about_nine_seconds() -> None:
+    delays = [RETRY_BACKOFF.delay(failures) for failures in range(1, 6)]
+    assert delays == pytest.approx([0.1, 0.3, 0.9, 2.7, 5.0])
+    assert not RETRY_BACKOFF.exhausted(5)
+    assert RETRY_BACKOFF.exhausted(6)
+
+
+@pytest.mark.parametrize(
+    ("error", "delay"),
+    [
+        pytest.param(ApiError(429, "TooManyRequests", retry_after=3.0), 3.0, id="retry-after-honoured"),
+        pytest.param(ApiError(429, "TooManyRequests", retry_after=3600.0), 30.0, id="retry-after-capped"),
+        pytest.param(ApiError(503, "ServiceUnavailable"), 0.0, id="no-retry-after"),
+        pytest.param(PermanentError("no"), 0.0, id="not-an-api-error"),
+    ],
+)
+def test_requested_delay(error: Exception, delay: float) -> None:
+    assert requested_delay(error) == delay
 
 
 def test_api_error_text() -> None:

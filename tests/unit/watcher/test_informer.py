@@ -18,7 +18,6 @@ from services.watcher.informer import (
     WatchDriver,
     decode_line,
     make_change,
-    reconnect_delay,
     scopes_for,
     split_lines,
 )
@@ -153,11 +152,6 @@ def test_watch_driver_resumes_from_a_stored_point() -> None:
     assert not driver.needs_list
     assert ("resourceVersion", "99") in driver.watch_query()
     assert all(name != "labelSelector" for name, _ in driver.watch_query())
-
-
-@pytest.mark.parametrize(("attempt", "delay"), [(0, 0.1), (1, 0.1), (2, 0.5), (6, 10.0), (60, 10.0)])
-def test_reconnect_delay(attempt: int, delay: float) -> None:
-    assert reconnect_delay(attempt) == delay
 
 
 def test_scopes_and_names() -> None:

@@ -5,7 +5,9 @@ nats-py turns a cancellation that arrives during a request into its own ``Timeou
 cancellation and never stop. Every ``except`` that retries calls :func:`raise_if_cancelling` first.
 Worse, nats-py's publish path swallows ``CancelledError`` outright (``except CancelledError: pass``), so
 every loop also checks :func:`raise_if_cancelling` once per iteration, and shutdown uses
-:func:`cancel_and_wait`, which cancels again and never waits without a bound.
+:func:`cancel_and_wait`, which cancels again and never waits without a bound. A fetch can also lose a
+cancel that races with an arriving message (``Subscription.next_msg`` waits in an inner task) and
+return normally, so consumers check after every fetch too.
 """
 
 from __future__ import annotations
