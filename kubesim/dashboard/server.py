@@ -65,6 +65,8 @@ class DashboardServer:
         self._agent = _Site(state, "agent", host)
         self._serve = _Site(state, "serve", host)
         self._running = False
+        self._generation = 0
+        """Counts :meth:`stop` calls, so a start they overtook closes what it opened."""
 
     @property
     def url(self) -> str:
@@ -94,13 +96,36 @@ class DashboardServer:
         return self._dashboard.url
 
     async def start(self) -> str:
-        """Listen on free loopback ports; return the dashboard's base URL."""
+        """Listen on free loopback ports; return the dashboard's base URL.
+
+        Raises:
+            RuntimeError: :meth:`stop` ran while the listeners were opening (none is left open).
+        """
+        # The listeners open in a task of their own that a cancelled start lets finish and then closes:
+        # asyncio's create_server cancelled at its last step leaves a listening socket nobody holds.
+        starting = asyncio.ensure_future(self._start())
+        try:
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            await asyncio.gather(starting, return_exceptions=True)
+            await self._stop_sites()
+            raise
+
+    async def _start(self) -> str:
         if not self._running:
-            await self._dashboard.start()
-            await self._agent.start()
-            self.state.on_serve_change = self._serve_changed
-            if self.state.serve.started:
-                await self._serve.start()
+            generation = self._generation
+            try:
+                await self._dashboard.start()
+                await self._agent.start()
+                self.state.on_serve_change = self._serve_changed
+                if self.state.serve.started:
+                    await self._serve.start()
+            except BaseException:
+                await self._stop_sites()
+                raise
+            if generation != self._generation:
+                await self._stop_sites()
+                raise RuntimeError("the dashboard server was stopped while it started")
             self._running = True
         return self.url
 
@@ -114,7 +139,11 @@ class DashboardServer:
 
     async def stop(self) -> None:
         """Close the listeners and the open connections (idempotent)."""
+        self._generation += 1
         self._running = False
+        await self._stop_sites()
+
+    async def _stop_sites(self) -> None:
         self.state.on_serve_change = None
         for site in (self._serve, self._agent, self._dashboard):
             await site.stop()

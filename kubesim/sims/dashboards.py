@@ -170,10 +170,9 @@ class RayDashboards:
         if store is not None:
             state.jobs.fits = lambda request: fits(request, node_resources(store, key[0], key[1]))
         self.apply_faults(pod, state)
-        server = DashboardServer(state)
-        await server.start()
-        self._heads[key] = _Head(uid_of(pod), name_of(pod), server=server)
-        logger.info("kubesim: Ray dashboard of %s/%s serving at %s", key[0], key[1], server.url)
+        head = _Head(uid_of(pod), name_of(pod), server=DashboardServer(state))
+        await self._start_registered(key, head)
+        logger.info("kubesim: Ray dashboard of %s/%s serving at %s", key[0], key[1], head.url)
 
     async def _start_real(self, pod: Mapping[str, Any], key: tuple[str, str]) -> None:
         containers = spec_of(pod).get("containers") or []
@@ -181,17 +180,26 @@ class RayDashboards:
         env: dict[str, str] = {}
         if self._store is not None and container:
             env, _ = resolve_env(self._store, pod, container=container)
-        head = RealRayHead(container=container, env=env, token=self._token_for(pod))
-        # Registered before it is healthy, so a pod deleted meanwhile still stops it.
-        self._heads[key] = _Head(uid_of(pod), name_of(pod), real=head)
+        head = _Head(
+            uid_of(pod), name_of(pod), real=RealRayHead(container=container, env=env, token=self._token_for(pod))
+        )
+        await self._start_registered(key, head)
+        logger.info("kubesim: real Ray head of %s/%s serving at %s", key[0], key[1], head.url)
+
+    async def _start_registered(self, key: tuple[str, str], head: _Head) -> None:
+        # Registered before it listens, so a pod deleted (or kubesim stopped) meanwhile still stops it;
+        # a start that fails or is cancelled half-way closes whatever it opened.
+        self._heads[key] = head
         try:
-            await head.start()
+            if head.real is not None:
+                await head.real.start()
+            elif head.server is not None:
+                await head.server.start()
         except BaseException:
-            if self._heads.get(key) is not None and self._heads[key].real is head:
+            if self._heads.get(key) is head:
                 del self._heads[key]
             await head.stop()
             raise
-        logger.info("kubesim: real Ray head of %s/%s serving at %s", key[0], key[1], head.url)
 
     def real_head(self, namespace: str, cluster: str) -> RealRayHead | None:
         """The real Ray head of a cluster (``SimOptions.real_ray``), or None."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -335,3 +337,27 @@ async def test_standalone_server_on_loopback() -> None:
     finally:
         await server.stop()
     assert not server.running
+
+
+def _open_descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("steps", range(12))
+async def test_a_start_cut_short_leaves_no_listener(steps: int) -> None:
+    """A head stopped or cancelled at any point of its start closes every port it opened (kubesim's
+    shutdown cancels pod workers mid-start; a listener left behind would outlive the simulator)."""
+    before = _open_descriptors()
+    for cut in ("cancel", "stop"):
+        server = DashboardServer(new_state())
+        starting = asyncio.ensure_future(server.start())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        if cut == "cancel":
+            starting.cancel()
+        else:
+            await server.stop()
+        await asyncio.gather(starting, return_exceptions=True)
+        await server.stop()  # a start that finished before the cut is stopped here
+        assert not server.running
+    assert _open_descriptors() <= before
