@@ -5,7 +5,7 @@ Role: the replayer's only adapter to NATS. Per key it reads, in this order, the 
 ``raybus.part.*.<key>``), so every KV write a decision read already has its event in what was read (the
 watcher publishes an event right after its KV write). When the events stream has dropped old messages,
 it also reads the KV seed: the last write of every entry under the key's prefix, delete markers
-included, with its revision.
+included, with its revision (``services.runtime.kvread``, paged past the server's 1,024 keys per answer).
 
 Reads are batched direct gets (``services.runtime.directget``): a few requests whatever the history
 length, and no consumer (never a durable: reading history must not change the bus).
@@ -31,6 +31,7 @@ from schema.keys import ReconcileKey, decode_token
 from schema.parts import PartAssembler
 from services.replay.history import HistoryWindow, KeyHistory, KvSeedEntry, RecordedDecision, RecordedInput
 from services.runtime.directget import StoredMessage, direct_batches
+from services.runtime.kvread import read_entries
 
 log = logging.getLogger(__name__)
 
@@ -68,20 +69,18 @@ async def read_window(nc: Client) -> HistoryWindow:
 
 async def read_kv_seed(nc: Client, key: ReconcileKey) -> tuple[KvSeedEntry, ...]:
     """The last KV write of every entry under ``key`` (delete markers included), with its revision."""
-    prefix = subjects.kv_subject(subjects.OBJECTS_BUCKET)
-    stream = subjects.kv_stream(subjects.OBJECTS_BUCKET)
+    read = await read_entries(nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key))
     seed: list[KvSeedEntry] = []
-    async for stored in direct_batches(nc, stream, multi_last=prefix + subjects.entry_prefix(key)):
-        _, entry_kind, name = stored.subject[len(prefix) :].rsplit(".", 2)
-        deleted = stored.headers.get("KV-Operation") in ("DEL", "PURGE")
+    for entry_key, entry in sorted(read.entries.items(), key=lambda item: item[1].revision):
+        _, entry_kind, name = entry_key.rsplit(".", 2)
         value: dict[str, Any] | None = None
-        if not deleted:
+        if entry.value is not None:
             try:
-                value = _json.decode(stored.data)
+                value = _json.decode(entry.value)
             except msgspec.DecodeError:
-                log.warning("replay: undecodable KV entry %s", stored.subject)
+                log.warning("replay: undecodable KV entry %s", entry_key)
                 continue
-        seed.append(KvSeedEntry(entry_kind=entry_kind, name=decode_token(name), revision=stored.seq, value=value))
+        seed.append(KvSeedEntry(entry_kind=entry_kind, name=decode_token(name), revision=entry.revision, value=value))
     return tuple(seed)
 
 

@@ -52,12 +52,9 @@ async def direct_batches(
     subject_filter: str | None = None,
     start_seq: int = 1,
     start_time: datetime | None = None,
-    multi_last: str | None = None,
     timeout: float = 5.0,
 ) -> AsyncIterator[StoredMessage]:
     """Every message of ``stream`` matching the filter from ``start_seq`` (or ``start_time``) on.
-
-    With ``multi_last``, the last message of every subject matching it instead (KV reads).
 
     Raises:
         RetryableError: no answer within ``timeout`` or an error status.
@@ -65,15 +62,11 @@ async def direct_batches(
     seq = start_seq
     first = True
     while True:
-        request: dict[str, Any] = {"batch": DIRECT_BATCH}
-        if multi_last is not None:
-            request = {"multi_last": [multi_last], "batch": 100_000}
+        request: dict[str, Any] = {"batch": DIRECT_BATCH, "next_by_subj": subject_filter or ">"}
+        if first and start_time is not None:
+            request["start_time"] = start_time.astimezone(UTC).isoformat().replace("+00:00", "Z")
         else:
-            request["next_by_subj"] = subject_filter or ">"
-            if first and start_time is not None:
-                request["start_time"] = start_time.astimezone(UTC).isoformat().replace("+00:00", "Z")
-            else:
-                request["seq"] = seq
+            request["seq"] = seq
         first = False
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
@@ -105,6 +98,6 @@ async def direct_batches(
                 )
         finally:
             await sub.unsubscribe()
-        if multi_last is not None or pending <= 0 or last == 0:
+        if pending <= 0 or last == 0:
             return
         seq = last + 1

@@ -193,3 +193,21 @@ async def test_cli_against_no_server_is_one_clear_line() -> None:
     )
     assert gone.code == 2
     assert gone.err.count("\n") == 1 and gone.err.startswith("raybus replay: cannot connect to NATS")
+
+
+async def test_a_kv_seed_larger_than_one_multi_last_answer_is_read_whole(bus: Client) -> None:
+    """The server answers a multi_last with at most 1,024 keys; a 2,000-worker cluster's seed has more, and
+    its delete markers keep their revisions."""
+    key = ReconcileKey(kind="RayCluster", namespace="big", name="c")
+    kv = await bus.jetstream().key_value(subjects.OBJECTS_BUCKET)
+    await kv.put(subjects.entry_key(key, "RayCluster", "c"), b'{"kind": "RayCluster"}')
+    for i in range(1100):
+        await kv.put(subjects.entry_key(key, "Pod", f"w-{i}"), msgspec.json.encode({"i": i}))
+    last = await kv.put(subjects.entry_key(key, "Pod", "w-last"), b"{}")
+    await kv.delete(subjects.entry_key(key, "Pod", "w-3"))
+    rewritten = await kv.put(subjects.entry_key(key, "Pod", "w-4"), msgspec.json.encode({"i": "again"}))
+    seed = {(e.entry_kind, e.name): e for e in await source.read_kv_seed(bus, key)}
+    assert len(seed) == 1102
+    assert seed[("Pod", "w-3")].value is None and last < seed[("Pod", "w-3")].revision < rewritten
+    assert seed[("Pod", "w-4")].value == {"i": "again"} and seed[("Pod", "w-4")].revision == rewritten
+    assert seed[("RayCluster", "c")].value == {"kind": "RayCluster"}
