@@ -27,23 +27,33 @@ def format_time(moment: datetime) -> str:
     return as_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_time_ms(moment: datetime) -> str:
+    """RFC3339 with milliseconds in UTC, for people reading logs and reports: ``2024-01-02T03:04:05.678Z``."""
+    return as_utc(moment).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_time_exact(moment: datetime) -> str:
+    """RFC3339 in UTC with every microsecond (a JetStream ``start_time``): ``2024-01-02T03:04:05.678901Z``."""
+    return as_utc(moment).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def truncate(moment: datetime) -> datetime:
     """``moment`` in UTC without its sub-second part (what survives a round trip through the API)."""
     return as_utc(moment).replace(microsecond=0)
 
 
 def parse_time(value: object) -> datetime | None:
-    """Parse an RFC3339 timestamp; None when ``value`` is not one."""
+    """Parse an RFC3339 timestamp (any fraction of a second, ``Z`` or an offset); None when ``value`` is
+    not one. A time without an offset is taken to be UTC."""
     if not isinstance(value, str) or not value:
         return None
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
+        return as_utc(datetime.fromisoformat(text))
+    except (ValueError, OverflowError):  # OverflowError: an offset that moves it past year 1 or 9999
         return None
-    return as_utc(parsed)
 
 
 def from_epoch_millis(value: object) -> datetime | None:

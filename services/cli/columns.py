@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from schema.times import parse_time
+
 Obj = dict[str, Any]
 
 _CONDITION_PRECEDENCE: Final = (
@@ -58,9 +60,8 @@ def age(timestamp: object, now: datetime) -> str:
     """A ``date`` column: the age of an RFC 3339 timestamp, ``<unknown>`` without one."""
     if not isinstance(timestamp, str) or not timestamp:
         return "<unknown>"
-    try:
-        then = datetime.fromisoformat(timestamp)
-    except ValueError:
+    then = parse_time(timestamp)
+    if then is None:
         return "<invalid>"
     return human_duration((now - then).total_seconds())
 

@@ -37,6 +37,7 @@ from typing import TextIO
 import nats.errors
 import nats.js.errors
 
+from schema import times
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KEY_KINDS, KeyKind, ReconcileKey
@@ -67,11 +68,10 @@ def parse_time(text: str, *, now: datetime) -> datetime:
     match = _AGE.match(text.strip())
     if match:
         return now - timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError as exc:
-        raise PermanentError(f"{text!r}: expected RFC 3339 or an age such as 30m, 24h, 7d") from exc
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    moment = times.parse_time(text)
+    if moment is None:
+        raise PermanentError(f"{text!r}: expected RFC 3339 or an age such as 30m, 24h, 7d")
+    return moment
 
 
 def parse_kind(text: str) -> KeyKind:

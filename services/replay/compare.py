@@ -22,6 +22,7 @@ from typing import Any, Final
 import msgspec
 
 from schema.messages import Command, command_target, command_verb
+from schema.times import format_time_exact
 
 VALUE_WIDTH: Final = 48
 """Characters of a value shown in a field diff before it is clipped."""
@@ -166,5 +167,5 @@ def wake_diff(expected: datetime | None, actual: datetime | None) -> list[str]:
     """A line when the wake-ups differ."""
     if expected == actual:
         return []
-    shown = [value.isoformat() if value is not None else "none" for value in (expected, actual)]
+    shown = [format_time_exact(value) if value is not None else "none" for value in (expected, actual)]
     return [f"~ wake_at: {shown[0]} → {shown[1]}"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -22,6 +22,7 @@ import yaml
 
 from schema.decision import Snapshot
 from schema.messages import Command, Observation, PatchStatus, TimerTick, WatchEvent
+from schema.times import format_time_ms
 from services.reconciler.worker.decide import LOGIC_VERSION
 from services.replay.compare import describe, field_diff
 from services.replay.history import KeyHistory, RecordedInput, entry_of
@@ -32,9 +33,7 @@ _MARK = {"match": "match", "diverged": "DIVERGED", "unverifiable": "unverifiable
 
 def stamp(moment: datetime | None) -> str:
     """UTC, milliseconds, ``Z``."""
-    if moment is None:
-        return "-"
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return "-" if moment is None else format_time_ms(moment)
 
 
 def _short_uid(uid: str) -> str:

@@ -34,6 +34,7 @@ from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
 from schema.messages import Command, CommandBatch
+from schema.times import format_time_ms
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.decide import LOGIC_VERSION, decide
 from services.replay.compare import command_diff, describe, split_withheld, wake_diff
@@ -146,7 +147,7 @@ class StepFilter(msgspec.Struct, frozen=True, kw_only=True):
 
 def _divergence(key: ReconcileKey, step: ReplayStep) -> ReplayDivergence:
     actual = step.replayed.commands if step.replayed is not None else ()
-    head = f"{key} step {step.index} (batch seq {step.batch_seq}, {step.issued_at.isoformat()}) diverged"
+    head = f"{key} step {step.index} (batch seq {step.batch_seq}, {format_time_ms(step.issued_at)}) diverged"
     return ReplayDivergence(
         "\n".join([head, *step.diff]), step=step.index, expected=step.recorded.commands, actual=actual
     )

@@ -18,6 +18,7 @@ import msgspec
 from nats.aio.client import Client
 
 from schema import subjects
+from schema.times import format_time_exact, parse_time
 from services.runtime.errors import RetryableError
 
 DIRECT_BATCH: Final = 1000
@@ -37,12 +38,7 @@ class StoredMessage:
 
 
 def _time(text: str | None) -> datetime:
-    if not text:
-        return _EPOCH
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return _EPOCH
+    return parse_time(text) or _EPOCH
 
 
 async def direct_batches(
@@ -64,7 +60,7 @@ async def direct_batches(
     while True:
         request: dict[str, Any] = {"batch": DIRECT_BATCH, "next_by_subj": subject_filter or ">"}
         if first and start_time is not None:
-            request["start_time"] = start_time.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            request["start_time"] = format_time_exact(start_time)
         else:
             request["seq"] = seq
         first = False

@@ -14,6 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from schema.times import format_time_ms
 from services.runtime.tracing import current_trace_id
 
 _REDACTIONS = (
@@ -40,7 +41,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "ts": format_time_ms(datetime.fromtimestamp(record.created, UTC)),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": redact(record.getMessage()),

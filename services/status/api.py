@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, get_args
 
 import msgspec
@@ -36,6 +36,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from schema.messages import Outcome
+from schema.times import parse_time
 from services.runtime.errors import RetryableError
 from services.status.kinds import KINDS, KindInfo, kind_info, parse_kind
 from services.status.openapi import Handler, Param, Route, build_document
@@ -151,17 +152,12 @@ def _since(query: Mapping[str, str]) -> datetime | None:
     text = query.get("since")
     if text is None:
         return None
-    try:
-        # In UTC here: a time near the ends of the calendar whose offset moves it out of range is refused
-        # now, not by the database later (as an unavailable database).
-        value = datetime.fromisoformat(text)
-        # In UTC, as stored: a time near year 1 or 9999 whose offset leaves the calendar is refused here,
-        # not by the database driver.
-        return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    except (ValueError, OverflowError):
-        raise ApiError(
-            400, "bad_request", f"since={text!r}: not an RFC 3339 time (e.g. 2026-01-01T12:00:00Z)"
-        ) from None
+    # In UTC, as stored: a time near year 1 or 9999 whose offset leaves the calendar is refused here,
+    # not by the database driver (as an unavailable database).
+    value = parse_time(text)
+    if value is None:
+        raise ApiError(400, "bad_request", f"since={text!r}: not an RFC 3339 time (e.g. 2026-01-01T12:00:00Z)")
+    return value
 
 
 def _page_size(query: Mapping[str, str]) -> tuple[int, int]:

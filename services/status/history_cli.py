@@ -23,13 +23,14 @@ import asyncio
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TextIO
 from urllib.parse import quote
 
 import aiohttp
 import msgspec
 
+from schema.times import format_time_ms
 from services.runtime import endpoints
 from services.runtime.endpoints import stack_endpoint
 from services.runtime.errors import PermanentError, RetryableError
@@ -143,9 +144,7 @@ async def fetch_runs(status_url: str, *, namespace: str, name: str, uid: str) ->
 
 
 def _time(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return "-" if value is None else format_time_ms(value)
 
 
 def _clip(text: str, width: int) -> str:

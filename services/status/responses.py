@@ -8,12 +8,13 @@ optional members (``rayjob``, ``rayservice``), present only on resources of that
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import msgspec
 
+from schema.times import parse_time
 from services.status.kinds import RUN_RAYJOB_ATTRIBUTE
 from services.status.models import Command, RayJobView, RayServiceView, Transition
 from services.status.projection import FieldMark
@@ -226,11 +227,7 @@ def transition_out(row: Transition) -> TransitionOut:
 
 def _instant(text: str) -> datetime | None:
     """An RFC 3339 time as the reconcile wrote it (``...Z``), or None."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return parse_time(text)
 
 
 def run_out(record: RunRecord) -> RunOut:

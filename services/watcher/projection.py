@@ -55,6 +55,7 @@ from schema import codec, subjects
 from schema.bounds import TooComplex
 from schema.keys import ReconcileKey, decode_token
 from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
+from schema.times import parse_time
 from services.runtime.aio import cancel_and_wait, raise_if_cancelling
 from services.runtime.backoff import Backoff, retry
 from services.runtime.bus import bus_unavailable, publish
@@ -103,10 +104,7 @@ def _rv(resource_version: str) -> int:
 
 
 def _parse_time(value: object, default: datetime) -> datetime:
-    if isinstance(value, str) and value:
-        with contextlib.suppress(ValueError):
-            return datetime.fromisoformat(value)
-    return default
+    return parse_time(value) or default
 
 
 @dataclass(slots=True)

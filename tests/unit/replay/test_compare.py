@@ -93,7 +93,5 @@ def test_missing_and_extra_commands() -> None:
 def test_wake_diff() -> None:
     at = datetime(2025, 1, 1, tzinfo=UTC)
     assert wake_diff(at, at) == []
-    assert wake_diff(at, None) == [f"~ wake_at: {at.isoformat()} → none"]
-    assert wake_diff(None, at + timedelta(seconds=1)) == [
-        f"~ wake_at: none → {(at + timedelta(seconds=1)).isoformat()}"
-    ]
+    assert wake_diff(at, None) == ["~ wake_at: 2025-01-01T00:00:00.000000Z → none"]
+    assert wake_diff(None, at + timedelta(seconds=1)) == ["~ wake_at: none → 2025-01-01T00:00:01.000000Z"]

@@ -16,6 +16,7 @@ import pytest
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import CreateObject
+from schema.times import format_time_exact
 from services.reconciler.raycluster import reconcile as raycluster_reconcile
 from services.replay.compare import fingerprint
 from services.replay.replayer import Replayer
@@ -75,7 +76,7 @@ def test_a_changed_requeue_diverges_exactly_where_the_idle_requeue_was_recorded(
             recorded_wake = step.recorded.wake_at
             assert recorded_wake is not None
             assert step.diff == (
-                f"~ wake_at: {recorded_wake.isoformat()} → {(recorded_wake + DEFAULT_REQUEUE).isoformat()}",
+                f"~ wake_at: {format_time_exact(recorded_wake)} → {format_time_exact(recorded_wake + DEFAULT_REQUEUE)}",
             )
         else:
             assert step.verdict == "match"
