@@ -86,6 +86,11 @@ def partition_filter(partition: int) -> str:
     return f"{PREFIX}.part.{partition}.>"
 
 
+def stored_events_filter(key: ReconcileKey) -> str:
+    """Filter of ``key``'s inputs as the events stream stores them (in whichever partition)."""
+    return f"{PREFIX}.part.*.{key.token()}"
+
+
 def partition_consumer(partition: int) -> str:
     """Durable consumer name of one partition."""
     return f"raybus-part-{partition}"

@@ -38,11 +38,6 @@ log = logging.getLogger(__name__)
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
 
 
-def stored_events_filter(key: ReconcileKey) -> str:
-    """Filter of ``key``'s inputs as the events stream stores them (any partition)."""
-    return f"{subjects.PREFIX}.part.*.{key.token()}"
-
-
 async def read_window(nc: Client) -> HistoryWindow:
     """Where the events and commands streams' retained data starts."""
     js = nc.jetstream()
@@ -114,7 +109,7 @@ async def read_history(nc: Client, key: ReconcileKey, *, window: HistoryWindow |
     if incomplete:
         log.warning("replay: %d decision(s) of %s lack parts, left out: %s", len(incomplete), key, incomplete[:10])
     inputs: list[RecordedInput] = []
-    async for stored in direct_batches(nc, subjects.EVENTS_STREAM, subject_filter=stored_events_filter(key)):
+    async for stored in direct_batches(nc, subjects.EVENTS_STREAM, subject_filter=subjects.stored_events_filter(key)):
         try:
             inputs.append(RecordedInput(seq=stored.seq, time=stored.time, message=decode_input(stored.data)))
         except (msgspec.DecodeError, msgspec.ValidationError):
