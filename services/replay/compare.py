@@ -1,12 +1,12 @@
 """Comparing decisions and objects: readable command diffs and short field diffs.
 
-A divergence is decided on command fingerprints (a digest of the whole command, its id included, in
-order) and ``wake_at``; this module also explains one in words. Ids alone are not enough: ``decide``
-fills in a content digest only where reconcile left the id empty, and the RayCluster reconcile names its
-commands itself (verb, target and a per-snapshot salt), so a changed Pod body keeps its id. Commands that
-differ are paired by verb and target, and a pair is shown as the fields that changed (the id among
-them); the rest are shown as recorded-only or replay-only. Field diffs walk plain JSON data (dicts by
-key, lists by index) and clip long values.
+A divergence is decided on command fingerprints (a digest of the whole command, in order) and
+``wake_at``; this module also explains one in words. The id is part of the command when the decision was
+recorded under today's logic version; under an older one the ids followed an older rule
+(``decide.LOGIC_VERSION``), so commands are compared without them (``ids=False``). Commands that differ
+are paired by verb and target, and a pair is shown as the fields that changed (the id among them); the
+rest are shown as recorded-only or replay-only. Field diffs walk plain JSON data (dicts by key, lists by
+index) and clip long values.
 
 Not here: deciding what to compare (``replayer``) or printing (``render``).
 """
@@ -14,8 +14,8 @@ Not here: deciding what to compare (``replayer``) or printing (``render``).
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -23,6 +23,7 @@ import msgspec
 
 from schema.messages import Command, command_target, command_verb
 from schema.times import format_time_exact
+from services.reconciler.worker.inflight import in_flight_key
 
 VALUE_WIDTH: Final = 48
 """Characters of a value shown in a field diff before it is clipped."""
@@ -93,54 +94,97 @@ def fingerprint(command: Command) -> str:
     return hashlib.blake2b(_deterministic.encode(command), digest_size=16).hexdigest()
 
 
-def same_command(expected: Command, actual: Command) -> bool:
-    """Whether two commands are equal: struct equality first, which needs no encoding; their
-    fingerprints only when it says no (a tuple where the record has a list).
+def without_id(command: Command) -> Command:
+    """``command`` with an empty id (its content alone)."""
+    return msgspec.structs.replace(command, id="") if command.id else command
+
+
+def same_command(expected: Command, actual: Command, *, ids: bool = True) -> bool:
+    """Whether two commands are equal (their ids too, unless ``ids`` is False): struct equality first,
+    which needs no encoding; their fingerprints only when it says no (a tuple where the record has a list).
 
     Struct equality is Python's: ``1``, ``1.0`` and ``True`` inside a body compare equal, so a change
     between those alone is not reported (a command whose encoding differs in nothing else)."""
+    if not ids:
+        expected, actual = without_id(expected), without_id(actual)
     return expected == actual or (expected.id == actual.id and fingerprint(expected) == fingerprint(actual))
 
 
-def commands_equal(expected: Sequence[Command], actual: Sequence[Command]) -> bool:
-    """Equal command lists: the same commands (ids and contents) in the same order."""
-    return len(expected) == len(actual) and all(same_command(a, b) for a, b in zip(expected, actual, strict=True))
+def commands_equal(expected: Sequence[Command], actual: Sequence[Command], *, ids: bool = True) -> bool:
+    """Equal command lists: the same commands (contents, and ids unless ``ids`` is False) in the same order."""
+    return len(expected) == len(actual) and all(
+        same_command(a, b, ids=ids) for a, b in zip(expected, actual, strict=True)
+    )
+
+
+@dataclass
+class Published:
+    """What a key's recorded decisions published so far: each command's in-flight key, by its id. A
+    withheld command is recorded by the id of its in-flight twin, which this resolves to content."""
+
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def add(self, commands: Iterable[Command]) -> None:
+        """Remember the commands of one recorded batch."""
+        for command in commands:
+            self.keys[command.id] = in_flight_key(command)
 
 
 def split_withheld(
-    today: Sequence[Command], kept: Sequence[Command], suppressed: Sequence[str]
+    today: Sequence[Command],
+    kept: Sequence[Command],
+    suppressed: Sequence[str],
+    published: Published,
+    *,
+    ids: bool = True,
 ) -> tuple[list[Command], list[Command], list[str]]:
     """Split today's commands like the worker split the recorded decision.
 
-    The worker publishes a decision's commands minus those identical to one of its key still in flight,
-    whose ids it records as ``suppressed``. Today's commands are walked in order: one equal to the next
-    recorded (kept) command is kept, else one whose id is among the suppressed is withheld, else it is
-    kept (and will show as a difference).
+    The worker publishes a decision's commands minus those identical (``in_flight_key``) to one of its
+    key still in flight, and records the id of that twin in ``suppressed``. Today's commands are walked in
+    order: one equal to the next recorded (kept) command is kept; else one identical to the twin of a
+    suppressed id is withheld; else, while suppressed ids remain that ``published`` cannot resolve (the
+    twin aged out of the stream, or an older logic version recorded other ids), it is taken as withheld;
+    else it is kept (and will show as a difference).
 
     Returns:
         today's kept commands, today's withheld commands, and the suppressed ids today's decision lacks.
     """
-    remaining = Counter(suppressed)
+    resolved: dict[str, list[str]] = {}
+    unresolved: list[str] = []
+    for twin in suppressed:
+        key = published.keys.get(twin)
+        if key is None:
+            unresolved.append(twin)
+        else:
+            resolved.setdefault(key, []).append(twin)
     position = 0
     kept_today: list[Command] = []
     withheld_today: list[Command] = []
     for command in today:
-        if position < len(kept) and same_command(kept[position], command):
+        if position < len(kept) and same_command(kept[position], command, ids=ids):
             kept_today.append(command)
             position += 1
-        elif remaining[command.id] > 0:
-            remaining[command.id] -= 1
+        elif twins := resolved.get(in_flight_key(command)):
+            twins.pop()
+            withheld_today.append(command)
+        elif unresolved:
+            unresolved.pop()
             withheld_today.append(command)
         else:
             kept_today.append(command)
-    missing = [command_id for command_id, count in remaining.items() for _ in range(count)]
+    missing = [twin for twins in resolved.values() for twin in twins] + unresolved
     return kept_today, withheld_today, missing
 
 
-def command_diff(expected: Sequence[Command], actual: Sequence[Command], *, limit: int = 6) -> list[str]:
-    """Why two command lists differ, in lines (empty when they are equal)."""
-    if commands_equal(expected, actual):
+def command_diff(
+    expected: Sequence[Command], actual: Sequence[Command], *, limit: int = 6, ids: bool = True
+) -> list[str]:
+    """Why two command lists differ, in lines (empty when they are equal; ids left out unless ``ids``)."""
+    if commands_equal(expected, actual, ids=ids):
         return []
+    if not ids:
+        expected, actual = [without_id(c) for c in expected], [without_id(c) for c in actual]
     expected_prints = [fingerprint(c) for c in expected]
     actual_prints = [fingerprint(c) for c in actual]
     if sorted(expected_prints) == sorted(actual_prints):

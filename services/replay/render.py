@@ -137,6 +137,8 @@ def render_step(step: ReplayStep, describer: InputDescriber) -> list[str]:
     if step.verdict == "match":
         withheld = f" + {len(batch.suppressed)} withheld" if batch.suppressed else ""
         lines.append(f"    recorded: same ({len(batch.commands)} command(s){withheld}, same wake-up)")
+        if step.logic_change:
+            lines.append(f"    ({step.logic_change})")
     else:
         lines.append("    recorded:")
         lines.extend(_decision_lines(batch.commands, batch.wake_at, step.issued_at, "      "))
@@ -192,6 +194,13 @@ def render_summary(result: ReplayResult) -> list[str]:
     ]
     if result.divergences:
         lines.append(f"diverged at step(s) {', '.join(str(d.step) for d in result.divergences)}")
+    changed = [step for step in result.steps if step.logic_change]
+    if changed:
+        versions = ", ".join(sorted({str(step.recorded.logic_version) for step in changed}))
+        lines.append(
+            f"{len(changed)} decision(s) recorded with logic_version {versions} have other command ids today "
+            f"(logic_version {LOGIC_VERSION}): a logic change, not a divergence"
+        )
     if result.unconsumed:
         seqs = ", ".join(str(r.seq) for r in result.unconsumed[:10])
         more = f" (+{len(result.unconsumed) - 10} more)" if len(result.unconsumed) > 10 else ""
@@ -268,7 +277,7 @@ def render_step_detail(step: ReplayStep, history: KeyHistory, *, total: int) -> 
         text += _decision_block("recorded decision", step.recorded.commands, step.recorded.rules, step.recorded.wake_at)
         text += "diff:\n" + "".join(f"  {line}\n" for line in step.diff)
     else:
-        text += "recorded decision: the same\n"
+        text += "recorded decision: the same" + (f" ({step.logic_change})" if step.logic_change else "") + "\n"
     return text
 
 

@@ -4,11 +4,15 @@ Per recorded decision (a ``CommandBatch``, in commands-stream order) it rebuilds
 reconciler read (``rebuild``), calls ``services.reconciler.worker.decide.decide`` with the recorded
 ``now`` (``issued_at``) and input sequences, and compares: the commands (ids and contents) in order
 and ``wake_at``. The worker may have withheld some of the decision's commands as still in flight
-(their ids are the batch's ``suppressed``): today's decision is split the same way, the published ones
-are compared in full and the withheld ones by id. A difference is a divergence (``ReplayDivergence``);
-a decision whose snapshot cannot be rebuilt because older inputs aged out of the stream is
-``unverifiable``, never a divergence. Rules that changed are shown but do not count: they explain,
-they are not effects.
+(the batch's ``suppressed`` names their in-flight twins): today's decision is split the same way, the
+published ones are compared in full and the withheld ones with their twins' content. A difference is a
+divergence (``ReplayDivergence``); a decision whose snapshot cannot be rebuilt because older inputs aged
+out of the stream is ``unverifiable``, never a divergence. Rules that changed are shown but do not
+count: they explain, they are not effects.
+
+Command ids are compared only for a decision recorded under today's ``LOGIC_VERSION``: the version is
+bumped when the logic changes what it decides, ids included, so under an older one other ids are that
+logic change (``ReplayStep.logic_change``), not a divergence; the commands' contents are still compared.
 
 Entry points, after temporal's ``Replayer``: :meth:`Replayer.replay_history` (one history; raises the
 first divergence unless told not to), :meth:`Replayer.replay_histories` (many; fail fast, or collect),
@@ -37,7 +41,7 @@ from schema.messages import Command, CommandBatch
 from schema.times import format_time_ms
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.decide import LOGIC_VERSION, decide
-from services.replay.compare import command_diff, describe, split_withheld, wake_diff
+from services.replay.compare import Published, command_diff, describe, split_withheld, wake_diff
 from services.replay.history import HistoryWindow, KeyHistory, RecordedInput, collector_paused, incarnations
 from services.replay.rebuild import SnapshotTimeline
 from services.runtime.errors import ReplayDivergence
@@ -59,6 +63,8 @@ class ReplayStep(msgspec.Struct, frozen=True, kw_only=True):
         diff: the divergence in readable lines (empty on a match).
         withheld: ids of today's commands that the recording shows withheld by the worker because an
             identical command of the key was still in flight (``CommandBatch.suppressed``).
+        logic_change: set when the decision was recorded under an older ``LOGIC_VERSION`` and today's
+            ids differ from the recorded ones: that version change, in words (ids are not compared then).
         error: the exception today's reconcile raised, if any (a divergence).
         snapshot: the rebuilt snapshot, kept only when asked (``keep_snapshots``).
     """
@@ -76,6 +82,7 @@ class ReplayStep(msgspec.Struct, frozen=True, kw_only=True):
     verdict: Verdict
     diff: tuple[str, ...] = ()
     withheld: tuple[str, ...] = ()
+    logic_change: str = ""
     error: str = ""
     snapshot: Snapshot | None = None
 
@@ -166,8 +173,10 @@ class Replayer:
         """Replay one history decision by decision (a generator: stop early at will)."""
         timeline = timeline or SnapshotTimeline(history)
         by_seq = history.input_by_seq()
+        published = Published()
         for index, recorded in enumerate(history.decisions, start=1):
             batch = recorded.batch
+            published.add(batch.commands)
             snapshot = timeline.snapshot(batch.snapshot_revision)
             uid = timeline.owner_uid
             if not self.only.accepts(uid=uid, issued_at=batch.issued_at):
@@ -183,6 +192,7 @@ class Replayer:
                 inputs=inputs,
                 missing=missing,
                 complete=timeline.complete_at(batch.snapshot_revision),
+                published=published,
             )
 
     def _step(
@@ -196,6 +206,7 @@ class Replayer:
         inputs: tuple[RecordedInput, ...],
         missing: tuple[int, ...],
         complete: bool,
+        published: Published,
     ) -> ReplayStep:
         replayed: CommandBatch | None = None
         decision: Decision | None = None
@@ -213,21 +224,30 @@ class Replayer:
             error = f"{type(exc).__name__}: {exc}"
         diff: list[str] = []
         withheld: tuple[str, ...] = ()
+        logic_change = ""
+        ids = batch.logic_version == LOGIC_VERSION
         if replayed is None:
             diff = [f"! reconcile raised {error}", *(f"- {describe(c)}" for c in batch.commands)]
         else:
             kept: Sequence[Command] = replayed.commands
             lacking: list[str] = []
             if batch.suppressed:
-                kept, withheld_now, lacking = split_withheld(replayed.commands, batch.commands, batch.suppressed)
+                kept, withheld_now, lacking = split_withheld(
+                    replayed.commands, batch.commands, batch.suppressed, published, ids=ids
+                )
                 withheld = tuple(c.id for c in withheld_now)
-            diff = command_diff(batch.commands, kept)
+            diff = command_diff(batch.commands, kept, ids=ids)
             diff += [f"- withheld command {i} (recorded as in flight, not decided now)" for i in lacking]
             diff += wake_diff(batch.wake_at, replayed.wake_at)
+            if not ids and [c.id for c in kept] != [c.id for c in batch.commands]:
+                logic_change = (
+                    f"command ids differ, not compared: recorded with logic_version {batch.logic_version}, "
+                    f"today's is {LOGIC_VERSION}"
+                )
         verdict: Verdict = "match"
         if diff:
             verdict = "diverged" if complete else "unverifiable"
-            if batch.logic_version != LOGIC_VERSION:
+            if not ids:
                 diff.append(f"(recorded with logic_version {batch.logic_version}, today's is {LOGIC_VERSION})")
         elif not complete:
             verdict = "unverifiable"
@@ -245,6 +265,7 @@ class Replayer:
             verdict=verdict,
             diff=tuple(diff),
             withheld=withheld,
+            logic_change=logic_change,
             error=error,
             snapshot=snapshot if self.keep_snapshots else None,
         )

@@ -30,7 +30,9 @@ def assert_deterministic(history: KeyHistory) -> None:
     for step in Replayer(config=config, keep_snapshots=True).iter_steps(history):
         assert step.snapshot is not None and step.decision is not None
         second = again[history.key.kind](reversed_entries(step.snapshot), step.issued_at, config)
-        second = msgspec.structs.replace(second, commands=with_ids(second.commands))  # as decide fills ids
+        second = msgspec.structs.replace(
+            second, commands=with_ids(second.commands, step.snapshot.revision)
+        )  # as decide fills ids
         assert encoded(second) == encoded(step.decision), f"step {step.index} is not deterministic"
 
 

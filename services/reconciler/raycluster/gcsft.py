@@ -53,13 +53,8 @@ def finalizer_applies(view: ClusterView, config: OperatorConfig) -> bool:
     return model.gcs_backend(view) == "redis" and config.switches.enable_gcs_ft_redis_cleanup
 
 
-def _finalizer_patch(view: ClusterView, plan: Plan, finalizers: list[str], step: str) -> None:
-    plan.patch(
-        plan.owner,
-        {"metadata": {"finalizers": finalizers}},
-        step=step,
-        resource_version=view.resource_version,
-    )
+def _finalizer_patch(view: ClusterView, plan: Plan, finalizers: list[str]) -> None:
+    plan.patch(plan.owner, {"metadata": {"finalizers": finalizers}}, resource_version=view.resource_version)
 
 
 def deletion_timeout(view: ClusterView) -> int:
@@ -96,7 +91,7 @@ def handle_finalizer(
     others = [f for f in view.finalizers if f != conventions.FINALIZER_GCS_FT]
     if finalizer_applies(view, config):
         if not has_finalizer and not deleting:
-            _finalizer_patch(view, plan, [*view.finalizers, conventions.FINALIZER_GCS_FT], "add-finalizer")
+            _finalizer_patch(view, plan, [*view.finalizers, conventions.FINALIZER_GCS_FT])
             plan.rule("2.5/add-gcs-ft-finalizer")
             plan.requeue(JOB_POLL_SECONDS)
             return True
@@ -104,7 +99,7 @@ def handle_finalizer(
             _cleanup_flow(view, config, index=index, jobs=jobs, now=now, plan=plan, others=others)
             return True
     elif deleting and has_finalizer:
-        _finalizer_patch(view, plan, others, "remove-finalizer")
+        _finalizer_patch(view, plan, others)
         plan.rule("4.6/remove-finalizer-no-redis")
         return True
     if deleting:
@@ -129,7 +124,6 @@ def _cleanup_flow(
         plan.delete_collection(
             "Pod",
             names.selector({conventions.LABEL_CLUSTER: view.name, conventions.LABEL_NODE_TYPE: conventions.NODE_HEAD}),
-            step="gcsft-heads",
         )
         plan.rule("4.6/delete-head-pods")
     if any(not p.terminating for p in workers):
@@ -138,7 +132,6 @@ def _cleanup_flow(
             names.selector(
                 {conventions.LABEL_CLUSTER: view.name, conventions.LABEL_NODE_TYPE: conventions.NODE_WORKER}
             ),
-            step="gcsft-workers",
         )
         plan.rule("4.6/delete-worker-pods")
     if heads:
@@ -154,7 +147,7 @@ def _cleanup_flow(
             f"{deletion_timeout(view)} seconds; the finalizer {conventions.FINALIZER_GCS_FT} is removed without "
             "cleaning up Redis.",
         )
-        _finalizer_patch(view, plan, others, "force-remove-finalizer")
+        _finalizer_patch(view, plan, others)
         plan.rule("4.6/force-remove-finalizer")
         return
     mine = [
@@ -166,14 +159,14 @@ def _cleanup_flow(
     ]
     if mine:
         if job_finished(mine[0]):
-            _finalizer_patch(view, plan, others, "remove-finalizer")
+            _finalizer_patch(view, plan, others)
             plan.rule("4.6/cleanup-finished")
         else:
             plan.rule("4.6/cleanup-running")
             plan.requeue(JOB_POLL_SECONDS)
         return
     job = redis_cleanup_job(view, config)
-    plan.create("Job", job, step="redis-cleanup")
+    plan.create("Job", job)
     plan.event(
         "Normal", "CreatedRedisCleanupJob", f"Created Redis cleanup Job {view.namespace}/{job['metadata']['name']}"
     )

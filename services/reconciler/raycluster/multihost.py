@@ -37,11 +37,11 @@ def _replicas(listed: list[PodInfo]) -> dict[str, list[PodInfo]]:
     return {name: replicas[name] for name in sorted(replicas)}
 
 
-def _delete_replicas(plan: Plan, replicas: dict[str, list[PodInfo]], chosen: list[str], *, why: str, step: str) -> int:
+def _delete_replicas(plan: Plan, replicas: dict[str, list[PodInfo]], chosen: list[str], *, why: str) -> int:
     issued = 0
     for replica in chosen:
         for pod in replicas[replica]:
-            if delete_pod(plan, pod, head=False, why=why, step=step):
+            if delete_pod(plan, pod, head=False, why=why):
                 issued += 1
     return issued
 
@@ -81,7 +81,7 @@ def plan_multihost_group(
     for chosen, why, label in checks:
         if not chosen:
             continue
-        issued = _delete_replicas(plan, replicas, chosen, why=why, step=f"{label}:{g}")
+        issued = _delete_replicas(plan, replicas, chosen, why=why)
         if issued:
             plan.fail(f"Deleted {len(chosen)} replica groups of worker group {g} ({why})", f"4.2/multihost-{label}:{g}")
             return False
@@ -99,7 +99,7 @@ def plan_multihost_group(
     elif diff < 0:
         if not model.autoscaling_enabled(view.spec) or config.switches.enable_random_pod_delete:
             order = sorted(replicas, key=lambda r: (not all(p.terminating for p in replicas[r]), r))
-            _delete_replicas(plan, replicas, order[:-diff], why="scale down", step=f"scale-down:{g}")
+            _delete_replicas(plan, replicas, order[:-diff], why="scale down")
             plan.rule(f"4.2/multihost-scale-down:{g}{diff}")
         else:
             plan.rule(f"4.2/autoscaler-owns-scale-down:{g}")
@@ -147,7 +147,7 @@ def _complete_young_replicas(
                 conventions.LABEL_REPLICA_NAME: replica,
                 conventions.LABEL_HOST_INDEX: str(host),
             }
-            plan.create("Pod", pods.with_identity(base, name=name, extra_labels=labels), step=f"worker:{g}")
+            plan.create("Pod", pods.with_identity(base, name=name, extra_labels=labels))
         plan.rule(f"4.3/multihost-replica-being-created:{replica}")
     return found
 
@@ -191,6 +191,6 @@ def _create_replicas(
                 conventions.LABEL_REPLICA_NAME: replica,
                 conventions.LABEL_HOST_INDEX: str(host),
             }
-            plan.create("Pod", pods.with_identity(base, name=name, extra_labels=labels), step=f"worker:{g}")
+            plan.create("Pod", pods.with_identity(base, name=name, extra_labels=labels))
             events.created_worker_pod(plan, name)
     plan.rule(f"4.2/multihost-scale-up:{g}+{count}")

@@ -38,11 +38,11 @@ def desired_pods(group: WorkerGroupSpec) -> int:
     return group_replicas(group) * max(group.num_of_hosts, 1)
 
 
-def delete_pod(plan: Plan, pod: PodInfo, *, head: bool, why: str, step: str) -> bool:
+def delete_pod(plan: Plan, pod: PodInfo, *, head: bool, why: str) -> bool:
     """Delete ``pod`` unless it is already terminating. Returns True when a delete was issued."""
     if pod.terminating:
         return False
-    plan.delete("Pod", pod.name, uid=pod.uid, step=step)
+    plan.delete("Pod", pod.name, uid=pod.uid)
     if head:
         events.deleted_head_pod(plan, pod.name, why)
     else:

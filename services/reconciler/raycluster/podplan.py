@@ -53,7 +53,7 @@ def plan_pods(
     all_pods = names.selector({conventions.LABEL_CLUSTER: view.name})
     if (gate and condition_true(view, "RayClusterSuspending")) or (not gate and spec.suspend):
         if any(not p.terminating for p in index.pods):
-            plan.delete_collection("Pod", all_pods, step="suspend")
+            plan.delete_collection("Pod", all_pods)
             events.deleted_all_pods(plan, "due to suspension")
             plan.rule("4.2/suspend-delete-all-pods")
         else:
@@ -105,13 +105,12 @@ def _recreate(
                     }
                 }
             },
-            step="recreate-annotations",
         )
         plan.rule("4.2/recreate-operator-upgraded")
         return False
     if recorded and recorded != current:
         if any(not p.terminating for p in index.pods):
-            plan.delete_collection("Pod", all_pods, step="recreate")
+            plan.delete_collection("Pod", all_pods)
             events.deleted_all_pods(plan, "because the spec changed (upgradeStrategy Recreate)")
         plan.rule("4.2/recreate-delete-all-pods")
         return True
@@ -136,7 +135,7 @@ def _plan_head(
             return True
         reason = should_delete(head)
         if reason:
-            delete_pod(plan, head, head=True, why=reason, step="head")
+            delete_pod(plan, head, head=True, why=reason)
             plan.fail(reason, "4.2/delete-head-pod")
             return False
         return True
@@ -147,7 +146,7 @@ def _plan_head(
         plan.rule("4.2/head-restart-disabled")
         return False
     name = names.head_pod_name(view.name, view.uid, deterministic=config.switches.enable_deterministic_head_pod_name)
-    plan.create("Pod", pods.head_pod(view, config, name=name, spec_hash=spec_hash()), step="head")
+    plan.create("Pod", pods.head_pod(view, config, name=name, spec_hash=spec_hash()))
     events.created_head_pod(plan, name)
     plan.rule("4.2/create-head-pod")
     return True
@@ -165,7 +164,6 @@ def _plan_group(
             plan.delete_collection(
                 "Pod",
                 names.selector({conventions.LABEL_CLUSTER: view.name, conventions.LABEL_GROUP: g}),
-                step=f"suspend:{g}",
             )
             events.deleted_all_pods(plan, f"of worker group {g} due to suspension")
             plan.rule(f"4.2/suspend-group:{g}")
@@ -174,7 +172,7 @@ def _plan_group(
         return plan_multihost_group(view, config, group, listed=listed, desired=desired, plan=plan, now=now)
     condemned = [(p, why) for p in listed if may_need_deletion(p) and (why := should_delete(p))]
     if condemned:
-        issued = [p for p, why in condemned if delete_pod(plan, p, head=False, why=why, step=f"unhealthy:{g}")]
+        issued = [p for p, why in condemned if delete_pod(plan, p, head=False, why=why)]
         if issued:
             plan.fail(
                 f"Deleted {len(issued)} unhealthy worker Pods of group {g}; new Pods are created in the next pass",
@@ -186,7 +184,7 @@ def _plan_group(
     wanted_gone = set(group.scale_strategy.workers_to_delete or ()) if group.scale_strategy else set()
     victims = [p for p in listed if p.name in wanted_gone]
     for pod in victims:
-        delete_pod(plan, pod, head=False, why="listed in scaleStrategy.workersToDelete", step=f"workers-to-delete:{g}")
+        delete_pod(plan, pod, head=False, why="listed in scaleStrategy.workersToDelete")
     if victims:
         plan.rule(f"4.2/workers-to-delete:{g}-{len(victims)}")
     running = [p for p in listed if p.name not in wanted_gone]
@@ -196,7 +194,7 @@ def _plan_group(
     elif diff < 0:
         if not model.autoscaling_enabled(view.spec) or config.switches.enable_random_pod_delete:
             for pod in scale_down_order(running)[:-diff]:
-                delete_pod(plan, pod, head=False, why="scale down", step=f"scale-down:{g}")
+                delete_pod(plan, pod, head=False, why="scale down")
             plan.rule(f"4.2/scale-down:{g}{diff}")
         else:
             plan.rule(f"4.2/autoscaler-owns-scale-down:{g}")
@@ -227,6 +225,6 @@ def _create_workers(
         extra: dict[str, str] = {}
         if config.gates.ray_multi_host_indexing:
             extra[conventions.LABEL_REPLICA_INDEX] = str(next(free))
-        plan.create("Pod", pods.with_identity(base, name=name, extra_labels=extra), step=f"worker:{g}")
+        plan.create("Pod", pods.with_identity(base, name=name, extra_labels=extra))
         events.created_worker_pod(plan, name)
     plan.rule(f"4.2/scale-up:{g}+{count}")

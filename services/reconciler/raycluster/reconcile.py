@@ -88,7 +88,7 @@ def _reconcile(snapshot: Snapshot, obj: dict[str, Any], now: datetime, config: O
         name=str(meta.get("name", snapshot.key.name)),
         uid=str(meta.get("uid", "")),
     )
-    plan = Plan(owner=owner, salt=f"{snapshot.revision}|{meta.get('resourceVersion', '')}")
+    plan = Plan(owner=owner)
     try:
         view = model.decode_view(obj)
     except msgspec.ValidationError as exc:
@@ -182,7 +182,7 @@ def _children(
         for kind, body, reason, wanted in rbac:
             name = body["metadata"]["name"]
             if wanted and snapshot.get(kind, name) is None:
-                plan.create(kind, body, step="autoscaler-rbac")
+                plan.create(kind, body)
                 events.created_object(plan, reason, kind, name)
                 plan.rule(f"4.1/create-autoscaler-{kind.lower()}")
     if spec.head_group_spec.enable_ingress:
@@ -190,7 +190,7 @@ def _children(
     if auth.needs_auth_secret(view):
         name = names.auth_secret_name(view.name)
         if snapshot.get("Secret", name) is None:
-            plan.create("Secret", auth.auth_secret(view), step="auth-secret")
+            plan.create("Secret", auth.auth_secret(view))
             plan.rule("4.1/create-auth-secret")
     head_services = services.find_head_services(view, service_list)
     if len(head_services) > 1:
@@ -204,14 +204,14 @@ def _children(
         if not body["spec"].get("ports"):
             plan.fail("the head Service has no ports", "4.1/head-service-no-ports")
             return False
-        plan.create("Service", body, step="head-service")
+        plan.create("Service", body)
         events.created_object(plan, events.CREATED_SERVICE, "Service", body["metadata"]["name"])
         plan.rule("4.1/create-head-service")
     if any(g.num_of_hosts > 1 for g in spec.worker_group_specs or ()) and not services.find_headless_services(
         view, service_list
     ):
         body = services.headless_service(view)
-        plan.create("Service", body, step="headless-service")
+        plan.create("Service", body)
         events.created_object(plan, events.CREATED_SERVICE, "Service", body["metadata"]["name"])
         plan.rule("4.1/create-headless-service")
     if model.serve_service_enabled(view) and snapshot.get("Service", names.serve_service_name(view.name)) is None:
@@ -222,12 +222,12 @@ def _children(
                 "4.1/serve-service-no-ports",
             )
             return False
-        plan.create("Service", body, step="serve-service")
+        plan.create("Service", body)
         events.created_object(plan, events.CREATED_SERVICE, "Service", body["metadata"]["name"])
         plan.rule("4.1/create-serve-service")
     pvc = gcsft.gcs_pvc(view)
     if pvc is not None and snapshot.get("PersistentVolumeClaim", pvc["metadata"]["name"]) is None:
-        plan.create("PersistentVolumeClaim", pvc, step="gcs-pvc")
+        plan.create("PersistentVolumeClaim", pvc)
         plan.rule("4.1/create-gcs-pvc")
     return True
 
@@ -236,11 +236,11 @@ def _ingress(view: ClusterView, snapshot: Snapshot, plan: Plan) -> None:
     name = names.ingress_name(view.name)
     action, body = ingress.plan_ingress(view, snapshot.get("Ingress", name))
     if action == "create":
-        plan.create("Ingress", body, step="ingress")
+        plan.create("Ingress", body)
         events.created_object(plan, events.CREATED_INGRESS, "Ingress", name)
         plan.rule("4.1/create-ingress")
     elif action == "update":
-        plan.patch(plan.ref("Ingress", name), body, step="ingress")
+        plan.patch(plan.ref("Ingress", name), body)
         plan.event("Normal", events.UPDATED_INGRESS, f"Updated Ingress {view.namespace}/{name}")
         plan.rule("4.1/update-ingress")
     elif action == "foreign":

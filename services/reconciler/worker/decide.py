@@ -3,9 +3,14 @@
 Every decision becomes a batch, with or without commands: the commands stream is the decision log.
 
 It calls the kind's pure ``reconcile`` and turns the Decision into the message that goes on the bus,
-with deterministic ids: a command's id is a digest of its content, and a batch's id a digest of the key,
-the input sequences and the commands, so a redelivered input that yields the same decision is
-de-duplicated by JetStream, while the same commands decided again for a later input are not.
+with deterministic ids. The command-id rule lives here and only here (every kind's reconcile leaves
+``id`` empty): a command's id is a digest of the snapshot revision it was decided on, its content, and
+how many identical commands precede it in the decision (:func:`with_ids`). So the same decision made
+again on the same snapshot (a redelivered input after a worker died) gets the same ids, and its batch,
+whose id is a digest of the key, the input sequences and the command ids, is de-duplicated by JetStream;
+a command decided again on a later snapshot is a new command (its Event a new Event), never taken for
+the one applied before; and no two commands of one decision share an id. What the worker withholds as
+in flight is matched on content (``inflight.in_flight_key``), not on ids.
 
 A custom resource whose shape no check anticipated must not crash anything, nor be retried until it is
 dead-lettered: :func:`guarded` turns what such an object makes a reconcile raise into a Warning Event on
@@ -15,6 +20,7 @@ the object (``Invalid<Kind>Spec``, rule ``<section>/malformed``), for every kind
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,9 +37,13 @@ from schema.ray.conventions import API_VERSION
 
 _encoder = msgspec.json.Encoder(order="deterministic")
 
-LOGIC_VERSION = 1
+LOGIC_VERSION = 2
 """Bumped with any change that alters the commands for a recorded history, so replay can tell a
-logic change from a bug (a change gated on it, never a re-recorded history)."""
+logic change from a bug (a change gated on it, never a re-recorded history).
+
+2: every kind's command ids follow :func:`with_ids` (RayCluster's were its own, salted with the snapshot
+revision, the RayCluster's resourceVersion and the command's position; the other kinds' a digest of the
+content alone). Replay compares ids only within one logic version."""
 
 
 MALFORMED: Final[Mapping[KeyKind, tuple[str, str]]] = {
@@ -85,15 +95,23 @@ def min_revision(inputs: Sequence[BusInput]) -> int:
     return max((getattr(message, "kv_revision", 0) for message in inputs), default=0)
 
 
-def command_id(command: Command) -> str:
-    """Content digest of a command (its own ``id`` field excluded)."""
+def content_digest(command: Command) -> str:
+    """Digest of a command's content, its ``id`` field excluded."""
     body = _encoder.encode(msgspec.structs.replace(command, id=""))
     return hashlib.blake2b(body, digest_size=12).hexdigest()
 
 
-def with_ids(commands: Sequence[Command]) -> tuple[Command, ...]:
-    """Commands with a content id filled in where reconcile left it empty."""
-    return tuple(c if c.id else msgspec.structs.replace(c, id=command_id(c)) for c in commands)
+def with_ids(commands: Sequence[Command], snapshot_revision: int) -> tuple[Command, ...]:
+    """The commands of one decision with their ids: a digest of ``snapshot_revision``, the content and the
+    number of identical commands before it (whatever id reconcile left is replaced)."""
+    seen: Counter[str] = Counter()
+    out: list[Command] = []
+    for command in commands:
+        content = content_digest(command)
+        seed = f"{snapshot_revision}/{content}/{seen[content]}"
+        seen[content] += 1
+        out.append(msgspec.structs.replace(command, id=hashlib.blake2b(seed.encode(), digest_size=12).hexdigest()))
+    return tuple(out)
 
 
 def batch_id(key_token: str, sequences: Sequence[int], commands: Sequence[Command]) -> str:
@@ -153,7 +171,7 @@ def decide(
         KeyError: no reconcile is registered for the key's kind.
     """
     decision = guarded(reconcilers[snapshot.key.kind])(snapshot, now, config)
-    commands = with_ids(decision.commands)
+    commands = with_ids(decision.commands, snapshot.revision)
     batch = CommandBatch(
         id=batch_id(snapshot.key.token(), sequences, commands),
         key=snapshot.key,

@@ -6,7 +6,10 @@ decides the same create, status patch or Event again. That is harmless (commands
 costly: under load each repeat adds applier work, which adds lag, which adds repeats. KubeRay avoids it
 with in-memory expectations that skip a worker group until its cache caught up; raybus keeps
 ``reconcile`` pure and lets the worker remember, per key, what it published and withhold an identical
-command (:func:`in_flight_key`) while the first is still in flight.
+command (:func:`in_flight_key`) while the first is still in flight. A command's id names it in one
+decision only (``decide.with_ids``), so what a batch records as withheld (``suppressed``) is the id of
+the in-flight twin that stands for it: the applier then knows which of an older batch's commands a newer
+decision still wants (``services/watcher/staleness.py``).
 
 "In flight" means: the applier has not yet acknowledged the batch that carries it (the applier
 consumer's ack floor is below the batch's stream sequence), or it was acknowledged less than ``grace``
@@ -60,7 +63,7 @@ from schema.messages import (
     command_target,
     command_verb,
 )
-from services.reconciler.worker.decide import command_id
+from services.reconciler.worker.decide import content_digest
 
 Monotonic = Callable[[], float]
 """Seconds on a monotonic clock (``time.monotonic``): elapsed time, never a date."""
@@ -75,11 +78,12 @@ def in_flight_key(command: Command) -> str:
     """
     if isinstance(command, PatchStatus | PatchObject) and command.resource_version:
         return f"{command_verb(command)}/{command_target(command)}@{command.resource_version}"
-    return command_id(command)
+    return content_digest(command)
 
 
 @dataclass
 class _Sent:
+    command_id: str
     batch_seq: int
     sent_at: float
     applied_at: float | None = None
@@ -110,7 +114,7 @@ class InFlight:
         self._create_hold = create_hold
         self._clock = clock
         self._sent: dict[ReconcileKey, dict[str, _Sent]] = {}
-        self._pending: dict[ReconcileKey, tuple[list[str], set[Target]]] = {}
+        self._pending: dict[ReconcileKey, tuple[dict[str, str], set[Target]]] = {}
         self._unseen: dict[ReconcileKey, dict[int, set[Target]]] = {}
         self._looks: dict[ReconcileKey, set[str]] = {}
         self._wakes: dict[ReconcileKey, datetime] = {}
@@ -120,7 +124,8 @@ class InFlight:
     def filter(
         self, batch: CommandBatch, *, applied_floor: int, entries: Mapping[str, Mapping[str, Any]] | None = None
     ) -> CommandBatch:
-        """``batch`` without the commands identical to ones of its key still in flight.
+        """``batch`` without the commands identical to ones of its key still in flight (or to one earlier
+        in the batch); each withheld command is recorded in ``suppressed`` by the id of that twin.
 
         ``applied_floor`` is the applier's ack floor on RAYBUS_COMMANDS: every batch at or below it
         has been applied. ``entries`` is the snapshot the batch was decided on: what it shows of the
@@ -136,18 +141,19 @@ class InFlight:
         sent = self._live(batch.key, applied_floor)
         kept: list[Command] = []
         withheld: list[str] = []
-        fresh: list[str] = []
+        fresh: dict[str, str] = {}
         look: set[str] = set()
         creates: set[Target] = set()
         for command in batch.commands:
             key = in_flight_key(command)
-            if key in sent or key in fresh:
-                withheld.append(command.id)
+            twin = sent[key].command_id if key in sent else fresh.get(key)
+            if twin is not None:
+                withheld.append(twin)
                 if isinstance(command, CreateObject | DeleteObject | DeleteCollection):
                     look.add(key)
             else:
                 kept.append(command)
-                fresh.append(key)
+                fresh[key] = command.id
                 if isinstance(command, CreateObject):
                     creates.add((command.target.kind, command.target.name))
         self._pending[batch.key] = (fresh, creates)
@@ -166,7 +172,7 @@ class InFlight:
         for r in recalled:
             seq = last_part[r.batch.id]
             for command in r.batch.commands:
-                sent[in_flight_key(command)] = _Sent(batch_seq=seq, sent_at=now - r.age)
+                sent[in_flight_key(command)] = _Sent(command_id=command.id, batch_seq=seq, sent_at=now - r.age)
             creates = {(c.target.kind, c.target.name) for c in r.batch.commands if isinstance(c, CreateObject)}
             if creates and self._create_hold > 0:
                 self._unseen.setdefault(key, {}).setdefault(seq, set()).update(creates)
@@ -175,9 +181,9 @@ class InFlight:
         """Record that the commands kept by the last :meth:`filter` of ``key`` are in ``batch_seq``."""
         now = self._clock()
         sent = self._sent.setdefault(key, {})
-        fresh, creates = self._pending.pop(key, ([], set()))
-        for command_key in fresh:
-            sent[command_key] = _Sent(batch_seq=batch_seq, sent_at=now)
+        fresh, creates = self._pending.pop(key, ({}, set()))
+        for command_key, command_id in fresh.items():
+            sent[command_key] = _Sent(command_id=command_id, batch_seq=batch_seq, sent_at=now)
         if creates and self._create_hold > 0:
             self._unseen.setdefault(key, {})[batch_seq] = creates
 

@@ -36,7 +36,7 @@ FILLER: Final = subjects.kv_subject(subjects.OBJECTS_BUCKET, "RayCluster.filler.
 async def publish_history(nc: Client, history: KeyHistory) -> None:
     """Write a recorded history to this bus as the watcher and reconciler did.
 
-    KV writes land at their recorded revisions (the RayCluster reconcile salts its command ids with the
+    KV writes land at their recorded revisions (``decide`` salts every command id with the
     snapshot revision, so a replay must see the same revisions): filler writes of another key stand in
     for the rest of the recording's KV. Then the inputs go to the key's events subject, and the decisions
     to its commands subject with their input sequences mapped to the new ones. Publish histories in the

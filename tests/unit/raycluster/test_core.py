@@ -189,11 +189,10 @@ def test_status_patch_carries_resource_version_and_nulls() -> None:
     assert "desiredWorkerReplicas" not in status
 
 
-def test_command_ids_are_deterministic_and_unique() -> None:
+def test_reconcile_is_deterministic_and_leaves_ids_to_decide() -> None:
     world = World(builders.cluster(groups=[builders.group(replicas=5)]))
     snapshot = world.snapshot()
     one = reconcile(snapshot, NOW, world.config)
     two = reconcile(snapshot, NOW, world.config)
-    assert [c.id for c in one.commands] == [c.id for c in two.commands]
-    assert len({c.id for c in one.commands}) == len(one.commands)
     assert one == two
+    assert one.commands and {c.id for c in one.commands} == {""}  # ids are decide's, one rule for every kind

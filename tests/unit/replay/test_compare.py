@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 
 from schema.messages import Command, CreateObject, DeleteObject, ObjectRef
-from services.replay.compare import command_diff, commands_equal, field_changes, field_diff, short_value, wake_diff
+from services.replay.compare import (
+    Published,
+    command_diff,
+    commands_equal,
+    field_changes,
+    field_diff,
+    short_value,
+    split_withheld,
+    wake_diff,
+)
 
 
 def pod(name: str, *, image: str = "ray:2.52", cmd_id: str = "") -> CreateObject:
@@ -95,3 +104,19 @@ def test_wake_diff() -> None:
     assert wake_diff(at, at) == []
     assert wake_diff(at, None) == ["~ wake_at: 2025-01-01T00:00:00.000000Z → none"]
     assert wake_diff(None, at + timedelta(seconds=1)) == ["~ wake_at: none → 2025-01-01T00:00:01.000000Z"]
+
+
+def test_withheld_commands_are_matched_with_their_twins_content() -> None:
+    """``suppressed`` names the in-flight twin of each withheld command (a command of an earlier batch,
+    with its own id): today's commands are matched with the twin's content, whatever their ids."""
+    published = Published()
+    published.add([pod("a", cmd_id="earlier-a"), pod("b", cmd_id="earlier-b")])
+    today = [pod("a", cmd_id="today-a"), pod("c", cmd_id="today-c"), pod("b", cmd_id="today-b")]
+    kept, withheld, missing = split_withheld(today, [pod("c", cmd_id="today-c")], ["earlier-b", "earlier-a"], published)
+    assert [c.id for c in kept] == ["today-c"] and [c.id for c in withheld] == ["today-a", "today-b"] and not missing
+    kept, withheld, missing = split_withheld(today[1:], [pod("c", cmd_id="today-c")], ["earlier-a"], published)
+    assert [c.id for c in kept] == ["today-c", "today-b"] and not withheld and missing == ["earlier-a"]
+    # A twin the history does not hold (aged out, or an older logic version's id) takes what is left over.
+    kept, withheld, missing = split_withheld(today, [pod("c", cmd_id="x")], ["gone"], published, ids=False)
+    assert [c.id for c in kept] == ["today-c", "today-b"] and [c.id for c in withheld] == ["today-a"]
+    assert not missing

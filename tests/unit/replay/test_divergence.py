@@ -15,10 +15,11 @@ import pytest
 
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
-from schema.messages import CreateObject
+from schema.messages import CreateObject, EmitEvent
 from schema.times import format_time_exact
 from services.reconciler.raycluster import reconcile as raycluster_reconcile
-from services.replay.compare import fingerprint
+from services.reconciler.worker.decide import LOGIC_VERSION
+from services.replay.compare import fingerprint, without_id
 from services.replay.replayer import Replayer
 from services.runtime.errors import RaybusError, ReplayDivergence
 from tests.unit.replay.clirun import replay_cli
@@ -77,6 +78,7 @@ def test_a_changed_requeue_diverges_exactly_where_the_idle_requeue_was_recorded(
             assert recorded_wake is not None
             assert step.diff == (
                 f"~ wake_at: {format_time_exact(recorded_wake)} → {format_time_exact(recorded_wake + DEFAULT_REQUEUE)}",
+                f"(recorded with logic_version {step.recorded.logic_version}, today's is {LOGIC_VERSION})",
             )
         else:
             assert step.verdict == "match"
@@ -101,11 +103,12 @@ def test_a_changed_pod_label_diverges_exactly_where_pods_were_created() -> None:
         assert f"~ create_object Pod default/{pod.target.name}" in step.diff
     assert step.diff.count('    body.metadata.labels.example.com/changed: ∅ → "yes"') == len(pods)
     assert all(not line.startswith(("-", "+")) for line in step.diff)  # paired, not missing/extra
-    # RayCluster names its commands (verb, target, salt), so the ids stay: the contents tell them apart.
+    # Recorded under an older logic version, whose ids followed another rule: the contents tell them apart.
+    assert not any(line.strip().startswith("id:") for line in step.diff)
     divergence = result.divergences[0]
     assert divergence.expected == step.recorded.commands
-    assert [c.id for c in divergence.actual] == [c.id for c in step.recorded.commands]  # type: ignore[attr-defined]
-    assert [fingerprint(c) for c in divergence.actual] != [fingerprint(c) for c in step.recorded.commands]  # type: ignore[attr-defined]
+    actual = [fingerprint(without_id(c)) for c in divergence.actual]  # type: ignore[attr-defined]
+    assert actual != [fingerprint(without_id(c)) for c in step.recorded.commands]
 
 
 def test_dropped_commands_show_as_recorded_only() -> None:
@@ -118,25 +121,23 @@ def test_dropped_commands_show_as_recorded_only() -> None:
     )
 
 
-def test_withheld_commands_are_compared_by_id() -> None:
+def test_withheld_commands_must_still_be_decided() -> None:
     """The worker withheld commands still in flight (``suppressed``): today's decision must still make
-    them, and a reconcile that no longer does diverges on exactly those."""
+    them, and a reconcile that no longer does diverges on exactly as many."""
     history = load(REPLAYS / "raycluster-scaling.json").history()
     normal = Replayer().replay_history(history)
-    step = next(s for s in normal.steps if s.withheld and s.replayed is not None)
-    events = [c.id for c in step.replayed.commands if c.id in step.withheld and type(c).__name__ == "EmitEvent"]  # type: ignore[union-attr]
-    if not events:
-        step = next(
-            s
-            for s in normal.steps
-            if s.replayed is not None
-            and any(c.id in s.withheld and type(c).__name__ == "EmitEvent" for c in s.replayed.commands)
-        )
-        events = [c.id for c in step.replayed.commands if c.id in step.withheld and type(c).__name__ == "EmitEvent"]  # type: ignore[union-attr]
+    step = next(
+        s
+        for s in normal.steps
+        if s.replayed is not None and any(c.id in s.withheld and isinstance(c, EmitEvent) for c in s.replayed.commands)
+    )
+    assert step.replayed is not None
+    events = [c for c in step.replayed.commands if c.id in step.withheld and isinstance(c, EmitEvent)]
     changed = Replayer(reconcilers={"RayCluster": without_events}).replay_history(history, raise_on_divergence=False)
     diff = next(s.diff for s in changed.steps if s.index == step.index)
-    for command_id in events:
-        assert f"- withheld command {command_id} (recorded as in flight, not decided now)" in diff
+    lacking = [line for line in diff if line.startswith("- withheld command ")]
+    assert len(lacking) == len(events)
+    assert all(line.endswith("(recorded as in flight, not decided now)") for line in lacking)
     run = replay_cli(["--from-file", str(REPLAYS / "raycluster-scaling.json")])
     assert run.code == 0 and "(withheld: in flight)" in run.out and " withheld, same wake-up)" in run.out
 

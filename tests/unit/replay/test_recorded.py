@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from schema.config import OperatorConfig
+from services.reconciler.worker.decide import LOGIC_VERSION
+from services.reconciler.worker.inflight import in_flight_key
 from services.replay.archive import HistoryFile
+from services.replay.history import KeyHistory, RecordedDecision
 from services.replay.replayer import Replayer, StepFilter
 from tests.unit.replay.clirun import replay_cli
 from tests.unit.replay.conftest import RECORDED, REPLAYS, load, recorded_params
@@ -21,9 +25,79 @@ def test_every_recorded_decision_is_reproduced(recorded: HistoryFile) -> None:
     assert result.divergences == ()
     assert [s.verdict for s in result.steps] == ["match"] * len(history.decisions)
     assert len(result.steps) == len(history.decisions) > 5
-    assert [s.replayed.id for s in result.steps if s.replayed] == [d.batch.id for d in history.decisions]
     assert result.unconsumed == ()  # each file ends settled: every input reconciled
     assert not result.window.truncated
+
+
+@pytest.mark.parametrize("path", recorded_params())
+def test_ids_of_an_older_logic_version_are_a_logic_change_not_a_divergence(path: Path) -> None:
+    """The files were recorded under logic_version 1, whose command ids followed other rules: replay says
+    so per step and in the summary, compares the contents, and does not call it a divergence."""
+    recorded = load(path)
+    history = recorded.history()
+    assert {d.batch.logic_version for d in history.decisions} == {1} and LOGIC_VERSION > 1
+    result = Replayer(config=recorded.operator_config or OperatorConfig()).replay_history(history)
+    changed = [s for s in result.steps if s.logic_change]
+    assert changed and all(s.verdict == "match" for s in changed)
+    for step in changed:
+        assert step.replayed is not None and step.replayed.id != step.recorded.id
+        assert f"recorded with logic_version 1, today's is {LOGIC_VERSION}" in step.logic_change
+    for step in result.steps:
+        if not step.logic_change:  # no commands kept, so no ids to differ
+            assert step.replayed is not None and len(step.replayed.commands) == len(step.withheld)
+    run = replay_cli(["--from-file", str(path)])
+    assert run.code == 0 and "0 diverged" in run.out
+    assert f"{len(changed)} decision(s) recorded with logic_version 1 have other command ids today" in run.out
+    assert "a logic change, not a divergence" in run.out
+
+
+def test_under_the_same_logic_version_ids_are_compared(recorded: HistoryFile) -> None:
+    """The gate works both ways: the same recorded decisions claimed for today's logic version diverge
+    on their ids alone."""
+    history = recorded.history()
+    today = msgspec.structs.replace(
+        history,
+        decisions=tuple(
+            msgspec.structs.replace(d, batch=msgspec.structs.replace(d.batch, logic_version=LOGIC_VERSION))
+            for d in history.decisions
+        ),
+    )
+    result = Replayer(config=recorded.operator_config or OperatorConfig()).replay_history(
+        today, raise_on_divergence=False
+    )
+    assert result.divergences
+    step = next(s for s in result.steps if s.diverged)
+    assert any(line.strip().startswith("id: ") for line in step.diff)
+    assert not any(s.logic_change for s in result.steps)
+
+
+def recorded_today(history: KeyHistory, config: OperatorConfig) -> KeyHistory:
+    """``history`` as today's worker would have recorded it: today's decisions, withheld where the
+    recording withheld, each withheld command named by the id of its twin published before."""
+    ids: dict[str, str] = {}
+    decisions: list[RecordedDecision] = []
+    for step, recorded in zip(Replayer(config=config).iter_steps(history), history.decisions, strict=True):
+        assert step.replayed is not None
+        kept = tuple(c for c in step.replayed.commands if c.id not in step.withheld)
+        for command in kept:
+            ids.setdefault(in_flight_key(command), command.id)
+        twins = tuple(ids[in_flight_key(c)] for c in step.replayed.commands if c.id in step.withheld)
+        batch = msgspec.structs.replace(step.replayed, commands=kept, suppressed=twins)
+        decisions.append(msgspec.structs.replace(recorded, batch=batch))
+    return msgspec.structs.replace(history, decisions=tuple(decisions))
+
+
+def test_a_history_recorded_today_replays_with_its_ids(recorded: HistoryFile) -> None:
+    """Under today's logic version ids are compared, a withheld command is found by its twin's content,
+    and the same decisions recomputed get the same ids (and batch ids: JetStream would de-duplicate)."""
+    config = recorded.operator_config or OperatorConfig()
+    today = recorded_today(recorded.history(), config)
+    result = Replayer(config=config).replay_history(today)
+    assert [s.verdict for s in result.steps] == ["match"] * len(today.decisions)
+    assert not any(s.logic_change for s in result.steps)
+    assert [s.replayed.id for s in result.steps if s.replayed] == [d.batch.id for d in today.decisions]
+    withheld = sum(len(d.batch.suppressed) for d in recorded.decisions)
+    assert sum(len(s.withheld) for s in result.steps) == withheld
 
 
 def test_recorded_histories_cover_the_scenarios() -> None:

@@ -48,6 +48,35 @@ def test_decide_is_deterministic_and_fills_ids() -> None:
     assert other.batch.commands[0].id == one.batch.commands[0].id
 
 
+def _twice(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+    ref = ObjectRef(api_version="v1", kind="Pod", namespace="ns", name="p")
+    event = EmitEvent(regarding=ref, event_type="Normal", reason="R", message="m")
+    return Decision(
+        commands=(event, msgspec.structs.replace(event, id="set-by-reconcile"), CreateObject(target=ref, body={}))
+    )
+
+
+@pytest.mark.parametrize("kind", ["RayCluster", "RayJob", "RayService", "RayCronJob"])
+def test_command_ids_are_decides_for_every_kind(kind: str) -> None:
+    """The one id rule: the same decision on the same snapshot gets the same ids (a redelivery is
+    de-duplicated), the same commands decided on a later snapshot get others (never taken for the ones
+    applied before), and no two commands of one decision share one, whatever reconcile set."""
+    key = ReconcileKey(kind=kind, namespace="ns", name="c")  # type: ignore[arg-type]
+
+    def run(revision: int, sequence: int) -> CommandBatch:
+        snap = Snapshot(key=key, entries={}, revision=revision)
+        config = OperatorConfig()
+        return decide(reconcilers={kind: _twice}, snapshot=snap, now=T0, config=config, sequences=[sequence]).batch
+
+    first, redelivered, later = run(7, 1), run(7, 1), run(8, 2)
+    assert [c.id for c in first.commands] == [c.id for c in redelivered.commands] and first.id == redelivered.id
+    assert len({c.id for c in first.commands}) == 3 and "set-by-reconcile" not in {c.id for c in first.commands}
+    assert not {c.id for c in first.commands} & {c.id for c in later.commands}
+    assert [msgspec.structs.replace(c, id="") for c in first.commands] == [
+        msgspec.structs.replace(c, id="") for c in later.commands
+    ]
+
+
 def test_decision_time_is_the_latest_input() -> None:
     later = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
     inputs = [
@@ -88,15 +117,17 @@ def test_in_flight_commands_are_withheld_until_applied_and_recorded() -> None:
 
     clock = [0.0]
     inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
-    snap = Snapshot(key=KEY, entries={})
+    snap = Snapshot(key=KEY, entries={}, revision=1)
     first = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[1])
-    again = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[2])
+    later = msgspec.structs.replace(snap, revision=2)
+    again = decide(reconcilers={"RayCluster": _create}, snapshot=later, now=T0, config=OperatorConfig(), sequences=[2])
+    assert again.batch.commands[0].id != first.batch.commands[0].id
     assert inflight.filter(first.batch, applied_floor=0).commands == first.batch.commands
     inflight.published(KEY, batch_seq=10)
     clock[0] = 30.0  # long after publishing, but not applied yet: still in flight
     withheld = inflight.filter(again.batch, applied_floor=9)
     assert withheld.commands == ()
-    assert withheld.suppressed == (again.batch.commands[0].id,)
+    assert withheld.suppressed == (first.batch.commands[0].id,)  # named by its in-flight twin
     assert withheld.id == again.batch.id
     inflight.published(KEY, batch_seq=11)
     assert inflight.filter(again.batch, applied_floor=10).commands == ()  # applied: grace starts now
