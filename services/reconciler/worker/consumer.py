@@ -67,6 +67,8 @@ KEY_CONCURRENCY = 64
 TEND_INTERVAL = 0.25
 REDELIVERY_BACKOFF = Backoff(base=0.5, cap=30.0)
 """Delay of the redelivery after a failed reconcile, by the number of deliveries so far."""
+FENCED_REDELIVERY = 1.0
+"""Seconds before inputs a fenced consumer handed back are delivered again (to the partition's holder)."""
 
 
 async def settle(ack: Awaitable[None]) -> None:
@@ -182,7 +184,7 @@ class PartitionConsumer:
                 if not self._lease_valid():
                     log.warning("partition %d: lease lapsed during a fetch; returning %d", self.partition, len(msgs))
                     for msg in msgs:
-                        await settle(msg.nak(delay=1.0))
+                        await settle(msg.nak(delay=FENCED_REDELIVERY))
                     continue
                 with self._progress.working():
                     await self.process(msgs)
@@ -276,6 +278,17 @@ class PartitionConsumer:
                 )
                 await self._take_over(key)
                 floor = await self._applied.get()
+                if not self._lease_valid():
+                    # Fenced while deciding (the process was starved past its lease): another worker may
+                    # hold the partition by now, so this decision is dropped, never published beside
+                    # that worker's, and its inputs go back to whoever holds the partition.
+                    log.warning(
+                        "partition %d: lease lapsed while reconciling %s; returning its inputs", self.partition, key
+                    )
+                    span.set_attribute("raybus.fenced", True)
+                    for item in items:
+                        await settle(item.msg.nak(delay=FENCED_REDELIVERY))
+                    return
                 batch = self._inflight.filter(outcome.batch, applied_floor=floor, entries=snapshot.entries)
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
                 span.set_attribute("raybus.commands", len(batch.commands))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -322,3 +323,30 @@ async def test_two_workers_split_partitions_and_hand_over(nats_server: NatsServe
 def test_settings_are_plain_data() -> None:
     s = RaybusSettings()
     assert dataclasses.replace(s.bus, partitions=8).partitions == 8
+
+
+async def test_a_decision_taken_past_the_lease_is_dropped_and_its_input_decided_again(
+    nats_server: NatsServer, client: Client
+) -> None:
+    """A worker starved past its lease (here: a reconcile that holds the event loop longer than the lease
+    lives) may no longer own the partition when it is done deciding: it publishes nothing and hands the
+    input back, so a key never gets decisions from two workers at once."""
+    settings = settings_for(nats_server, worker_id="w1")
+    calls: list[str] = []
+
+    def starved_once(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        name = "starved" if not calls else "fresh"
+        calls.append(name)
+        if name == "starved":
+            time.sleep(settings.partitions.lease_ttl + 1.0)  # stands in for a process that got no CPU
+        target = ObjectRef(api_version="v1", kind="Pod", namespace=snapshot.key.namespace, name=name)
+        return Decision(commands=(CreateObject(target=target, body={"metadata": {"name": name}}),))
+
+    worker = Worker(settings, {"RayCluster": starved_once})
+    try:
+        await put_cr(client, key(0))
+        found = await eventually(lambda: _at_least(batches(client), 1), timeout=60)
+        names = [c.target.name for b in found for c in b.commands if isinstance(c, CreateObject)]
+        assert names == ["fresh"] and calls[0] == "starved"
+    finally:
+        await worker.close()
