@@ -23,6 +23,7 @@ from typing import Any
 from kubesim.dashboard.clock import Clock
 from kubesim.dashboard.rules import JobScript, parse_job_script
 from kubesim.dashboard.timings import INSTANT_RAY, RayTimings
+from schema.ray import conventions
 
 _PENDING_MESSAGE = "Job has not started yet."
 _WAITING_MESSAGE = (
@@ -359,7 +360,9 @@ class JobTable:
             "end_time": None if end is None else int(record.wall(end) * 1000),
             "metadata": record.metadata,
             "runtime_env": record.runtime_env,
-            "driver_agent_http_address": "http://127.0.0.1:52365" if started else None,
+            "driver_agent_http_address": f"http://127.0.0.1:{conventions.DEFAULT_DASHBOARD_AGENT_PORT}"
+            if started
+            else None,
             "driver_node_id": "kubesim-head-node" if started else None,
             "driver_exit_code": (
                 record.script.exit_code

@@ -24,6 +24,7 @@ from typing import Any
 from kubesim.dashboard.clock import Clock
 from kubesim.dashboard.rules import ServeAppScript, parse_serve_app_script
 from kubesim.dashboard.timings import INSTANT_RAY, RayTimings
+from schema.ray import conventions
 
 _NODE_ID = "kubesim-head-node"
 
@@ -200,7 +201,7 @@ class ServeController:
             "proxy_location": "EveryNode",
             "http_options": {
                 "host": "0.0.0.0",
-                "port": 8000,
+                "port": conventions.DEFAULT_SERVE_PORT,
                 "root_path": "",
                 "request_timeout_s": None,
                 "keep_alive_timeout_s": 90,

@@ -14,10 +14,7 @@ import asyncio
 from aiohttp import web
 
 from kubesim.dashboard.app import DashboardState, Role, build_app
-
-DASHBOARD_PORT = 8265
-AGENT_PORT = 52365
-SERVE_PORT = 8000
+from schema.ray import conventions
 
 
 class _Site:
@@ -89,9 +86,9 @@ class DashboardServer:
         or, for any other HTTP port, the dashboard's."""
         if not self._running:
             return None
-        if container_port == AGENT_PORT:
+        if container_port == conventions.DEFAULT_DASHBOARD_AGENT_PORT:
             return self._agent.url
-        if container_port == SERVE_PORT:
+        if container_port == conventions.DEFAULT_SERVE_PORT:
             return self._serve.url
         return self._dashboard.url
 

@@ -50,14 +50,18 @@ from kubesim.sims.objects import (
 from kubesim.sims.options import SimOptions
 from kubesim.sims.rayresources import fits, node_resources
 from kubesim.sims.realray import RealRayHead
+from schema.ray import conventions
 
 logger = logging.getLogger(__name__)
 
-CLUSTER_LABEL = "ray.io/cluster"
-NODE_TYPE_LABEL = "ray.io/node-type"
-NON_HTTP_PORTS = frozenset({6379, 10001})
-NON_HTTP_PORT_NAMES = frozenset({"gcs-server", "gcs", "client", "redis"})
-_RAY_PORT_NAMES = {"dashboard": 8265, "dashboard-agent": 52365, "serve": 8000, "metrics": 8080}
+NON_HTTP_PORTS = frozenset({conventions.DEFAULT_GCS_PORT, conventions.DEFAULT_CLIENT_PORT})
+NON_HTTP_PORT_NAMES = frozenset({conventions.PORT_GCS, "gcs", conventions.PORT_CLIENT, "redis"})
+_RAY_PORT_NAMES = {
+    conventions.PORT_DASHBOARD: conventions.DEFAULT_DASHBOARD_PORT,
+    conventions.PORT_DASHBOARD_AGENT: conventions.DEFAULT_DASHBOARD_AGENT_PORT,
+    conventions.PORT_SERVE: conventions.DEFAULT_SERVE_PORT,
+    conventions.PORT_METRICS: conventions.DEFAULT_METRICS_PORT,
+}
 _VERSION = re.compile(r"(\d+\.\d+\.\d+)")
 
 
@@ -112,12 +116,12 @@ class _Head:
 
 def is_head_pod(pod: Mapping[str, Any]) -> bool:
     """True for a Ray head pod."""
-    return labels_of(pod).get(NODE_TYPE_LABEL) == "head"
+    return labels_of(pod).get(conventions.LABEL_NODE_TYPE) == conventions.NODE_HEAD
 
 
 def cluster_key(pod: Mapping[str, Any]) -> tuple[str, str]:
     """(namespace, cluster) of a Ray pod; a pod without the label is its own cluster."""
-    return namespace_of(pod), labels_of(pod).get(CLUSTER_LABEL) or name_of(pod)
+    return namespace_of(pod), labels_of(pod).get(conventions.LABEL_CLUSTER) or name_of(pod)
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -383,7 +387,7 @@ def _is_http_port(pod: Mapping[str, Any], port: str) -> bool:
             if entry.get("name") == port:
                 return int(entry.get("containerPort", 0)) not in NON_HTTP_PORTS
     # An unknown name: accept the Ray HTTP names even when the container does not declare them.
-    return port in ("dashboard", "serve", "metrics", "dashboard-agent") or port.startswith("serve-")
+    return port in _RAY_PORT_NAMES or port.startswith(f"{conventions.PORT_SERVE}-")
 
 
 def _ray_version(pod: Mapping[str, Any]) -> str:

@@ -36,11 +36,11 @@ from kubesim.sims.objects import (
     status_of,
     uid_of,
 )
+from schema.ray import conventions
 
 ServiceKey = tuple[str, str]
 Pair = tuple[str, str, str]
 """``(namespace, label, value)``."""
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 MANAGED_BY = "endpointslice-controller.k8s.io"
 
@@ -225,7 +225,7 @@ class EndpointSliceController:
             key=name_of,
         )
         self._set_members(key, {name_of(p) for p in pods})
-        labels = {**labels_of(service), SERVICE_NAME_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY}
+        labels = {**labels_of(service), conventions.LABEL_SERVICE_NAME: name, MANAGED_BY_LABEL: MANAGED_BY}
         wanted: dict[str, Any] = {
             "addressType": "IPv4",
             "endpoints": [_endpoint(p, publish=publish) for p in pods],

@@ -36,9 +36,9 @@ from kubesim.sims.objects import (
     status_of,
     uid_of,
 )
+from schema.ray import conventions
 
 CONTROLLER_NAME = "kubesim.raybus.io/gateway-controller"
-GROUP = "gateway.networking.k8s.io"
 Key = tuple[str, str, str]
 """(plural, namespace, name)."""
 
@@ -76,7 +76,10 @@ def _parent_namespace(route: dict[str, Any], ref: dict[str, Any]) -> str:
 
 
 def _is_gateway_ref(ref: dict[str, Any]) -> bool:
-    return bool(ref.get("kind", "Gateway") == "Gateway" and ref.get("group", GROUP) == GROUP)
+    return bool(
+        ref.get("kind", "Gateway") == "Gateway"
+        and ref.get("group", conventions.GATEWAY_GROUP) == conventions.GATEWAY_GROUP
+    )
 
 
 class GatewayStatusController:
@@ -172,7 +175,7 @@ class GatewayStatusController:
             listeners.append(
                 {
                     "name": listener_name,
-                    "supportedKinds": [{"group": GROUP, "kind": "HTTPRoute"}],
+                    "supportedKinds": [{"group": conventions.GATEWAY_GROUP, "kind": "HTTPRoute"}],
                     "attachedRoutes": attached,
                     "conditions": _conditions(
                         old.get("conditions"),

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubesim.hooks import GVR
+from schema.ray import conventions
 
 Obj = dict[str, Any]
 
@@ -21,9 +22,9 @@ SECRETS = GVR("", "v1", "secrets")
 CONFIGMAPS = GVR("", "v1", "configmaps")
 JOBS = GVR("batch", "v1", "jobs")
 ENDPOINTSLICES = GVR("discovery.k8s.io", "v1", "endpointslices")
-GATEWAYS = GVR("gateway.networking.k8s.io", "v1", "gateways")
-GATEWAYCLASSES = GVR("gateway.networking.k8s.io", "v1", "gatewayclasses")
-HTTPROUTES = GVR("gateway.networking.k8s.io", "v1", "httproutes")
+GATEWAYS = GVR(conventions.GATEWAY_GROUP, conventions.GATEWAY_VERSION, "gateways")
+GATEWAYCLASSES = GVR(conventions.GATEWAY_GROUP, conventions.GATEWAY_VERSION, "gatewayclasses")
+HTTPROUTES = GVR(conventions.GATEWAY_GROUP, conventions.GATEWAY_VERSION, "httproutes")
 
 
 def meta(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,9 @@ from typing import Any
 
 from kubesim.hooks import GVR, Store
 from kubesim.sims.loop import safe_list
+from schema.ray import conventions
 
-RAYCLUSTERS = GVR("ray.io", "v1", "rayclusters")
+RAYCLUSTERS = GVR(conventions.GROUP, conventions.VERSION, "rayclusters")
 
 
 def _float(value: Any) -> float:

@@ -32,15 +32,10 @@ from typing import Any
 import aiohttp
 
 from kubesim.sims.processes import stop_tree
+from schema.ray import conventions
 
 logger = logging.getLogger(__name__)
 
-DASHBOARD_PORT = 8265
-AGENT_PORT = 52365
-SERVE_PORT = 8000
-METRICS_PORT = 8080
-GCS_PORT = 6379
-CLIENT_PORT = 10001
 WORKER_PORTS = 40
 """Ports handed to the head's worker processes (one each: drivers, Serve controller, proxy, replicas)."""
 HEALTH_TIMEOUT = 180.0
@@ -127,10 +122,10 @@ class HeadPorts:
     def for_container_port(self, port: int) -> int | None:
         """The real port behind a head container port (HTTP ports only)."""
         return {
-            DASHBOARD_PORT: self.dashboard,
-            AGENT_PORT: self.agent_http,
-            SERVE_PORT: self.serve,
-            METRICS_PORT: self.metrics,
+            conventions.DEFAULT_DASHBOARD_PORT: self.dashboard,
+            conventions.DEFAULT_DASHBOARD_AGENT_PORT: self.agent_http,
+            conventions.DEFAULT_SERVE_PORT: self.serve,
+            conventions.DEFAULT_METRICS_PORT: self.metrics,
         }.get(port)
 
 

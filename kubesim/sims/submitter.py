@@ -27,6 +27,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from kubesim.sims.envresolve import expand
+from schema.ray import conventions
 
 ExitRule = Literal["logs", "submit", "status"]
 """What the real command's exit code says about the job it followed: ``logs`` (``ray job logs --follow``,
@@ -62,8 +63,8 @@ class SubmitterCommand:
 
     @property
     def port(self) -> int:
-        """Port part of the address (Ray's default 8265)."""
-        return urlsplit(self._url()).port or 8265
+        """Port part of the address (Ray's default dashboard port when it names none)."""
+        return urlsplit(self._url()).port or conventions.DEFAULT_DASHBOARD_PORT
 
     def submit_body(self) -> dict[str, Any]:
         """The ``POST /api/jobs/`` JSON the Ray CLI sends."""
@@ -189,7 +190,11 @@ def parse_submitter(command: Sequence[str], args: Sequence[str], *, env: Mapping
     Returns:
         The parsed submitter, or None when the container does not submit a Ray job.
     """
-    default_address = env.get("RAY_DASHBOARD_ADDRESS") or env.get("RAY_ADDRESS") or "http://127.0.0.1:8265"
+    default_address = (
+        env.get("RAY_DASHBOARD_ADDRESS")
+        or env.get("RAY_ADDRESS")
+        or f"http://127.0.0.1:{conventions.DEFAULT_DASHBOARD_PORT}"
+    )
     if command and command[0].rsplit("/", 1)[-1] == "submitter":
         argv = [expand(a, env) for a in args]
         cut = argv.index("--") if "--" in argv else len(argv)

@@ -16,7 +16,7 @@ from schema.ray.codec import (
     to_builtins,
 )
 from schema.ray.common import MAX_INT32, Condition, RayStruct
-from schema.ray.conventions import API_VERSION, GROUP
+from schema.ray.conventions import API_VERSION, GROUP, VERSION
 from schema.ray.raycluster import (
     AuthOptions,
     AutoscalerOptions,
@@ -66,6 +66,7 @@ __all__ = [
     "API_VERSION",
     "GROUP",
     "MAX_INT32",
+    "VERSION",
     "AppStatus",
     "AuthOptions",
     "AutoscalerOptions",

@@ -13,8 +13,11 @@ import string
 from typing import Final
 
 GROUP: Final = "ray.io"
-API_VERSION: Final = "ray.io/v1"
-GATEWAY_API_VERSION: Final = "gateway.networking.k8s.io/v1"
+VERSION: Final = "v1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+GATEWAY_GROUP: Final = "gateway.networking.k8s.io"
+GATEWAY_VERSION: Final = "v1"
+GATEWAY_API_VERSION: Final = f"{GATEWAY_GROUP}/{GATEWAY_VERSION}"
 
 # Label keys (docs/behaviour.md#2.2).
 LABEL_CLUSTER: Final = "ray.io/cluster"
@@ -74,11 +77,14 @@ PORT_GCS: Final = "gcs-server"
 PORT_DASHBOARD: Final = "dashboard"
 PORT_METRICS: Final = "metrics"
 PORT_SERVE: Final = "serve"
+PORT_DASHBOARD_AGENT: Final = "dashboard-agent"
 DEFAULT_CLIENT_PORT: Final = 10001
 DEFAULT_GCS_PORT: Final = 6379
 DEFAULT_DASHBOARD_PORT: Final = 8265
 DEFAULT_METRICS_PORT: Final = 8080
 DEFAULT_SERVE_PORT: Final = 8000
+DEFAULT_DASHBOARD_AGENT_PORT: Final = 52365
+"""The dashboard agent's listen port (health checks, Serve's proxy health), on every Ray node."""
 DEFAULT_PORTS: Final = {
     PORT_CLIENT: DEFAULT_CLIENT_PORT,
     PORT_GCS: DEFAULT_GCS_PORT,

@@ -18,6 +18,8 @@ import yaml
 from kubernetes import config, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from schema.ray.conventions import GROUP
+
 Progress = tuple[str, bool]
 """A one-line summary and whether the object is done."""
 
@@ -72,7 +74,7 @@ def apply_and_follow(
     docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
     client = dynamic.DynamicClient(config.new_client_from_config(kubeconfig))  # type: ignore[no-untyped-call]
     applied = apply_documents(client, docs)
-    followed = [(r, ns, name) for r, ns, name in applied if r.group == "ray.io"]
+    followed = [(r, ns, name) for r, ns, name in applied if r.group == GROUP]
     tty = sys.stdout.isatty()
     shown: list[str] = []
     while followed and not stop():

@@ -24,12 +24,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from schema.crd import KINDS
-from schema.ray import GROUP
+from schema.ray.conventions import GROUP, VERSION
 from services.cli.columns import render_table
 from services.runtime import endpoints
 from services.runtime.errors import PermanentError, RetryableError
 
-VERSION = "v1"
 KUBECONFIG_ENV = "KUBECONFIG"
 _ALIASES = {
     alias: kind.kind

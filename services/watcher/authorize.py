@@ -51,8 +51,8 @@ from schema.messages import (
     SubmitRayJob,
     command_verb,
 )
+from schema.ray import conventions
 from services.watcher.dashboard import dashboard_ref_problem
-from services.watcher.keymap import CLUSTER_LABEL, CRONJOB_LABEL, ORIGIN_CRD_LABEL, ORIGIN_NAME_LABEL, RAY_GROUP
 from services.watcher.resources import by_api_version_kind
 
 Rule = tuple[str, str, str]
@@ -121,8 +121,8 @@ GRANTED_RULES: Final[frozenset[Rule]] = frozenset(
         ("", "pods", "watch"),
         ("", "pods", "patch"),
         ("", "pods/resize", "patch"),
-        ("ray.io", "rayclusters", "get"),
-        ("ray.io", "rayclusters", "patch"),
+        (conventions.GROUP, "rayclusters", "get"),
+        (conventions.GROUP, "rayclusters", "patch"),
     }
 )
 """What the autoscaler Role of a RayCluster grants (KubeRay's): the most a Role the applier creates may
@@ -258,7 +258,7 @@ def _claimed_by(metadata: Mapping[str, Any], key: ReconcileKey, key_uid: str, ki
         group = api_version.rpartition("/")[0] if isinstance(api_version, str) else ""
         uid = ref.get("uid")
         if (
-            group == RAY_GROUP
+            group == conventions.GROUP
             and ref.get("kind") == key.kind
             and ref.get("name") == key.name
             and (not key_uid or not uid or uid == key_uid)
@@ -266,10 +266,12 @@ def _claimed_by(metadata: Mapping[str, Any], key: ReconcileKey, key_uid: str, ki
             return True
     labels = _mapping(metadata.get("labels"))
     if key.kind == _RAYCLUSTER:
-        return labels.get(CLUSTER_LABEL) == key.name
+        return labels.get(conventions.LABEL_CLUSTER) == key.name
     if key.kind == "RayCronJob":
-        return kind == "RayJob" and labels.get(CRONJOB_LABEL) == key.name
-    return labels.get(ORIGIN_CRD_LABEL) == key.kind and labels.get(ORIGIN_NAME_LABEL) == key.name
+        return kind == "RayJob" and labels.get(conventions.LABEL_CRONJOB_NAME) == key.name
+    return (
+        labels.get(conventions.LABEL_ORIGIN_CRD) == key.kind and labels.get(conventions.LABEL_ORIGIN_NAME) == key.name
+    )
 
 
 def _clusters_named(metadata: Mapping[str, Any]) -> set[str]:
@@ -279,7 +281,7 @@ def _clusters_named(metadata: Mapping[str, Any]) -> set[str]:
         for ref in _controller_owners(metadata)
         if ref.get("kind") == _RAYCLUSTER and isinstance(name := ref.get("name"), str)
     }
-    label = _mapping(metadata.get("labels")).get(CLUSTER_LABEL)
+    label = _mapping(metadata.get("labels")).get(conventions.LABEL_CLUSTER)
     if isinstance(label, str):
         names.add(label)
     return names
@@ -436,10 +438,12 @@ def _collection(key: ReconcileKey, command: DeleteCollection) -> Verdict:
     named = set()
     for requirement in selector_requirements(command.label_selector):
         label, op, value = requirement.partition("==") if "==" in requirement else requirement.partition("=")
-        if op and label.strip() == CLUSTER_LABEL:
+        if op and label.strip() == conventions.LABEL_CLUSTER:
             named.add(value.strip())
     if not named & _key_clusters(key):
-        return Denied(f"the selector {command.label_selector!r} does not require {CLUSTER_LABEL}=<a cluster of {key}>")
+        return Denied(
+            f"the selector {command.label_selector!r} does not require {conventions.LABEL_CLUSTER}=<a cluster of {key}>"
+        )
     return ALLOWED_VERDICT
 
 
@@ -448,7 +452,7 @@ def _event(key: ReconcileKey, command: EmitEvent) -> Verdict:
     if regarding.namespace != key.namespace:
         return Denied(f"the Event is outside the namespace {key.namespace} of {key}")
     group = regarding.api_version.rpartition("/")[0]
-    if group != RAY_GROUP or not _is_key(regarding.kind, regarding.name, key):
+    if group != conventions.GROUP or not _is_key(regarding.kind, regarding.name, key):
         return Denied(f"an Event of {key} may only regard its own object, not {regarding.kind} {regarding.name}")
     return ALLOWED_VERDICT
 
@@ -461,7 +465,7 @@ def _selected_cluster(key: ReconcileKey, facts: Facts) -> str:
     if key.kind != "RayJob":
         return ""
     spec = _mapping(_mapping(_key_object(key, facts)).get("spec"))
-    name = _mapping(spec.get("clusterSelector")).get(CLUSTER_LABEL)
+    name = _mapping(spec.get("clusterSelector")).get(conventions.LABEL_CLUSTER)
     return name if isinstance(name, str) else ""
 
 

@@ -46,10 +46,11 @@ from schema.messages import (
     StopRayJob,
     SubmitRayJob,
 )
+from schema.ray import conventions
 from schema.times import format_time
 from services.runtime.backoff import Backoff
 from services.runtime.errors import PermanentError, RaybusError
-from services.watcher.resources import GATEWAY_GROUP, RAY_GROUP, ResourceType, by_api_version_kind, by_kind
+from services.watcher.resources import ResourceType, by_api_version_kind, by_kind
 
 GENERATE_ANNOTATION: Final = "raybus.io/generate"
 """On a Secret to create: ``auth_token`` asks the applier to fill ``data.auth_token`` with a fresh token."""
@@ -62,7 +63,7 @@ PATCH_CONTENT_TYPES: Final[Mapping[PatchType, str]] = {
     "json": "application/json-patch+json",
     "strategic": "application/strategic-merge-patch+json",
 }
-_CUSTOM_GROUPS: Final = frozenset({RAY_GROUP, GATEWAY_GROUP})
+_CUSTOM_GROUPS: Final = frozenset({conventions.GROUP, conventions.GATEWAY_GROUP})
 
 TokenGenerator = Callable[[str], str]
 """Makes the value of a ``raybus.io/generate`` Secret key (``"auth_token"`` → a fresh token)."""

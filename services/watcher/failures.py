@@ -34,6 +34,7 @@ from schema.messages import (
     command_target,
     command_verb,
 )
+from schema.ray import conventions
 from schema.times import format_time
 from services.runtime.metrics import meter
 from services.watcher.calls import ApiError, object_path, outcome_of_error, plan_call, resource_of
@@ -45,9 +46,7 @@ _failed = _meter.create_counter(
     "raybus_failed_commands_total", description="commands that failed after their retries (shown on the resource)"
 )
 
-CR_API_VERSION: Final = "ray.io/v1"
 REPLICA_FAILURE: Final = "ReplicaFailure"
-NODE_TYPE_LABEL: Final = "ray.io/node-type"
 MAX_MESSAGE: Final = 1000
 CONDITION_ATTEMPTS: Final = 3
 
@@ -55,7 +54,7 @@ CONDITION_ATTEMPTS: Final = 3
 def _is_head(command: Command, cluster: str) -> bool:
     if isinstance(command, CreateObject):
         labels = (command.body.get("metadata") or {}).get("labels") or {}
-        return labels.get(NODE_TYPE_LABEL) == "head"
+        return labels.get(conventions.LABEL_NODE_TYPE) == conventions.NODE_HEAD
     return isinstance(command, DeleteObject) and command.target.name.startswith(f"{cluster}-head")
 
 
@@ -124,7 +123,7 @@ class FailureReporter:
             if owner is None:
                 return  # the resource is gone: nothing left to tell
             ref = ObjectRef(
-                api_version=CR_API_VERSION,
+                api_version=conventions.API_VERSION,
                 kind=key.kind,
                 namespace=key.namespace,
                 name=key.name,
@@ -144,7 +143,7 @@ class FailureReporter:
             log.error("could not show the failure of %s on %s (%s): %s", what, key, exc, message)
 
     async def _owner(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        path = object_path(resource_of(CR_API_VERSION, kind), namespace, name)
+        path = object_path(resource_of(conventions.API_VERSION, kind), namespace, name)
         try:
             response = await self._api.arequest("GET", path)
         except ApiError as exc:

@@ -36,13 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from schema.keys import KEY_KINDS, KeyKind, ReconcileKey
+from schema.ray import conventions
 
-CLUSTER_LABEL: Final = "ray.io/cluster"
-ORIGIN_CRD_LABEL: Final = "ray.io/originated-from-crd"
-ORIGIN_NAME_LABEL: Final = "ray.io/originated-from-cr-name"
-CRONJOB_LABEL: Final = "ray.io/cronjob-name"
-SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
-RAY_GROUP: Final = "ray.io"
 ENDPOINTS_READER: Final[KeyKind] = "RayService"
 """The one kind whose reconcile reads EndpointSlices (rule 9)."""
 
@@ -109,11 +104,11 @@ def origin_keys(obj: Mapping[str, Any]) -> tuple[ReconcileKey, ...]:
                 continue
             kind = _key_kind(ref.get("kind"))
             name = ref.get("name")
-            if kind and isinstance(name, str) and name and _group(ref.get("apiVersion")) == RAY_GROUP:
+            if kind and isinstance(name, str) and name and _group(ref.get("apiVersion")) == conventions.GROUP:
                 found[ReconcileKey(kind=kind, namespace=namespace, name=name)] = None
     labels = _labels(metadata)
-    crd = _key_kind(labels.get(ORIGIN_CRD_LABEL))
-    cr_name = labels.get(ORIGIN_NAME_LABEL)
+    crd = _key_kind(labels.get(conventions.LABEL_ORIGIN_CRD))
+    cr_name = labels.get(conventions.LABEL_ORIGIN_NAME)
     if crd and isinstance(cr_name, str) and cr_name:
         found[ReconcileKey(kind=crd, namespace=namespace, name=cr_name)] = None
     return tuple(found)
@@ -122,7 +117,7 @@ def origin_keys(obj: Mapping[str, Any]) -> tuple[ReconcileKey, ...]:
 def selected_clusters(rayjob: Mapping[str, Any]) -> tuple[str, ...]:
     """The RayCluster a RayJob's ``spec.clusterSelector`` names (``ray.io/cluster``), if any."""
     selector = _mapping(_mapping(rayjob.get("spec")).get("clusterSelector"))
-    name = selector.get(CLUSTER_LABEL)
+    name = selector.get(conventions.LABEL_CLUSTER)
     return (name,) if isinstance(name, str) and name else ()
 
 
@@ -145,7 +140,7 @@ def keys_for(kind: str, obj: Mapping[str, Any], index: KeyIndex = EMPTY_INDEX) -
     found: dict[ReconcileKey, None] = {}
     own = _key_kind(kind)
     api_version = obj.get("apiVersion")
-    if own and (api_version is None or _group(api_version) == RAY_GROUP):
+    if own and (api_version is None or _group(api_version) == conventions.GROUP):
         found[ReconcileKey(kind=own, namespace=namespace, name=name)] = None
     origins = origin_keys(obj)
     for key in origins:
@@ -157,14 +152,14 @@ def keys_for(kind: str, obj: Mapping[str, Any], index: KeyIndex = EMPTY_INDEX) -
                     found[key] = None
     labels = _labels(metadata)
     if own == "RayJob":
-        cron = labels.get(CRONJOB_LABEL)
+        cron = labels.get(conventions.LABEL_CRONJOB_NAME)
         if isinstance(cron, str) and cron:
             found[ReconcileKey(kind="RayCronJob", namespace=namespace, name=cron)] = None
     if own == "RayCluster":
         for key in index.cluster_selectors.get((namespace, name), ()):
             found[key] = None
     else:
-        cluster = labels.get(CLUSTER_LABEL)
+        cluster = labels.get(conventions.LABEL_CLUSTER)
         if isinstance(cluster, str) and cluster:
             ref = (namespace, cluster)
             found[ReconcileKey(kind="RayCluster", namespace=namespace, name=cluster)] = None
@@ -174,7 +169,7 @@ def keys_for(kind: str, obj: Mapping[str, Any], index: KeyIndex = EMPTY_INDEX) -
                 for key in index.cluster_selectors.get(ref, ()):
                     found[key] = None
     if kind == "EndpointSlice":
-        service = labels.get(SERVICE_NAME_LABEL)
+        service = labels.get(conventions.LABEL_SERVICE_NAME)
         if isinstance(service, str) and service:
             for key in index.service_keys.get((namespace, service), ()):
                 found[key] = None
@@ -195,7 +190,7 @@ def dependencies(kind: str, obj: Mapping[str, Any]) -> tuple[Ref, ...]:
         if isinstance(name, str) and name:
             refs.append(("cluster", namespace, name))
     else:
-        cluster = labels.get(CLUSTER_LABEL)
+        cluster = labels.get(conventions.LABEL_CLUSTER)
         if isinstance(cluster, str) and cluster:
             refs.append(("cluster", namespace, cluster))
         for origin in origin_keys(obj):
@@ -203,7 +198,7 @@ def dependencies(kind: str, obj: Mapping[str, Any]) -> tuple[Ref, ...]:
             if origin.kind == "RayCluster" and ref not in refs:
                 refs.append(ref)
     if kind == "EndpointSlice":
-        service = labels.get(SERVICE_NAME_LABEL)
+        service = labels.get(conventions.LABEL_SERVICE_NAME)
         if isinstance(service, str) and service:
             refs.append(("service", namespace, service))
     return tuple(refs)

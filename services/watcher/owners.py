@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from schema.keys import KEY_KINDS
+from schema.ray import conventions
 from services.watcher.informer import Change, decode_page
 from services.watcher.kubeapi import KubeApi
-from services.watcher.resources import RAY_GROUP, ResourceType
+from services.watcher.resources import ResourceType
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ def custom_owners(obj: dict[str, Any]) -> list[Owner]:
         for ref in refs
         if isinstance(ref, dict)
         and ref.get("kind") in KEY_KINDS
-        and str(ref.get("apiVersion", "")).startswith(f"{RAY_GROUP}/")
+        and str(ref.get("apiVersion", "")).startswith(f"{conventions.GROUP}/")
         and ref.get("uid")
     ]
 

@@ -42,6 +42,7 @@ from schema.messages import (
     SubmitRayJob,
 )
 from schema.probes import HEALTHZ_PATH, SERVE_APPLICATIONS_PATH, PodEndpoint
+from schema.ray.conventions import DEFAULT_DASHBOARD_PORT, DEFAULT_SERVE_PORT
 from services.watcher.authorize import ALLOWED, GRANTED_RULES, Rule
 from services.watcher.calls import plan_call
 from services.watcher.dashboard import (
@@ -55,7 +56,9 @@ from services.watcher.resources import RESOURCES, ResourceType, by_kind
 
 _SAMPLE_NS: Final = "ns"
 _SAMPLE_TIME: Final = datetime(2000, 1, 1, tzinfo=UTC)
-_SAMPLE_DASHBOARD: Final = DashboardRef(namespace=_SAMPLE_NS, service="svc", port=8265, cluster="c", auth_secret="c")
+_SAMPLE_DASHBOARD: Final = DashboardRef(
+    namespace=_SAMPLE_NS, service="svc", port=DEFAULT_DASHBOARD_PORT, cluster="c", auth_secret="c"
+)
 
 _METHOD_VERBS: Final = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "GET": "get"}
 
@@ -151,7 +154,7 @@ def _prober_rules() -> Iterator[Rule]:
     yield rule_for("GET", secret_path(_SAMPLE_DASHBOARD))
     yield rule_for("GET", base + "/api/jobs/j")  # the prober: Ray jobs
     yield rule_for("GET", base + SERVE_APPLICATIONS_PATH)  # the prober: Serve applications
-    head = PodEndpoint(namespace=_SAMPLE_NS, name="head", uid="u", ip="10.0.0.1", port=8000)
+    head = PodEndpoint(namespace=_SAMPLE_NS, name="head", uid="u", ip="10.0.0.1", port=DEFAULT_SERVE_PORT)
     yield rule_for("GET", pod_base_url(head, use_proxy=True, api_host="") + HEALTHZ_PATH)  # Serve proxy health
 
 

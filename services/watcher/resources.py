@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from schema.keys import KEY_KINDS
+from schema.ray import conventions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +75,7 @@ class ResourceType:
     @property
     def is_key_kind(self) -> bool:
         """One of the four top-level custom resources (RayCluster, RayJob, RayService, RayCronJob)."""
-        return self.group == RAY_GROUP and self.kind in KEY_KINDS
+        return self.group == conventions.GROUP and self.kind in KEY_KINDS
 
     def collection_path(self, namespace: str | None) -> str:
         """``/api/v1[/namespaces/<ns>]/<plural>`` or ``/apis/<group>/<version>[/namespaces/<ns>]/<plural>``."""
@@ -84,19 +85,39 @@ class ResourceType:
         return f"{base}/{self.plural}"
 
 
-RAY_GROUP: Final = "ray.io"
-GATEWAY_GROUP: Final = "gateway.networking.k8s.io"
-
 _SECRET_STRIP: Final = ("data", "stringData")
 LAST_APPLIED_ANNOTATION: Final = "kubectl.kubernetes.io/last-applied-configuration"
 
+_RAY_NODE_TYPES: Final = (conventions.NODE_HEAD, conventions.NODE_WORKER, conventions.NODE_REDIS_CLEANUP)
+_RAY_NODES: Final = f"{conventions.LABEL_NODE_TYPE} in ({','.join(_RAY_NODE_TYPES)})"
+"""The Pods KubeRay's informer cache keeps: Ray nodes and the Redis cleanup Job's."""
+
 RESOURCES: Final[tuple[ResourceType, ...]] = (
-    ResourceType(group=RAY_GROUP, version="v1", kind="RayCluster", plural="rayclusters", status_subresource=True),
-    ResourceType(group=RAY_GROUP, version="v1", kind="RayJob", plural="rayjobs", status_subresource=True),
-    ResourceType(group=RAY_GROUP, version="v1", kind="RayService", plural="rayservices", status_subresource=True),
+    ResourceType(
+        group=conventions.GROUP,
+        version=conventions.VERSION,
+        kind="RayCluster",
+        plural="rayclusters",
+        status_subresource=True,
+    ),
+    ResourceType(
+        group=conventions.GROUP, version=conventions.VERSION, kind="RayJob", plural="rayjobs", status_subresource=True
+    ),
+    ResourceType(
+        group=conventions.GROUP,
+        version=conventions.VERSION,
+        kind="RayService",
+        plural="rayservices",
+        status_subresource=True,
+    ),
     # RayCronJob is alpha behind a feature gate: its CRD may not be installed.
     ResourceType(
-        group=RAY_GROUP, version="v1", kind="RayCronJob", plural="raycronjobs", status_subresource=True, optional=True
+        group=conventions.GROUP,
+        version=conventions.VERSION,
+        kind="RayCronJob",
+        plural="raycronjobs",
+        status_subresource=True,
+        optional=True,
     ),
     ResourceType(
         group="",
@@ -104,7 +125,7 @@ RESOURCES: Final[tuple[ResourceType, ...]] = (
         kind="Pod",
         plural="pods",
         status_subresource=True,
-        label_selector="ray.io/node-type in (head,worker,redis-cleanup)",
+        label_selector=_RAY_NODES,
     ),
     ResourceType(group="", version="v1", kind="Service", plural="services", status_subresource=True),
     # Only the Secrets raybus makes (auth tokens, labelled with their cluster): the watcher never even
@@ -115,7 +136,7 @@ RESOURCES: Final[tuple[ResourceType, ...]] = (
         kind="Secret",
         plural="secrets",
         strip_fields=_SECRET_STRIP,
-        label_selector="ray.io/cluster",
+        label_selector=conventions.LABEL_CLUSTER,
     ),
     ResourceType(group="", version="v1", kind="ServiceAccount", plural="serviceaccounts"),
     ResourceType(group="", version="v1", kind="PersistentVolumeClaim", plural="persistentvolumeclaims"),
@@ -125,7 +146,7 @@ RESOURCES: Final[tuple[ResourceType, ...]] = (
         kind="Job",
         plural="jobs",
         status_subresource=True,
-        label_selector="app.kubernetes.io/created-by=kuberay-operator",
+        label_selector=f"{conventions.LABEL_CREATED_BY}={conventions.CREATED_BY}",
     ),
     ResourceType(group="rbac.authorization.k8s.io", version="v1", kind="Role", plural="roles"),
     ResourceType(group="rbac.authorization.k8s.io", version="v1", kind="RoleBinding", plural="rolebindings"),
@@ -133,10 +154,20 @@ RESOURCES: Final[tuple[ResourceType, ...]] = (
     ResourceType(group="networking.k8s.io", version="v1", kind="NetworkPolicy", plural="networkpolicies"),
     ResourceType(group="discovery.k8s.io", version="v1", kind="EndpointSlice", plural="endpointslices", writable=False),
     ResourceType(
-        group=GATEWAY_GROUP, version="v1", kind="Gateway", plural="gateways", status_subresource=True, optional=True
+        group=conventions.GATEWAY_GROUP,
+        version=conventions.GATEWAY_VERSION,
+        kind="Gateway",
+        plural="gateways",
+        status_subresource=True,
+        optional=True,
     ),
     ResourceType(
-        group=GATEWAY_GROUP, version="v1", kind="HTTPRoute", plural="httproutes", status_subresource=True, optional=True
+        group=conventions.GATEWAY_GROUP,
+        version=conventions.GATEWAY_VERSION,
+        kind="HTTPRoute",
+        plural="httproutes",
+        status_subresource=True,
+        optional=True,
     ),
     # Events are written (EmitEvent), never watched.
     ResourceType(group="", version="v1", kind="Event", plural="events", watched=False),

@@ -66,7 +66,7 @@ def role(view: ClusterView) -> dict[str, Any]:
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
-            {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "patch"]},
+            {"apiGroups": [conventions.GROUP], "resources": ["rayclusters"], "verbs": ["get", "patch"]},
         ],
     }
 

@@ -22,7 +22,7 @@ from services.reconciler.raycluster.model import ClusterView
 def ingress(view: ClusterView) -> dict[str, Any]:
     """The wanted Ingress body."""
     options = view.spec.head_group_spec.ingress_options
-    port = services.head_ports(view).get("dashboard", 8265)
+    port = services.head_ports(view).get(conventions.PORT_DASHBOARD, conventions.DEFAULT_DASHBOARD_PORT)
     path: dict[str, Any] = {
         "path": (options.path if options is not None else "/") or "/",
         "pathType": (options.path_type if options is not None else "Prefix") or "Prefix",

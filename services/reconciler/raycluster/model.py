@@ -116,7 +116,7 @@ def head_start_params(spec: RayClusterSpec) -> dict[str, str]:
 
 def head_port(spec: RayClusterSpec) -> str:
     """The GCS port: head rayStartParams ``port`` or 6379 (a string, as it goes into env/flags)."""
-    return (spec.head_group_spec.ray_start_params or {}).get("port", "6379")
+    return (spec.head_group_spec.ray_start_params or {}).get("port", str(conventions.DEFAULT_GCS_PORT))
 
 
 def head_service_name(view: ClusterView) -> str:

@@ -201,7 +201,7 @@ def _finish_pod(
     if config.switches.enable_probes_injection:
         serve_port: int | None = None
         if model.creator_crd(view) == "RayService":
-            serve_port = _port_by_name(user_container, "serve") or 8000
+            serve_port = _port_by_name(user_container, conventions.PORT_SERVE) or conventions.DEFAULT_SERVE_PORT
         dashboard_port = _port_by_name(container, "dashboard") or rayparams.DEFAULT_DASHBOARD_PORT
         containers.inject_probes(
             container,
@@ -316,7 +316,13 @@ def head_pod(view: ClusterView, config: OperatorConfig, *, name: str, spec_hash:
 def owner_reference_of(view: ClusterView) -> dict[str, Any]:
     """The controller owner reference to the RayCluster of ``view``."""
     return owner_reference(
-        ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=view.namespace, name=view.name, uid=view.uid)
+        ObjectRef(
+            api_version=conventions.API_VERSION,
+            kind="RayCluster",
+            namespace=view.namespace,
+            name=view.name,
+            uid=view.uid,
+        )
     )
 
 

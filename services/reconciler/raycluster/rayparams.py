@@ -18,11 +18,12 @@ import math
 import re
 from typing import Any, Final
 
+from schema.ray import conventions
 from services.reconciler.raycluster.quantity import try_parse_quantity
 
-DEFAULT_METRICS_PORT: Final = 8080
-DEFAULT_DASHBOARD_AGENT_PORT: Final = 52365
-DEFAULT_DASHBOARD_PORT: Final = 8265
+DEFAULT_METRICS_PORT: Final = conventions.DEFAULT_METRICS_PORT
+DEFAULT_DASHBOARD_AGENT_PORT: Final = conventions.DEFAULT_DASHBOARD_AGENT_PORT
+DEFAULT_DASHBOARD_PORT: Final = conventions.DEFAULT_DASHBOARD_PORT
 
 _MIG: Final = re.compile(r"^nvidia\.com/mig-\d+g\.\d+gb$")
 _ALWAYS_VALUED: Final = frozenset({"log-color", "include-dashboard", "include-log-monitor"})

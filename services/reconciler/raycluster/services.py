@@ -23,7 +23,7 @@ from schema.ray import conventions
 from services.reconciler.raycluster import model, names, pods
 from services.reconciler.raycluster.model import ClusterView
 
-DEFAULT_PORTS: Final = {"client": 10001, "gcs-server": 6379, "dashboard": 8265, "metrics": 8080, "serve": 8000}
+DEFAULT_PORTS: Final = conventions.DEFAULT_PORTS
 
 
 def head_ports(view: ClusterView) -> dict[str, int]:

@@ -97,7 +97,7 @@ def build_cluster(
             if isinstance(group, dict):
                 group.pop("replicas", None)
     return {
-        "apiVersion": "ray.io/v1",
+        "apiVersion": conventions.API_VERSION,
         "kind": "RayCluster",
         "metadata": {
             "name": name,

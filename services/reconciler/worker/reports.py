@@ -26,6 +26,7 @@ from schema import subjects
 from schema.codec import encode
 from schema.keys import ReconcileKey
 from schema.messages import BusInput, CommandBatch, EmitEvent, ObjectRef, WatchEvent
+from schema.ray import conventions
 from services.runtime.bus import publish
 from services.runtime.metrics import meter
 
@@ -40,7 +41,6 @@ _lost = _meter.create_counter(
 
 REASON: Final = "FailedToReconcile"
 """Event reason of a key whose inputs were dead-lettered (KubeRay has no such event: it retries forever)."""
-CR_API_VERSION: Final = "ray.io/v1"
 MAX_MESSAGE: Final = 1000
 
 
@@ -63,7 +63,9 @@ def failure_report(
         message = message[: MAX_MESSAGE - 3] + "..."
     event = EmitEvent(
         id=f"report-{','.join(map(str, sorted(sequences)))}",
-        regarding=ObjectRef(api_version=CR_API_VERSION, kind=key.kind, namespace=key.namespace, name=key.name, uid=uid),
+        regarding=ObjectRef(
+            api_version=conventions.API_VERSION, kind=key.kind, namespace=key.namespace, name=key.name, uid=uid
+        ),
         event_type="Warning",
         reason=REASON,
         message=message,
