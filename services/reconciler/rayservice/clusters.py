@@ -14,7 +14,7 @@ Invariants:
 - An in-place update replaces spec, labels and annotations (keeping ``spec.suspend`` and raybus's own
   ``raybus.io/serve-config-hash``) with one guarded JSON patch.
 
-Not here: when to create or update (``reconcile``), Services (``services``).
+Not here: when to create or update (``reconcile``), Services (``kube_services``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ seconds; KubeRay's messages print durations with Go's ``Duration.String`` (``"5m
 Invariants: pure; :func:`parse_go_duration` never raises (None for anything Go would reject) and
 returns integer nanoseconds like Go; :func:`go_duration_string` is Go's formatting, byte for byte.
 
-Not here: deciding whether a timeout passed (``rayservice.status``).
+Not here: deciding whether a timeout passed (``rayservice.compute_status``).
 """
 
 from __future__ import annotations

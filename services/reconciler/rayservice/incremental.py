@@ -27,7 +27,7 @@ from schema.ray import conventions
 from schema.times import parse_time
 from services.reconciler.rayservice import names
 from services.reconciler.rayservice.model import UpgradeOptions
-from services.reconciler.rayservice.status import ACTIVE, PENDING, StatusDraft
+from services.reconciler.rayservice.status_draft import ACTIVE, PENDING, StatusDraft
 
 
 def gateway_body(*, rayservice: str, namespace: str, class_name: str, owner: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ Invariants: pure and total: :func:`read_model` never raises. ``upgradeStrategy``
 ``stepSizePercent`` is a validation error with KubeRay's message, not a decode error), and the rest
 of the spec is decoded with the schema types.
 
-Not here: the validation rules themselves (``validation``), builders (``clusters``, ``services``).
+Not here: the validation rules themselves (``validation``), builders (``clusters``, ``kube_services``).
 """
 
 from __future__ import annotations

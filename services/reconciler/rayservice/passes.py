@@ -38,7 +38,7 @@ from schema.objects import mapping, text
 from schema.ray import conventions
 from services.reconciler.common.owners import owner_reference
 from services.reconciler.rayservice.model import ServiceModel, incremental_enabled
-from services.reconciler.rayservice.status import StatusDraft
+from services.reconciler.rayservice.status_draft import StatusDraft
 
 API_VERSIONS: dict[str, str] = {
     "RayCluster": conventions.API_VERSION,

@@ -55,20 +55,20 @@ from schema.ray.conventions import API_VERSION, MANAGED_BY_KUBERAY
 from schema.times import as_utc
 from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
 from services.reconciler.rayservice.cleanup import cleanup_dangling
-from services.reconciler.rayservice.clusters import originated_clusters
-from services.reconciler.rayservice.flow import (
+from services.reconciler.rayservice.cluster_steps import (
     Progress,
     decide_rollback,
     reconcile_clusters,
     reconcile_services,
     update_serve_labels,
 )
+from services.reconciler.rayservice.clusters import originated_clusters
+from services.reconciler.rayservice.compute_status import compute_status
 from services.reconciler.rayservice.model import read_model
-from services.reconciler.rayservice.outcome import compute_status
 from services.reconciler.rayservice.passes import Pass
+from services.reconciler.rayservice.reconcile_serve import reconcile_serving
 from services.reconciler.rayservice.routing import reconcile_gateway_objects
-from services.reconciler.rayservice.serving import reconcile_serving
-from services.reconciler.rayservice.status import READY
+from services.reconciler.rayservice.status_draft import READY
 from services.reconciler.rayservice.suspend import handle_suspend
 from services.reconciler.rayservice.validation import validate
 
@@ -103,13 +103,13 @@ def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], *, now: dateti
         name=model.name or snapshot.key.name,
         uid=model.uid,
     )
-    job = Pass(snapshot=snapshot, model=model, ref=ref, now=now, config=config)
+    pass_ = Pass(snapshot=snapshot, model=model, ref=ref, now=now, config=config)
     clusters = originated_clusters(snapshot, model.name)
-    remaining = cleanup_dangling(job, clusters)
+    remaining = cleanup_dangling(pass_, clusters)
     if model.deleting:
-        return _on_deletion(job, remaining=remaining)
+        return _on_deletion(pass_, remaining=remaining)
     if conventions.FINALIZER_RAYSERVICE not in model.finalizers:
-        job.commands.append(
+        pass_.commands.append(
             PatchObject(
                 target=ref,
                 patch=add_finalizer_patch(list(model.finalizers), conventions.FINALIZER_RAYSERVICE),
@@ -117,83 +117,83 @@ def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], *, now: dateti
                 resource_version=model.resource_version,
             )
         )
-        job.rule("6.1/add-finalizer")
-        return job.decision()
+        pass_.rule("6.1/add-finalizer")
+        return pass_.decision()
     invalid = validate(model, config)
     if invalid is not None:
-        _on_invalid(job, reason=invalid.reason, message=invalid.message)
-        return _finish(job)
-    if handle_suspend(job, clusters):
-        return _finish(job)
-    ready = job.status.condition(READY)
+        _on_invalid(pass_, reason=invalid.reason, message=invalid.message)
+        return _finish(pass_)
+    if handle_suspend(pass_, clusters):
+        return _finish(pass_)
+    ready = pass_.status.condition(READY)
     if ready is not None and ready.get("status") == "False" and ready.get("reason") == "InitializingTimeout":
-        job.rule("6.1/initializing-timeout-terminal")
-        return _finish(job)
+        pass_.rule("6.1/initializing-timeout-terminal")
+        return _finish(pass_)
     progress = Progress()
-    reconcile_clusters(job, progress, clusters=clusters)
-    decide_rollback(job, progress)
-    update_serve_labels(job, progress)
-    reconcile_serving(job, progress)
-    if job.halted:
-        return job.decision()
-    if job.incremental:
-        reconcile_gateway_objects(job, progress)
-        if job.halted:
-            return job.decision()
-    reconcile_services(job, progress)
-    if job.halted:
-        return job.decision()
-    compute_status(job, progress)
-    return _finish(job)
+    reconcile_clusters(pass_, progress, clusters=clusters)
+    decide_rollback(pass_, progress)
+    update_serve_labels(pass_, progress)
+    reconcile_serving(pass_, progress)
+    if pass_.halted:
+        return pass_.decision()
+    if pass_.incremental:
+        reconcile_gateway_objects(pass_, progress)
+        if pass_.halted:
+            return pass_.decision()
+    reconcile_services(pass_, progress)
+    if pass_.halted:
+        return pass_.decision()
+    compute_status(pass_, progress)
+    return _finish(pass_)
 
 
-def _finish(job: Pass) -> Decision:
+def _finish(pass_: Pass) -> Decision:
     """Append the pass's PatchStatus (when KubeRay's rule, or a step fact, says so) and decide."""
-    patch = job.status.patch(
-        target=job.ref,
-        resource_version=job.model.resource_version,
-        now=job.now,
-        incremental_gate=job.config.gates.ray_service_incremental_upgrade,
+    patch = pass_.status.patch(
+        target=pass_.ref,
+        resource_version=pass_.model.resource_version,
+        now=pass_.now,
+        incremental_gate=pass_.config.gates.ray_service_incremental_upgrade,
     )
     if patch is not None:
-        job.commands.append(patch)
-        job.rule("6/status-write")
-    return job.decision()
+        pass_.commands.append(patch)
+        pass_.rule("6/status-write")
+    return pass_.decision()
 
 
-def _on_deletion(job: Pass, *, remaining: bool) -> Decision:
+def _on_deletion(pass_: Pass, *, remaining: bool) -> Decision:
     """docs/behaviour.md#6.1 step 4: every cluster is being deleted; drop the finalizer once none is left."""
-    if conventions.FINALIZER_RAYSERVICE not in job.model.finalizers:
-        job.rule("6.1/deleting-no-finalizer")
-        return job.decision()
+    if conventions.FINALIZER_RAYSERVICE not in pass_.model.finalizers:
+        pass_.rule("6.1/deleting-no-finalizer")
+        return pass_.decision()
     if remaining:
-        job.rule("6.1/deleting-wait-clusters")
-        return _finish(job)
-    job.commands.append(
+        pass_.rule("6.1/deleting-wait-clusters")
+        return _finish(pass_)
+    pass_.commands.append(
         PatchObject(
-            target=job.ref,
-            patch=remove_finalizer_patch(list(job.model.finalizers), conventions.FINALIZER_RAYSERVICE),
+            target=pass_.ref,
+            patch=remove_finalizer_patch(list(pass_.model.finalizers), conventions.FINALIZER_RAYSERVICE),
             patch_type="json",
-            resource_version=job.model.resource_version,
+            resource_version=pass_.model.resource_version,
         )
     )
-    job.rule("6.1/deleting-remove-finalizer")
-    return job.decision()
+    pass_.rule("6.1/deleting-remove-finalizer")
+    return pass_.decision()
 
 
-def _on_invalid(job: Pass, *, reason: str, message: str) -> None:
+def _on_invalid(pass_: Pass, *, reason: str, message: str) -> None:
     """docs/behaviour.md#6.1 step 6: Warning Event, ``Ready=False/ValidationFailed`` with the error, no requeue."""
-    ready = job.status.condition(READY)
+    ready = pass_.status.condition(READY)
     already = ready is not None and ready.get("reason") == "ValidationFailed" and ready.get("message") == message
     if not already:
-        job.emit("Warning", reason=reason, message=f"{job.ref.namespace}/{job.ref.name}: {message}")
-    observed = job.status.get("observedGeneration")
-    job.status.set_condition(
+        pass_.emit("Warning", reason=reason, message=f"{pass_.ref.namespace}/{pass_.ref.name}: {message}")
+    observed = pass_.status.get("observedGeneration")
+    pass_.status.set_condition(
         READY,
         status="False",
         reason="ValidationFailed",
         message=message,
-        now=job.now,
+        now=pass_.now,
         observed_generation=observed if isinstance(observed, int) and not isinstance(observed, bool) else 0,
     )
-    job.rule("8/rayservice-invalid")
+    pass_.rule("8/rayservice-invalid")

@@ -8,7 +8,7 @@ the live one (server-side defaults tolerated), and record this pass's weights fo
 Invariants: pure; per-cluster Services are owned by their RayCluster (created once the cluster has a
 uid), Gateway and HTTPRoute by the RayService; no route until an active cluster exists.
 
-Not here: the weight arithmetic (``incremental``), the RayService Services (``flow``).
+Not here: the weight arithmetic (``incremental``), the RayService Services (``cluster_steps``).
 """
 
 from __future__ import annotations
@@ -20,85 +20,87 @@ from schema.objects import mapping, text
 from schema.probes import serve_port
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.rayservice import incremental, names
+from services.reconciler.rayservice.cluster_steps import Progress
 from services.reconciler.rayservice.clusters import name_of
-from services.reconciler.rayservice.flow import Progress
+from services.reconciler.rayservice.kube_services import ServiceBuildError, per_cluster_serve_service
 from services.reconciler.rayservice.passes import Pass
-from services.reconciler.rayservice.services import ServiceBuildError, per_cluster_serve_service
 
 
-def reconcile_gateway_objects(job: Pass, progress: Progress) -> None:
+def reconcile_gateway_objects(pass_: Pass, progress: Progress) -> None:
     """docs/behaviour.md#6.4 / #6.1 step 13: per-cluster serve Services, the Gateway, the weighted HTTPRoute."""
-    model, options = job.model, job.model.upgrade_options
+    model, options = pass_.model, pass_.model.upgrade_options
     if options is None:
         return
     for cluster in (progress.active, progress.pending):
         if cluster is None or not text(mapping(cluster.get("metadata")).get("uid")):
             continue
         service_name = names.serve_service_name(name_of(cluster))
-        if job.snapshot.get("Service", service_name) is not None:
+        if pass_.snapshot.get("Service", service_name) is not None:
             continue
         try:
             body = per_cluster_serve_service(model, cluster, owner=owner_reference_to(cluster, "RayCluster"))
         except ServiceBuildError as exc:
-            job.emit("Warning", reason="FailedToCreateService", message=f"{job.ref.namespace}/{service_name}: {exc}")
-            job.halt("6.4/per-cluster-serve-service-failed")
+            pass_.emit(
+                "Warning", reason="FailedToCreateService", message=f"{pass_.ref.namespace}/{service_name}: {exc}"
+            )
+            pass_.halt("6.4/per-cluster-serve-service-failed")
             return
-        job.create("Service", body)
-        job.rule("6.4/create-per-cluster-serve-service")
+        pass_.create("Service", body)
+        pass_.rule("6.4/create-per-cluster-serve-service")
     gateway_name = names.gateway_name(model.name)
-    gateway = job.snapshot.get("Gateway", gateway_name)
+    gateway = pass_.snapshot.get("Gateway", gateway_name)
     desired = incremental.gateway_spec(options.gateway_class_name)
     if gateway is None:
         body = incremental.gateway_body(
             rayservice=model.name,
             namespace=model.namespace,
             class_name=options.gateway_class_name,
-            owner=job.owner_reference(),
+            owner=pass_.owner_reference(),
         )
-        job.create("Gateway", body)
-        job.emit(
+        pass_.create("Gateway", body)
+        pass_.emit(
             "Normal",
             reason="CreatedGateway",
             message=f"Created Gateway for RayService {model.namespace}/{gateway_name}",
         )
-        job.rule("6.4/create-gateway")
+        pass_.rule("6.4/create-gateway")
     elif not _subset(desired, mapping(gateway.get("spec"))):
-        job.patch("Gateway", gateway, body={"spec": desired}, guarded=False)
-        job.emit("Normal", reason="UpdatedGateway", message=f"Updated the Gateway {model.namespace}/{gateway_name}")
-        job.rule("6.4/update-gateway")
+        pass_.patch("Gateway", gateway, body={"spec": desired}, guarded=False)
+        pass_.emit("Normal", reason="UpdatedGateway", message=f"Updated the Gateway {model.namespace}/{gateway_name}")
+        pass_.rule("6.4/update-gateway")
     active, pending = progress.active, progress.pending
     if active is None:
         return
     weights = incremental.traffic_weights(
-        job.status,
+        pass_.status,
         options=options,
         pending_ready=progress.pending_ready,
         rolling_back=progress.rolling_back,
-        now=job.now,
+        now=pass_.now,
     )
     backends = [(names.serve_service_name(name_of(active)), serve_port(active), weights[0])]
     if pending is not None:
         backends.append((names.serve_service_name(name_of(pending)), serve_port(pending), weights[1]))
     spec = incremental.httproute_spec(rayservice=model.name, namespace=model.namespace, backends=backends)
     route_name = names.httproute_name(model.name)
-    route = job.snapshot.get("HTTPRoute", route_name)
+    route = pass_.snapshot.get("HTTPRoute", route_name)
     if route is None:
-        job.create(
+        pass_.create(
             "HTTPRoute",
             incremental.httproute_body(
-                rayservice=model.name, namespace=model.namespace, spec=spec, owner=job.owner_reference()
+                rayservice=model.name, namespace=model.namespace, spec=spec, owner=pass_.owner_reference()
             ),
         )
-        job.emit(
+        pass_.emit(
             "Normal",
             reason="CreatedHTTPRoute",
             message=f"Created HTTPRoute for RayService {model.namespace}/{route_name}",
         )
-        job.rule("6.4/create-httproute")
+        pass_.rule("6.4/create-httproute")
     elif not _subset(spec, mapping(route.get("spec"))):
-        job.patch("HTTPRoute", route, body={"spec": spec}, guarded=False)
-        job.emit("Normal", reason="UpdatedHTTPRoute", message=f"Updated the HTTPRoute {model.namespace}/{route_name}")
-        job.rule("6.4/update-httproute")
+        pass_.patch("HTTPRoute", route, body={"spec": spec}, guarded=False)
+        pass_.emit("Normal", reason="UpdatedHTTPRoute", message=f"Updated the HTTPRoute {model.namespace}/{route_name}")
+        pass_.rule("6.4/update-httproute")
     progress.weights = (weights[0], weights[1] if pending is not None else -1)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from services.reconciler.rayservice.cleanup import delete_owned
 from services.reconciler.rayservice.passes import Pass
-from services.reconciler.rayservice.status import (
+from services.reconciler.rayservice.status_draft import (
     ACTIVE,
     PENDING,
     READY,
@@ -31,78 +31,78 @@ from services.reconciler.rayservice.status import (
 )
 
 
-def _set(job: Pass, type_: str, *, status: str, reason: str, message: str, fresh: bool = False) -> None:
-    job.status.set_condition(
+def _set(pass_: Pass, type_: str, *, status: str, reason: str, message: str, fresh: bool = False) -> None:
+    pass_.status.set_condition(
         type_,
         status=status,
         reason=reason,
         message=message,
-        now=job.now,
-        observed_generation=job.model.generation,
+        now=pass_.now,
+        observed_generation=pass_.model.generation,
         fresh=fresh,
     )
 
 
-def handle_suspend(job: Pass, clusters: list[dict[str, Any]]) -> bool:
+def handle_suspend(pass_: Pass, clusters: list[dict[str, Any]]) -> bool:
     """Run the suspend state machine.
 
     Returns:
         True when the pass stops here (Suspending or Suspended), False to go on reconciling.
     """
-    status = job.status
-    assert job.model.spec is not None
-    wants_suspend = job.model.spec.suspend
+    status = pass_.status
+    assert pass_.model.spec is not None
+    wants_suspend = pass_.model.spec.suspend
     if status.is_true(SUSPENDING):
-        remaining = delete_owned(job, clusters)
+        remaining = delete_owned(pass_, clusters)
         if remaining:
             _set(
-                job,
+                pass_,
                 SUSPENDING,
                 status="True",
                 reason="SuspendInProgress",
                 message=f"Deleting the resources of the RayService ({remaining} left)",
             )
-            job.rule("6.5/suspend-in-progress")
+            pass_.rule("6.5/suspend-in-progress")
             return True
         message = "The RayService is suspended: its RayClusters, Services, Gateway and HTTPRoute are deleted"
-        _set(job, SUSPENDING, status="False", reason="SuspendComplete", message=message)
-        _set(job, SUSPENDED, status="True", reason="SuspendComplete", message=message)
+        _set(pass_, SUSPENDING, status="False", reason="SuspendComplete", message=message)
+        _set(pass_, SUSPENDED, status="True", reason="SuspendComplete", message=message)
         for type_ in (READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS):
-            _set(job, type_, status="False", reason="SuspendComplete", message=message)
-        job.rule("6.5/suspend-complete")
+            _set(pass_, type_, status="False", reason="SuspendComplete", message=message)
+        pass_.rule("6.5/suspend-complete")
         return True
     if status.is_true(SUSPENDED):
         if wants_suspend:
-            job.rule("6.5/stay-suspended")
+            pass_.rule("6.5/stay-suspended")
             return True
         _set(
-            job,
+            pass_,
             SUSPENDED,
             status="False",
             reason="RayServiceResumed",
             message="spec.suspend is false: the RayService is resumed",
         )
-        _set(job, READY, status="False", reason="Initializing", message="RayService is initializing", fresh=True)
+        _set(pass_, READY, status="False", reason="Initializing", message="RayService is initializing", fresh=True)
         _set(
-            job,
+            pass_,
             UPGRADE_IN_PROGRESS,
             status="False",
             reason="Initializing",
             message="RayService is initializing",
             fresh=True,
         )
-        job.rule("6.5/resume")
+        pass_.rule("6.5/resume")
         return False
     if wants_suspend:
         message = "spec.suspend is true: deleting the resources of the RayService"
-        _set(job, SUSPENDING, status="True", reason="SuspendRequested", message=message)
-        _set(job, READY, status="False", reason="SuspendInProgress", message=message)
-        _set(job, UPGRADE_IN_PROGRESS, status="False", reason="SuspendInProgress", message=message)
-        _set(job, ROLLBACK_IN_PROGRESS, status="False", reason="SuspendInProgress", message=message)
+        _set(pass_, SUSPENDING, status="True", reason="SuspendRequested", message=message)
+        _set(pass_, READY, status="False", reason="SuspendInProgress", message=message)
+        _set(pass_, UPGRADE_IN_PROGRESS, status="False", reason="SuspendInProgress", message=message)
+        _set(pass_, ROLLBACK_IN_PROGRESS, status="False", reason="SuspendInProgress", message=message)
         status.set_cluster(ACTIVE, {})
         status.set_cluster(PENDING, {})
         status.set("numServeEndpoints", 0)
         status.set("serviceStatus", "")
-        job.rule("6.5/suspend-requested")
+        pass_.rule("6.5/suspend-requested")
         return True
     return False

@@ -12,22 +12,22 @@ from schema.keys import ReconcileKey
 from schema.probes import snapshot_targets
 from services.reconciler.common.names import rand5
 from services.reconciler.rayservice.godur import go_duration_string, parse_go_duration, parse_timeout
-from services.reconciler.rayservice.model import deletion_delay, goal_hash, read_model
-from services.reconciler.rayservice.names import cluster_name
-from services.reconciler.rayservice.serve import (
-    ServeConfigError,
-    config_hash,
-    read_observation,
-    serve_config_json,
-    submit_reason,
-)
-from services.reconciler.rayservice.services import (
+from services.reconciler.rayservice.kube_services import (
     ServiceBuildError,
     count_serve_endpoints,
     rayservice_serve_service,
     switch_patch,
 )
-from services.reconciler.rayservice.status import StatusDraft
+from services.reconciler.rayservice.model import deletion_delay, goal_hash, read_model
+from services.reconciler.rayservice.names import cluster_name
+from services.reconciler.rayservice.serve_config import (
+    ServeConfigError,
+    config_hash,
+    serve_config_json,
+    submit_reason,
+)
+from services.reconciler.rayservice.serve_observation import read_observation
+from services.reconciler.rayservice.status_draft import StatusDraft
 from tests.unit.rayservice.builders import cluster_config, rayservice
 from tests.unit.rayservice.sim import NOW, World
 

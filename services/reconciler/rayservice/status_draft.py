@@ -16,7 +16,7 @@ Invariants:
   ``clusterDeleted``) are recorded by the pass. A pass with step facts writes even when KubeRay's rule
   would not (``lastUpdateTime`` only), so the fact reaches the history: the one deliberate deviation.
 
-Not here: what the status should become (``reconcile``, ``incremental``).
+Not here: what the status should become (``compute_status``, ``incremental``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 cluster when one is needed, serve endpoints, conditions, serviceStatus, and the wake-ups it implies.
 
 Role: KubeRay's ``calculateStatus`` and ``calculateConditions`` over the status draft, using what the
-serving flow found (:class:`~services.reconciler.rayservice.flow.Progress`).
+cluster steps and the Serve step found (:class:`~services.reconciler.rayservice.cluster_steps.Progress`).
 
 Time: the initializing timeout (annotation ``ray.io/initializing-timeout``) is measured from the Ready
 condition's lastTransitionTime; the pass asks to be woken at that instant, so the timeout fires
@@ -12,7 +12,7 @@ Invariants: pure; names of new clusters come from ``names.cluster_name`` (uid, g
 being replaced); step facts (``activeCluster``, ``pendingCluster``, ``traffic``, ``rollback``) are
 recorded on the draft so they ride on the status write.
 
-Not here: the write rule and the PatchStatus (``status``).
+Not here: the write rule and the PatchStatus (``status_draft``).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any
 from schema.objects import mapping
 from schema.times import format_time, parse_time
 from services.reconciler.rayservice import incremental, names
+from services.reconciler.rayservice.cluster_steps import Progress, should_prepare
 from services.reconciler.rayservice.clusters import name_of, originated_clusters
-from services.reconciler.rayservice.flow import Progress, should_prepare
 from services.reconciler.rayservice.godur import go_duration_string, to_nanoseconds
+from services.reconciler.rayservice.kube_services import count_serve_endpoints, serve_service_name
 from services.reconciler.rayservice.model import initializing_timeout_ns
 from services.reconciler.rayservice.passes import Pass
-from services.reconciler.rayservice.services import count_serve_endpoints, serve_service_name
-from services.reconciler.rayservice.status import (
+from services.reconciler.rayservice.status_draft import (
     ACTIVE,
     PENDING,
     READY,
@@ -39,29 +39,29 @@ from services.reconciler.rayservice.status import (
 )
 
 
-def _set(job: Pass, type_: str, *, status: str, reason: str, message: str) -> None:
-    job.status.set_condition(
-        type_, status=status, reason=reason, message=message, now=job.now, observed_generation=job.model.generation
+def _set(pass_: Pass, type_: str, *, status: str, reason: str, message: str) -> None:
+    pass_.status.set_condition(
+        type_, status=status, reason=reason, message=message, now=pass_.now, observed_generation=pass_.model.generation
     )
 
 
-def _traffic_from_weights(job: Pass, progress: Progress) -> None:
+def _traffic_from_weights(pass_: Pass, progress: Progress) -> None:
     """Incremental: the traffic percentages from the HTTPRoute weights decided this pass."""
     if progress.weights is None:
         return
-    status = job.status
+    status = pass_.status
     active_weight, pending_weight = progress.weights
     old_pending = status.int_field(PENDING, "trafficRoutedPercent")
     old_active = status.int_field(ACTIVE, "trafficRoutedPercent")
     if active_weight >= 0 and status.cluster_name(ACTIVE):
         status.set_field(ACTIVE, "trafficRoutedPercent", value=active_weight)
         if active_weight != (-1 if old_active is None else old_active):
-            status.set_field(ACTIVE, "lastTrafficMigratedTime", value=format_time(job.now))
+            status.set_field(ACTIVE, "lastTrafficMigratedTime", value=format_time(pass_.now))
     pending_weight = pending_weight if status.cluster_name(PENDING) else -1
     if pending_weight >= 0:
         status.set_field(PENDING, "trafficRoutedPercent", value=pending_weight)
         if pending_weight != (-1 if old_pending is None else old_pending):
-            status.set_field(PENDING, "lastTrafficMigratedTime", value=format_time(job.now))
+            status.set_field(PENDING, "lastTrafficMigratedTime", value=format_time(pass_.now))
     if pending_weight >= 0 and old_pending is not None and old_pending != pending_weight:
         active_name, pending_name = status.cluster_name(ACTIVE), status.cluster_name(PENDING)
         forward = pending_weight > old_pending
@@ -78,21 +78,21 @@ def _traffic_from_weights(job: Pass, progress: Progress) -> None:
         )
 
 
-def _promote(job: Pass, progress: Progress) -> bool:
+def _promote(pass_: Pass, progress: Progress) -> bool:
     """``reconcilePromotionAndServingStatus``: promote pending → active when its time has come.
 
     Returns:
         True when the Services point at the pending cluster (as named before any promotion).
     """
-    status = job.status
+    status = pass_.status
     points_to = progress.services_target
     active_name, pending_name = status.cluster_name(ACTIVE), status.cluster_name(PENDING)
     if points_to not in (active_name, pending_name):
         # KubeRay panics here; it cannot happen when the services follow the active/pending cluster.
-        job.rule("6.2/services-point-elsewhere")
+        pass_.rule("6.2/services-point-elsewhere")
         return False
     promote = False
-    if job.incremental:
+    if pass_.incremental:
         if status.is_true(UPGRADE_IN_PROGRESS):
             promote = (
                 progress.pending is not None and not progress.rolling_back and incremental.upgrade_complete(status)
@@ -112,19 +112,19 @@ def _promote(job: Pass, progress: Progress) -> bool:
             message=f"RayCluster {pending_name} is now the active cluster",
             attributes={"from": active_name, "to": pending_name},
         )
-        job.rule("6.2/promote")
+        pass_.rule("6.2/promote")
     return points_to == pending_name
 
 
-def _prepare_new_cluster(job: Pass) -> None:
-    status, model = job.status, job.model
+def _prepare_new_cluster(pass_: Pass) -> None:
+    status, model = pass_.status, pass_.model
     old_pending, active_name = status.cluster_name(PENDING), status.cluster_name(ACTIVE)
-    taken = frozenset(name_of(c) for c in originated_clusters(job.snapshot, model.name)) | {old_pending, active_name}
+    taken = frozenset(name_of(c) for c in originated_clusters(pass_.snapshot, model.name)) | {old_pending, active_name}
     new_name = names.cluster_name(
         rayservice=model.name, uid=model.uid, generation=model.generation, replaces=active_name, taken=taken
     )
     pending: dict[str, Any] = {"rayClusterName": new_name}
-    if job.incremental:
+    if pass_.incremental:
         if not active_name:
             if status.int_field(ACTIVE, "targetCapacity") is None:
                 pending["targetCapacity"] = 100
@@ -139,11 +139,11 @@ def _prepare_new_cluster(job: Pass) -> None:
         message="pending cluster created",
         attributes={"activeCluster": active_name},
     )
-    job.rule("6.2/prepare-new-cluster")
+    pass_.rule("6.2/prepare-new-cluster")
 
 
-def _finish_rollback(job: Pass, progress: Progress) -> None:
-    status = job.status
+def _finish_rollback(pass_: Pass, progress: Progress) -> None:
+    status = pass_.status
     if not progress.rolling_back or not status.cluster_name(PENDING):
         return
     if not incremental.rollback_complete(status, pending_ready=progress.pending_ready):
@@ -161,79 +161,81 @@ def _finish_rollback(job: Pass, progress: Progress) -> None:
     )
     progress.rolling_back = False
     progress.pending = None  # released: it is dangling now, and no longer what a new cluster is compared with
-    job.rule("6.4/rollback-complete")
+    pass_.rule("6.4/rollback-complete")
 
 
-def _serve_endpoint_services(job: Pass, progress: Progress) -> set[str]:
-    base = serve_service_name(job.model)
-    if job.incremental and progress.active is not None:
+def _serve_endpoint_services(pass_: Pass, progress: Progress) -> set[str]:
+    base = serve_service_name(pass_.model)
+    if pass_.incremental and progress.active is not None:
         base = names.serve_service_name(name_of(progress.active))
     found = {base}
-    if job.incremental and progress.pending is not None:
+    if pass_.incremental and progress.pending is not None:
         found.add(names.serve_service_name(name_of(progress.pending)))
     return found
 
 
-def _initializing_timeout(job: Pass) -> None:
+def _initializing_timeout(pass_: Pass) -> None:
     """Ready False/Initializing for longer than the annotation's timeout → terminal InitializingTimeout."""
-    timeout = initializing_timeout_ns(job.model)
-    ready = job.status.condition(READY)
+    timeout = initializing_timeout_ns(pass_.model)
+    ready = pass_.status.condition(READY)
     if timeout is None or ready is None or ready.get("status") != "False" or ready.get("reason") != "Initializing":
         return
     since = parse_time(ready.get("lastTransitionTime"))
     if since is None:
         return
     deadline = since + timedelta(microseconds=timeout // 1000)
-    if job.now < deadline:
-        job.wake(deadline)
+    if pass_.now < deadline:
+        pass_.wake(deadline)
         return
-    spent = go_duration_string(to_nanoseconds(job.now - since))
+    spent = go_duration_string(to_nanoseconds(pass_.now - since))
     configured = go_duration_string(timeout)
-    status = job.status
+    status = pass_.status
     for role, field in ((ACTIVE, "activeCluster"), (PENDING, "pendingCluster")):
         name = status.cluster_name(role)
         if name:
             status.set_field(role, "rayClusterName", value=None)
             status.step(field, from_value=name, to_value="", reason="InitializingTimeout", message="cluster released")
     _set(
-        job,
+        pass_,
         READY,
         status="False",
         reason="InitializingTimeout",
         message=f"RayService failed to become ready within the configured timeout of {configured}. "
         f"Time spent initializing: {spent}",
     )
-    job.emit(
+    pass_.emit(
         "Warning",
         reason="RayServiceInitializingTimeout",
         message=f"RayService initializing timeout exceeded after {spent} (configured timeout: {configured})",
     )
-    job.rule("6.2/initializing-timeout")
+    pass_.rule("6.2/initializing-timeout")
 
 
-def _conditions(job: Pass) -> None:
-    status = job.status
+def _conditions(pass_: Pass) -> None:
+    status = pass_.status
     if not status.conditions:
         message = "RayService is initializing"
-        _set(job, READY, status="False", reason="Initializing", message=message)
-        _set(job, UPGRADE_IN_PROGRESS, status="False", reason="Initializing", message=message)
+        _set(pass_, READY, status="False", reason="Initializing", message=message)
+        _set(pass_, UPGRADE_IN_PROGRESS, status="False", reason="Initializing", message=message)
     endpoints = status.get("numServeEndpoints") or 0
     if endpoints > 0:
         _set(
-            job,
+            pass_,
             READY,
             status="True",
             reason="NonZeroServeEndpoints",
             message="Number of serve endpoints is greater than 0",
         )
     elif status.is_true(READY):
-        _set(job, READY, status="False", reason="ZeroServeEndpoints", message="Number of serve endpoints dropped to 0")
+        _set(
+            pass_, READY, status="False", reason="ZeroServeEndpoints", message="Number of serve endpoints dropped to 0"
+        )
     else:
-        _initializing_timeout(job)
+        _initializing_timeout(pass_)
     active_name, pending_name = status.cluster_name(ACTIVE), status.cluster_name(PENDING)
     if active_name and pending_name:
         _set(
-            job,
+            pass_,
             UPGRADE_IN_PROGRESS,
             status="True",
             reason="BothActivePendingClustersExist",
@@ -241,7 +243,7 @@ def _conditions(job: Pass) -> None:
         )
     elif active_name:
         _set(
-            job,
+            pass_,
             UPGRADE_IN_PROGRESS,
             status="False",
             reason="NoPendingCluster",
@@ -252,7 +254,7 @@ def _conditions(job: Pass) -> None:
         or status.condition(UPGRADE_IN_PROGRESS) is None
     ):
         _set(
-            job,
+            pass_,
             UPGRADE_IN_PROGRESS,
             status="Unknown",
             reason="NoActiveCluster",
@@ -263,33 +265,35 @@ def _conditions(job: Pass) -> None:
         )
 
 
-def compute_status(job: Pass, progress: Progress) -> None:
+def compute_status(pass_: Pass, progress: Progress) -> None:
     """docs/behaviour.md#6.2, in KubeRay's order."""
-    status = job.status
-    status.set("observedGeneration", job.model.generation)
+    status = pass_.status
+    status.set("observedGeneration", pass_.model.generation)
     for role, cluster, apps in (
         (ACTIVE, progress.active, progress.active_apps),
         (PENDING, progress.pending, progress.pending_apps),
     ):
         status.set_field(role, "rayClusterStatus", value=copy.deepcopy(dict(mapping(mapping(cluster).get("status")))))
         status.set_field(role, "applicationStatuses", value=copy.deepcopy(apps) if apps is not None else None)
-    _finish_rollback(job, progress)
+    _finish_rollback(pass_, progress)
     serving_pending = False
     if progress.services_target:
-        if job.incremental:
-            _traffic_from_weights(job, progress)
-        serving_pending = _promote(job, progress)
-    if should_prepare(job, progress, active=progress.active, pending=progress.pending, serving_pending=serving_pending):
-        _prepare_new_cluster(job)
-    endpoint_slices = job.snapshot.of_kind("EndpointSlice")
-    status.set("numServeEndpoints", count_serve_endpoints(endpoint_slices, _serve_endpoint_services(job, progress)))
-    _conditions(job)
+        if pass_.incremental:
+            _traffic_from_weights(pass_, progress)
+        serving_pending = _promote(pass_, progress)
+    if should_prepare(
+        pass_, progress, active=progress.active, pending=progress.pending, serving_pending=serving_pending
+    ):
+        _prepare_new_cluster(pass_)
+    endpoint_slices = pass_.snapshot.of_kind("EndpointSlice")
+    status.set("numServeEndpoints", count_serve_endpoints(endpoint_slices, _serve_endpoint_services(pass_, progress)))
+    _conditions(pass_)
     status.set("serviceStatus", "Running" if status.is_true(READY) else "")
-    if job.incremental and job.model.upgrade_options is not None:
-        job.wake(
+    if pass_.incremental and pass_.model.upgrade_options is not None:
+        pass_.wake(
             incremental.next_traffic_step(
                 status,
-                options=job.model.upgrade_options,
+                options=pass_.model.upgrade_options,
                 pending_ready=progress.pending_ready,
                 rolling_back=progress.rolling_back,
             )

@@ -1,11 +1,8 @@
-"""Serve applications (docs/behaviour.md#6.1 step 12): what the prober saw, whether a cluster is ready, and whether
-(and what) to submit to its dashboard.
+"""Serve config submissions (docs/behaviour.md#6.1 step 12): whether (and what) to submit to a cluster's dashboard.
 
-Role: read the ``obs-serve`` observation of a cluster (the dashboard's
-``GET /api/serve/applications/?api_type=declarative`` body, or ``{"http_status": N, "error": ...}``)
-into KubeRay's application-status map, convert ``serveConfigV2`` (YAML) into the JSON the dashboard's
-PUT takes, and apply KubeRay's ``checkIfNeedSubmitServeApplications`` against the durable record of
-the last submission.
+Role: convert ``serveConfigV2`` (YAML) into the JSON the dashboard's PUT takes, and apply KubeRay's
+``checkIfNeedSubmitServeApplications`` against the durable record of the last submission and the
+cluster's observed applications (``serve_observation``).
 
 Durable serve-config record (KubeRay keeps it in an in-memory LRU): the digest of the last submitted
 ``serveConfigV2`` is the ``raybus.io/serve-config-hash`` annotation of the RayCluster, the ``record`` of
@@ -14,64 +11,20 @@ retried on the next pass as in KubeRay (whose cache is updated only on success).
 rescheduled worker therefore does not resubmit an unchanged config; a cluster that lost its
 applications (head restart without GCS FT) reports none and is resubmitted, exactly as in KubeRay.
 
-Invariants: pure and total: malformed observations read as "no information" or as a dashboard error,
-never raise.
+Invariants: pure; a config that is not a YAML mapping is a :class:`ServeConfigError` for the caller to report.
 
-Not here: target_capacity steps (``incremental``), when to reconcile which cluster (``reconcile``).
+Not here: target_capacity steps (``incremental``), when to reconcile which cluster (``reconcile_serve``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 import yaml
 
-from schema.objects import integer, mapping, text
-
-DEFAULT_APP_NAME: Final = "default"
-RUNNING: Final = "RUNNING"
-
-
-class ServeObservation(msgspec.Struct, frozen=True, kw_only=True):
-    """One cluster's Serve applications as last observed (or the dashboard error)."""
-
-    applications: dict[str, dict[str, Any]]
-    error: str = ""
-
-    @property
-    def ready(self) -> bool:
-        """KubeRay's ``isReady``: at least one application, and every one RUNNING."""
-        return bool(self.applications) and all(app.get("status") == RUNNING for app in self.applications.values())
-
-
-def read_observation(data: Mapping[str, Any] | None) -> ServeObservation | None:
-    """The observation's application statuses (wire shape of ``applicationStatuses``); None if absent."""
-    if data is None:
-        return None
-    status_code = integer(data.get("http_status"))
-    if data.get("error") or (status_code is not None and not 200 <= status_code < 300):
-        return ServeObservation(
-            applications={}, error=text(data.get("error")) or f"dashboard answered HTTP {status_code}"
-        )
-    applications: dict[str, dict[str, Any]] = {}
-    raw_apps = mapping(data.get("applications"))
-    for raw_name, raw_app in raw_apps.items():
-        app = mapping(raw_app)
-        name = raw_name if isinstance(raw_name, str) and raw_name else DEFAULT_APP_NAME
-        deployments: dict[str, dict[str, str]] = {}
-        for deployment_name, raw_deployment in mapping(app.get("deployments")).items():
-            deployment = mapping(raw_deployment)
-            entry = {"status": text(deployment.get("status")), "message": text(deployment.get("message"))}
-            deployments[str(deployment_name)] = {k: v for k, v in entry.items() if v}
-        status: dict[str, Any] = {"status": text(app.get("status")), "message": text(app.get("message"))}
-        status = {k: v for k, v in status.items() if v}
-        if deployments:
-            status["serveDeploymentStatuses"] = deployments
-        applications[name] = status
-    return ServeObservation(applications=applications)
+from services.reconciler.rayservice.serve_observation import ServeObservation
 
 
 class ServeConfigError(Exception):

@@ -11,8 +11,8 @@ endpoints from EndpointSlices; Gateway/HTTPRoute readiness from their status: ea
 
 Invariants: pure; a step that KubeRay would abandon with an error halts the pass (no status write).
 
-Not here: Serve applications (``serving``), Gateway objects (``routing``), cleanup, suspend, the
-status computation (``outcome``).
+Not here: Serve applications (``reconcile_serve``), Gateway objects (``routing``), cleanup, suspend, the
+status computation (``compute_status``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from services.reconciler.rayservice.clusters import (
     name_of,
     should_update,
 )
-from services.reconciler.rayservice.model import zero_downtime_enabled
-from services.reconciler.rayservice.passes import Pass
-from services.reconciler.rayservice.services import (
+from services.reconciler.rayservice.kube_services import (
     ServiceBuildError,
     rayservice_head_service,
     rayservice_serve_service,
@@ -42,11 +40,13 @@ from services.reconciler.rayservice.services import (
     serve_service_name,
     switch_patch,
 )
-from services.reconciler.rayservice.status import ACTIVE, PENDING, ROLLBACK_IN_PROGRESS, UPGRADE_IN_PROGRESS
+from services.reconciler.rayservice.model import zero_downtime_enabled
+from services.reconciler.rayservice.passes import Pass
+from services.reconciler.rayservice.status_draft import ACTIVE, PENDING, ROLLBACK_IN_PROGRESS, UPGRADE_IN_PROGRESS
 
 
 class Progress:
-    """What the serving flow found, for the status computation."""
+    """What the cluster steps and the Serve step found, for the status computation."""
 
     def __init__(self) -> None:
         self.active: dict[str, Any] | None = None
@@ -76,39 +76,39 @@ def _with_update(cluster: Mapping[str, Any], ops: list[dict[str, Any]]) -> dict[
     return updated
 
 
-def reconcile_clusters(job: Pass, progress: Progress, *, clusters: list[dict[str, Any]]) -> None:
+def reconcile_clusters(pass_: Pass, progress: Progress, *, clusters: list[dict[str, Any]]) -> None:
     """docs/behaviour.md#6.1 step 9: create the missing pending cluster, or update the active/pending one in place."""
-    status, model = job.status, job.model
+    status, model = pass_.status, pass_.model
     by_name = {name_of(c): c for c in clusters}
     active_name, pending_name = status.cluster_name(ACTIVE), status.cluster_name(PENDING)
     progress.active = by_name.get(active_name) if active_name else None
     progress.pending = by_name.get(pending_name) if pending_name else None
     progress.upgrading = status.is_true(UPGRADE_IN_PROGRESS)
     progress.rolling_back = status.is_true(ROLLBACK_IN_PROGRESS)
-    clear_replicas = job.incremental and bool(active_name)
-    rayservice = job.snapshot.owner() or {}
+    clear_replicas = pass_.incremental and bool(active_name)
+    rayservice = pass_.snapshot.owner() or {}
     if pending_name and progress.pending is None:
-        body = build_cluster(model, rayservice, name=pending_name, clear_replicas=clear_replicas, config=job.config)
-        job.create("RayCluster", body)
-        job.emit(
-            "Normal", reason="CreatedRayCluster", message=f"Created the RayCluster {job.ref.namespace}/{pending_name}"
+        body = build_cluster(model, rayservice, name=pending_name, clear_replicas=clear_replicas, config=pass_.config)
+        pass_.create("RayCluster", body)
+        pass_.emit(
+            "Normal", reason="CreatedRayCluster", message=f"Created the RayCluster {pass_.ref.namespace}/{pending_name}"
         )
-        job.rule("6.1/create-pending-cluster")
+        pass_.rule("6.1/create-pending-cluster")
         progress.pending = body
         return
     for role, cluster in ((ACTIVE, progress.active), (PENDING, progress.pending)):
-        if not should_update(model, cluster, active=role == ACTIVE, upgrading=progress.upgrading, config=job.config):
+        if not should_update(model, cluster, active=role == ACTIVE, upgrading=progress.upgrading, config=pass_.config):
             continue
         assert cluster is not None
-        ops = in_place_update(model, rayservice, cluster=cluster, clear_replicas=clear_replicas, config=job.config)
-        job.patch("RayCluster", cluster, body=ops, patch_type="json")
+        ops = in_place_update(model, rayservice, cluster=cluster, clear_replicas=clear_replicas, config=pass_.config)
+        pass_.patch("RayCluster", cluster, body=ops, patch_type="json")
         which = "active" if role == ACTIVE else "pending"
-        job.emit(
+        pass_.emit(
             "Normal",
             reason="UpdatedRayCluster",
-            message=f"Updated the {which} RayCluster {job.ref.namespace}/{name_of(cluster)}",
+            message=f"Updated the {which} RayCluster {pass_.ref.namespace}/{name_of(cluster)}",
         )
-        job.rule(f"6.1/update-{which}-cluster-in-place")
+        pass_.rule(f"6.1/update-{which}-cluster-in-place")
         if role == ACTIVE:
             progress.active = _with_update(cluster, ops)
         else:
@@ -116,14 +116,14 @@ def reconcile_clusters(job: Pass, progress: Progress, *, clusters: list[dict[str
         return
 
 
-def decide_rollback(job: Pass, progress: Progress) -> None:
+def decide_rollback(pass_: Pass, progress: Progress) -> None:
     """docs/behaviour.md#6.4 rollback decision: during an incremental upgrade, a goal spec other than the pending
     cluster's starts a rollback; the goal going back to the pending cluster's spec cancels it."""
-    if not (job.incremental and progress.upgrading and progress.active is not None and progress.pending is not None):
+    if not (pass_.incremental and progress.upgrading and progress.active is not None and progress.pending is not None):
         return
-    status = job.status
+    status = pass_.status
     attributes = {"from": name_of(progress.pending), "to": name_of(progress.active)}
-    if hash_equal(job.model, progress.pending, partial=False):
+    if hash_equal(pass_.model, progress.pending, partial=False):
         if progress.rolling_back:
             status.remove_condition(ROLLBACK_IN_PROGRESS)
             status.step(
@@ -135,7 +135,7 @@ def decide_rollback(job: Pass, progress: Progress) -> None:
                 attributes=attributes,
             )
             progress.rolling_back = False
-            job.rule("6.4/rollback-cancelled")
+            pass_.rule("6.4/rollback-cancelled")
         return
     if not progress.rolling_back:
         status.set_condition(
@@ -144,8 +144,8 @@ def decide_rollback(job: Pass, progress: Progress) -> None:
             reason="DesiredClusterSpecChanged",
             message="The goal RayCluster spec no longer matches the pending cluster: traffic and capacity move back "
             "to the active cluster",
-            now=job.now,
-            observed_generation=job.model.generation,
+            now=pass_.now,
+            observed_generation=pass_.model.generation,
         )
         status.step(
             "rollback",
@@ -156,11 +156,11 @@ def decide_rollback(job: Pass, progress: Progress) -> None:
             attributes=attributes,
         )
         progress.rolling_back = True
-        job.rule("6.4/rollback-start")
+        pass_.rule("6.4/rollback-start")
 
 
-def _observed_health(job: Pass, pod: Mapping[str, Any]) -> str | None:
-    data = job.snapshot.get(OBS_SERVE_HEALTH, name_of(pod))
+def _observed_health(pass_: Pass, pod: Mapping[str, Any]) -> str | None:
+    data = pass_.snapshot.get(OBS_SERVE_HEALTH, name_of(pod))
     if data is None:
         return None
     observed_uid = text(data.get("pod_uid"))
@@ -169,61 +169,61 @@ def _observed_health(job: Pass, pod: Mapping[str, Any]) -> str | None:
     return "true" if data.get("healthy") is True else "false"
 
 
-def update_serve_labels(job: Pass, progress: Progress) -> None:
+def update_serve_labels(pass_: Pass, progress: Progress) -> None:
     """docs/behaviour.md#6.1 step 11: the head pod's ``ray.io/serve`` label from the proxy health observation
     (always "false" with excludeHeadPodFromServeSvc); patched only when the value changes."""
-    assert job.model.spec is not None
-    exclude = job.model.spec.exclude_head_pod_from_serve_svc
+    assert pass_.model.spec is not None
+    exclude = pass_.model.spec.exclude_head_pod_from_serve_svc
     for cluster in (progress.active, progress.pending):
         if cluster is None:
             continue
-        pod = head_pod(job.snapshot, name_of(cluster))
+        pod = head_pod(pass_.snapshot, name_of(cluster))
         if pod is None:
             # KubeRay returns an error here; raybus goes on (the cluster is simply not ready), so the
             # status computation and its initializing timeout still run.
-            job.rule("6.1/head-pod-missing")
+            pass_.rule("6.1/head-pod-missing")
             continue
-        wanted = "false" if exclude else _observed_health(job, pod)
+        wanted = "false" if exclude else _observed_health(pass_, pod)
         if wanted is None or labels_of(pod).get(conventions.LABEL_SERVE) == wanted:
             continue
-        job.patch("Pod", pod, body={"metadata": {"labels": {conventions.LABEL_SERVE: wanted}}}, guarded=False)
-        job.emit(
+        pass_.patch("Pod", pod, body={"metadata": {"labels": {conventions.LABEL_SERVE: wanted}}}, guarded=False)
+        pass_.emit(
             "Normal",
             reason="UpdatedHeadPodServeLabel",
-            message=f'Updated the serve label to "{wanted}" for the Head Pod {job.ref.namespace}/{name_of(pod)}',
+            message=f'Updated the serve label to "{wanted}" for the Head Pod {pass_.ref.namespace}/{name_of(pod)}',
         )
-        job.rule("6.1/head-serve-label")
+        pass_.rule("6.1/head-serve-label")
 
 
-def should_prepare(job: Pass, progress: Progress, *, active: Any, pending: Any, serving_pending: bool) -> bool:
+def should_prepare(pass_: Pass, progress: Progress, *, active: Any, pending: Any, serving_pending: bool) -> bool:
     """KubeRay's ``shouldPrepareNewCluster`` (docs/behaviour.md#6.2 step 3; no new cluster during a rollback)."""
     if serving_pending or progress.rolling_back:
         return False
     if active is None and pending is None:
         return True
     cluster = pending if pending is not None else active
-    if hash_equal(job.model, cluster, partial=False) or hash_equal(job.model, cluster, partial=True):
+    if hash_equal(pass_.model, cluster, partial=False) or hash_equal(pass_.model, cluster, partial=True):
         return False
-    return zero_downtime_enabled(job.model, job.config)
+    return zero_downtime_enabled(pass_.model, pass_.config)
 
 
-def _reconcile_service(job: Pass, desired: dict[str, Any], *, target: str, traffic: bool) -> None:
+def _reconcile_service(pass_: Pass, desired: dict[str, Any], *, target: str, traffic: bool) -> None:
     name = text(mapping(desired.get("metadata")).get("name"))
-    existing = job.snapshot.get("Service", name)
+    existing = pass_.snapshot.get("Service", name)
     if existing is None:
-        job.create("Service", desired)
-        job.emit("Normal", reason="CreatedService", message=f"Created the service {job.ref.namespace}/{name}")
-        job.rule("6.1/create-service")
+        pass_.create("Service", desired)
+        pass_.emit("Normal", reason="CreatedService", message=f"Created the service {pass_.ref.namespace}/{name}")
+        pass_.rule("6.1/create-service")
         previous = ""
     else:
         previous = selected_cluster(existing)
         if previous == target:
             return
-        job.patch("Service", existing, body=switch_patch(existing, desired), patch_type="json")
-        job.emit("Normal", reason="UpdatedService", message=f"Updated the service {job.ref.namespace}/{name}")
-        job.rule("6.1/switch-service")
+        pass_.patch("Service", existing, body=switch_patch(existing, desired), patch_type="json")
+        pass_.emit("Normal", reason="UpdatedService", message=f"Updated the service {pass_.ref.namespace}/{name}")
+        pass_.rule("6.1/switch-service")
     if traffic:
-        job.status.step(
+        pass_.status.step(
             "traffic",
             from_value=previous,
             to_value=target,
@@ -233,28 +233,30 @@ def _reconcile_service(job: Pass, desired: dict[str, Any], *, target: str, traff
         )
 
 
-def reconcile_services(job: Pass, progress: Progress) -> None:
+def reconcile_services(pass_: Pass, progress: Progress) -> None:
     """docs/behaviour.md#6.1 step 14: point ``<rs>-head-svc`` and the serve Service at the target cluster."""
     if not (progress.pending_ready or progress.active_ready):
         return
     target = progress.active
-    if progress.pending_ready and not (job.incremental and progress.upgrading):
+    if progress.pending_ready and not (pass_.incremental and progress.upgrading):
         target = progress.pending
     if target is None:
         return
     target_name = name_of(target)
     try:
-        head = rayservice_head_service(job.model, target, owner=job.owner_reference(), config=job.config)
-        serve = None if job.incremental else rayservice_serve_service(job.model, target, owner=job.owner_reference())
+        head = rayservice_head_service(pass_.model, target, owner=pass_.owner_reference(), config=pass_.config)
+        serve = (
+            None if pass_.incremental else rayservice_serve_service(pass_.model, target, owner=pass_.owner_reference())
+        )
     except ServiceBuildError as exc:
-        job.emit(
+        pass_.emit(
             "Warning",
             reason="FailedToCreateService",
-            message=f"{job.ref.namespace}/{serve_service_name(job.model)}: {exc}",
+            message=f"{pass_.ref.namespace}/{serve_service_name(pass_.model)}: {exc}",
         )
-        job.halt("6.1/service-build-failed")
+        pass_.halt("6.1/service-build-failed")
         return
-    _reconcile_service(job, head, target=target_name, traffic=False)
+    _reconcile_service(pass_, head, target=target_name, traffic=False)
     if serve is not None:
-        _reconcile_service(job, serve, target=target_name, traffic=True)
+        _reconcile_service(pass_, serve, target=target_name, traffic=True)
     progress.services_target = target_name
