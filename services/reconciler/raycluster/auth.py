@@ -1,7 +1,7 @@
 """The operator-generated auth token Secret (``authOptions.mode: token``, docs/behaviour.md#4.1).
 
 Role: build the Secret CheckName(``<c>``) that holds ``auth_token``, which every Ray container reads
-through ``RAY_AUTH_TOKEN`` (``pods``).
+through ``RAY_AUTH_TOKEN`` (``pod_bodies``).
 
 Design: KubeRay fills ``stringData.auth_token`` with base64 of 32 random bytes. ``reconcile`` may not
 draw randomness (it must replay exactly), and deriving a token from anything the snapshot carries would make it
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from schema.ray import conventions
-from services.reconciler.raycluster import model, names, pods
+from services.reconciler.raycluster import model, names, pod_bodies
 from services.reconciler.raycluster.model import ClusterView
 
 GENERATE_ANNOTATION: Final = "raybus.io/generate"
@@ -48,6 +48,6 @@ def auth_secret(view: ClusterView) -> dict[str, Any]:
             "namespace": view.namespace,
             "labels": {conventions.LABEL_CLUSTER: view.name},
             "annotations": {GENERATE_ANNOTATION: TOKEN_KEY},
-            "ownerReferences": [pods.owner_reference_of(view)],
+            "ownerReferences": [pod_bodies.owner_reference_of(view)],
         },
     }

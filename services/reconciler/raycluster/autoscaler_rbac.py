@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from schema.ray import conventions
-from services.reconciler.raycluster import names, pods
+from services.reconciler.raycluster import names, pod_bodies
 from services.reconciler.raycluster.model import ClusterView
 
 
@@ -47,7 +47,7 @@ def service_account(view: ClusterView) -> dict[str, Any]:
             "name": service_account_name(view),
             "namespace": view.namespace,
             "labels": _labels(view),
-            "ownerReferences": [pods.owner_reference_of(view)],
+            "ownerReferences": [pod_bodies.owner_reference_of(view)],
         },
     }
 
@@ -61,7 +61,7 @@ def role(view: ClusterView) -> dict[str, Any]:
             "name": names.autoscaler_rbac_name(view.name),
             "namespace": view.namespace,
             "labels": _labels(view),
-            "ownerReferences": [pods.owner_reference_of(view)],
+            "ownerReferences": [pod_bodies.owner_reference_of(view)],
         },
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
@@ -81,7 +81,7 @@ def role_binding(view: ClusterView) -> dict[str, Any]:
             "name": name,
             "namespace": view.namespace,
             "labels": _labels(view),
-            "ownerReferences": [pods.owner_reference_of(view)],
+            "ownerReferences": [pod_bodies.owner_reference_of(view)],
         },
         "subjects": [{"kind": "ServiceAccount", "name": service_account_name(view), "namespace": view.namespace}],
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},

@@ -5,7 +5,7 @@ Role: build the ``autoscaler`` sidecar (with ``autoscalerOptions`` overrides), t
 
 Invariants: pure builders returning new dicts; the shell scripts and probe commands are KubeRay's texts.
 
-Not here: where they go in the pod (``pods``).
+Not here: where they go in the pod (``pod_bodies``).
 """
 
 from __future__ import annotations

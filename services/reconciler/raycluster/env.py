@@ -7,7 +7,7 @@ usage-stats tags, then the feature-specific ones (GCS FT, autoscaler version, to
 Invariants: "(if absent)" variables never override a user value; the others are always appended (as
 KubeRay does, even when the user set the same name).
 
-Not here: init containers' env (``pods``), the autoscaler sidecar's env (``containers``).
+Not here: init containers' env (``pod_bodies``), the autoscaler sidecar's env (``containers``).
 """
 
 from __future__ import annotations

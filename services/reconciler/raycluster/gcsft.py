@@ -9,7 +9,7 @@ Invariants: finalizer edits are merge patches of ``metadata.finalizers`` carryin
 resourceVersion (a stale edit is dropped by a 409 and redone on the newer snapshot); the cleanup Job has
 a deterministic name, so a re-issued create is an AlreadyExists.
 
-Not here: the GCS env vars and volumes of the head pod (``pods``).
+Not here: the GCS env vars and volumes of the head pod (``pod_bodies``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any, Final
 from schema.config import OperatorConfig
 from schema.ray import conventions
 from schema.times import parse_time
-from services.reconciler.raycluster import containers, model, names, pods
+from services.reconciler.raycluster import containers, model, names, pod_bodies
 from services.reconciler.raycluster.commands import Plan
 from services.reconciler.raycluster.model import ClusterView
-from services.reconciler.raycluster.podindex import PodIndex
+from services.reconciler.raycluster.pod_census import PodCensus
 
 DEFAULT_DELETION_TIMEOUT: Final = 300
 HEAD_WAIT_SECONDS: Final = 10.0
@@ -80,7 +80,7 @@ def handle_finalizer(
     view: ClusterView,
     config: OperatorConfig,
     *,
-    index: PodIndex,
+    census: PodCensus,
     jobs: list[dict[str, Any]],
     now: datetime,
     plan: Plan,
@@ -96,7 +96,7 @@ def handle_finalizer(
             plan.requeue(JOB_POLL_SECONDS)
             return True
         if deleting and has_finalizer:
-            _cleanup_flow(view, config, index=index, jobs=jobs, now=now, plan=plan, others=others)
+            _cleanup_flow(view, config, census=census, jobs=jobs, now=now, plan=plan, others=others)
             return True
     elif deleting and has_finalizer:
         _finalizer_patch(view, plan, others)
@@ -112,14 +112,14 @@ def _cleanup_flow(
     view: ClusterView,
     config: OperatorConfig,
     *,
-    index: PodIndex,
+    census: PodCensus,
     jobs: list[dict[str, Any]],
     now: datetime,
     plan: Plan,
     others: list[str],
 ) -> None:
-    heads = index.heads
-    workers = index.workers
+    heads = census.heads
+    workers = census.workers
     if any(not p.terminating for p in heads):
         plan.delete_collection(
             "Pod",
@@ -176,7 +176,7 @@ def _cleanup_flow(
 
 def redis_cleanup_job(view: ClusterView, config: OperatorConfig) -> dict[str, Any]:
     """The Job that deletes the cluster's storage namespace in Redis (built from the head pod)."""
-    head = pods.head_pod(view, config, name="redis-cleanup", spec_hash="")
+    head = pod_bodies.head_pod(view, config, name="redis-cleanup", spec_hash="")
     labels = dict(head["metadata"]["labels"])
     labels[conventions.LABEL_NODE_TYPE] = conventions.NODE_REDIS_CLEANUP
     spec = head["spec"]
@@ -202,7 +202,7 @@ def redis_cleanup_job(view: ClusterView, config: OperatorConfig) -> dict[str, An
             "name": names.redis_cleanup_job_name(view.name),
             "namespace": view.namespace,
             "labels": labels,
-            "ownerReferences": [pods.owner_reference_of(view)],
+            "ownerReferences": [pod_bodies.owner_reference_of(view)],
         },
         "spec": {
             "backoffLimit": 0,
@@ -234,5 +234,5 @@ def gcs_pvc(view: ClusterView) -> dict[str, Any] | None:
         "labels": {conventions.LABEL_CLUSTER: view.name},
     }
     if not (storage is not None and storage.deletion_policy == "Retain"):
-        metadata["ownerReferences"] = [pods.owner_reference_of(view)]
+        metadata["ownerReferences"] = [pod_bodies.owner_reference_of(view)]
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from schema.ray import conventions
-from services.reconciler.raycluster import model, names, pods, services
+from services.reconciler.raycluster import model, names, pod_bodies, services
 from services.reconciler.raycluster.model import ClusterView
 
 
@@ -46,7 +46,7 @@ def ingress(view: ClusterView) -> dict[str, Any]:
             conventions.LABEL_APP_NAME: conventions.APP_NAME,
             conventions.LABEL_CREATED_BY: conventions.CREATED_BY,
         },
-        "ownerReferences": [pods.owner_reference_of(view)],
+        "ownerReferences": [pod_bodies.owner_reference_of(view)],
     }
     annotations = {k: v for k, v in view.annotations.items() if k != conventions.ANN_INGRESS_CLASS}
     if annotations:

@@ -2,13 +2,14 @@
 
 Role: decode the projected object once per reconcile into a :class:`ClusterView`, and answer the small
 derived questions every builder asks (head port, head Service name and FQDN, autoscaler on/v2, GCS FT
-backend, who created the cluster, is token auth on). Builders of RayJob/RayService code can build a
+backend, who created the cluster, is token auth on, is a status condition true, how many replicas
+and pods a worker group wants). Builders of RayJob/RayService code can build a
 view from any ``RayClusterSpec`` with :func:`view_of`.
 
 Invariants: pure, no defaults invented beyond KubeRay's (nil rayStartParams mean ``{}``); metadata
 values of the wrong type are treated as absent, so a view can always be built once the spec decoded.
 
-Not here: validation (``validation``), object bodies (``pods``, ``services``, ...).
+Not here: validation (``validation``), object bodies (``pod_bodies``, ``services``, ...).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Literal
 import msgspec
 
 from schema.config import OperatorConfig
-from schema.ray import RayClusterSpec, RayClusterStatus, conventions, decode_as
+from schema.ray import RayClusterSpec, RayClusterStatus, WorkerGroupSpec, conventions, decode_as
 from services.reconciler.raycluster import names
 
 CreatorCRD = Literal["RayCluster", "RayJob", "RayService"]
@@ -262,3 +263,24 @@ def version_at_least(raw: str, minimum: tuple[int, int, int]) -> bool:
     """``raw`` parses and is ≥ ``minimum``."""
     parsed = parse_version(raw)
     return parsed is not None and parsed >= minimum
+
+
+def condition_true(view: ClusterView, condition_type: str) -> bool:
+    """True when the RayCluster's status has ``condition_type`` = True."""
+    return any(c.type == condition_type and c.status == "True" for c in view.status.conditions or ())
+
+
+def group_replicas(group: WorkerGroupSpec) -> int:
+    """clamp(replicas, min, max), 0 for a suspended group (replicas, not pods)."""
+    if group.suspend:
+        return 0
+    if group.replicas < group.min_replicas:
+        return group.min_replicas
+    if group.replicas > group.max_replicas:
+        return group.max_replicas
+    return group.replicas
+
+
+def desired_pods(group: WorkerGroupSpec) -> int:
+    """The pods a group wants: ``group_replicas x numOfHosts``."""
+    return group_replicas(group) * max(group.num_of_hosts, 1)

@@ -5,11 +5,11 @@ one with a pod named in ``workersToDelete``, is deleted whole; new replicas get 
 (suffix derived from the cluster UID and the lowest free slot), the lowest free replica index and host
 indices 0..n-1.
 
-Invariants: as in ``podplan``: deterministic names, UID-preconditioned deletes never re-issued for
+Invariants: as in ``reconcile_pods``: deterministic names, UID-preconditioned deletes never re-issued for
 terminating pods, terminating replicas first in the scale-down order; a replica whose condemned pods
 are all terminating makes the group wait (KubeRay's open delete expectation).
 
-Not here: single-host groups (``podplan``).
+Not here: single-host groups (``reconcile_pods``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any, Final
 from schema.config import OperatorConfig
 from schema.ray import WorkerGroupSpec, conventions
 from schema.times import parse_time
-from services.reconciler.raycluster import events, model, names, pods
+from services.reconciler.raycluster import events, model, names, pod_bodies
 from services.reconciler.raycluster.commands import Plan
 from services.reconciler.raycluster.model import ClusterView
-from services.reconciler.raycluster.podindex import PodInfo, should_delete
-from services.reconciler.raycluster.podops import delete_pod, free_indices
+from services.reconciler.raycluster.pod_census import PodInfo, should_delete
+from services.reconciler.raycluster.pod_scaling import delete_pod, free_indices
 
 CREATE_GRACE: Final = 30.0
 """Seconds a partly visible replica of ours is completed rather than deleted (KubeRay's expectation timeout)."""
@@ -141,13 +141,13 @@ def _complete_young_replicas(
             if name in have:
                 continue
             if base is None:
-                base = pods.worker_pod_base(view, group, config)
+                base = pod_bodies.worker_pod_base(view, group, config)
             labels = {
                 conventions.LABEL_REPLICA_INDEX: index,
                 conventions.LABEL_REPLICA_NAME: replica,
                 conventions.LABEL_HOST_INDEX: str(host),
             }
-            plan.create("Pod", pods.with_identity(base, name=name, extra_labels=labels))
+            plan.create("Pod", pod_bodies.with_identity(base, name=name, extra_labels=labels))
         plan.rule(f"4.3/multihost-replica-being-created:{replica}")
     return found
 
@@ -168,7 +168,7 @@ def _create_replicas(
     plan: Plan,
 ) -> None:
     g = group.group_name
-    base = pods.worker_pod_base(view, group, config)
+    base = pod_bodies.worker_pod_base(view, group, config)
     used_pod_names = {p.name for p in listed}
     used_replicas = set(replicas)
     free = free_indices({int(ps[0].replica_index) for ps in replicas.values() if ps[0].replica_index.isdigit()})
@@ -191,6 +191,6 @@ def _create_replicas(
                 conventions.LABEL_REPLICA_NAME: replica,
                 conventions.LABEL_HOST_INDEX: str(host),
             }
-            plan.create("Pod", pods.with_identity(base, name=name, extra_labels=labels))
+            plan.create("Pod", pod_bodies.with_identity(base, name=name, extra_labels=labels))
             events.created_worker_pod(plan, name)
     plan.rule(f"4.2/multihost-scale-up:{g}+{count}")

@@ -8,7 +8,7 @@ Invariants:
   it stands for, in the alphabet Kubernetes uses for generateName. The same snapshot therefore always
   names the same pods, so a re-issued create is an AlreadyExists (harmless) and never a second pod.
 
-Not here: which slot is free (``podplan``), object bodies (``pods``, ``services``, ...).
+Not here: which slot is free (``pod_scaling``), object bodies (``pod_bodies``, ``services``, ...).
 """
 
 from __future__ import annotations

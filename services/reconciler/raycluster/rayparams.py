@@ -8,7 +8,7 @@ except for ``log-color``/``include-dashboard``/``include-log-monitor``.
 Invariants: inputs are never mutated (every function returns a new dict); the steps run in the order of
 docs/behaviour.md#3.2, so a later step sees what an earlier one set.
 
-Not here: the container command wrapping (``pods``), validation of conflicting params (``validation``).
+Not here: the container command wrapping (``pod_bodies``), validation of conflicting params (``validation``).
 """
 
 from __future__ import annotations

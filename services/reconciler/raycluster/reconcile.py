@@ -14,7 +14,8 @@ Invariants:
   requeue).
 
 Deliberate differences from KubeRay (kept here so they are found):
-- Scale expectations (docs/behaviour.md#4.3) are replaced by deterministic names and idempotent commands (``podplan``).
+- Scale expectations (docs/behaviour.md#4.3) are replaced by deterministic names and idempotent commands
+  (``reconcile_pods``).
 - A ServiceAccount named in the head template is never checked: user-created objects without the
   ``ray.io/cluster`` label are not in the snapshot, so raybus cannot tell whether it exists.
 - The same holds for a bring-your-own rocksdb PVC (``storage.claimName``): not checked.
@@ -46,8 +47,7 @@ from services.reconciler.raycluster import (
     ingress,
     model,
     names,
-    podops,
-    podplan,
+    reconcile_pods,
     services,
     spechash,
     status,
@@ -55,7 +55,7 @@ from services.reconciler.raycluster import (
 )
 from services.reconciler.raycluster.commands import RAY_API_VERSION, Plan
 from services.reconciler.raycluster.model import ClusterView
-from services.reconciler.raycluster.podindex import PodIndex, index_pods
+from services.reconciler.raycluster.pod_census import PodCensus, take_census
 
 ERROR_REQUEUE_SECONDS: Final = 2.0
 
@@ -105,9 +105,9 @@ def _reconcile(snapshot: Snapshot, obj: dict[str, Any], now: datetime, config: O
         return _decision(plan, None)
     if stop := _prelude(view, plan):
         return _decision(plan, now + timedelta(seconds=ERROR_REQUEUE_SECONDS) if stop == "requeue" else None)
-    index = index_pods(view.name, snapshot.of_kind("Pod"))
+    census = take_census(view.name, snapshot.of_kind("Pod"))
     jobs = snapshot.of_kind("Job") if view.deletion_timestamp else []  # only the deletion flow reads Jobs
-    if gcsft.handle_finalizer(view, config, index=index, jobs=jobs, now=now, plan=plan):
+    if gcsft.handle_finalizer(view, config, census=census, jobs=jobs, now=now, plan=plan):
         wake = now + timedelta(seconds=plan.requeue_after) if plan.requeue_after is not None else None
         return _decision(plan, wake)
     service_list = snapshot.of_kind("Service")
@@ -119,8 +119,8 @@ def _reconcile(snapshot: Snapshot, obj: dict[str, Any], now: datetime, config: O
         return hash_cache[0]
 
     if _children(view, config, snapshot, service_list, plan):
-        podplan.plan_pods(view, config, index=index, plan=plan, spec_hash=spec_hash, now=now)
-    changed = _write_status(view, config, index=index, service_list=service_list, now=now, plan=plan)
+        reconcile_pods.plan_pods(view, config, census=census, plan=plan, spec_hash=spec_hash, now=now)
+    changed = _write_status(view, config, census=census, service_list=service_list, now=now, plan=plan)
     if plan.error or changed:
         plan.requeue(ERROR_REQUEUE_SECONDS)
     else:
@@ -156,7 +156,7 @@ def _prelude(view: ClusterView, plan: Plan) -> str:
         )
         plan.rule("4.1/upgrade-strategy-invalid")
         return "stop"
-    if podops.condition_true(view, status.SUSPENDING) and podops.condition_true(view, status.SUSPENDED):
+    if model.condition_true(view, status.SUSPENDING) and model.condition_true(view, status.SUSPENDED):
         events.invalid(
             plan,
             events.INVALID_STATUS,
@@ -256,14 +256,14 @@ def _write_status(
     view: ClusterView,
     config: OperatorConfig,
     *,
-    index: PodIndex,
+    census: PodCensus,
     service_list: list[dict[str, Any]],
     now: datetime,
     plan: Plan,
 ) -> bool:
     """docs/behaviour.md#4.1 step 12. Returns True when the status was written."""
     try:
-        new = status.compute_status(view, config, index=index, services=service_list, error=plan.error, now=now)
+        new = status.compute_status(view, config, census=census, services=service_list, error=plan.error, now=now)
     except status.StatusError as exc:
         plan.fail(str(exc), "4.5/status-not-computed")
         return False

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from schema.config import OperatorConfig
 from schema.ray import conventions
-from services.reconciler.raycluster import model, names, pods
+from services.reconciler.raycluster import model, names, pod_bodies
 from services.reconciler.raycluster.model import ClusterView
 
 DEFAULT_PORTS: Final = conventions.DEFAULT_PORTS
@@ -86,9 +86,9 @@ def head_service(
     selector = head_selector(view)
     annotations = dict(view.spec.head_service_annotations or {})
     ports = service_ports(head_ports(view))
-    owner = owner_reference if owner_reference is not None else pods.owner_reference_of(view)
+    owner = owner_reference if owner_reference is not None else pod_bodies.owner_reference_of(view)
     if head.head_service is not None:
-        service = pods.deep_copy(head.head_service)
+        service = pod_bodies.deep_copy(head.head_service)
         meta = service.setdefault("metadata", {})
         spec = service.setdefault("spec", {})
         spec["selector"] = selector
@@ -131,7 +131,7 @@ def headless_service(view: ClusterView) -> dict[str, Any]:
             "name": names.headless_service_name(view.name),
             "namespace": view.namespace,
             "labels": {conventions.LABEL_HEADLESS_SVC: view.name},
-            "ownerReferences": [pods.owner_reference_of(view)],
+            "ownerReferences": [pod_bodies.owner_reference_of(view)],
         },
         "spec": {
             "clusterIP": "None",
@@ -159,7 +159,7 @@ def serve_service(view: ClusterView) -> dict[str, Any]:
                 conventions.LABEL_ORIGIN_CRD: "RayCluster",
                 conventions.LABEL_SERVE: f"{view.name}-serve",
             },
-            "ownerReferences": [pods.owner_reference_of(view)],
+            "ownerReferences": [pod_bodies.owner_reference_of(view)],
         },
         "spec": {"selector": {conventions.LABEL_CLUSTER: view.name}, "ports": service_ports(serve_ports(view))},
     }

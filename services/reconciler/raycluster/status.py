@@ -12,7 +12,7 @@ Invariants:
   changed; ``lastUpdateTime`` (= ``now``) and ``observedGeneration`` ride along but never trigger a write.
 - The patch is a JSON merge patch of the whole status: keys the new status lacks are sent as ``null``.
 
-Not here: the per-field resource arithmetic (``resources``), pod facts (``podindex``).
+Not here: the per-field resource arithmetic (``resources``), pod facts (``pod_census``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from schema.messages import Transition
 from schema.ray import Condition, HeadInfo, RayClusterStatus
 from schema.ray.common import ConditionStatus
 from schema.times import format_time
-from services.reconciler.raycluster.model import ClusterView
-from services.reconciler.raycluster.podindex import PodIndex, PodInfo
-from services.reconciler.raycluster.podops import group_replicas
+from services.reconciler.raycluster.model import ClusterView, desired_pods
+from services.reconciler.raycluster.pod_census import PodCensus, PodInfo
 from services.reconciler.raycluster.resources import desired_resources
 from services.reconciler.raycluster.services import find_head_services
 
@@ -130,7 +129,7 @@ def compute_status(
     view: ClusterView,
     config: OperatorConfig,
     *,
-    index: PodIndex,
+    census: PodCensus,
     services: list[dict[str, Any]],
     error: str,
     now: datetime,
@@ -147,26 +146,26 @@ def compute_status(
     conditions = list(old.conditions or ())
     groups = spec.worker_group_specs or ()
     active = [g for g in groups if not g.suspend]
-    desired = sum(group_replicas(g) * max(g.num_of_hosts, 1) for g in groups)
-    if gate and not error and (len(index.pods) == desired + 1 or spec.suspend):
+    desired = sum(desired_pods(g) for g in groups)
+    if gate and not error and (len(census.pods) == desired + 1 or spec.suspend):
         # The applier sets ReplicaFailure when a Pod create or delete failed after its retries; reconcile
         # cannot see that failure, only its end: the Pods are as desired (or being suspended away).
         conditions = [c for c in conditions if c.type != REPLICA_FAILURE]
     minimum = sum(g.min_replicas * max(g.num_of_hosts, 1) for g in active)
     maximum = min(sum(g.max_replicas * max(g.num_of_hosts, 1) for g in active), MAX_INT32)
     state, reason = old.state, old.reason
-    if not error and len(index.pods) == desired + 1 and index.all_running_and_ready:
+    if not error and len(census.pods) == desired + 1 and census.all_running_and_ready:
         state, reason = "ready", ""
-    if len(index.heads) > 1:
-        raise StatusError(f"{len(index.heads)} head Pods found for RayCluster {view.namespace}/{view.name}")
-    head = index.heads[0] if index.heads else None
+    if len(census.heads) > 1:
+        raise StatusError(f"{len(census.heads)} head Pods found for RayCluster {view.namespace}/{view.name}")
+    head = census.heads[0] if census.heads else None
     if gate:
         value, why, message = head_pod_ready_condition(head)
         set_condition(conditions, type_=HEAD_POD_READY, status=value, reason=why, message=message, now=stamp)
         suspended = _is_true(conditions, SUSPENDED)
         suspending = _is_true(conditions, SUSPENDING)
         if not _is_true(conditions, PROVISIONED) and not suspended:
-            if index.all_running_and_ready:
+            if census.all_running_and_ready:
                 set_condition(
                     conditions,
                     type_=PROVISIONED,
@@ -185,7 +184,7 @@ def compute_status(
                     now=stamp,
                 )
         if suspending:
-            if not index.pods:
+            if not census.pods:
                 set_condition(
                     conditions,
                     type_=PROVISIONED,
@@ -209,7 +208,7 @@ def compute_status(
                 message="",
                 now=stamp,
             )
-    if spec.suspend and not index.pods:
+    if spec.suspend and not census.pods:
         state = "suspended"
     head_services = find_head_services(view, services)
     if len(head_services) != 1:
@@ -242,8 +241,8 @@ def compute_status(
             service_name=str((service.get("metadata") or {}).get("name") or ""),
         ),
         conditions=tuple(conditions) or None,
-        ready_worker_replicas=index.ready_workers,
-        available_worker_replicas=index.available_workers,
+        ready_worker_replicas=census.ready_workers,
+        available_worker_replicas=census.available_workers,
         desired_worker_replicas=desired,
         min_worker_replicas=minimum,
         max_worker_replicas=maximum,

@@ -9,7 +9,7 @@ import pytest
 from schema.config import FeatureGates
 from schema.messages import CreateObject, EmitEvent
 from services.reconciler import raycluster
-from services.reconciler.raycluster import podplan
+from services.reconciler.raycluster import reconcile_pods
 from services.reconciler.worker.decide import guarded
 from tests.unit.raycluster import builders
 from tests.unit.raycluster.sim import NOW, World
@@ -62,7 +62,7 @@ def test_unexpected_failure_becomes_a_warning(monkeypatch: pytest.MonkeyPatch) -
     def boom(*args: object, **kwargs: object) -> None:
         raise TypeError("unexpected shape")
 
-    monkeypatch.setattr(podplan, "plan_pods", boom)
+    monkeypatch.setattr(reconcile_pods, "plan_pods", boom)
     world = World(builders.cluster())
     decision = guarded(raycluster.reconcile)(world.snapshot(), NOW, world.config)
     assert decision.rules == ("4.1/malformed",)

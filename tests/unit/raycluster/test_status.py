@@ -8,7 +8,7 @@ import pytest
 
 from schema.config import FeatureGates
 from schema.ray import RayClusterSpec, decode_as
-from services.reconciler.raycluster.podindex import PodInfo
+from services.reconciler.raycluster.pod_census import PodInfo
 from services.reconciler.raycluster.quantity import format_quantity, parse_quantity
 from services.reconciler.raycluster.resources import desired_resources
 from services.reconciler.raycluster.status import head_pod_ready_condition

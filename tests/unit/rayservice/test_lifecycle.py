@@ -13,7 +13,7 @@ import yaml
 
 from schema.config import OperatorConfig, OperatorSwitches
 from schema.messages import DeleteObject, PatchObject, PutServeConfig
-from services.reconciler.raycluster import pods
+from services.reconciler.raycluster import pod_bodies
 from services.reconciler.raycluster.model import creator_crd, decode_view
 from services.reconciler.rayservice import reconcile
 from tests.unit.rayservice.builders import SERVE_CONFIG, cluster_config, load_sample, rayservice
@@ -128,8 +128,8 @@ def test_cluster_carries_rayservice_specifics_for_the_raycluster_controller() ->
     assert cluster is not None
     view = decode_view(cluster)
     assert creator_crd(view) == "RayService"
-    head = pods.head_pod(view, world.config, name="h", spec_hash="x")
-    worker = pods.worker_pod(view, view.spec.worker_group_specs[0], world.config, name="w", extra_labels={})  # type: ignore[index]
+    head = pod_bodies.head_pod(view, world.config, name="h", spec_hash="x")
+    worker = pod_bodies.worker_pod(view, view.spec.worker_group_specs[0], world.config, name="w", extra_labels={})  # type: ignore[index]
     assert head["metadata"]["labels"]["ray.io/serve"] == "false"
     assert worker["metadata"]["labels"]["ray.io/serve"] == "true"
     env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}

@@ -1,13 +1,13 @@
 """One pass over the snapshot's pods: who is head, worker, in which group, running, ready, terminating.
 
-Role: the pod facts that ``podplan`` (what to create/delete), ``status`` (counts and conditions) and
+Role: the pod facts that ``reconcile_pods`` (what to create/delete), ``status`` (counts and conditions) and
 ``gcsft`` need, read once per reconcile (the no-op path of a 100-worker cluster must stay cheap).
 
-Invariants: only pods labelled ``ray.io/cluster=<c>`` are indexed (KubeRay lists by that label); lists
+Invariants: only pods labelled ``ray.io/cluster=<c>`` are counted (KubeRay lists by that label); lists
 are in name order (the snapshot's stable order); malformed pods (missing fields, wrong types) are read
 as "unknown" values, never raise.
 
-Not here: decisions (``podplan``), ``shouldDeletePod``'s reason texts (``events``).
+Not here: decisions (``reconcile_pods``), ``shouldDeletePod``'s reason texts (``events``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class PodInfo(msgspec.Struct, frozen=True, kw_only=True):
         return _text(self.obj["metadata"]["labels"].get(conventions.LABEL_REPLICA_INDEX))
 
 
-class PodIndex(msgspec.Struct, frozen=True, kw_only=True):
+class PodCensus(msgspec.Struct, frozen=True, kw_only=True):
     """The cluster's pods, sorted by name, with handy partitions."""
 
     pods: tuple[PodInfo, ...]
@@ -72,8 +72,8 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def index_pods(cluster: str, pods: list[dict[str, Any]]) -> PodIndex:
-    """Index the pods of ``cluster`` (``pods`` in name order, as ``Snapshot.of_kind`` returns them).
+def take_census(cluster: str, pods: list[dict[str, Any]]) -> PodCensus:
+    """The census of the pods of ``cluster`` (``pods`` in name order, as ``Snapshot.of_kind`` returns them).
 
     This runs on every reconcile (the no-op path of a 100-pod cluster), so the common case is plain
     dict lookups; values of an unexpected type take a slow path that turns them into strings.
@@ -147,7 +147,7 @@ def index_pods(cluster: str, pods: list[dict[str, Any]]) -> PodIndex:
                 by_group[group].append(info)
             else:
                 by_group[group] = [info]
-    return PodIndex(
+    return PodCensus(
         pods=tuple(infos),
         heads=tuple(heads),
         workers=tuple(workers),

@@ -13,7 +13,7 @@ creates/deletes are not yet visible in its cache. raybus keeps no memory between
 - a group whose condemned pods are still terminating is skipped, like KubeRay's open delete expectation.
 Scale-down order is "terminating first, then by name" (KubeRay: informer list order, unspecified).
 
-Not here: pod bodies (``pods``), status (``status``).
+Not here: pod bodies (``pod_bodies``), the pod facts (``pod_census``), status (``status``).
 """
 
 from __future__ import annotations
@@ -23,15 +23,13 @@ from datetime import datetime
 
 from schema.config import OperatorConfig
 from schema.ray import WorkerGroupSpec, conventions
-from services.reconciler.raycluster import events, model, names, pods
+from services.reconciler.raycluster import events, model, names, pod_bodies
 from services.reconciler.raycluster.commands import Plan
-from services.reconciler.raycluster.model import ClusterView
+from services.reconciler.raycluster.model import ClusterView, condition_true, desired_pods
 from services.reconciler.raycluster.multihost import plan_multihost_group
-from services.reconciler.raycluster.podindex import PodIndex, PodInfo, may_need_deletion, should_delete
-from services.reconciler.raycluster.podops import (
-    condition_true,
+from services.reconciler.raycluster.pod_census import PodCensus, PodInfo, may_need_deletion, should_delete
+from services.reconciler.raycluster.pod_scaling import (
     delete_pod,
-    desired_pods,
     free_indices,
     scale_down_order,
     used_indices,
@@ -42,7 +40,7 @@ def plan_pods(
     view: ClusterView,
     config: OperatorConfig,
     *,
-    index: PodIndex,
+    census: PodCensus,
     plan: Plan,
     spec_hash: Callable[[], str],
     now: datetime,
@@ -52,7 +50,7 @@ def plan_pods(
     spec = view.spec
     all_pods = names.selector({conventions.LABEL_CLUSTER: view.name})
     if (gate and condition_true(view, "RayClusterSuspending")) or (not gate and spec.suspend):
-        if any(not p.terminating for p in index.pods):
+        if any(not p.terminating for p in census.pods):
             plan.delete_collection("Pod", all_pods)
             events.deleted_all_pods(plan, "due to suspension")
             plan.rule("4.2/suspend-delete-all-pods")
@@ -68,14 +66,14 @@ def plan_pods(
     recreate = spec.upgrade_strategy is not None and spec.upgrade_strategy.type == "Recreate"
     if (
         recreate
-        and index.heads
-        and _recreate(view, config, index=index, plan=plan, all_pods=all_pods, spec_hash=spec_hash)
+        and census.heads
+        and _recreate(view, config, census=census, plan=plan, all_pods=all_pods, spec_hash=spec_hash)
     ):
         return
-    if not _plan_head(view, config, index=index, plan=plan, spec_hash=spec_hash):
+    if not _plan_head(view, config, census=census, plan=plan, spec_hash=spec_hash):
         return
     for group in spec.worker_group_specs or ():
-        if not _plan_group(view, config, group, index=index, plan=plan, now=now):
+        if not _plan_group(view, config, group, census=census, plan=plan, now=now):
             return
 
 
@@ -83,13 +81,13 @@ def _recreate(
     view: ClusterView,
     config: OperatorConfig,
     *,
-    index: PodIndex,
+    census: PodCensus,
     plan: Plan,
     all_pods: str,
     spec_hash: Callable[[], str],
 ) -> bool:
     """upgradeStrategy Recreate. Returns True when the pass ends here."""
-    head = index.heads[0]
+    head = census.heads[0]
     annotations = (head.obj.get("metadata") or {}).get("annotations") or {}
     version = annotations.get(conventions.ANN_KUBERAY_VERSION, "")
     recorded = annotations.get(conventions.ANN_RECREATE_HASH, "")
@@ -109,7 +107,7 @@ def _recreate(
         plan.rule("4.2/recreate-operator-upgraded")
         return False
     if recorded and recorded != current:
-        if any(not p.terminating for p in index.pods):
+        if any(not p.terminating for p in census.pods):
             plan.delete_collection("Pod", all_pods)
             events.deleted_all_pods(plan, "because the spec changed (upgradeStrategy Recreate)")
         plan.rule("4.2/recreate-delete-all-pods")
@@ -118,10 +116,10 @@ def _recreate(
 
 
 def _plan_head(
-    view: ClusterView, config: OperatorConfig, *, index: PodIndex, plan: Plan, spec_hash: Callable[[], str]
+    view: ClusterView, config: OperatorConfig, *, census: PodCensus, plan: Plan, spec_hash: Callable[[], str]
 ) -> bool:
     """docs/behaviour.md#4.2 step 4. Returns False when the pass ends here."""
-    heads = index.heads
+    heads = census.heads
     if len(heads) > 1:
         plan.fail(
             f"{len(heads)} head Pods found for RayCluster {view.namespace}/{view.name}; expected at most one",
@@ -146,18 +144,18 @@ def _plan_head(
         plan.rule("4.2/head-restart-disabled")
         return False
     name = names.head_pod_name(view.name, view.uid, deterministic=config.switches.enable_deterministic_head_pod_name)
-    plan.create("Pod", pods.head_pod(view, config, name=name, spec_hash=spec_hash()))
+    plan.create("Pod", pod_bodies.head_pod(view, config, name=name, spec_hash=spec_hash()))
     events.created_head_pod(plan, name)
     plan.rule("4.2/create-head-pod")
     return True
 
 
 def _plan_group(
-    view: ClusterView, config: OperatorConfig, group: WorkerGroupSpec, *, index: PodIndex, plan: Plan, now: datetime
+    view: ClusterView, config: OperatorConfig, group: WorkerGroupSpec, *, census: PodCensus, plan: Plan, now: datetime
 ) -> bool:
     """docs/behaviour.md#4.2 step 5 for one group. Returns False when the pass ends here."""
     g = group.group_name
-    listed = list(index.by_group.get(g, ()))
+    listed = list(census.by_group.get(g, ()))
     desired = desired_pods(group)
     if group.suspend:
         if any(not p.terminating for p in listed):
@@ -212,7 +210,7 @@ def _create_workers(
     plan: Plan,
 ) -> None:
     g = group.group_name
-    base = pods.worker_pod_base(view, group, config)
+    base = pod_bodies.worker_pod_base(view, group, config)
     used_names = {p.name for p in listed}
     free = free_indices(used_indices(running))
     slot = 0
@@ -225,6 +223,6 @@ def _create_workers(
         extra: dict[str, str] = {}
         if config.gates.ray_multi_host_indexing:
             extra[conventions.LABEL_REPLICA_INDEX] = str(next(free))
-        plan.create("Pod", pods.with_identity(base, name=name, extra_labels=extra))
+        plan.create("Pod", pod_bodies.with_identity(base, name=name, extra_labels=extra))
         events.created_worker_pod(plan, name)
     plan.rule(f"4.2/scale-up:{g}+{count}")

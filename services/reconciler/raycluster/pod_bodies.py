@@ -11,7 +11,7 @@ Invariants:
 - ``worker_pod_base`` builds everything except the pod's identity, so creating many pods of one group
   costs one build plus a cheap :func:`with_identity` per pod.
 
-Not here: which pods to create (``podplan``), the head Service (``services``).
+Not here: which pods to create (``reconcile_pods``), the head Service (``services``).
 """
 
 from __future__ import annotations

@@ -1,41 +1,20 @@
-"""Small pod-planning helpers shared by the single-host and multi-host paths of ``podplan``.
+"""The scaling steps shared by the single-host (``reconcile_pods``) and multi-host (``multihost``) paths of
+reconcilePods.
 
-Role: desired replica arithmetic, the idempotent pod delete (never re-issued for a terminating pod,
-UID precondition), the stable scale-down order and lowest-free-index selection.
+Role: the idempotent pod delete (never re-issued for a terminating pod, UID precondition), the stable
+scale-down order and lowest-free-index selection.
 
-Not here: the planning itself (``podplan``, ``multihost``).
+Not here: how many pods a group wants (``model.desired_pods``), deciding what to create or delete
+(``reconcile_pods``, ``multihost``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from schema.ray import WorkerGroupSpec
 from services.reconciler.raycluster import events
 from services.reconciler.raycluster.commands import Plan
-from services.reconciler.raycluster.model import ClusterView
-from services.reconciler.raycluster.podindex import PodInfo
-
-
-def condition_true(view: ClusterView, condition_type: str) -> bool:
-    """True when the RayCluster's status has ``condition_type`` = True."""
-    return any(c.type == condition_type and c.status == "True" for c in view.status.conditions or ())
-
-
-def group_replicas(group: WorkerGroupSpec) -> int:
-    """clamp(replicas, min, max), 0 for a suspended group (replicas, not pods)."""
-    if group.suspend:
-        return 0
-    if group.replicas < group.min_replicas:
-        return group.min_replicas
-    if group.replicas > group.max_replicas:
-        return group.max_replicas
-    return group.replicas
-
-
-def desired_pods(group: WorkerGroupSpec) -> int:
-    """The pods a group wants: ``group_replicas x numOfHosts``."""
-    return group_replicas(group) * max(group.num_of_hosts, 1)
+from services.reconciler.raycluster.pod_census import PodInfo
 
 
 def delete_pod(plan: Plan, pod: PodInfo, *, head: bool, why: str) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from schema.config import OperatorConfig, OperatorSwitches, PodDefaults
 from schema.ray import conventions
-from services.reconciler.raycluster import model, names, pods, rayparams
+from services.reconciler.raycluster import model, names, pod_bodies, rayparams
 from tests.unit.raycluster import builders
 
 
@@ -17,13 +17,13 @@ def view(obj: dict[str, Any]) -> model.ClusterView:
 
 
 def head_pod(obj: dict[str, Any], config: OperatorConfig | None = None) -> dict[str, Any]:
-    return pods.head_pod(view(obj), config or OperatorConfig(), name="h", spec_hash="x")
+    return pod_bodies.head_pod(view(obj), config or OperatorConfig(), name="h", spec_hash="x")
 
 
 def worker_pod(obj: dict[str, Any], config: OperatorConfig | None = None) -> dict[str, Any]:
     v = view(obj)
     assert v.spec.worker_group_specs
-    return pods.worker_pod(v, v.spec.worker_group_specs[0], config or OperatorConfig(), name="w", extra_labels={})
+    return pod_bodies.worker_pod(v, v.spec.worker_group_specs[0], config or OperatorConfig(), name="w", extra_labels={})
 
 
 def env_names(pod: dict[str, Any]) -> list[str]:
