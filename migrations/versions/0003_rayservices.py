@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import context, op
 
 from services.status.models import UtcDateTime
-from services.status.projection import Fact, fold_rayservice
+from services.status.transition_folds import Fact, fold_rayservice
 
 revision: str = "0003"
 down_revision: str | None = "0002"

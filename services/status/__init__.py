@@ -5,7 +5,7 @@ to SQL (SQLite by default, PostgreSQL in production) and serves them read-only o
 ``raybus history``. Kubernetes stays the source of truth for current state; this package keeps the
 past, including the whole life of custom resources that no longer exist.
 
-Modules: ``kinds`` (names and status fields per kind), ``projection`` (pure rules deriving resource rows
+Modules: ``kinds`` (names and status fields per kind), ``transition_folds`` (pure rules deriving resource rows
 and kind views from transitions), ``models`` (tables), ``store`` (the only module issuing SQL),
 ``migrate`` (Alembic), ``consumer`` (bus → store), ``responses`` / ``openapi`` / ``api`` (HTTP),
 ``service`` (the process: ``run_status``, which ``raybus status`` runs), ``history_cli``

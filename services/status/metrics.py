@@ -35,7 +35,7 @@ Observable gauges report this instance's state: without an explicit meter each i
 instrumentation scope (OpenTelemetry would keep the callbacks of the first instrument of a name and
 ignore a restarted service's), and :meth:`ResourceMetrics.close` empties it when the service stops.
 
-Not here: persisting (``store``), the folds (``projection``).
+Not here: persisting (``store``), the folds (``transition_folds``).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from schema.keys import KeyKind
 from services.runtime.metrics import meter as runtime_meter
 from services.status.kinds import LIFECYCLE_CREATED, LIFECYCLE_DELETED, LIFECYCLE_FIELD
-from services.status.projection import FieldMark, RayServiceState
 from services.status.store import InsertedTransition, PersistStats, ResourceRecord, StatusStore
+from services.status.transition_folds import FieldMark, RayServiceState
 
 log = logging.getLogger(__name__)
 

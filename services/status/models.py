@@ -124,7 +124,7 @@ class Resource(Base):
     """One incarnation (uid) of a custom resource, alive or deleted.
 
     ``fields`` maps each transition field to ``{"value", "at", "seq"}`` of its latest fact
-    (:class:`services.status.projection.FieldMark`); ``status`` repeats the value of the kind's status
+    (:class:`services.status.transition_folds.FieldMark`); ``status`` repeats the value of the kind's status
     field so it can be filtered and indexed on every dialect.
     """
 
@@ -148,7 +148,7 @@ class Resource(Base):
 
 
 class RayJobView(Base):
-    """The RayJob view (:func:`services.status.projection.fold_rayjob`)."""
+    """The RayJob view (:func:`services.status.transition_folds.fold_rayjob`)."""
 
     __tablename__ = "rayjobs"
     __table_args__ = (sa.Index(None, "namespace", "name"),)
@@ -168,7 +168,7 @@ class RayJobView(Base):
 
 
 class RayServiceView(Base):
-    """The RayService view (:func:`services.status.projection.fold_rayservice`)."""
+    """The RayService view (:func:`services.status.transition_folds.fold_rayservice`)."""
 
     __tablename__ = "rayservices"
     __table_args__ = (sa.Index(None, "namespace", "name"),)

@@ -17,8 +17,8 @@ import msgspec
 from schema.times import parse_time
 from services.status.kinds import RUN_RAYJOB_ATTRIBUTE
 from services.status.models import Command, RayJobView, RayServiceView, Transition
-from services.status.projection import FieldMark
 from services.status.store import ResourceRecord, RunRecord
+from services.status.transition_folds import FieldMark
 
 
 class FieldValue(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,7 +42,7 @@ class RayJobOut(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RayServiceOut(msgspec.Struct, frozen=True, kw_only=True):
-    """The RayService view of a resource (``services.status.projection.RayServiceState`` explains it)."""
+    """The RayService view of a resource (``services.status.transition_folds.RayServiceState`` explains it)."""
 
     service_status: str
     ready_reason: str

@@ -3,7 +3,7 @@
 Writes: :meth:`StatusStore.persist` stores one fetched batch of command results in **one transaction**
 (the consumer acks only after it commits, invariant 5). Every insert is ``INSERT ... ON CONFLICT DO
 NOTHING`` on a natural key, so a redelivered or duplicated result changes nothing (invariant 1).
-Resource rows and kind views are merged with the idempotent rules of ``projection``. To stay correct
+Resource rows and kind views are merged with the idempotent rules of ``transition_folds``. To stay correct
 with several status replicas on PostgreSQL, a batch first creates the rows of the uids it touches
 (conflicts ignored) and then locks them ``FOR UPDATE`` in uid order before reading and merging; the lock
 serialises writers of one uid, the fixed order avoids deadlocks (SQLite serialises writers anyway).
@@ -14,7 +14,7 @@ PostgreSQL, an out-of-range integer) becomes ``PermanentError`` (the consumer is
 dead-letters it).
 
 Reads serve the HTTP API; they return ORM rows (detached, fully loaded) and know nothing about JSON.
-Not here: deciding what to persist (``consumer``), or how views are computed (``projection``).
+Not here: deciding what to persist (``consumer``), or how views are computed (``transition_folds``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from schema.messages import Transition as TransitionMessage
 from services.runtime.errors import PermanentError, RetryableError
 from services.status.kinds import RUN_RAYJOB_ATTRIBUTE, SCHEDULE_FIELD, kind_info
 from services.status.models import Base, Command, RayJobView, RayServiceView, Resource, Transition
-from services.status.projection import (
+from services.status.transition_folds import (
     Fact,
     FieldMark,
     ResourceState,
@@ -103,7 +103,7 @@ class PersistStats:
     inserted: tuple[InsertedTransition, ...] = ()
     """Those rows, each once per database however often its result is delivered (what metrics count)."""
     views: Mapping[str, msgspec.Struct] = field(default_factory=dict)
-    """The kind views refreshed by the call, by uid (the projection's fold results)."""
+    """The kind views refreshed by the call, by uid (the results of ``transition_folds``)."""
 
 
 @dataclass(frozen=True)
@@ -543,7 +543,7 @@ def _command_row(record: ResultRecord) -> dict[str, Any]:
 
 
 def _fact(row: Mapping[Any, Any]) -> Fact:
-    """The projection's view of a transition row (as inserted, or as read back)."""
+    """A transition row as the folds read it (as inserted, or as read back)."""
     return Fact(
         field=row["field"],
         from_value=row["from_value"],

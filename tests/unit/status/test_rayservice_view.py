@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from services.status.projection import Fact, RayServiceState, fold_rayservice
+from services.status.transition_folds import Fact, RayServiceState, fold_rayservice
 from tests.unit.status.builders import at
 
 

@@ -29,7 +29,7 @@ from services.status.kinds import LIFECYCLE_DELETED, LIFECYCLE_FIELD
 
 
 class Fact(msgspec.Struct, frozen=True, kw_only=True):
-    """One confirmed transition of a uid, as the projection needs it."""
+    """One confirmed transition of a uid, as the folds need it."""
 
     field: str
     from_value: str

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from services.status.projection import Fact, apply_fact, fold_rayjob, fold_resource, status_of
+from services.status.transition_folds import Fact, apply_fact, fold_rayjob, fold_resource, status_of
 from tests.unit.status.builders import at
 
 
