@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-import pytest
-
-from schema.config import FeatureGates
+from schema.config import FeatureGates, OperatorConfig
+from schema.decision import Decision, Snapshot
 from schema.messages import CreateObject, EmitEvent
 from services.reconciler import raycluster
-from services.reconciler.raycluster import reconcile_pods
 from services.reconciler.worker.decide import guarded
 from tests.unit.raycluster import builders
 from tests.unit.raycluster.sim import NOW, World
@@ -58,13 +56,12 @@ def test_terminating_head_lets_workers_reconcile() -> None:
     assert "4.2/scale-up:workers+1" in decision.rules
 
 
-def test_unexpected_failure_becomes_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(*args: object, **kwargs: object) -> None:
+def test_unexpected_failure_becomes_a_warning() -> None:
+    def boom(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
         raise TypeError("unexpected shape")
 
-    monkeypatch.setattr(reconcile_pods, "plan_pods", boom)
     world = World(builders.cluster())
-    decision = guarded(raycluster.reconcile)(world.snapshot(), NOW, world.config)
+    decision = guarded(boom)(world.snapshot(), NOW, world.config)
     assert decision.rules == ("4.1/malformed",)
     (event,) = decision.commands
     assert isinstance(event, EmitEvent)
