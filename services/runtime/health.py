@@ -14,6 +14,7 @@ from typing import Final
 
 from aiohttp import web
 
+from services.runtime.listen import serve_app
 from services.runtime.metrics import render_prometheus
 
 ReadinessCheck = Callable[[], str | None]
@@ -87,16 +88,12 @@ class HealthServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
+        ports = [self._port]
         if self._metrics_port is not None and self._metrics_port != self._port:
-            # Same app: /metrics is also answered here, so the probes' port needs no scrape access.
-            await web.TCPSite(self._runner, self._host, self._metrics_port).start()
+            # Same app: /metrics is also answered there, so the probes' port needs no scrape access.
+            ports.append(self._metrics_port)
+        self._runner, bound = await serve_app(app, self._host, ports)
+        self.port = bound[0]
 
     async def stop(self) -> None:
         """Stop serving."""

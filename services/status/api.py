@@ -38,6 +38,7 @@ from aiohttp.typedefs import Middleware
 from schema.messages import Outcome
 from schema.times import parse_time
 from services.runtime.errors import RetryableError
+from services.runtime.listen import serve_app
 from services.status.kinds import KINDS, KindInfo, kind_info, parse_kind
 from services.status.openapi import Handler, Param, Route, build_document
 from services.status.responses import (
@@ -394,13 +395,7 @@ class ApiServer:
 
     async def start(self) -> None:
         """Bind and serve."""
-        self._runner = web.AppRunner(self._api.application(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self.port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
+        self._runner, (self.port,) = await serve_app(self._api.application(), self._host, [self.port])
 
     async def stop(self) -> None:
         """Stop serving."""

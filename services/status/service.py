@@ -89,18 +89,23 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
             api = StatusApi(store, extra_routes=console.routes(), pages=console.add_pages, guard=guard)
             server = ApiServer(api, host=status.http_host, port=status.http_port)
             await server.start()
-            log.info("status API on %s (%s)", server.url, "bearer tokens reviewed" if reviewer else "no authentication")
-            metrics = ResourceMetrics()
-            await metrics.load(store)
-            probe_task = asyncio.create_task(probe.run(stop), name="status-db-probe")
-            consumer = ResultConsumer(nc.jetstream(), store, metrics=metrics)
-            health.add_readiness("progress", consumer.progress.stalled)
             try:
-                await consumer.run(stop)
+                log.info(
+                    "status API on %s (%s)", server.url, "bearer tokens reviewed" if reviewer else "no authentication"
+                )
+                metrics = ResourceMetrics()
+                await metrics.load(store)
+                probe_task = asyncio.create_task(probe.run(stop), name="status-db-probe")
+                consumer = ResultConsumer(nc.jetstream(), store, metrics=metrics)
+                health.add_readiness("progress", consumer.progress.stalled)
+                try:
+                    await consumer.run(stop)
+                finally:
+                    metrics.close()
+                    probe_task.cancel()
+                    await asyncio.wait([probe_task])  # unlike awaiting it, never swallows our own cancellation
             finally:
-                metrics.close()
-                probe_task.cancel()
-                await asyncio.wait([probe_task])  # unlike awaiting it, never swallows our own cancellation
+                # Also when loading the metrics failed or the service was stopped meanwhile: no listener outlives it.
                 await server.stop()
                 if reviewer is not None:
                     await reviewer.close()
