@@ -46,11 +46,13 @@ async def all_ready(p: Pipeline, names: set[str], *, timeout: float = 120) -> No
 
     try:
         await eventually(check, timeout=timeout, interval=0.3)
-    except AssertionError:
+    except AssertionError as timed_out:
+        p.check()  # a component that died is the story, not the states its last good listing showed
         laggards = {n: states.get(n, "<missing>") for n in sorted(names) if states.get(n) != "ready"}
         counts = await pod_counts(p)
         detail = {n: (state, counts.get(n, 0)) for n, state in laggards.items()}
-        raise AssertionError(f"{len(laggards)} of {len(names)} clusters not ready (state, pods): {detail}") from None
+        message = f"{len(laggards)} of {len(names)} clusters not ready (state, pods): {detail}"
+        raise AssertionError(message) from timed_out.__cause__
 
 
 async def pod_counts(p: Pipeline) -> dict[str, int]:
