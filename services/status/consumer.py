@@ -43,6 +43,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from schema import codec, subjects
 from services.runtime.aio import raise_if_cancelling
 from services.runtime.backoff import Backoff, interruptible, retry
+from services.runtime.bus import bus_unavailable
 from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
@@ -106,6 +107,8 @@ class ResultConsumer:
         self._tracer = tracer or get_tracer(__name__)
         self._metrics = metrics
         self.progress = Progress("status consumer")
+        self.running = False
+        """Bound to its consumer and fetching (the service is not ready before)."""
         self._lag = 0
         m = meter(__name__)
         self._consumed = m.create_counter(
@@ -124,6 +127,10 @@ class ResultConsumer:
             description="Results waiting in RAYBUS_RESULTS behind the last fetched one",
         )
 
+    def readiness(self) -> str | None:
+        """Why the service is not ready on the consumer's account, or None."""
+        return self.progress.stalled() if self.running else "not consuming results yet"
+
     def _observe_lag(self, _: CallbackOptions) -> Iterable[Observation]:
         yield Observation(self._lag)
 
@@ -132,7 +139,24 @@ class ResultConsumer:
         sub = await self._js.pull_subscribe_bind(durable=subjects.STATUS_CONSUMER, stream=subjects.RESULTS_STREAM)
         failures = 0
         try:
-            ack_wait = (await sub.consumer_info()).config.ack_wait or DEFAULT_ACK_WAIT
+            try:
+                # NATS may be restarting while this service starts: wait for it as the fetch loop does.
+                info = await retry(
+                    sub.consumer_info,
+                    self._retry_backoff,
+                    transient=bus_unavailable,
+                    give_up=stop.is_set,
+                    on_retry=lambda exc, _, seconds: log.warning(
+                        "reading the results consumer failed (%s); retrying in %.2fs", exc, seconds
+                    ),
+                    sleep=interruptible(stop),
+                )
+            except Exception:
+                if stop.is_set():
+                    return
+                raise
+            ack_wait = info.config.ack_wait or DEFAULT_ACK_WAIT
+            self.running = True
             while not stop.is_set():
                 try:
                     msgs = await sub.fetch(self._batch_size, timeout=self._fetch_timeout)

@@ -81,6 +81,10 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
             if settings.nats.ensure_topology:
                 await ensure_topology(nc, bus=settings.bus, partitions=settings.partitions)
             probe = DatabaseProbe(store)
+            metrics = ResourceMetrics()
+            consumer = ResultConsumer(nc.jetstream(), store, metrics=metrics)
+            # First, so the service is not ready until it consumes (the other checks pass much earlier).
+            health.add_readiness("results", consumer.readiness)
             health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
             health.add_readiness("database", probe.reason)
             console = Console(nc, partitions=settings.bus.partitions, trace_url_template=status.trace_url_template)
@@ -93,11 +97,8 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
                 log.info(
                     "status API on %s (%s)", server.url, "bearer tokens reviewed" if reviewer else "no authentication"
                 )
-                metrics = ResourceMetrics()
                 await metrics.load(store)
                 probe_task = asyncio.create_task(probe.run(stop), name="status-db-probe")
-                consumer = ResultConsumer(nc.jetstream(), store, metrics=metrics)
-                health.add_readiness("progress", consumer.progress.stalled)
                 try:
                     await consumer.run(stop)
                 finally:

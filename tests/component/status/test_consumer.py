@@ -11,9 +11,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from schema import codec, subjects
+from services.runtime.backoff import Backoff
 from services.status.consumer import ResultConsumer
 from services.status.store import StatusStore
 from tests.component.status.conftest import count, publish_results, wait_until
+from tests.fixtures.nats import NatsServer
+from tests.helpers import eventually
 from tests.unit.status.builders import result, transition
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -63,3 +66,24 @@ async def test_spans_continue_the_trace_and_refused_data_is_isolated(nc: Client,
     assert all(format(s.context.trace_id, "032x") == TRACE for s in spans)
     assert {(s.attributes or {}).get("raybus.key") for s in spans} == {"RayCluster/default/c"}
     assert sum(not s.status.is_ok for s in spans) == 1
+
+
+async def test_a_consumer_started_while_nats_restarts_waits_for_it(
+    nc: Client, store: StatusStore, nats_server: NatsServer
+) -> None:
+    """The status service's consumer may start while NATS is restarting (a rollout of both): it waits and
+    then consumes, and is not ready before, instead of ending the service."""
+    js = nc.jetstream()
+    await asyncio.to_thread(nats_server.stop)
+    consumer = ResultConsumer(js, store, retry_backoff=Backoff(base=0.05, cap=0.2))
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        assert consumer.readiness() is not None and not task.done()
+        await asyncio.to_thread(nats_server.start)
+        await eventually(lambda: consumer.readiness() is None and not task.done(), timeout=30)
+        await publish_results(js, [result(batch_id="after-restart", kind="RayCluster", name="c")])
+        await wait_until(lambda: count(store, "commands"), message="the result persisted")
+    finally:
+        stop.set()
+        await task
