@@ -183,8 +183,7 @@ class PartitionConsumer:
                     continue
                 if not self._lease_valid():
                     log.warning("partition %d: lease lapsed during a fetch; returning %d", self.partition, len(msgs))
-                    for msg in msgs:
-                        await settle(msg.nak(delay=FENCED_REDELIVERY))
+                    await self._hand_back(msgs)
                     continue
                 with self._progress.working():
                     await self.process(msgs)
@@ -286,8 +285,7 @@ class PartitionConsumer:
                         "partition %d: lease lapsed while reconciling %s; returning its inputs", self.partition, key
                     )
                     span.set_attribute("raybus.fenced", True)
-                    for item in items:
-                        await settle(item.msg.nak(delay=FENCED_REDELIVERY))
+                    await self._hand_back([item.msg for item in items])
                     return
                 batch = self._inflight.filter(outcome.batch, applied_floor=floor, entries=snapshot.entries)
                 span.set_attribute("raybus.rules", list(outcome.decision.rules))
@@ -324,6 +322,11 @@ class PartitionConsumer:
                 key,
                 extra={"raybus.key": str(key), "started": finished - elapsed, "finished": finished},
             )
+
+    async def _hand_back(self, msgs: list[Msg]) -> None:
+        """Return inputs unprocessed, for whoever holds the partition once this worker's lease lapsed."""
+        for msg in msgs:
+            await settle(msg.nak(delay=FENCED_REDELIVERY))
 
     async def _park(self, msg: Msg, reason: str) -> None:
         """Dead-letter ``msg``; if NATS is unreachable it stays unacked and comes back later."""
