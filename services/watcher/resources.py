@@ -92,6 +92,12 @@ _RAY_NODE_TYPES: Final = (conventions.NODE_HEAD, conventions.NODE_WORKER, conven
 _RAY_NODES: Final = f"{conventions.LABEL_NODE_TYPE} in ({','.join(_RAY_NODE_TYPES)})"
 """The Pods KubeRay's informer cache keeps: Ray nodes and the Redis cleanup Job's."""
 
+LEASE: Final = ResourceType(
+    group="coordination.k8s.io", version="v1", kind="Lease", plural="leases", watched=False, writable=False
+)
+"""The watcher's leader election Lease (``election``): read and written there only, never watched, and
+never written by the applier."""
+
 RESOURCES: Final[tuple[ResourceType, ...]] = (
     ResourceType(
         group=conventions.GROUP,
@@ -171,6 +177,7 @@ RESOURCES: Final[tuple[ResourceType, ...]] = (
     ),
     # Events are written (EmitEvent), never watched.
     ResourceType(group="", version="v1", kind="Event", plural="events", watched=False),
+    LEASE,
 )
 
 _BY_KIND: Final[Mapping[str, ResourceType]] = {r.kind: r for r in RESOURCES}
