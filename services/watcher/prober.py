@@ -28,7 +28,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 import nats.errors
@@ -102,13 +102,22 @@ def observation_id(target: ProbeTarget, significant: Any) -> str:
     return f"obs/{target.key.token()}/{target.entry_kind}/{target.entry_name}/{digest}"
 
 
+class ObjectSource(Protocol):
+    """Where the prober reads the watched objects: the watcher's projection, or the KV it writes
+    (``kvfacts``) in a process without informers."""
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        """Every held object of one kind (as its probe rules read it)."""
+        ...
+
+
 class Prober:
     """Polls the dashboards of the projection's live jobs."""
 
     def __init__(
         self,
         js: JetStreamContext,
-        source: Any,
+        source: ObjectSource,
         dashboard: DashboardClient,
         *,
         interval: float,
@@ -132,7 +141,7 @@ class Prober:
 
     def _snapshot(self) -> dict[str, list[dict[str, Any]]]:
         kinds = dict.fromkeys(kind for probe in self._probes for kind in probe.kinds)
-        return {kind: [placed.change.obj for placed in self._source.objects_of(kind)] for kind in kinds}
+        return {kind: self._source.objects(kind) for kind in kinds}
 
     async def run(self) -> None:
         """Poll every ``interval`` seconds until cancelled."""

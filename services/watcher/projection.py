@@ -212,6 +212,10 @@ class Projection:
         """Every held object of one kind."""
         return list(self._by_kind.get(kind, {}).values())
 
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        """Every held object of one kind, as the prober reads them (``prober.ObjectSource``)."""
+        return [placed.change.obj for placed in self._by_kind.get(kind, {}).values()]
+
     def committed(self, scope: Scope) -> str | None:
         """The scope's fully published resourceVersion."""
         return self._watermarks.committed(scope.name)
