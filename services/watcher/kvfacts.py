@@ -1,0 +1,327 @@
+"""What the watch has seen, read from KV ``raybus-objects``: the applier's and the prober's facts without informers.
+
+Role: an applier or prober running in its own process has no projection. :class:`KvFacts` follows the
+bucket the projection writes with one KV watch over every key (its initial values, then every update,
+delete markers and purges included) and answers what they ask of the in-process projection:
+``find``/``recently_deleted`` (``authorize.Facts``), ``owner_gone`` (``staleness.OwnerView``) and
+``objects`` (``prober.ObjectSource``), with the projection's semantics:
+
+- An object (kind, namespace, name) is stored once per reconcile key it maps to. It exists while at least
+  one of those entries holds it, as its latest write shows it; it is deleted when the last one is
+  removed (delete marker or purge). The last :data:`REMEMBERED_DELETIONS` deletions are remembered
+  (``recently_deleted``) until the object is seen again; the delete markers among the initial values
+  count too, in the order they were written, so a restarted applier knows the recent ones.
+- A custom resource is gone (``owner_gone``) once deleted, or once an entry shows the same name with
+  another uid (the old incarnation was deleted); :data:`GONE_MEMORY` uids are remembered. While it
+  carries a deletionTimestamp, a decision on a snapshot older than the first revision that showed it so
+  missed the deletion (the initial values show only each entry's latest write: that revision is then
+  the earliest one seen, as ``Projection.load`` takes it).
+- :attr:`KvFacts.revision` is the last stream sequence applied; :meth:`KvFacts.caught_up` waits for a
+  revision (a batch's ``snapshot_revision``), so a decision made on a snapshot newer than this view is not
+  judged on older facts. After the initial values it is at least the stream's last sequence before the
+  watch started (everything up to there is reflected, even when the last messages were removed).
+
+Memory: the custom resources and every other kind are kept whole (authorize reads their specs, owners and
+labels; the prober their specs and statuses). Pods are the bulk (thousands per cluster) and are reduced
+to what either reads of them (:func:`slim_pod`): identity, labels, controller ownership and deletion
+state (authorize's ownership checks), the pod IP and the first container's ports (the Serve proxy
+health probe).
+
+Invariants: entries are applied in stream order, one at a time on the loop; an entry that is not a
+watched object (observations, an unknown kind, a malformed key or value) only advances the revision
+(malformed ones with a warning), so nothing in the bucket stops the watch. The KV watch is nats-py's
+ordered consumer: after a NATS reconnect (or a consumer lost with a restarted server) it is recreated
+from the next stream sequence once two idle heartbeats (5 s each) went missing, so no update is skipped;
+meanwhile :meth:`KvFacts.caught_up` waits (about 20 s after a restart of a single server, measured).
+
+Not here: writing the bucket (``projection``), deciding on the facts (``authorize``, ``staleness``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import msgspec
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from schema.keys import ReconcileKey, decode_token
+from schema.objects import being_deleted, first_container, mapping, metadata_of, text
+from services.runtime.aio import cancel_and_wait
+from services.watcher.projection import GONE_MEMORY, REMEMBERED_DELETIONS
+from services.watcher.resources import by_kind
+
+log = logging.getLogger(__name__)
+
+Named = tuple[str, str, str]
+"""``(kind, namespace, name)`` of an object."""
+
+_POD: Final = "Pod"
+_POD_METADATA: Final = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+)
+_json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
+
+
+class FactsStopped(Exception):
+    """:meth:`KvFacts.caught_up` was waiting when the facts stopped following the bucket."""
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The part of a Pod authorize and the prober read (see the module docstring)."""
+    metadata = metadata_of(pod)
+    container = first_container(mapping(pod.get("spec")))
+    slim: dict[str, Any] = {
+        "apiVersion": pod.get("apiVersion"),
+        "kind": pod.get("kind"),
+        "metadata": {field: metadata[field] for field in _POD_METADATA if field in metadata},
+    }
+    if container:
+        slim["spec"] = {"containers": [{"name": container.get("name"), "ports": container.get("ports") or []}]}
+    pod_ip = text(mapping(pod.get("status")).get("podIP"))
+    if pod_ip:
+        slim["status"] = {"podIP": pod_ip}
+    return slim
+
+
+@dataclass(slots=True)
+class _Held:
+    """One object and the KV entries (one per reconcile key) that hold it."""
+
+    obj: dict[str, Any]
+    uid: str
+    entries: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Entry:
+    """What one KV entry holds: which object, and whether that object is a custom resource."""
+
+    named: Named
+    key_kind: bool
+
+
+class KvFacts:
+    """The watched objects as KV ``raybus-objects`` shows them, kept current by one KV watch."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        """Follow ``kv`` (the ``raybus-objects`` bucket) once :meth:`start` is called."""
+        self._kv = kv
+        self._held: dict[Named, _Held] = {}
+        self._by_kind: dict[str, dict[tuple[str, str], _Held]] = {}
+        self._entries: dict[str, _Entry] = {}
+        self._deleted: OrderedDict[Named, None] = OrderedDict()
+        self._gone: dict[tuple[str, str], None] = {}
+        """(kind, uid) of custom resources seen deleted, oldest first (bounded)."""
+        self._deleting_at: dict[tuple[str, str], int] = {}
+        """(kind, uid) of a custom resource being deleted → the first revision that showed it so."""
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._watcher: KeyValue.KeyWatcher | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self.revision = 0
+        """The last stream sequence of the bucket applied."""
+        self.skipped = 0
+        """Malformed entries skipped."""
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the watch; returns once its initial values are applied (then follows updates)."""
+        status = await self._kv.status()
+        floor = status.stream_info.state.last_seq
+        watcher = await self._kv.watch(">")
+        self._watcher = watcher
+        # The initial values are each entry's latest write only: a revision among them says nothing about
+        # the entries written later, so the revision moves once they are all in.
+        try:
+            async for entry in watcher:
+                if entry is None:  # nats-py's marker: the initial values are in
+                    break
+                self._apply(entry)
+                floor = max(floor, entry.revision or 0)
+        except BaseException:
+            await self._close_watch()
+            raise
+        self._advance(floor)
+        self._task = asyncio.create_task(self._follow(watcher), name="kvfacts-watch")
+
+    async def stop(self) -> None:
+        """Stop following the bucket; :meth:`caught_up` waiters get :class:`FactsStopped`."""
+        self._stopped = True
+        await self._close_watch()
+        if self._task is not None:
+            lingering = await cancel_and_wait([self._task], timeout=2.0)
+            if lingering:
+                log.warning("the KV watch of the facts did not stop")
+        for _, _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(FactsStopped())
+        self._waiters.clear()
+
+    async def _close_watch(self) -> None:
+        if self._watcher is not None:
+            with contextlib.suppress(Exception):  # a closed connection has nothing left to unsubscribe
+                await cast(Callable[[], Awaitable[None]], self._watcher.stop)()
+            self._watcher = None
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
+        async for entry in watcher:
+            if entry is not None:
+                self._apply(entry)
+                self._advance(entry.revision or 0)
+
+    async def caught_up(self, revision: int) -> None:
+        """Return once the watch has applied stream sequence ``revision`` (at once when it has).
+
+        Waits as long as it takes (the caller bounds it); a revision the bucket never reaches never returns.
+
+        Raises:
+            FactsStopped: :meth:`stop` was called meanwhile.
+        """
+        if revision <= self.revision:
+            return
+        if self._stopped:
+            raise FactsStopped()
+        waiter = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (revision, next(self._order), waiter))
+        await waiter
+
+    def _advance(self, revision: int) -> None:
+        self.revision = max(self.revision, revision)
+        while self._waiters and self._waiters[0][0] <= self.revision:
+            _, _, waiter = heapq.heappop(self._waiters)
+            if not waiter.done():  # a cancelled waiter is skipped
+                waiter.set_result(None)
+
+    # --- facts ------------------------------------------------------------------------------------
+
+    def find(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object of ``kind`` named ``namespace/name`` as last written (a Pod reduced), or None."""
+        held = self._held.get((kind, namespace, name))
+        return held.obj if held is not None else None
+
+    def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether one of the last :data:`REMEMBERED_DELETIONS` deletions was that object (not seen since)."""
+        return (kind, namespace, name) in self._deleted
+
+    def owner_gone(self, kind: str, uid: str, snapshot_revision: int) -> bool:
+        """Whether a decision made on a snapshot at ``snapshot_revision`` missed the deletion of the custom
+        resource ``kind``/``uid``: seen deleted, or being deleted from a later KV revision on."""
+        if (kind, uid) in self._gone:
+            return True
+        since = self._deleting_at.get((kind, uid))
+        return since is not None and snapshot_revision < since
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        """Every held object of one kind (``prober.ObjectSource``)."""
+        return [held.obj for held in self._by_kind.get(kind, {}).values()]
+
+    # --- applying entries -------------------------------------------------------------------------
+
+    def _apply(self, entry: KeyValue.Entry) -> None:
+        if entry.operation in (KV_DEL, KV_PURGE):
+            self._remove(entry.key)
+        else:
+            self._put(entry)
+
+    def _put(self, entry: KeyValue.Entry) -> None:
+        parts = entry.key.split(".")
+        if len(parts) != 5:
+            return self._skip(entry.key, "not an entry key")
+        resource = by_kind(parts[3])
+        if resource is None or not resource.watched:
+            return None  # observations and anything else that is not a watched object
+        try:
+            key = ReconcileKey.from_token(".".join(parts[:3]))
+            obj = _json.decode(entry.value or b"")
+        except (ValueError, msgspec.DecodeError):
+            return self._skip(entry.key, "undecodable")
+        metadata = metadata_of(obj)
+        uid = text(metadata.get("uid"))
+        named = (resource.kind, text(metadata.get("namespace")) or key.namespace, decode_token(parts[4]))
+        previous = self._entries.get(entry.key)
+        if previous is not None and previous.named != named:
+            self._remove(entry.key)  # the entry now holds another object (never written so, but harmless)
+        self._entries[entry.key] = _Entry(named, resource.is_key_kind)
+        held = self._held.get(named)
+        if held is not None and held.uid != uid and resource.is_key_kind:
+            self._forget_incarnation(resource.kind, held.uid)  # the same name with a new uid: the old one is gone
+        kept = slim_pod(obj) if resource.kind == _POD else obj
+        if held is None:
+            held = self._held[named] = _Held(kept, uid)
+            self._by_kind.setdefault(named[0], {})[named[1:]] = held
+        else:
+            held.obj, held.uid = kept, uid
+        held.entries.add(entry.key)
+        self._deleted.pop(named, None)
+        if resource.is_key_kind:
+            self._gone.pop((resource.kind, uid), None)  # held again: its entries tell (as the projection's cache)
+            if being_deleted(obj):
+                self._deleting_at.setdefault((resource.kind, uid), entry.revision or 0)
+            else:
+                self._deleting_at.pop((resource.kind, uid), None)
+        return None
+
+    def _remove(self, kv_key: str) -> None:
+        known = self._entries.pop(kv_key, None)
+        if known is None:
+            self._remember_unseen_deletion(kv_key)
+            return
+        held = self._held.get(known.named)
+        if held is None:
+            return
+        held.entries.discard(kv_key)
+        if held.entries:
+            return  # still stored under another reconcile key: not a deletion
+        del self._held[known.named]
+        by_name = self._by_kind.get(known.named[0], {})
+        by_name.pop(known.named[1:], None)
+        self._remember_deletion(known.named)
+        if known.key_kind:
+            self._forget_incarnation(known.named[0], held.uid)
+
+    def _remember_unseen_deletion(self, kv_key: str) -> None:
+        """A delete marker of an entry this view never saw written (among the initial values)."""
+        parts = kv_key.split(".")
+        if len(parts) != 5:
+            return self._skip(kv_key, "not an entry key")
+        resource = by_kind(parts[3])
+        if resource is None or not resource.watched:
+            return None
+        named = (resource.kind, decode_token(parts[1]), decode_token(parts[4]))
+        if named not in self._held:
+            self._remember_deletion(named)
+        return None
+
+    def _remember_deletion(self, named: Named) -> None:
+        self._deleted[named] = None
+        self._deleted.move_to_end(named)
+        if len(self._deleted) > REMEMBERED_DELETIONS:
+            self._deleted.popitem(last=False)
+
+    def _forget_incarnation(self, kind: str, uid: str) -> None:
+        """A custom resource's incarnation ``uid`` was deleted."""
+        self._deleting_at.pop((kind, uid), None)
+        if uid:
+            self._gone[(kind, uid)] = None
+            if len(self._gone) > GONE_MEMORY:
+                del self._gone[next(iter(self._gone))]
+
+    def _skip(self, kv_key: str, why: str) -> None:
+        self.skipped += 1
+        log.warning("ignoring KV entry %s: %s", kv_key, why)
