@@ -28,6 +28,7 @@ from services.replay.history import KeyHistory
 from services.replay.render import render_step_detail
 from services.replay.replayer import Replayer, ReplayStep, StepFilter
 from services.replay.source import read_history
+from services.runtime.bus import flush_sent
 from services.runtime.errors import RaybusError
 
 log = logging.getLogger(__name__)
@@ -116,5 +117,5 @@ async def serve_replays(
         await msg.respond(msgspec.json.encode(view))
 
     subscription = await nc.subscribe(subjects.REPLAY_SUBJECT, queue=subjects.REPLAY_QUEUE, cb=handle)
-    await nc.flush()  # answering from now on, not from whenever the server sees the subscription
+    await flush_sent(nc)  # answering from now on, not from whenever the server sees the subscription
     return subscription

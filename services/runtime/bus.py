@@ -6,6 +6,7 @@ a CA file the connection is TLS and the server's certificate is verified against
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from typing import Any
@@ -84,6 +85,23 @@ async def publish(
     if msg_id:
         all_headers["Nats-Msg-Id"] = msg_id
     return await js.publish(subject, payload, headers=all_headers or None, timeout=timeout)
+
+
+async def flush_sent(nc: Client, *, timeout: float = 10.0) -> None:
+    """Return once the server has processed every command ``nc`` sent so far (a subscription has interest).
+
+    ``Client.flush()`` alone does not promise this: nats-py writes the flush's PING straight to the socket,
+    ahead of the commands ``subscribe()`` and ``publish()`` left in the client's pending buffer, so the PONG
+    can come back before the server has seen them (a request from another connection then finds no
+    responders). Handing the pending buffer to the socket first puts the PING behind them.
+
+    Raises:
+        TimeoutError: the server did not answer within ``timeout`` seconds.
+    """
+    async with asyncio.timeout(timeout):
+        # nats-py has no public call that waits for its pending buffer to be written.
+        await nc._flush_pending(force_flush=True)
+        await nc.flush()
 
 
 def bus_unavailable(exc: Exception) -> bool:
