@@ -7,11 +7,14 @@ Layout (docs/architecture.md#flow):
   ``raybus.part.<p>.<kind>.<ns>.<name>`` where ``p`` is a hash partition of the key, so one consumer per
   partition gives per-key order. Timers are message schedules on ``raybus.timers.<kind>.<ns>.<name>``
   (a rollup subject: one pending timer per key) whose target is the key's events subject.
-- ``RAYBUS_COMMANDS``: one command batch per decision on ``raybus.cmd.<kind>.<ns>.<name>``.
+- ``RAYBUS_COMMANDS``: one command batch per decision on ``raybus.cmd.<kind>.<ns>.<name>``, stored as
+  ``raybus.cmdpart.<p>.<kind>.<ns>.<name>`` by the same partition transform (a key's commands land in the
+  partition number of its events), so the applier too has one consumer per partition.
 - ``RAYBUS_RESULTS``: command outcomes and confirmed transitions on ``raybus.results.<kind>.<ns>.<name>``.
 - ``RAYBUS_DEADLETTER``: messages that could not be processed, on ``raybus.dlq.<stream>``.
 - KV ``raybus-objects``: the projection, entries ``<key token>.<entry kind>.<entry name>``.
-- KV ``raybus-leases``: partition leases ``p.<n>`` and worker heartbeats ``w.<id>`` (TTL).
+- KV ``raybus-leases``: per group of replicas sharing the partitions (``reconcile``, ``apply``,
+  ``probe``), partition leases ``<group>.p.<n>`` and member heartbeats ``<group>.w.<id>`` (TTL).
 - KV ``raybus-watcher``: informer resume points ``rv.<resource>``.
 - ``raybus.replay``: request/reply (no stream): a reconciler replays a key's recorded decisions with the
   code it runs (``schema.replayview``), for the status service's console.
@@ -19,7 +22,7 @@ Layout (docs/architecture.md#flow):
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 from schema.keys import ReconcileKey, encode_token
 
@@ -34,7 +37,6 @@ OBJECTS_BUCKET: Final = "raybus-objects"
 LEASES_BUCKET: Final = "raybus-leases"
 WATCHER_BUCKET: Final = "raybus-watcher"
 
-APPLIER_CONSUMER: Final = "raybus-applier"
 STATUS_CONSUMER: Final = "raybus-status"
 
 REPLAY_SUBJECT: Final = f"{PREFIX}.replay"
@@ -46,6 +48,8 @@ DEFAULT_PARTITIONS: Final = 16
 EVENTS_WILDCARD: Final = f"{PREFIX}.events.*.*.*"
 TIMERS_WILDCARD: Final = f"{PREFIX}.timers.*.*.*"
 COMMANDS_WILDCARD: Final = f"{PREFIX}.cmd.*.*.*"
+STORED_COMMANDS_WILDCARD: Final = f"{PREFIX}.cmdpart.*.*.*.*"
+"""Every command batch as the commands stream stores it (in whichever partition)."""
 RESULTS_WILDCARD: Final = f"{PREFIX}.results.*.*.*"
 DEADLETTER_WILDCARD: Final = f"{PREFIX}.dlq.>"
 
@@ -75,25 +79,72 @@ def deadletter_subject(stream: str) -> str:
     return f"{PREFIX}.dlq.{stream}"
 
 
+_EVENTS_PART: Final = "part"
+_COMMANDS_PART: Final = "cmdpart"
+
+
+def _partition_transform(tag: str, partitions: int) -> str:
+    tokens = ".".join(f"{{{{wildcard({n})}}}}" for n in (1, 2, 3))
+    return f"{PREFIX}.{tag}.{{{{partition({partitions},1,2,3)}}}}.{tokens}"
+
+
 def partition_transform_destination(partitions: int) -> str:
     """Subject-transform destination that prefixes events with their key's partition."""
-    tokens = ".".join(f"{{{{wildcard({n})}}}}" for n in (1, 2, 3))
-    return f"{PREFIX}.part.{{{{partition({partitions},1,2,3)}}}}.{tokens}"
+    return _partition_transform(_EVENTS_PART, partitions)
+
+
+def command_transform_destination(partitions: int) -> str:
+    """Subject-transform destination that prefixes command batches with their key's partition (the same
+    hash over the same three key tokens as events: a key's commands and events share a partition number)."""
+    return _partition_transform(_COMMANDS_PART, partitions)
+
+
+def partition_of(key: ReconcileKey, partitions: int) -> int:
+    """The partition the streams' transform puts ``key`` in: nats-server's ``partition(n,1,2,3)``, the
+    32-bit FNV-1a hash of the key's three subject tokens written one after the other, modulo ``n``."""
+    digest = 0x811C9DC5
+    for byte in "".join(key.token().split(".")).encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return digest % partitions
 
 
 def partition_filter(partition: int) -> str:
     """Filter subject of one partition's consumer."""
-    return f"{PREFIX}.part.{partition}.>"
+    return f"{PREFIX}.{_EVENTS_PART}.{partition}.>"
 
 
 def stored_events_filter(key: ReconcileKey) -> str:
     """Filter of ``key``'s inputs as the events stream stores them (in whichever partition)."""
-    return f"{PREFIX}.part.*.{key.token()}"
+    return f"{PREFIX}.{_EVENTS_PART}.*.{key.token()}"
 
 
 def partition_consumer(partition: int) -> str:
     """Durable consumer name of one partition."""
     return f"raybus-part-{partition}"
+
+
+def command_partition_filter(partition: int) -> str:
+    """Filter subject of one partition's applier consumer."""
+    return f"{PREFIX}.{_COMMANDS_PART}.{partition}.>"
+
+
+def stored_commands_filter(key: ReconcileKey) -> str:
+    """Filter of ``key``'s command batches as the commands stream stores them (in whichever partition)."""
+    return f"{PREFIX}.{_COMMANDS_PART}.*.{key.token()}"
+
+
+def applier_consumer(partition: int) -> str:
+    """Durable consumer name of one partition of command batches (the applier's)."""
+    return f"raybus-applier-{partition}"
+
+
+def partition_of_stored(subject: str) -> int:
+    """The partition number of a message as a partitioned stream stores it (``raybus.<tag>.<p>.…``).
+
+    Raises:
+        ValueError: the subject carries no partition number.
+    """
+    return int(subject.split(".")[2])
 
 
 def key_from_stored_subject(subject: str) -> ReconcileKey:
@@ -131,14 +182,29 @@ def entry_prefix(key: ReconcileKey) -> str:
     return f"{key.token()}.>"
 
 
-def lease_key(partition: int) -> str:
-    """KV key of a partition lease."""
-    return f"p.{partition}"
+LeaseGroup = Literal["reconcile", "apply", "probe"]
+"""Replicas that share the partitions among themselves: reconcilers, appliers, probers."""
+LEASE_GROUPS: Final[tuple[LeaseGroup, ...]] = ("reconcile", "apply", "probe")
 
 
-def heartbeat_key(worker_id: str) -> str:
-    """KV key of a worker's membership heartbeat."""
-    return f"w.{encode_token(worker_id)}"
+def lease_key(group: LeaseGroup, partition: int) -> str:
+    """KV key of a partition lease of one group."""
+    return f"{group}.p.{partition}"
+
+
+def heartbeat_key(group: LeaseGroup, member: str) -> str:
+    """KV key of a member's heartbeat in one group."""
+    return f"{group}.w.{encode_token(member)}"
+
+
+def heartbeats_filter(group: LeaseGroup) -> str:
+    """KV filter matching every heartbeat of one group."""
+    return f"{group}.w.*"
+
+
+def leases_filter(group: LeaseGroup) -> str:
+    """KV filter matching every partition lease of one group."""
+    return f"{group}.p.*"
 
 
 def resume_key(resource: str) -> str:

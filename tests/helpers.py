@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from schema import subjects
+
 T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,6 +56,14 @@ async def stored_messages(js: JetStreamContext, stream: str, subject: str = ">",
                 return found
     finally:
         await sub.unsubscribe()
+
+
+def work_consumers(partitions: int) -> list[tuple[str, str]]:
+    """Every durable consumer of the pipeline as ``(stream, consumer)``: the reconcilers' and the appliers'
+    partitions and the status service's."""
+    found = [(subjects.EVENTS_STREAM, subjects.partition_consumer(n)) for n in range(partitions)]
+    found += [(subjects.COMMANDS_STREAM, subjects.applier_consumer(n)) for n in range(partitions)]
+    return [*found, (subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER)]
 
 
 def samples_dir() -> Path:

@@ -90,7 +90,9 @@ async def read_history(nc: Client, key: ReconcileKey, *, window: HistoryWindow |
     skipped: list[int] = []
     parts = PartAssembler()
     first_part: dict[str, StoredMessage] = {}
-    async for stored in direct_batches(nc, subjects.COMMANDS_STREAM, subject_filter=subjects.command_subject(key)):
+    async for stored in direct_batches(
+        nc, subjects.COMMANDS_STREAM, subject_filter=subjects.stored_commands_filter(key)
+    ):
         try:
             batch = decode_batch(stored.data)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -126,7 +128,7 @@ async def active_keys(nc: Client, *, since: datetime | None) -> list[ReconcileKe
     """Keys with a decision recorded since ``since`` (every key with any decision when None), sorted."""
     found: dict[str, ReconcileKey] = {}
     async for stored in direct_batches(
-        nc, subjects.COMMANDS_STREAM, subject_filter=subjects.COMMANDS_WILDCARD, start_time=since
+        nc, subjects.COMMANDS_STREAM, subject_filter=subjects.STORED_COMMANDS_WILDCARD, start_time=since
     ):
         token = stored.subject
         if token in found or (since is not None and stored.time < since):

@@ -101,8 +101,12 @@ def stream_configs(bus: BusSettings) -> list[StreamConfig]:
         ),
         stream(
             name=subjects.COMMANDS_STREAM,
-            description="command batches decided by reconcile",
+            description="command batches decided by reconcile, partitioned by reconcile key",
             subjects=[subjects.COMMANDS_WILDCARD],
+            subject_transform=SubjectTransform(
+                src=subjects.COMMANDS_WILDCARD,
+                dest=subjects.command_transform_destination(bus.partitions),
+            ),
             allow_direct=True,
         ),
         stream(
@@ -133,7 +137,7 @@ def partition_consumer_config(partition: int, bus: BusSettings) -> ConsumerConfi
 
 
 def work_consumer_config(durable: str, filter_subject: str, bus: BusSettings) -> ConsumerConfig:
-    """Durable pull consumer shared by the replicas of a service (applier, status)."""
+    """Durable pull consumer of one applier partition, or shared by the status replicas."""
     return ConsumerConfig(
         durable_name=durable,
         filter_subject=filter_subject,
@@ -194,11 +198,13 @@ async def ensure_topology(
     if with_consumers:
         for partition in range(bus.partitions):
             await _ensure_consumer(js, subjects.EVENTS_STREAM, partition_consumer_config(partition, bus))
-        await _ensure_consumer(
-            js,
-            subjects.COMMANDS_STREAM,
-            work_consumer_config(subjects.APPLIER_CONSUMER, subjects.COMMANDS_WILDCARD, bus),
-        )
+            await _ensure_consumer(
+                js,
+                subjects.COMMANDS_STREAM,
+                work_consumer_config(
+                    subjects.applier_consumer(partition), subjects.command_partition_filter(partition), bus
+                ),
+            )
         await _ensure_consumer(
             js,
             subjects.RESULTS_STREAM,

@@ -22,6 +22,8 @@ from services.runtime.kvread import read_latest
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEAD_LETTERS_SHOWN = 50
+_RECONCILERS: subjects.LeaseGroup = "reconcile"
+"""The group whose partition owners the view shows: the reconcilers (the console's "workers")."""
 """The latest dead letters the console lists."""
 
 
@@ -119,13 +121,13 @@ async def bus_view(nc: Client, *, partitions: int) -> BusOut:
     """
     try:
         leases = (await read_latest(nc, subjects.LEASES_BUCKET, ">")).values
-        members = await read_latest(nc, subjects.LEASES_BUCKET, subjects.heartbeat_key("*"))
+        members = await read_latest(nc, subjects.LEASES_BUCKET, subjects.heartbeats_filter(_RECONCILERS))
         rows = [
-            await _partition(nc, p, leases.get(subjects.lease_key(p), b"").decode(errors="replace"))
+            await _partition(nc, p, leases.get(subjects.lease_key(_RECONCILERS, p), b"").decode(errors="replace"))
             for p in range(partitions)
         ]
         letters, total = await _dead_letters(nc)
     except nats.errors.Error as exc:
         raise RetryableError(f"NATS: {exc or type(exc).__name__}") from exc
-    workers = sorted(decode_token(k.split(".", 1)[1]) for k in members.values)
+    workers = sorted(decode_token(k.split(".", 2)[2]) for k in members.values)
     return BusOut(partitions=rows, workers=workers, dead_letters=letters, dead_letters_total=total)

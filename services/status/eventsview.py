@@ -49,7 +49,9 @@ async def key_events(nc: Client, key: ReconcileKey) -> EventsOut:
     """
     items: list[EventOut] = []
     try:
-        async for stored in direct_batches(nc, subjects.COMMANDS_STREAM, subject_filter=subjects.command_subject(key)):
+        async for stored in direct_batches(
+            nc, subjects.COMMANDS_STREAM, subject_filter=subjects.stored_commands_filter(key)
+        ):
             try:
                 batch = decode_batch(stored.data)
             except (msgspec.DecodeError, msgspec.ValidationError):

@@ -1,9 +1,13 @@
 """The applier: consume command batches, apply them to the API server and dashboards, publish outcomes.
 
-Role: a durable pull consumer (``APPLIER_CONSUMER`` on ``RAYBUS_COMMANDS``, shared by every watcher
-replica) delivers :class:`CommandBatch` messages. Batches of one key are applied one at a time, in
-stream order; batches of different keys run concurrently (``KubeSettings.applier_concurrency``), kopf's
-per-object queue. Inside a batch, commands run in order; each gets a span ``applier.<verb>`` that
+Role: the commands stream is partitioned like the events (a key's batches are stored in its partition);
+the applier replicas share the partitions through leases (group ``apply``, ``services.runtime.leases``),
+and each partition's durable pull consumer (``subjects.applier_consumer``) delivers its
+:class:`CommandBatch` messages to the replica holding it. Batches of one key are applied one at a time,
+in stream order; batches of different keys run concurrently (``KubeSettings.applier_concurrency``),
+kopf's per-object queue. When a partition moves (a replica joins, leaves or is fenced), its running
+batches finish, its queued ones are nak'ed and so delivered to the next holder: nothing is applied by two
+replicas at once. Inside a batch, commands run in order; each gets a span ``applier.<verb>`` that
 continues the trace carried by the batch's headers, one outcome (:class:`CommandResult`) published to
 the key's results subject inside that span, and only then is the batch acknowledged.
 
@@ -71,6 +75,7 @@ from services.runtime.deadletter import dead_letter_of, destination
 from services.runtime.errors import PermanentError
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
+from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
 from services.runtime.tracing import current_trace_id, extract_context, tracer
@@ -101,6 +106,8 @@ DENIED_REASON: Final = "CommandDenied"
 
 FETCH_TIMEOUT: Final = 1.0
 """Seconds one fetch waits for messages (also how quickly a stop is noticed)."""
+STOP_GRACE: Final = 2.0
+"""Seconds a cancelled fetch or worker gets to end when a partition stops."""
 PUBLISH_BACKOFF: Final = Backoff(base=0.05, cap=2.0)
 """Pauses between attempts of a result or dead-letter publish, retried until it is stored."""
 
@@ -148,6 +155,7 @@ class Applier:
         js: JetStreamContext,
         api: KubeApi | None,
         *,
+        membership: Membership,
         dashboard: DashboardClient | None = None,
         concurrency: int = 32,
         clock: Clock = utc_now,
@@ -182,10 +190,17 @@ class Applier:
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
         pipeline_metrics.track_queue(self)
         self._workers: dict[ReconcileKey, asyncio.Task[None]] = {}
+        self._partition_of: dict[ReconcileKey, int] = {}
+        """The partition of every key with queued batches or a running worker."""
         self._unacked: dict[int, Msg] = {}
         """Batches received from JetStream and not yet acked or nak'ed (by ``id``: a Msg is unhashable)."""
         self._outstanding = 0
-        self._stopping = False
+        self._membership = membership
+        self._leases: PartitionLeases | None = None
+        self._consumers: dict[int, tuple[asyncio.Event, asyncio.Task[None], JetStreamContext.PullSubscription]] = {}
+        self._draining: set[int] = set()
+        self._halt = asyncio.Event()
+        self._crash: BaseException | None = None
         self.progress = Progress("applier")
         self.batches_applied = 0
         self.dead_letters = 0
@@ -194,18 +209,88 @@ class Applier:
     # --- consuming ----------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Consume until ``stop`` is set, then finish in-flight batches (within the exit timeout)."""
-        sub = await self._js.pull_subscribe_bind(durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM)
-        async with kept_in_progress(self._unacked.values(), self._ack_wait):
-            try:
-                await self._consume(sub, stop)
-            finally:
-                await self._shutdown()
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
+        """Apply the batches of the partitions this replica holds until ``stop`` is set, then drain them
+        (each finishes its running batches within the exit timeout) and release their leases.
 
-    async def _consume(self, sub: JetStreamContext.PullSubscription, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        Raises:
+            RuntimeError: a partition's consumer or a key's worker crashed (after the others drained).
+        """
+        halt = asyncio.Event()
+        self._halt = halt
+        leases = PartitionLeases(self._membership, "apply", start=self._start_partition, stop=self._stop_partition)
+        self._leases = leases
+        watching = asyncio.create_task(self._halt_on(stop, halt), name="applier-stop")
+        try:
+            async with kept_in_progress(self._unacked.values(), self._ack_wait):
+                await leases.run(halt)
+        finally:
+            watching.cancel()
+            for partition in list(self._consumers):
+                await self._stop_partition(partition)
+        if self._crash is not None:
+            raise RuntimeError("an applier partition crashed") from self._crash
+
+    @property
+    def partitions(self) -> frozenset[int]:
+        """The partitions this replica applies now."""
+        return frozenset(self._consumers)
+
+    async def _halt_on(self, stop: asyncio.Event, halt: asyncio.Event) -> None:
+        await stop.wait()
+        halt.set()
+
+    async def _start_partition(self, partition: int) -> None:
+        sub = await self._js.pull_subscribe_bind(
+            durable=subjects.applier_consumer(partition), stream=subjects.COMMANDS_STREAM
+        )
+        done = asyncio.Event()
+        task = asyncio.create_task(self._consume(partition, sub, done), name=f"applier-partition-{partition}")
+        task.add_done_callback(self._on_consumer_done)
+        self._consumers[partition] = (done, task, sub)
+
+    def _on_consumer_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None and self._crash is None:
+            self._crash = task.exception()
+            self._halt.set()
+
+    async def _stop_partition(self, partition: int) -> None:
+        """Stop fetching, let the partition's running batches finish (bounded), nak its queued ones."""
+        entry = self._consumers.pop(partition, None)
+        if entry is None:
+            return
+        done, task, sub = entry
+        done.set()
+        self._draining.add(partition)
+        try:
+            await asyncio.wait([task], timeout=FETCH_TIMEOUT + STOP_GRACE)
+            await cancel_and_wait([task], timeout=STOP_GRACE)
+            workers = [t for k, t in self._workers.items() if self._partition_of.get(k) == partition]
+            if workers:
+                _, pending = await asyncio.wait(workers, timeout=self._exit_timeout)
+                lingering = await cancel_and_wait(pending, timeout=STOP_GRACE)
+                if lingering:
+                    log.warning("%d applier workers of partition %d did not stop", len(lingering), partition)
+            for key in [k for k, p in self._partition_of.items() if p == partition]:
+                await self._hand_back(key)
+        finally:
+            self._draining.discard(partition)
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _hand_back(self, key: ReconcileKey) -> None:
+        """Nak a key's queued batches (its partition is stopping or no longer this replica's): JetStream
+        delivers them again, to whichever replica holds the partition then."""
+        queue = self._queues.pop(key, deque())
+        if key not in self._workers:
+            self._partition_of.pop(key, None)
+        for msg, _ in queue:
+            self._outstanding -= 1
+            self._unacked.pop(id(msg), None)
+            with contextlib.suppress(Exception):
+                await msg.nak()
+
+    async def _consume(self, partition: int, sub: JetStreamContext.PullSubscription, done: asyncio.Event) -> None:
+        while not done.is_set():
             raise_if_cancelling()
             self._raise_crashed()
             room = self._concurrency * 4 - self._outstanding
@@ -219,18 +304,18 @@ class Applier:
                 continue
             except nats.errors.Error as exc:
                 raise_if_cancelling()
-                log.warning("fetching command batches failed: %s", exc)
+                log.warning("partition %d: fetching command batches failed: %s", partition, exc)
                 await asyncio.sleep(0.5)
                 continue
             for msg in messages:
-                await self._accept(msg)
+                await self._accept(partition, msg)
 
     def _raise_crashed(self) -> None:
         for task in list(self._workers.values()):
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise RuntimeError("an applier worker crashed") from task.exception()
 
-    async def _accept(self, msg: Msg) -> None:
+    async def _accept(self, partition: int, msg: Msg) -> None:
         try:
             batch = codec.decode_batch(msg.data)
         except Exception as exc:  # whatever the bytes make the decoder do, the message is parked
@@ -246,17 +331,27 @@ class Applier:
         self._outstanding += 1
         if msg.reply:
             self._unacked[id(msg)] = msg
+        self._partition_of[batch.key] = partition
         self._queues.setdefault(batch.key, deque()).append((msg, batch))
         if batch.key not in self._workers:
             self._workers[batch.key] = asyncio.create_task(self._work(batch.key), name=f"applier {batch.key}")
 
+    def _may_apply(self, key: ReconcileKey) -> bool:
+        """Whether this replica may still apply ``key``'s next batch: its partition is not stopping and
+        its lease is still valid (self-fencing: a replica starved past its lease leaves the batch to the
+        partition's next holder instead of applying it beside it)."""
+        partition = self._partition_of.get(key)
+        if partition is None or partition in self._draining or partition not in self._consumers:
+            return False
+        return self._leases is None or self._leases.valid(partition)
+
     async def _work(self, key: ReconcileKey) -> None:
         queue = self._queues[key]
         try:
-            while queue and not self._stopping:
+            while queue and self._may_apply(key):
                 msg, batch = queue[0]
                 async with self._slots:
-                    if self._stopping:
+                    if not self._may_apply(key):
                         break
                     with self.progress.working():
                         failure = await self._apply_guarded(msg, batch)
@@ -271,9 +366,12 @@ class Applier:
                     await self._report(batch, None, failure)
                 self._unacked.pop(id(msg), None)
         finally:
+            self._workers.pop(key, None)
             if not queue:
                 self._queues.pop(key, None)
-            self._workers.pop(key, None)
+                self._partition_of.pop(key, None)
+        if queue and not self._draining.intersection({self._partition_of.get(key)}):
+            await self._hand_back(key)  # fenced: the batches go back to the stream, not to a later worker
 
     async def _apply_guarded(self, msg: Msg, batch: CommandBatch) -> str | None:
         """Apply ``batch``; the reason to dead-letter it when its handling raised (a bad message must not
@@ -288,23 +386,6 @@ class Applier:
     async def _report(self, batch: CommandBatch, command: Command | None, error: str) -> None:
         if self._on_failure is not None:
             await self._on_failure(batch, command, error)
-
-    async def _shutdown(self) -> None:
-        """Let running batches finish (bounded), nak the queued ones, cancel the rest (left unacked)."""
-        self._stopping = True
-        workers = list(self._workers.values())
-        if workers:
-            _, pending = await asyncio.wait(workers, timeout=self._exit_timeout)
-            lingering = await cancel_and_wait(pending, timeout=2.0)
-            if lingering:
-                log.warning("%d applier workers did not stop", len(lingering))
-        for queue in self._queues.values():
-            for msg, _ in queue:
-                with contextlib.suppress(Exception):
-                    await msg.nak()
-        self._queues.clear()
-        self._unacked.clear()
-        self._outstanding = 0
 
     async def _dead_letter(self, msg: Msg, error: str) -> None:
         metadata = msg.metadata

@@ -13,6 +13,11 @@ which key, and what counts as a change) are the contract in ``schema.probes``, w
 A target is a dashboard path or a pod's port (the RayService head's Serve proxy). The RayService rows
 (``serveprobes``) are added by the watcher service: :data:`PROBES` holds the RayJob row only.
 
+Scaling out: the prober replicas share the partitions through leases (group ``probe``,
+``services.runtime.leases``); each polls the targets whose key is in a partition it holds
+(``subjects.partition_of``), so N replicas poll disjoint sets and a dead replica's targets move with its
+partitions.
+
 Invariants: an unchanged answer publishes nothing; an unreachable dashboard is an observation too
 (``{"http_status": N, "error": "..."}``) so reconcile can run its failure timers; the message id is a
 digest of the significant fields, so HA replicas publish each change once.
@@ -45,6 +50,7 @@ from services.runtime.aio import raise_if_cancelling
 from services.runtime.bus import publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.errors import PermanentError
+from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.tracing import tracer
 from services.watcher import pipeline_metrics
 from services.watcher.dashboard import DashboardAnswer, DashboardClient
@@ -120,6 +126,7 @@ class Prober:
         source: ObjectSource,
         dashboard: DashboardClient,
         *,
+        membership: Membership,
         interval: float,
         objects: KeyValue | None = None,
         probes: tuple[ProbeKind, ...] = PROBES,
@@ -136,6 +143,9 @@ class Prober:
         self._tracer = tracer or _tracer
         self._last: dict[tuple[str, str], Any] = {}
         self._slots = asyncio.Semaphore(PROBE_CONCURRENCY)
+        self._membership = membership
+        self._held: set[int] = set()
+        self._leases = PartitionLeases(membership, "probe", start=self._hold, stop=self._let_go)
         self.published = 0
         self.polls = 0
 
@@ -143,12 +153,37 @@ class Prober:
         kinds = dict.fromkeys(kind for probe in self._probes for kind in probe.kinds)
         return {kind: self._source.objects(kind) for kind in kinds}
 
-    async def run(self) -> None:
-        """Poll every ``interval`` seconds until cancelled."""
-        while True:
-            raise_if_cancelling()
-            await self.poll_once()
-            await asyncio.sleep(self._interval)
+    @property
+    def partitions(self) -> frozenset[int]:
+        """The partitions whose targets this replica polls now."""
+        return frozenset(self._held)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Hold a share of the partitions and poll their targets every ``interval`` seconds until ``stop``
+        is set; then release the partitions."""
+        leases = asyncio.create_task(self._leases.run(stop), name="prober-leases")
+        try:
+            while not stop.is_set():
+                raise_if_cancelling()
+                if leases.done():
+                    leases.result()  # the lease loop ends only by stop, or by raising
+                await self.poll_once()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._interval)
+        finally:
+            if not stop.is_set():
+                leases.cancel()  # its own cleanup releases the partitions
+            await asyncio.wait([leases])
+
+    async def _hold(self, partition: int) -> None:
+        self._held.add(partition)
+
+    async def _let_go(self, partition: int) -> None:
+        self._held.discard(partition)
+
+    def _mine(self, target: ProbeTarget) -> bool:
+        partition = subjects.partition_of(target.key, self._membership.partitions)
+        return partition in self._held and self._leases.valid(partition)
 
     async def poll_once(self) -> None:
         """One round over every probe kind's current targets."""
@@ -156,7 +191,7 @@ class Prober:
         pairs: list[tuple[ProbeKind, ProbeTarget]] = []
         for kind in self._probes:
             try:
-                pairs.extend((kind, target) for target in kind.targets(objects))
+                pairs.extend((kind, target) for target in kind.targets(objects) if self._mine(target))
             except Exception:  # an object its rules did not foresee must not end the prober
                 log.exception("finding the targets of probe %s failed", kind.name)
         live = {(t.key.token(), f"{t.entry_kind}/{t.entry_name}") for _, t in pairs}

@@ -29,6 +29,7 @@ from services.runtime.backoff import retry
 from services.runtime.bus import connect
 from services.runtime.errors import PermanentError
 from services.runtime.health import HealthServer
+from services.runtime.leases import Membership, default_member_id
 from services.runtime.settings import RaybusSettings
 from services.runtime.topology import Buckets, ensure_topology, open_buckets
 from services.watcher.applier import Applier
@@ -79,6 +80,7 @@ class Watcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = threading.Event()
         self._applier_stop = asyncio.Event()
+        self._prober_stop = asyncio.Event()
         self._waiting_for = ""
 
     @property
@@ -122,6 +124,13 @@ class Watcher:
         else:
             self.buckets = await open_buckets(self._nc, bus=settings.bus, partitions=settings.partitions)
         js = self._nc.jetstream()
+        membership = Membership(
+            self._nc,
+            self.buckets.leases,
+            settings.partitions.worker_id or default_member_id(),
+            settings.bus.partitions,
+            settings.partitions,
+        )
 
         available, skipped = await self._discover()
         for resource in skipped:
@@ -150,6 +159,7 @@ class Watcher:
         self.applier = Applier(
             js,
             self.api,
+            membership=membership,
             dashboard=self._dashboard,
             concurrency=settings.kube.applier_concurrency,
             exit_timeout=settings.partitions.exit_timeout,
@@ -167,11 +177,12 @@ class Watcher:
                 js,
                 self.projection,
                 self._dashboard,
+                membership=membership,
                 interval=settings.kube.dashboard_poll_interval,
                 objects=self.buckets.objects,
                 probes=WATCHER_PROBES,
             )
-            self._spawn(self.prober.run(), "watcher-prober")
+            self._spawn(self.prober.run(self._prober_stop), "watcher-prober")
 
     async def _discover(self) -> tuple[list[ResourceType], list[ResourceType]]:
         """Which resources to watch; retried while the API server is unreachable or the ray.io CRDs are
@@ -240,6 +251,7 @@ class Watcher:
                 await asyncio.wait_for(self.projection.drain(), DRAIN_TIMEOUT)
             with contextlib.suppress(Exception):
                 await self.projection.close()
+        self._prober_stop.set()
         self._applier_stop.set()
         applier_task = by_name.get("watcher-applier")
         if applier_task is not None:

@@ -126,8 +126,8 @@ class DecisionCheck:
         """The last batch of the key in the stream, when it is newer than ``msg``."""
         self.lookups += 1
         try:
-            subject = subjects.command_subject(batch.key)
-            last = await self._js.get_last_msg(subjects.COMMANDS_STREAM, subject, direct=True)
+            # The message's own subject is the key's subject as stored (in its partition).
+            last = await self._js.get_last_msg(subjects.COMMANDS_STREAM, msg.subject, direct=True)
         except (nats.errors.Error, TimeoutError) as exc:
             log.info("could not look up the latest decision of %s (%s); applying batch %s", batch.key, exc, batch.id)
             return None

@@ -24,7 +24,9 @@ from schema.config import OperatorConfig
 from schema.keys import ReconcileKey
 from schema.replayview import ReplayRequest, ReplayView
 from services.reconciler.registry import default_reconcilers
+from services.reconciler.worker.applied import AppliedFloor
 from services.replay.responder import serve_replays
+from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.topology import ensure_topology
@@ -37,6 +39,7 @@ from tests.helpers import eventually
 
 USERS = ("admin", "watcher", "reconciler", "status")
 PARTITIONS = 4
+RECONCILE_LEASE = subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key("reconcile", 0))
 KEY = ReconcileKey(kind="RayCluster", namespace="team-a", name="demo.cluster")
 
 
@@ -162,13 +165,32 @@ async def test_watcher_does_its_job(watcher: User, server: NatsServer) -> None:
         await reconciler.js.publish(subjects.command_subject(key), b"[]")
     finally:
         await reconciler.nc.close()
-    sub = await watcher.js.pull_subscribe(
-        subjects.COMMANDS_WILDCARD, durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM
+    sub = await watcher.js.pull_subscribe_bind(
+        durable=subjects.applier_consumer(subjects.partition_of(key, PARTITIONS)), stream=subjects.COMMANDS_STREAM
     )
     messages = await sub.fetch(1, timeout=5)
-    assert messages[0].subject == subjects.command_subject(key)
+    assert subjects.key_from_stored_subject(messages[0].subject) == key
     await messages[0].ack_sync()
+
+    # The appliers and probers share the partitions through their groups' leases.
+    for group in ("apply", "probe"):
+        await _hold_every_partition(watcher, group)
     assert watcher.violations == []
+
+
+async def _hold_every_partition(user: User, group: subjects.LeaseGroup) -> None:
+    """Claim, renew and release every partition of ``group`` as the services do."""
+
+    async def nothing(_: int) -> None:
+        return None
+
+    kv = await user.js.key_value(subjects.LEASES_BUCKET)
+    membership = Membership(user.nc, kv, f"{group}-member", PARTITIONS, PartitionSettings())
+    leases = PartitionLeases(membership, group, start=nothing, stop=nothing)
+    await leases.tick()
+    await leases.tick()
+    assert leases.owned == frozenset(range(PARTITIONS))
+    await leases.release_all()
 
 
 async def test_reconciler_does_its_job(reconciler: User, server: NatsServer) -> None:
@@ -213,18 +235,8 @@ async def test_reconciler_does_its_job(reconciler: User, server: NatsServer) -> 
     ack = await reconciler.js.publish(subjects.deadletter_subject(subjects.EVENTS_STREAM), b"{}")
     assert ack.stream == subjects.DEADLETTER_STREAM
 
-    leases = await reconciler.js.key_value(subjects.LEASES_BUCKET)
-    lease = subjects.lease_key(0)
-    first = await leases.create(lease, b"worker-a")
-    await leases.update(lease, b"worker-a", last=first)
-    watch = await leases.watch(lease)
-    try:
-        seen = await watch.updates(timeout=5)
-        assert seen is not None
-        assert seen.value == b"worker-a"
-    finally:
-        await watch.stop()
-    await leases.delete(lease)
+    await _hold_every_partition(reconciler, "reconcile")
+    assert await AppliedFloor(reconciler.js).get(0) == 0  # how far the applier got, read without a violation
     assert reconciler.violations == []
 
 
@@ -261,7 +273,7 @@ def _consumer_next(stream: str, consumer: str) -> str:
             subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(KEY, "Pod", "p")), id="kv-objects-write"
         ),
         pytest.param(subjects.kv_subject(subjects.WATCHER_BUCKET, subjects.resume_key("pods")), id="kv-watcher-write"),
-        pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER), id="applier-queue"),
+        pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.applier_consumer(0)), id="applier-queue"),
         pytest.param(_consumer_next(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),
         pytest.param(f"$JS.API.STREAM.DELETE.{subjects.EVENTS_STREAM}", id="stream-delete"),
@@ -298,10 +310,12 @@ async def test_reconciler_cannot_eavesdrop(reconciler: User) -> None:
         pytest.param(
             subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(KEY, "Pod", "p")), id="kv-objects-write"
         ),
-        pytest.param(subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key(0)), id="kv-leases-write"),
+        pytest.param(
+            subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key("reconcile", 0)), id="kv-leases-write"
+        ),
         pytest.param(subjects.direct_get_subject(subjects.kv_stream(subjects.OBJECTS_BUCKET)), id="kv-objects-read"),
         pytest.param(_consumer_next(subjects.EVENTS_STREAM, subjects.partition_consumer(0)), id="partition-queue"),
-        pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER), id="applier-queue"),
+        pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.applier_consumer(0)), id="applier-queue"),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),
     ],
 )
@@ -314,7 +328,9 @@ async def test_status_is_denied(status: User, subject: str) -> None:
     [
         pytest.param(subjects.command_subject(KEY), id="commands"),
         pytest.param(subjects.timer_subject(KEY), id="timers"),
-        pytest.param(subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key(0)), id="kv-leases-write"),
+        pytest.param(
+            subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key("reconcile", 0)), id="kv-leases-write"
+        ),
         pytest.param(_consumer_next(subjects.EVENTS_STREAM, subjects.partition_consumer(0)), id="partition-queue"),
         pytest.param(_consumer_next(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),

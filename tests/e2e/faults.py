@@ -36,6 +36,7 @@ from schema.crd import write_crds
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import spawn_raybus
 from tests.fixtures.nats import NatsServer, free_port
+from tests.helpers import work_consumers
 
 GROUP, VERSION, PLURAL, NAMESPACE = "ray.io", "v1", "rayclusters", "default"
 WORKERS = 3
@@ -257,12 +258,7 @@ async def _drained(nats_url: str, partitions: int) -> bool:
     nc = await nats.connect(nats_url)
     try:
         js = nc.jetstream()
-        consumers = [
-            (subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER),
-            (subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER),
-        ]
-        consumers += [(subjects.EVENTS_STREAM, subjects.partition_consumer(n)) for n in range(partitions)]
-        for stream, name in consumers:
+        for stream, name in work_consumers(partitions):
             info = await js.consumer_info(stream, name)
             if info.num_pending or info.num_ack_pending:
                 return False

@@ -20,7 +20,7 @@ from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline, spawn_raybus
 from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, pods_of, status_api
 from tests.fixtures.nats import free_port
-from tests.helpers import eventually, stored_messages
+from tests.helpers import eventually, stored_messages, work_consumers
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
@@ -94,13 +94,10 @@ async def test_invariant_1_duplicate_commands_and_replayed_events_change_nothing
                 await js.publish(subjects.events_subject(key), data, headers={"Nats-Msg-Id": f"replayed-{seq}"})
 
             async def drained() -> bool:
-                applier = await js.consumer_info(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER)
-                partitions = [
-                    await js.consumer_info(subjects.EVENTS_STREAM, subjects.partition_consumer(n))
-                    for n in range(p.settings.bus.partitions)
-                ]
-                idle = all(c.num_pending == 0 and c.num_ack_pending == 0 for c in [applier, *partitions])
-                return idle and applier.ack_floor is not None and applier.ack_floor.stream_seq >= last
+                consumers = [await js.consumer_info(s, c) for s, c in work_consumers(p.settings.bus.partitions)]
+                idle = all(c.num_pending == 0 and c.num_ack_pending == 0 for c in consumers)
+                floors = [c.ack_floor.stream_seq for c in consumers if c.stream_name == subjects.COMMANDS_STREAM]
+                return idle and max(floors, default=0) >= last
 
             await eventually(drained, timeout=60, message="the repeated commands and events were not all processed")
         finally:

@@ -122,7 +122,10 @@ async def stored(p: Pipeline, stream: str, subject: str) -> list[tuple[int, byte
 
 async def decisions(p: Pipeline, key: ReconcileKey) -> list[CommandBatch]:
     """Every decision the reconcilers published for ``key``, in order."""
-    return [decode_batch(data) for _, data in await stored(p, subjects.COMMANDS_STREAM, subjects.command_subject(key))]
+    return [
+        decode_batch(data)
+        for _, data in await stored(p, subjects.COMMANDS_STREAM, subjects.stored_commands_filter(key))
+    ]
 
 
 async def decided_on(p: Pipeline, key: ReconcileKey, resource_version: str) -> list[CommandBatch]:

@@ -74,7 +74,7 @@ async def test_a_cluster_goes_from_1_to_2000_workers_and_back_to_0(tmp_path: Pat
             stored = [
                 m
                 async for m in direct_batches(
-                    nc, subjects.COMMANDS_STREAM, subject_filter=subjects.command_subject(key)
+                    nc, subjects.COMMANDS_STREAM, subject_filter=subjects.stored_commands_filter(key)
                 )
             ]
             dead = await nc.jetstream().stream_info(subjects.DEADLETTER_STREAM)

@@ -20,7 +20,7 @@ from schema.messages import CommandBatch, CommandResult, TimerTick
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_invariants import all_ready, create
-from tests.helpers import eventually, stored_messages
+from tests.helpers import eventually, stored_messages, work_consumers
 from tests.security.test_hostile_messages import dead_letters
 
 pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)]
@@ -94,14 +94,7 @@ async def drained(p: Pipeline) -> bool:
     nc = await p.nc()
     try:
         js = nc.jetstream()
-        consumers = [
-            await js.consumer_info(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER),
-            await js.consumer_info(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER),
-            *[
-                await js.consumer_info(subjects.EVENTS_STREAM, subjects.partition_consumer(n))
-                for n in range(p.settings.bus.partitions)
-            ],
-        ]
+        consumers = [await js.consumer_info(s, c) for s, c in work_consumers(p.settings.bus.partitions)]
         return all(c.num_pending == 0 and c.num_ack_pending == 0 for c in consumers)
     finally:
         await nc.close()

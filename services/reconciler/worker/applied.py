@@ -1,6 +1,8 @@
-"""How far the applier has got: its consumer's ack floor on RAYBUS_COMMANDS, read at most every
-``interval`` seconds and shared by all partitions of a worker (one JetStream API call, not one per
-reconcile)."""
+"""How far the applier has got: the ack floor of a partition's applier consumer on RAYBUS_COMMANDS, read at
+most every ``interval`` seconds per partition and shared by the reconciles of that partition (one JetStream
+API call, not one per reconcile). A key's commands and events share a partition number
+(``subjects.command_transform_destination``), so the reconciler of events partition p asks the applier
+consumer of partition p."""
 
 from __future__ import annotations
 
@@ -13,21 +15,24 @@ from schema import subjects
 
 
 class AppliedFloor:
-    """Cached ack floor of the applier consumer."""
+    """Cached ack floors of the applier consumers."""
 
     def __init__(self, js: JetStreamContext, *, interval: float = 0.5) -> None:
         self._js = js
         self._interval = interval
-        self._floor = 0
-        self._read_at = float("-inf")
+        self._floors: dict[int, tuple[float, int]] = {}
+        """Partition → (when read, floor)."""
 
-    async def get(self) -> int:
-        """The highest batch sequence below which every batch has been applied."""
-        if time.monotonic() - self._read_at >= self._interval:
-            self._read_at = time.monotonic()
-            try:
-                info = await self._js.consumer_info(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER)
-            except NatsError:
-                return self._floor  # keep the last known floor: commands just stay in flight longer
-            self._floor = int(info.ack_floor.stream_seq if info.ack_floor else 0)
-        return self._floor
+    async def get(self, partition: int) -> int:
+        """The highest batch sequence below which every batch of ``partition`` has been applied."""
+        read_at, floor = self._floors.get(partition, (float("-inf"), 0))
+        if time.monotonic() - read_at < self._interval:
+            return floor
+        self._floors[partition] = (time.monotonic(), floor)
+        try:
+            info = await self._js.consumer_info(subjects.COMMANDS_STREAM, subjects.applier_consumer(partition))
+        except NatsError:
+            return floor  # keep the last known floor: commands just stay in flight longer
+        floor = int(info.ack_floor.stream_seq if info.ack_floor else 0)
+        self._floors[partition] = (time.monotonic(), floor)
+        return floor

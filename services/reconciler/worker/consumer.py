@@ -199,7 +199,7 @@ class PartitionConsumer:
         if time.monotonic() - self._tended_at < TEND_INTERVAL:
             return
         self._tended_at = time.monotonic()
-        floor = await self._applied.get()
+        floor = await self._applied.get(self.partition)
         for key, wake_at in self._inflight.due(floor).items():
             try:
                 await self._timers.schedule(key, wake_at or datetime.now(UTC), reason="in-flight commands landed")
@@ -276,7 +276,7 @@ class PartitionConsumer:
                     sequences=[item.msg.metadata.sequence.stream for item in items],
                 )
                 await self._take_over(key)
-                floor = await self._applied.get()
+                floor = await self._applied.get(self.partition)
                 if not self._lease_valid():
                     # Fenced while deciding (the process was starved past its lease): another worker may
                     # hold the partition by now, so this decision is dropped, never published beside

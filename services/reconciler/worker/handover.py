@@ -36,7 +36,7 @@ async def recent_batches(nc: Client, key: ReconcileKey, *, within: float) -> lis
     since = now - timedelta(seconds=within)
     found: list[Recalled] = []
     async for stored in direct_batches(
-        nc, subjects.COMMANDS_STREAM, subject_filter=subjects.command_subject(key), start_time=since
+        nc, subjects.COMMANDS_STREAM, subject_filter=subjects.stored_commands_filter(key), start_time=since
     ):
         if stored.time < since:
             continue  # a start time past the last message answers with older ones

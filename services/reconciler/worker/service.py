@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import Mapping
 
 from schema.decision import ReconcileFn
@@ -23,21 +21,16 @@ from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.consumer import PartitionConsumer
 from services.reconciler.worker.handover import recent_batches
 from services.reconciler.worker.inflight import InFlight
-from services.reconciler.worker.leases import PartitionLeases
 from services.reconciler.worker.timers import TimerScheduler
 from services.replay.responder import serve_replays
 from services.runtime.bus import connect
 from services.runtime.health import HealthServer, Progress
+from services.runtime.leases import Membership, PartitionLeases, default_member_id
 from services.runtime.settings import RaybusSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.topology import ensure_topology, open_buckets
 
 log = logging.getLogger(__name__)
-
-
-def default_worker_id() -> str:
-    """Hostname and pid: unique per process, stable for its life."""
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 async def run_reconciler(
@@ -52,7 +45,7 @@ async def run_reconciler(
     Raises:
         RuntimeError: a partition consumer crashed (after the others were drained).
     """
-    worker_id = settings.partitions.worker_id or default_worker_id()
+    worker_id = settings.partitions.worker_id or default_member_id()
     nc = await connect(settings.nats, name=f"raybus-reconciler-{worker_id}")
     try:
         if settings.nats.ensure_topology:
@@ -114,15 +107,8 @@ async def run_reconciler(
             except Exception:
                 pass  # already recorded by on_done
 
-        leases = PartitionLeases(
-            nc,
-            buckets.leases,
-            worker_id=worker_id,
-            partitions=settings.bus.partitions,
-            settings=settings.partitions,
-            start=start,
-            stop=stop_partition,
-        )
+        membership = Membership(nc, buckets.leases, worker_id, settings.bus.partitions, settings.partitions)
+        leases = PartitionLeases(membership, "reconcile", start=start, stop=stop_partition)
         health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
         health.add_readiness("progress", progress.stalled)
         await serve_replays(nc, config=settings.operator, reconcilers=kinds)

@@ -294,7 +294,7 @@ async def test_two_workers_split_partitions_and_hand_over(nats_server: NatsServe
             found = {}
             for p in range(4):
                 try:
-                    found[p] = (await kv.get(subjects.lease_key(p))).value.decode()  # type: ignore[union-attr]
+                    found[p] = (await kv.get(subjects.lease_key("reconcile", p))).value.decode()  # type: ignore[union-attr]
                 except Exception:
                     pass
             return found

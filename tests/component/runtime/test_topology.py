@@ -34,6 +34,37 @@ async def test_topology_is_idempotent_and_partitions_events(nats_server: NatsSer
         await nc.close()
 
 
+async def test_a_keys_commands_and_events_share_the_partition_partition_of_computes(
+    nats_server: NatsServer,
+) -> None:
+    """The applier of partition p and the reconciler of partition p see the same keys, and the prober
+    computes the partition the server's transform chose."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        partitions = 7
+        await ensure_topology(nc, bus=BusSettings(partitions=partitions), partitions=PartitionSettings())
+        js = nc.jetstream()
+        keys = [
+            ReconcileKey(kind=kind, namespace=ns, name=f"c{n}.x")
+            for n in range(40)
+            for kind, ns in (("RayCluster", "default"), ("RayJob", "team-a"))
+        ]
+        for key in keys:
+            await js.publish(subjects.events_subject(key), b"{}")
+            await js.publish(subjects.command_subject(key), b"{}")
+        for key in keys:
+            expected = subjects.partition_of(key, partitions)
+            event = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.stored_events_filter(key))
+            command = await js.get_last_msg(subjects.COMMANDS_STREAM, subjects.stored_commands_filter(key))
+            assert event.subject is not None and command.subject is not None
+            assert subjects.partition_of_stored(event.subject) == expected
+            assert subjects.partition_of_stored(command.subject) == expected
+            assert subjects.key_from_stored_subject(command.subject) == key
+        assert len({subjects.partition_of(key, partitions) for key in keys}) == partitions
+    finally:
+        await nc.close()
+
+
 async def test_snapshot_reads_entries_of_one_key_only(nats_server: NatsServer) -> None:
     nc = await nats.connect(nats_server.url)
     try:

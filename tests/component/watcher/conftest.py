@@ -18,6 +18,7 @@ from nats.js.errors import NotFoundError
 
 from schema import subjects
 from schema.keys import ReconcileKey
+from services.runtime.leases import Membership
 from services.runtime.settings import BusSettings, KubeSettings, NatsSettings, RaybusSettings
 from services.runtime.topology import Buckets, ensure_topology
 from services.watcher.kubeapi import KubeApi, load_configuration
@@ -28,6 +29,8 @@ from tests.helpers import eventually
 
 T = TypeVar("T")
 
+PARTITIONS = 4
+"""Partitions of the test bus (of the watcher's settings too)."""
 POD_LABELS = {"ray.io/node-type": "head", "ray.io/is-ray-node": "yes"}
 
 
@@ -35,7 +38,7 @@ def watcher_settings(nats_url: str, kubeconfig: str, namespace: str, **kube: Any
     """Settings of a watcher limited to one test namespace."""
     return RaybusSettings(
         nats=NatsSettings(url=nats_url),
-        bus=BusSettings(partitions=4),
+        bus=BusSettings(partitions=PARTITIONS),
         kube=KubeSettings(kubeconfig=kubeconfig, watch_namespaces=(namespace,), **kube),
     )
 
@@ -52,6 +55,11 @@ async def running_watcher(settings: RaybusSettings, *, prober: bool = False) -> 
         await watcher.stop()
 
 
+def partition_of(key: ReconcileKey) -> int:
+    """The partition of ``key`` on the test bus."""
+    return subjects.partition_of(key, PARTITIONS)
+
+
 class Bus:
     """Read-only access to what the watcher stored."""
 
@@ -59,6 +67,10 @@ class Bus:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.buckets = buckets
+
+    def membership(self, member: str = "test-member") -> Membership:
+        """A member of the partition leases on this bus (one replica of an applier or prober)."""
+        return Membership(self.nc, self.buckets.leases, member, PARTITIONS, RaybusSettings().partitions)
 
     async def event_counts(self, key: ReconcileKey) -> int:
         """Messages stored on the key's (partitioned) events subject."""
@@ -100,7 +112,9 @@ async def bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
     """A NATS connection with the topology in place."""
     nc = await nats.connect(nats_server.url)
     try:
-        buckets = await ensure_topology(nc, bus=BusSettings(partitions=4), partitions=RaybusSettings().partitions)
+        buckets = await ensure_topology(
+            nc, bus=BusSettings(partitions=PARTITIONS), partitions=RaybusSettings().partitions
+        )
         yield Bus(nc, buckets)
     finally:
         await nc.close()

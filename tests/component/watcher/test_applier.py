@@ -30,7 +30,16 @@ from services.runtime.backoff import Backoff
 from services.runtime.bus import publish
 from services.watcher.applier import Applier
 from services.watcher.kubeapi import KubeApi
-from tests.component.watcher.conftest import Bus, create_custom, create_pod, in_thread, pod, raycluster, until
+from tests.component.watcher.conftest import (
+    Bus,
+    create_custom,
+    create_pod,
+    in_thread,
+    partition_of,
+    pod,
+    raycluster,
+    until,
+)
 from tests.fixtures.kubesim import KubeSimHandle
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
@@ -38,7 +47,9 @@ NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
 @contextlib.asynccontextmanager
 async def running_applier(bus: Bus, api: KubeApi) -> AsyncIterator[Applier]:
-    applier = Applier(bus.js, api, concurrency=4, api_backoff=Backoff(base=0.01, cap=0.02, retries=2))
+    applier = Applier(
+        bus.js, api, membership=bus.membership(), concurrency=4, api_backoff=Backoff(base=0.01, cap=0.02, retries=2)
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
     try:
@@ -176,10 +187,10 @@ async def test_garbage_goes_to_the_dead_letter_stream_and_the_next_batch_is_appl
         assert applier.dead_letters == 1
     letter = codec.decode_deadletter(msgspec.json.encode(letters[0]))
     assert letter.stream == subjects.COMMANDS_STREAM
-    assert letter.subject == subjects.command_subject(key)
+    assert letter.subject == subjects.stored_commands_filter(key).replace("*", str(partition_of(key)))
     assert "malformed command batch" in letter.error
     assert letter.payload == b'{"type": "command_batch", "id": 3}'
-    info = await bus.js.consumer_info(subjects.COMMANDS_STREAM, subjects.APPLIER_CONSUMER)
+    info = await bus.js.consumer_info(subjects.COMMANDS_STREAM, subjects.applier_consumer(partition_of(key)))
     assert info.num_ack_pending == 0 and info.num_pending == 0
 
 
@@ -189,12 +200,14 @@ async def test_a_batch_redelivered_too_often_is_dead_lettered(
     ns = kubesim_namespace
     key = ReconcileKey(kind="RayJob", namespace=ns, name="poison")
     await send(bus, key, "poison-1", [CreateObject(id="sa", target=sa_ref(ns, "never"), body={})])
-    sub = await bus.js.pull_subscribe_bind(durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM)
+    sub = await bus.js.pull_subscribe_bind(
+        durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM
+    )
     for _ in range(2):  # two appliers died on it
         (msg,) = await sub.fetch(1, timeout=5)
         await msg.nak()
     await sub.unsubscribe()
-    applier = Applier(bus.js, kube_api, concurrency=1, max_deliver=2)
+    applier = Applier(bus.js, kube_api, membership=bus.membership(), concurrency=1, max_deliver=2)
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
     try:

@@ -19,7 +19,7 @@ from services.watcher.kubeapi import KubeApi
 from services.watcher.projection import Projection
 from services.watcher.resources import by_kind
 from services.watcher.staleness import DecisionCheck
-from tests.component.watcher.conftest import Bus, in_thread, until
+from tests.component.watcher.conftest import Bus, in_thread, partition_of, until
 from tests.component.watcher.test_applier import results_of, running_applier, sa_ref
 from tests.fixtures.kubesim import KubeSimHandle
 
@@ -78,7 +78,9 @@ async def test_a_superseded_batch_sends_only_what_the_newer_decision_still_wants
 async def test_a_redelivered_batch_looks_up_the_latest_decision_of_its_key(bus: Bus, kubesim_namespace: str) -> None:
     key = ReconcileKey(kind="RayCluster", namespace=kubesim_namespace, name="redelivered")
     await send(bus, batch(key, "first", CreateObject(id="a", target=sa_ref(kubesim_namespace, "a"), body={})))
-    sub = await bus.js.pull_subscribe_bind(durable=subjects.APPLIER_CONSUMER, stream=subjects.COMMANDS_STREAM)
+    sub = await bus.js.pull_subscribe_bind(
+        durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM
+    )
     try:
         (msg,) = await sub.fetch(1, timeout=5)
         await msg.nak()  # the watcher holding it died
@@ -130,7 +132,7 @@ async def test_creates_for_an_owner_deleted_after_the_decision_are_never_sent(
     assert deleting_at > before
 
     key = ReconcileKey(kind="RayCluster", namespace=ns, name="owner")
-    applier = Applier(bus.js, kube_api, concurrency=2, owners=projection)
+    applier = Applier(bus.js, kube_api, membership=bus.membership(), concurrency=2, owners=projection)
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
     try:

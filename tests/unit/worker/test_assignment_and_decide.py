@@ -11,9 +11,9 @@ from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.keys import ReconcileKey
 from schema.messages import Command, CommandBatch, CreateObject, EmitEvent, ObjectRef, TimerTick, WatchEvent
-from services.reconciler.worker.assignment import owner_of, partitions_of
 from services.reconciler.worker.decide import decide, decision_time
 from services.reconciler.worker.timers import schedule_header
+from services.runtime.assignment import owner_of, partitions_of
 
 KEY = ReconcileKey(kind="RayCluster", namespace="ns", name="c")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,11 +1,16 @@
 """Partition ownership leased in JetStream KV ``raybus-leases`` (docs/architecture.md#invariants, invariant 2).
 
-Each worker heartbeats ``w.<id>`` and computes the assignment from the live members (``assignment.py``).
-It claims a partition it should own with a KV *create* (fails while another worker holds it), renews
-with a compare-and-set *update*, and releases with a compare-and-set *delete* after its consumer has
-drained. The bucket's TTL expires a dead worker's leases and heartbeat. A worker also fences itself:
-it stops processing a partition when it has not renewed within ``lease_ttl - renew_interval``, before
-the KV entry can expire and another worker claim it, so two workers never process one key at once.
+Every stage that works per reconcile key and scales out shares the partitions among its replicas this
+way: the reconcilers, the appliers and the probers, each a separate group (``subjects.LeaseGroup``), so a
+key is reconciled by one reconciler, applied by one applier and probed by one prober at a time.
+
+Each member heartbeats ``<group>.w.<id>`` and computes the assignment from the group's live members
+(``assignment.py``). It claims a partition it should own with a KV *create* (fails while another member
+holds it), renews with a compare-and-set *update*, and releases with a compare-and-set *delete* after
+its partition has drained. The bucket's TTL expires a dead member's leases and heartbeat. A member also
+fences itself: it stops processing a partition when it has not renewed within ``lease_ttl -
+renew_interval``, before the KV entry can expire and another member claim it, so two members of a group
+never process one key at once.
 
 Rejected: a single coordinator assigning partitions (a SPOF and a second protocol); JetStream
 consumer groups (not in JetStream; pinned-client priority groups give failover but not balancing).
@@ -16,8 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
@@ -26,7 +34,7 @@ from nats.js.kv import KeyValue
 
 from schema import subjects
 from schema.keys import decode_token
-from services.reconciler.worker.assignment import partitions_of
+from services.runtime.assignment import partitions_of
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import read_latest
 from services.runtime.settings import PartitionSettings
@@ -36,25 +44,41 @@ log = logging.getLogger(__name__)
 PartitionCallback = Callable[[int], Awaitable[None]]
 
 
+def default_member_id() -> str:
+    """Hostname and pid: unique per process, stable for its life."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Membership:
+    """Where and as whom a replica takes part in sharing the partitions."""
+
+    nc: Client
+    kv: KeyValue
+    """The leases bucket."""
+    member_id: str
+    """Unique per process and stable for its life (hostname and pid by default)."""
+    partitions: int
+    settings: PartitionSettings
+
+
 class PartitionLeases:
-    """Claims, renews and releases this worker's partitions; starts and stops their consumers."""
+    """Claims, renews and releases this member's partitions in one group; starts and stops them."""
 
     def __init__(
         self,
-        nc: Client,
-        kv: KeyValue,
+        membership: Membership,
+        group: subjects.LeaseGroup,
         *,
-        worker_id: str,
-        partitions: int,
-        settings: PartitionSettings,
         start: PartitionCallback,
         stop: PartitionCallback,
     ) -> None:
-        self._nc = nc
-        self._kv = kv
-        self._me = worker_id
-        self._partitions = partitions
-        self._settings = settings
+        self._nc = membership.nc
+        self._kv = membership.kv
+        self._me = membership.member_id
+        self._group = group
+        self._partitions = membership.partitions
+        self._settings = membership.settings
         self._start = start
         self._stop = stop
         self._revisions: dict[int, int] = {}
@@ -63,11 +87,11 @@ class PartitionLeases:
 
     @property
     def owned(self) -> frozenset[int]:
-        """Partitions this worker currently holds."""
+        """Partitions this member currently holds."""
         return frozenset(self._revisions)
 
     def valid(self, partition: int) -> bool:
-        """Whether this worker may still process ``partition`` (self-fencing)."""
+        """Whether this member may still process ``partition`` (self-fencing)."""
         return time.monotonic() < self._valid_until.get(partition, 0.0)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -87,7 +111,7 @@ class PartitionLeases:
 
     async def tick(self) -> None:
         """One round: heartbeat, recompute the assignment, release, renew, claim."""
-        await self._kv.put(subjects.heartbeat_key(self._me), self._me.encode())
+        await self._kv.put(subjects.heartbeat_key(self._group, self._me), self._me.encode())
         self.members = await self._live_members()
         wanted = partitions_of(self._me, self.members, self._partitions)
         await self._release_many(self.owned - wanted)
@@ -100,28 +124,28 @@ class PartitionLeases:
         """Drain and release every held partition (shutdown)."""
         await self._release_many(self.owned)
         with contextlib.suppress(Exception):
-            await self._kv.delete(subjects.heartbeat_key(self._me))
+            await self._kv.delete(subjects.heartbeat_key(self._group, self._me))
 
     async def _live_members(self) -> frozenset[str]:
-        read = await read_latest(self._nc, subjects.LEASES_BUCKET, subjects.heartbeat_key("*"))
-        return frozenset(decode_token(k.split(".", 1)[1]) for k in read.values) | {self._me}
+        read = await read_latest(self._nc, subjects.LEASES_BUCKET, subjects.heartbeats_filter(self._group))
+        return frozenset(decode_token(k.split(".", 2)[2]) for k in read.values) | {self._me}
 
     async def _claim(self, partition: int) -> None:
-        key = subjects.lease_key(partition)
+        key = subjects.lease_key(self._group, partition)
         revision: int | None
         try:
             revision = await self._kv.create(key, self._me.encode())
         except KeyWrongLastSequenceError:
             revision = await self._reclaim_own(key)
         if revision is None:
-            return  # held by another worker: it releases once it sees the new membership
+            return  # held by another member: it releases once it sees the new membership
         self._revisions[partition] = revision
         self._valid_until[partition] = self._deadline()
-        log.info("claimed partition %d", partition)
+        log.info("%s: claimed partition %d", self._group, partition)
         await self._start(partition)
 
     async def _reclaim_own(self, key: str) -> int | None:
-        """A lease that still names this worker (a restart with the same id) is taken back."""
+        """A lease that still names this member (a restart with the same id) is taken back."""
         try:
             entry = await self._kv.get(key)
         except KeyNotFoundError:
@@ -134,12 +158,12 @@ class PartitionLeases:
             return None
 
     async def _renew(self, partition: int) -> None:
-        key = subjects.lease_key(partition)
+        key = subjects.lease_key(self._group, partition)
         try:
             self._revisions[partition] = await self._kv.update(key, self._me.encode(), last=self._revisions[partition])
             self._valid_until[partition] = self._deadline()
         except (KeyWrongLastSequenceError, KeyNotFoundError):
-            log.warning("lost the lease of partition %d; stopping it", partition)
+            log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
             self._valid_until.pop(partition, None)
             await self._stop(partition)
             self._revisions.pop(partition, None)
@@ -153,11 +177,11 @@ class PartitionLeases:
         await self._stop(partition)
         revision = self._revisions.pop(partition)
         try:
-            await self._kv.delete(subjects.lease_key(partition), last=revision)
+            await self._kv.delete(subjects.lease_key(self._group, partition), last=revision)
         except NatsError as exc:
             # Already expired or taken over: either way it is no longer ours, which is the goal.
-            log.info("lease of partition %d was already gone: %s", partition, exc)
-        log.info("released partition %d", partition)
+            log.info("%s: lease of partition %d was already gone: %s", self._group, partition, exc)
+        log.info("%s: released partition %d", self._group, partition)
 
     def _deadline(self) -> float:
         return time.monotonic() + self._settings.lease_ttl - self._settings.renew_interval
