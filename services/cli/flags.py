@@ -14,11 +14,14 @@ from typing import Any
 import msgspec
 
 from services.runtime.settings import (
+    ROLES_ENV,
     STATUS_AUTH_ENV,
+    WATCHER_ROLES,
     RaybusSettings,
     load_pod_defaults,
     load_settings,
     parse_feature_gates,
+    parse_roles,
 )
 
 
@@ -61,6 +64,18 @@ def add_kube(parser: argparse.ArgumentParser) -> None:
         "--qps", type=float, help="API requests per second of the applier, 0 = unlimited (default 100) [RAYBUS_QPS]"
     )
     parser.add_argument("--burst", type=int, help="API requests at once above --qps (default 200) [RAYBUS_BURST]")
+    parser.add_argument(
+        "--roles",
+        help=f"stages this process runs, comma-separated: {','.join(WATCHER_ROLES)} (default: all) [{ROLES_ENV}]",
+    )
+    add_identity(parser)
+
+
+def add_identity(parser: argparse.ArgumentParser) -> None:
+    """The replica identity of a service that shares partitions (and, for the watcher, the Lease)."""
+    parser.add_argument(
+        "--worker-id", help="stable replica identity in the partition leases and the Lease (default hostname-pid)"
+    )
 
 
 def add_status(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +113,10 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
     if "bind_address" in given:
         telemetry = dataclasses.replace(telemetry, health_host=given["bind_address"])
     bus = dataclasses.replace(s.bus, **pick("partitions"))
+    partitions = dataclasses.replace(s.partitions, **pick("worker_id"))
     kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy", "qps", "burst"))
+    if "roles" in given:
+        kube = dataclasses.replace(kube, roles=parse_roles(given["roles"]))
     if "watch_namespace" in given:
         kube = dataclasses.replace(kube, watch_namespaces=tuple(n for n in given["watch_namespace"].split(",") if n))
     status = dataclasses.replace(s.status, **pick("db_url", "http_port", "trace_url_template"))
@@ -113,4 +131,6 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
         operator = msgspec.structs.replace(operator, gates=parse_feature_gates(given["feature_gates"], operator.gates))
     if "operator_config" in given:
         operator = msgspec.structs.replace(operator, pod_defaults=load_pod_defaults(given["operator_config"]))
-    return dataclasses.replace(s, nats=nats, telemetry=telemetry, bus=bus, kube=kube, status=status, operator=operator)
+    return dataclasses.replace(
+        s, nats=nats, telemetry=telemetry, bus=bus, partitions=partitions, kube=kube, status=status, operator=operator
+    )

@@ -31,13 +31,15 @@ def _parser() -> argparse.ArgumentParser:
         prog="raybus", description="The KubeRay operator as an event-sourced controller on NATS JetStream."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    watcher = sub.add_parser("watcher", help="informers, projection, applier, dashboard prober (has K8s credentials)")
+    watcher = sub.add_parser(
+        "watcher", help="the watch side, the applier and the dashboard prober, or some of them (has K8s credentials)"
+    )
     flags.add_common(watcher)
     flags.add_kube(watcher)
     reconciler = sub.add_parser("reconciler", help="a stateless reconcile worker (NATS only)")
     flags.add_common(reconciler)
     flags.add_operator(reconciler)
-    reconciler.add_argument("--worker-id", help="stable worker identity (default hostname-pid)")
+    flags.add_identity(reconciler)
     status = sub.add_parser("status", help="persist transitions and the command audit trail; serve the history API")
     flags.add_common(status)
     flags.add_status(status)
@@ -89,14 +91,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
         return await run_service("watcher", settings, lambda stop, health: run_watcher(settings, stop, health))
     if args.command == "reconciler":
-        import dataclasses
-
         from services.reconciler.worker.service import run_reconciler
 
-        if args.worker_id:
-            settings = dataclasses.replace(
-                settings, partitions=dataclasses.replace(settings.partitions, worker_id=args.worker_id)
-            )
         return await run_service("reconciler", settings, lambda stop, health: run_reconciler(settings, stop, health))
     from services.status.service import run_status
 

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 import yaml
@@ -23,6 +23,7 @@ from services.runtime.errors import PermanentError
 
 NATS_URL_ENV: Final = "RAYBUS_NATS_URL"
 STATUS_AUTH_ENV: Final = "RAYBUS_STATUS_AUTH"
+ROLES_ENV: Final = "RAYBUS_WATCHER_ROLES"
 IN_CLUSTER_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 IN_CLUSTER_CA_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
@@ -86,6 +87,24 @@ class PartitionSettings:
     acknowledged it (0 disables withholding); KubeRay lets a create expectation expire after 30 s."""
 
 
+WatcherRole = Literal["watch", "apply", "probe"]
+"""A stage a watcher process runs: the watch side (informers → projection), the applier, the prober."""
+WATCHER_ROLES: Final[tuple[WatcherRole, ...]] = ("watch", "apply", "probe")
+
+
+def parse_roles(text: str) -> tuple[WatcherRole, ...]:
+    """``"watch,apply"`` → the roles, in :data:`WATCHER_ROLES` order.
+
+    Raises:
+        PermanentError: an unknown role, or none.
+    """
+    given = {part.strip() for part in text.split(",") if part.strip()}
+    unknown = sorted(given - set(WATCHER_ROLES))
+    if unknown or not given:
+        raise PermanentError(f"watcher roles {text!r}: expected a comma-separated subset of {', '.join(WATCHER_ROLES)}")
+    return tuple(role for role in WATCHER_ROLES if role in given)
+
+
 @dataclass(frozen=True, kw_only=True)
 class KubeSettings:
     kubeconfig: str | None = None
@@ -103,6 +122,16 @@ class KubeSettings:
     """Command batches applied in parallel (one per key at a time)."""
     dashboard_poll_interval: float = 3.0
     """Seconds between dashboard polls of one Running RayJob / RayService."""
+    roles: tuple[WatcherRole, ...] = WATCHER_ROLES
+    """The stages this watcher process runs; each scales on its own (one Deployment per role in deploy/)."""
+    election_namespace: str = "default"
+    """Namespace of the watch side's Lease: the watcher's own (``POD_NAMESPACE`` in a cluster)."""
+    lease_duration: float = 15.0
+    """Seconds a standby waits after the leader's last renewal before it takes the Lease (KubeRay's)."""
+    renew_deadline: float = 10.0
+    """Seconds the leader keeps trying to renew before it gives the watch side up (KubeRay's)."""
+    retry_period: float = 2.0
+    """Seconds between the Lease's renewals, and between a standby's tries (KubeRay's)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,6 +305,8 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
         use_kubernetes_proxy=_bool("RAYBUS_USE_KUBERNETES_PROXY", env.get("RAYBUS_USE_KUBERNETES_PROXY", "false")),
         qps=_number("RAYBUS_QPS", env.get("RAYBUS_QPS"), s.kube.qps),
         burst=int(_number("RAYBUS_BURST", env.get("RAYBUS_BURST"), s.kube.burst)),
+        roles=parse_roles(env[ROLES_ENV]) if env.get(ROLES_ENV) else s.kube.roles,
+        election_namespace=env.get("POD_NAMESPACE") or s.kube.election_namespace,
     )
     status = dataclasses.replace(
         s.status,

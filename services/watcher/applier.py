@@ -106,6 +106,8 @@ DENIED_REASON: Final = "CommandDenied"
 
 FETCH_TIMEOUT: Final = 1.0
 """Seconds one fetch waits for messages (also how quickly a stop is noticed)."""
+FACTS_WAIT: Final = 20.0
+"""Seconds a batch waits for the facts to reach its snapshot before it is authorized on older ones."""
 STOP_GRACE: Final = 2.0
 """Seconds a cancelled fetch or worker gets to end when a partition stops."""
 PUBLISH_BACKOFF: Final = Backoff(base=0.05, cap=2.0)
@@ -405,11 +407,29 @@ class Applier:
         Results are published while the next command runs, and all of them are stored before this
         returns: waiting for each publish ack in turn doubled the time a batch held its slot."""
         publishing: list[asyncio.Task[None]] = []
+        if self._facts is not None and batch.snapshot_revision:
+            await self._facts_at(batch)
         try:
             await self._apply_commands(msg, batch, publishing)
         finally:
             if publishing:
                 await asyncio.gather(*publishing)
+
+    async def _facts_at(self, batch: CommandBatch) -> None:
+        """Wait until the facts reflect the snapshot the batch was decided on (an applier reading them from
+        KV may lag the reconciler that read it): older facts would deny what the decision saw."""
+        assert self._facts is not None
+        try:
+            await asyncio.wait_for(self._facts.caught_up(batch.snapshot_revision), FACTS_WAIT)
+        except TimeoutError:
+            raise_if_cancelling()
+            log.warning(
+                "the facts did not reach revision %d of batch %s within %.0fs; authorizing on older ones",
+                batch.snapshot_revision,
+                batch.id,
+                FACTS_WAIT,
+                extra={"raybus.key": str(batch.key)},
+            )
 
     async def _apply_commands(self, msg: Msg, batch: CommandBatch, publishing: list[asyncio.Task[None]]) -> None:
         parent = extract_context(msg.headers)

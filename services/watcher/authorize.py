@@ -170,6 +170,10 @@ class Facts(Protocol):
         """Whether the watcher saw that object deleted recently (and has not seen it since)."""
         ...
 
+    async def caught_up(self, revision: int) -> None:
+        """Return once these facts reflect every KV write up to ``revision`` (a decision's snapshot)."""
+        ...
+
 
 def command_kind(command: Command) -> str:
     """The target kind of a command, as the table names it."""

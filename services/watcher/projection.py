@@ -204,6 +204,9 @@ class Projection:
         placed = self._by_name.get((kind, namespace, name))
         return placed.change.obj if placed is not None else None
 
+    async def caught_up(self, revision: int) -> None:
+        """At once: the cache changes before the KV write it makes, so it is ahead of any snapshot."""
+
     def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
         """Whether one of the last :data:`REMEMBERED_DELETIONS` deletions was that object (not seen since)."""
         return (kind, namespace, name) in self._deleted

@@ -1,13 +1,23 @@
-"""The watcher process: informers → projection, the applier and the dashboard prober, wired and supervised.
+"""The watcher process: the watch side (informers → projection), the applier and the dashboard prober.
 
-Role: :func:`run_watcher` is what ``raybus watcher`` runs. It loads the Kubernetes configuration
-(``--kubeconfig``, else in-cluster, else the default kubeconfig), connects to NATS, ensures the
-topology, discovers which resources are served (optional APIs such as Gateway or RayCronJob are skipped
-when absent), rebuilds the projection from KV, starts one informer per resource and namespace from its
-stored resume point, then the applier and the prober. Readiness = every informer synced and NATS
-connected. On ``stop``: informers stop first, in-flight projection writes finish (bounded), resume points
-are stored, the applier finishes its in-flight batches (acking only finished ones), then everything
-closes. A crashed component (an informer thread, the projection, the applier) ends the process loudly.
+Role: :func:`run_watcher` is what ``raybus watcher`` runs. One process runs any of three roles
+(``KubeSettings.roles``), each a separately scalable stage (docs/architecture.md#watcher):
+
+- ``watch``: informers → projection, in exactly one active replica: it is elected by the Kubernetes
+  Lease ``raybus-watcher`` (``election``, KubeRay's leader election). A standby waits, ready (it is
+  healthy, and a rollout must not wait for it); the leader discovers which resources are served, rebuilds
+  the projection from KV, starts one informer per resource and namespace from its stored resume point,
+  and renews the Lease. A leader that loses the Lease ends the process, which its supervisor restarts as
+  a standby: two projections never write at once for long.
+- ``apply`` and ``probe``: the applier and the prober, each sharing the partitions with its other
+  replicas through leases in KV (``services.runtime.leases``). In a process that also watches, they use
+  the projection as their facts and start once it leads; on their own they follow KV ``raybus-objects``
+  (``kvfacts``).
+
+Readiness = NATS connected, and per role: informers synced once leading; the facts loaded; the applier
+not stalled. On ``stop``: informers stop first, in-flight projection writes finish (bounded), resume
+points are stored, the Lease is released, the prober and the applier finish their in-flight work and
+release their partitions, then everything closes. A crashed part ends the process loudly.
 
 Not here: command-line parsing (``services/cli``), signal handling (``services.runtime.lifecycle``).
 """
@@ -30,14 +40,16 @@ from services.runtime.bus import connect
 from services.runtime.errors import PermanentError
 from services.runtime.health import HealthServer
 from services.runtime.leases import Membership, default_member_id
-from services.runtime.settings import RaybusSettings
+from services.runtime.settings import RaybusSettings, WatcherRole
 from services.runtime.topology import Buckets, ensure_topology, open_buckets
 from services.watcher.applier import Applier
 from services.watcher.calls import ApiError
 from services.watcher.dashboard import DashboardClient
+from services.watcher.election import ElectionTimings, LeaseElection
 from services.watcher.failures import FailureReporter
 from services.watcher.informer import RECONNECT_BACKOFF, Batch, Informer, queue_deliverer, scopes_for
 from services.watcher.kubeapi import KubeApi, load_configuration
+from services.watcher.kvfacts import KvFacts
 from services.watcher.owners import api_owner_reader
 from services.watcher.prober import Prober
 from services.watcher.projection import Projection
@@ -63,22 +75,27 @@ contend for the GIL with the event loop (1000 clusters: 36 threads cost more CPU
 
 
 class Watcher:
-    """One watcher: start it, wait until ready, stop it; exceptions of its parts surface from ``wait``."""
+    """One watcher process: start it, wait until ready, stop it; exceptions of its parts surface from ``wait``."""
 
     def __init__(self, settings: RaybusSettings, *, api: KubeApi | None = None, prober: bool = True) -> None:
         self.settings = settings
+        self.roles: frozenset[WatcherRole] = frozenset(settings.kube.roles) - (set() if prober else {"probe"})
         self._api = api
         self._own_api = api is None
-        self._with_prober = prober
         self._nc: Client | None = None
         self.buckets: Buckets | None = None
         self.projection: Projection | None = None
+        self.facts: KvFacts | None = None
+        self.election: LeaseElection | None = None
         self.applier: Applier | None = None
         self.prober: Prober | None = None
         self.informers: list[Informer] = []
+        self._membership: Membership | None = None
         self._dashboard: DashboardClient | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = threading.Event()
+        self._stop = asyncio.Event()
+        """Set at the start of :meth:`stop`: ends the Lease's wait and renewals."""
         self._applier_stop = asyncio.Event()
         self._prober_stop = asyncio.Event()
         self._waiting_for = ""
@@ -101,19 +118,33 @@ class Watcher:
         assert self._nc is not None
         return self._nc
 
+    @property
+    def standby(self) -> bool:
+        """Whether this replica waits for the Lease another replica holds (its watch side is idle)."""
+        election = self.election
+        return election is not None and not election.is_leader and bool(election.holder)
+
     def readiness(self) -> str | None:
         """None when ready, else why not."""
         if self._nc is None or not self._nc.is_connected:
             return "NATS not connected"
-        waiting = [i.scope.name for i in self.informers if not i.synced]
-        if not self.informers:
-            return f"informers not started: {self._waiting_for or 'starting'}"
-        if waiting:
-            return f"informers not synced: {', '.join(waiting[:5])}"
+        if "watch" in self.roles:
+            if self.standby:
+                return None  # healthy and waiting: a rollout need not wait for the leader to go
+            if not self.informers:
+                if self.election is not None and not self.election.is_leader:
+                    return self.election.readiness() or "acquiring the Lease"
+                return f"informers not started: {self._waiting_for or 'starting'}"
+            waiting = [i.scope.name for i in self.informers if not i.synced]
+            if waiting:
+                return f"informers not synced: {', '.join(waiting[:5])}"
+        elif self.facts is None:
+            return "loading the facts from KV"
         return self.applier.progress.stalled() if self.applier is not None else None
 
     async def start(self) -> None:
-        """Connect, load, and start every part (returns once they run; see :meth:`wait`)."""
+        """Connect and start every role (returns once they run, or once the watch side waits for its
+        Lease; see :meth:`wait`)."""
         settings = self.settings
         if self._api is None:
             configuration = await asyncio.to_thread(load_configuration, settings.kube.kubeconfig)
@@ -123,61 +154,98 @@ class Watcher:
             self.buckets = await ensure_topology(self._nc, bus=settings.bus, partitions=settings.partitions)
         else:
             self.buckets = await open_buckets(self._nc, bus=settings.bus, partitions=settings.partitions)
-        js = self._nc.jetstream()
-        membership = Membership(
-            self._nc,
-            self.buckets.leases,
-            settings.partitions.worker_id or default_member_id(),
-            settings.bus.partitions,
-            settings.partitions,
+        member_id = settings.partitions.worker_id or default_member_id()
+        self._membership = Membership(
+            self._nc, self.buckets.leases, member_id, settings.bus.partitions, settings.partitions
         )
+        self._dashboard = DashboardClient(
+            self.api,
+            use_proxy=settings.kube.use_kubernetes_proxy,
+            cluster_domain=settings.operator.switches.cluster_domain,
+        )
+        if "watch" in self.roles:
+            self.election = LeaseElection(
+                self.api,
+                namespace=settings.kube.election_namespace,
+                identity=member_id,
+                timings=ElectionTimings(
+                    lease_duration=settings.kube.lease_duration,
+                    renew_deadline=settings.kube.renew_deadline,
+                    retry_period=settings.kube.retry_period,
+                ),
+            )
+            self._spawn(self._lead(self.election), "watcher-watch")
+        else:
+            self.facts = KvFacts(self.buckets.objects)
+            await self.facts.start()
+            self._start_stages(self.facts)
 
+    async def _lead(self, election: LeaseElection) -> None:
+        """Wait for the Lease, run the watch side (and the stages that share this process) while it is held;
+        raise when it is lost."""
+        if not await election.acquire(self._stop):
+            return  # stopped while waiting
+        log.info("leading the watch side as %s", election.identity)
+        projection = await self._start_watch()
+        self._start_stages(projection)
+        if not await election.run(self._stop) and not self._stop.is_set():
+            raise RuntimeError(f"lost the watch Lease: {election.readiness()}")
+
+    async def _start_watch(self) -> Projection:
+        """Discover, load the projection from KV, start the informers from their resume points."""
+        assert self.buckets is not None
+        js = self.nats.jetstream()
         available, skipped = await self._discover()
         for resource in skipped:
             log.info("the API server does not serve %s: not watching it", resource.name)
-        scopes = scopes_for(available, settings.kube.watch_namespaces)
+        scopes = scopes_for(available, self.settings.kube.watch_namespaces)
         points = await load_resume_points(self.buckets.watcher, [s.name for s in scopes])
-        self.projection = Projection(
+        projection = Projection(
             js, resume_kv=self.buckets.watcher, resume_points=points, owners=api_owner_reader(self.api)
         )
-        loaded = await self.projection.load(self.buckets.objects)
+        self.projection = projection
+        loaded = await projection.load(self.buckets.objects)
         log.info("projection holds %d objects; %d of %d scopes resume", loaded, len(points), len(scopes))
 
         queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=QUEUE_SIZE)
         deliver = queue_deliverer(asyncio.get_running_loop(), queue, self._stopping)
-        self.informers = [
+        informers = [
             Informer(self.api, scope, resource_version=points.get(scope.name), deliver=deliver) for scope in scopes
         ]
-        self._spawn(self.projection.run(queue), "watcher-projection")
-        for informer in self.informers:
+        self._spawn(projection.run(queue), "watcher-projection")
+        for informer in informers:
             informer.start()
+        self.informers = informers
+        return projection
 
-        cluster_domain = settings.operator.switches.cluster_domain
-        self._dashboard = DashboardClient(
-            self.api, use_proxy=settings.kube.use_kubernetes_proxy, cluster_domain=cluster_domain
-        )
-        self.applier = Applier(
-            js,
-            self.api,
-            membership=membership,
-            dashboard=self._dashboard,
-            concurrency=settings.kube.applier_concurrency,
-            exit_timeout=settings.partitions.exit_timeout,
-            qps=settings.kube.qps,
-            burst=settings.kube.burst,
-            max_deliver=settings.bus.max_deliver,
-            ack_wait=settings.bus.ack_wait,
-            on_failure=FailureReporter(self.api, clock=lambda: datetime.now(UTC)),
-            owners=self.projection,
-            facts=self.projection,
-        )
-        self._spawn(self.applier.run(self._applier_stop), "watcher-applier")
-        if self._with_prober:
+    def _start_stages(self, facts: Projection | KvFacts) -> None:
+        """Start this process's applier and prober on ``facts`` (the projection, or KV)."""
+        assert self.buckets is not None and self._membership is not None
+        settings = self.settings
+        js = self.nats.jetstream()
+        if "apply" in self.roles:
+            self.applier = Applier(
+                js,
+                self.api,
+                membership=self._membership,
+                dashboard=self.dashboard,
+                concurrency=settings.kube.applier_concurrency,
+                exit_timeout=settings.partitions.exit_timeout,
+                qps=settings.kube.qps,
+                burst=settings.kube.burst,
+                max_deliver=settings.bus.max_deliver,
+                ack_wait=settings.bus.ack_wait,
+                on_failure=FailureReporter(self.api, clock=lambda: datetime.now(UTC)),
+                owners=facts,
+                facts=facts,
+            )
+            self._spawn(self.applier.run(self._applier_stop), "watcher-applier")
+        if "probe" in self.roles:
             self.prober = Prober(
                 js,
-                self.projection,
-                self._dashboard,
-                membership=membership,
+                facts,
+                self.dashboard,
+                membership=self._membership,
                 interval=settings.kube.dashboard_poll_interval,
                 objects=self.buckets.objects,
                 probes=WATCHER_PROBES,
@@ -232,7 +300,9 @@ class Watcher:
                 raise_if_cancelling()
 
     async def stop(self) -> None:
-        """Stop in order: informers, projection (drain, store resume points), applier, prober, connections."""
+        """Stop in order: informers, projection (drain, store resume points), the Lease, prober, applier, facts,
+        connections."""
+        self._stop.set()
         self._stopping.set()
         for informer in self.informers:
             informer.stop()
@@ -251,6 +321,11 @@ class Watcher:
                 await asyncio.wait_for(self.projection.drain(), DRAIN_TIMEOUT)
             with contextlib.suppress(Exception):
                 await self.projection.close()
+        watch_task = by_name.get("watcher-watch")
+        if watch_task is not None:
+            await asyncio.wait([watch_task], timeout=STOP_TIMEOUT)
+        if self.election is not None and self.election.is_leader:
+            await self.election.release()
         self._prober_stop.set()
         self._applier_stop.set()
         applier_task = by_name.get("watcher-applier")
@@ -259,6 +334,8 @@ class Watcher:
         lingering = await cancel_and_wait(self._tasks, timeout=STOP_TIMEOUT)
         if lingering:
             log.warning("watcher parts did not stop: %s", ", ".join(t.get_name() for t in lingering))
+        if self.facts is not None:
+            await self.facts.stop()  # after the applier: a batch waiting for facts must not see them stop
         if self._dashboard is not None:
             await self._dashboard.close()
         if self._nc is not None:
