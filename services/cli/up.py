@@ -3,7 +3,8 @@
 It starts, each as a child process with its log under ``STATE/logs/``: its own nats-server (JetStream
 store under ``STATE/nats``), kubesim (kubelet ``instant``, the ray.io CRDs generated from ``schema/``;
 ``--ray real`` makes it run a real Ray head for each head Pod),
-and the watcher, reconciler and status services (SQLite under ``STATE``). It writes ``STATE/kubeconfig``
+and the raybus services, one process per stage as ``deploy/`` runs them: the watch side, the applier, the
+prober, the reconciler and the status service (SQLite under ``STATE``). It writes ``STATE/kubeconfig``
 and ``STATE/endpoints.json`` (read by ``raybus history``, ``replay`` and ``get``), prints what runs where,
 and on Ctrl-C stops everything: the raybus services at once (each drains within its own grace), then
 kubesim and nats-server; a second Ctrl-C (or SIGTERM) kills every child and exits at once.
@@ -251,18 +252,27 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         # A URL with a password goes in the environment, never on a command line (``ps`` shows those).
         secret_url = urlsplit(nats_url).password is not None
         bus_flags, bus_env = ([], {NATS_URL_ENV: nats_url}) if secret_url else (["--nats-url", nats_url], {})
+        # One process per stage, as deploy/ runs them: each scales on its own.
+        kube_flags = ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"]
         services: list[tuple[str, list[str], str, dict[str, str]]] = [
-            ("watcher", ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"], "applier, informers, prober", {}),
-            ("reconciler", ["--feature-gates", args.feature_gates], "partitions of RAYBUS_EVENTS", {}),
+            ("watch", ["watcher", "--roles", "watch", *kube_flags], "informers → projection (holds the Lease)", {}),
+            ("applier", ["watcher", "--roles", "apply", *kube_flags], "partitions of RAYBUS_COMMANDS", {}),
+            (
+                "prober",
+                ["watcher", "--roles", "probe", *kube_flags],
+                "Ray dashboards of live RayJobs and RayServices",
+                {},
+            ),
+            ("reconciler", ["reconciler", "--feature-gates", args.feature_gates], "partitions of RAYBUS_EVENTS", {}),
         ]
         status_port = args.status_port or free_port()
         status_url = f"http://127.0.0.1:{status_port}"
         # The history API on loopback is the user's own: no token reviews (an exported variable notwithstanding).
         status_flags = ["--db-url", db_url, "--http-port", str(status_port)]
-        services.append(("status", status_flags, f"history API {status_url}", {STATUS_AUTH_ENV: "false"}))
-        for name, extra, what, env in services:
+        services.append(("status", ["status", *status_flags], f"history API {status_url}", {STATUS_AUTH_ENV: "false"}))
+        for name, (command, *extra), what, env in services:
             health = free_port()
-            argv = _raybus(name, *bus_flags, "--health-port", str(health), *extra)
+            argv = _raybus(command, *bus_flags, "--health-port", str(health), *extra)
             ready_url = f"http://127.0.0.1:{health}/readyz"
             child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}", env={**bus_env, **env})
             stack.add(child, functools.partial(http_ok, ready_url), args.timeout)

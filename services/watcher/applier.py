@@ -108,6 +108,8 @@ FETCH_TIMEOUT: Final = 1.0
 """Seconds one fetch waits for messages (also how quickly a stop is noticed)."""
 FACTS_WAIT: Final = 20.0
 """Seconds a batch waits for the facts to reach its snapshot before it is authorized on older ones."""
+FENCE_POLL: Final = 0.1
+"""Seconds between looks at a lapsed lease (renewed, or its partition stopped)."""
 STOP_GRACE: Final = 2.0
 """Seconds a cancelled fetch or worker gets to end when a partition stops."""
 PUBLISH_BACKOFF: Final = Backoff(base=0.05, cap=2.0)
@@ -338,22 +340,30 @@ class Applier:
         if batch.key not in self._workers:
             self._workers[batch.key] = asyncio.create_task(self._work(batch.key), name=f"applier {batch.key}")
 
-    def _may_apply(self, key: ReconcileKey) -> bool:
-        """Whether this replica may still apply ``key``'s next batch: its partition is not stopping and
-        its lease is still valid (self-fencing: a replica starved past its lease leaves the batch to the
-        partition's next holder instead of applying it beside it)."""
+    def _holds(self, key: ReconcileKey) -> bool:
+        """Whether ``key``'s partition is still this replica's and not stopping."""
         partition = self._partition_of.get(key)
-        if partition is None or partition in self._draining or partition not in self._consumers:
-            return False
-        return self._leases is None or self._leases.valid(partition)
+        return partition is not None and partition not in self._draining and partition in self._consumers
+
+    async def _may_apply(self, key: ReconcileKey) -> bool:
+        """Whether this replica may apply ``key``'s next batch: it holds the partition and its lease is
+        valid. A lease that lapsed (this process was starved of CPU past its renewal) is waited for: the
+        lease loop either renews it, or finds it taken and stops the partition, whose batches then go back
+        to the stream. Never applied beside the partition's next holder (self-fencing)."""
+        while self._holds(key):
+            partition = self._partition_of[key]
+            if self._leases is None or self._leases.valid(partition):
+                return True
+            await asyncio.sleep(FENCE_POLL)
+        return False
 
     async def _work(self, key: ReconcileKey) -> None:
         queue = self._queues[key]
         try:
-            while queue and self._may_apply(key):
+            while queue and self._holds(key):
                 msg, batch = queue[0]
                 async with self._slots:
-                    if not self._may_apply(key):
+                    if not await self._may_apply(key):
                         break
                     with self.progress.working():
                         failure = await self._apply_guarded(msg, batch)
@@ -373,7 +383,7 @@ class Applier:
                 self._queues.pop(key, None)
                 self._partition_of.pop(key, None)
         if queue and not self._draining.intersection({self._partition_of.get(key)}):
-            await self._hand_back(key)  # fenced: the batches go back to the stream, not to a later worker
+            await self._hand_back(key)  # the partition stopped meanwhile: its batches go back to the stream
 
     async def _apply_guarded(self, msg: Msg, batch: CommandBatch) -> str | None:
         """Apply ``batch``; the reason to dead-letter it when its handling raised (a bad message must not

@@ -193,7 +193,10 @@ def fault_stack(workdir: Path) -> Iterator[Stack]:
             workdir,
         )
         services["watcher"] = Service(
-            "watcher", ["watcher", *common, "--kubeconfig", str(kubeconfig), "--use-kubernetes-proxy"], workdir
+            "watcher",
+            # A stable identity: restarted after a kill -9, it takes its Lease back at once (as a Pod keeps its name).
+            ["watcher", *common, "--kubeconfig", str(kubeconfig), "--use-kubernetes-proxy", "--worker-id", "watcher"],
+            workdir,
         )
         for worker in ("w1", "w2"):
             services[worker] = Service(worker, ["reconciler", *common, "--worker-id", worker], workdir)

@@ -36,6 +36,7 @@ from services.runtime.settings import (
     PartitionSettings,
     RaybusSettings,
     StatusSettings,
+    WatcherRole,
 )
 from services.status.service import run_status
 from services.watcher.service import run_watcher
@@ -162,6 +163,13 @@ def pipeline_settings(nats_url: str, kubeconfig: str, db_url: str, *, partitions
     )
 
 
+def as_replica(settings: RaybusSettings, worker_id: str, roles: tuple[WatcherRole, ...] = ()) -> RaybusSettings:
+    """The settings of one replica: its identity and, for a watcher, its roles."""
+    partitions = dataclasses.replace(settings.partitions, worker_id=worker_id)
+    kube = dataclasses.replace(settings.kube, roles=roles) if roles else settings.kube
+    return dataclasses.replace(settings, partitions=partitions, kube=kube)
+
+
 @contextlib.asynccontextmanager
 async def running_pipeline(
     workdir: Path,
@@ -170,10 +178,15 @@ async def running_pipeline(
     kubelet: str = "instant",
     ray: str = "sim",
     with_reconciler: bool = True,
+    replicas: int = 0,
     settings_hook: Callable[[RaybusSettings], RaybusSettings] | None = None,
     extra_crds: Sequence[Path] = (),
 ) -> AsyncIterator[Pipeline]:
     """Start nats-server, kubesim and the three services; stop them all afterwards.
+
+    ``replicas=0`` runs one watcher with every role (component ``watcher``) and one reconciler; ``replicas=N``
+    runs every stage apart, as ``deploy/`` does: the watch side (``watch``), and N replicas each of the
+    applier (``applier-1``…), the prober (``prober-1``…) and the reconciler (``reconciler-1``…).
 
     ``extra_crds`` (files or directories) are registered beside raybus's own, before anything starts,
     e.g. the Gateway API CRDs a RayService incremental upgrade needs (:func:`gateway_api_crds`).
@@ -192,15 +205,22 @@ async def running_pipeline(
             )
             if settings_hook is not None:
                 settings = settings_hook(settings)
-            components = {
-                "status": Component("status", run_status, settings),
-                "watcher": Component("watcher", run_watcher, settings),
-            }
-            if with_reconciler:
-                worker = dataclasses.replace(
-                    settings, partitions=dataclasses.replace(settings.partitions, worker_id="in-process")
-                )
-                components["reconciler"] = Component("reconciler", run_reconciler, worker)
+            components = {"status": Component("status", run_status, settings)}
+            if replicas:
+                components["watch"] = Component("watch", run_watcher, as_replica(settings, "watch", ("watch",)))
+                for n in range(1, replicas + 1):
+                    for stage, role in (("applier", "apply"), ("prober", "probe")):
+                        name = f"{stage}-{n}"
+                        components[name] = Component(name, run_watcher, as_replica(settings, name, (role,)))
+                    if with_reconciler:
+                        name = f"reconciler-{n}"
+                        components[name] = Component(name, run_reconciler, as_replica(settings, name))
+            else:
+                components["watcher"] = Component("watcher", run_watcher, settings)
+                if with_reconciler:
+                    components["reconciler"] = Component(
+                        "reconciler", run_reconciler, as_replica(settings, "in-process")
+                    )
             for component in components.values():
                 component.start()
             for component in components.values():
@@ -209,10 +229,9 @@ async def running_pipeline(
             try:
                 yield pipeline
             finally:
-                for name in ("watcher", "reconciler", "status"):
-                    if name in components:
-                        with contextlib.suppress(Exception):
-                            await components[name].stop()
+                for component in reversed(components.values()):  # the status service last
+                    with contextlib.suppress(Exception):
+                        await component.stop()
     finally:
         await asyncio.to_thread(server.stop)
 

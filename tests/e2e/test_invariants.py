@@ -1,4 +1,5 @@
-"""Invariants 1, 2, 4, 5 and 6 of docs/architecture.md#invariants, end to end on real servers."""
+"""Invariants 1, 2, 4, 5 and 6 of docs/architecture.md#invariants, end to end on real servers, with every
+scalable stage (applier, prober, reconciler) in several replicas and the watch side apart, as deployed."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from tests.fixtures.nats import free_port
 from tests.helpers import eventually, stored_messages, work_consumers
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+REPLICAS = 2
+"""Replicas of each scalable stage in these tests."""
 
 
 def create(p: Pipeline, body: dict[str, Any], namespace: str = "default") -> None:
@@ -75,7 +79,7 @@ async def stream_messages(p: Pipeline, stream: str, subject: str = ">") -> list[
 
 
 async def test_invariant_1_duplicate_commands_and_replayed_events_change_nothing(tmp_path: Path, db_url: str) -> None:
-    async with running_pipeline(tmp_path, db_url=db_url) as p:
+    async with running_pipeline(tmp_path, db_url=db_url, replicas=REPLICAS) as p:
         await asyncio.to_thread(create, p, small_cluster("dup", workers=2))
         await all_ready(p, {"dup"})
         before = sorted(x.metadata.name for x in await asyncio.to_thread(pods_of, p, "dup"))
@@ -87,7 +91,8 @@ async def test_invariant_1_duplicate_commands_and_replayed_events_change_nothing
             last = 0
             # the same commands again (new msg ids, so JetStream does not de-duplicate them)
             for seq, subject, data, _ in batches:
-                last = (await js.publish(subject, data, headers={"Nats-Msg-Id": f"again-{seq}"})).seq
+                again = subjects.command_subject(subjects.key_from_stored_subject(subject))
+                last = (await js.publish(again, data, headers={"Nats-Msg-Id": f"again-{seq}"})).seq
             # and every recorded input of the key again
             for seq, subject, data, _ in await stream_messages(p, subjects.EVENTS_STREAM):
                 key = subjects.key_from_stored_subject(subject)
@@ -109,7 +114,7 @@ async def test_invariant_1_duplicate_commands_and_replayed_events_change_nothing
 async def test_invariant_4_garbage_is_dead_lettered_and_its_partition_keeps_flowing(
     tmp_path: Path, db_url: str
 ) -> None:
-    async with running_pipeline(tmp_path, db_url=db_url) as p:
+    async with running_pipeline(tmp_path, db_url=db_url, replicas=REPLICAS) as p:
         from schema.keys import ReconcileKey
 
         key = ReconcileKey(kind="RayCluster", namespace="default", name="after-garbage")
@@ -128,14 +133,13 @@ async def test_invariant_4_garbage_is_dead_lettered_and_its_partition_keeps_flow
 
 
 async def test_invariant_5_restarts_during_a_burst_lose_and_duplicate_nothing(tmp_path: Path, db_url: str) -> None:
-    async with running_pipeline(tmp_path, db_url=db_url) as p:
+    async with running_pipeline(tmp_path, db_url=db_url, replicas=REPLICAS) as p:
         names = {f"burst-{i}" for i in range(30)}
+        restarts = {4: "watch", 8: "applier-1", 12: "prober-1", 16: "reconciler-1", 20: "status"}
         for i, name in enumerate(sorted(names)):
             await asyncio.to_thread(create, p, small_cluster(name))
-            if i == 8:
-                await p.restart("watcher")
-            elif i == 16:
-                await p.restart("status")
+            if i in restarts:
+                await p.restart(restarts[i])
             elif i == 24:
                 await asyncio.to_thread(p.nats.restart)
         await all_ready(p, names, timeout=180)
@@ -186,7 +190,9 @@ async def test_invariants_2_and_6_kill_9_a_worker_among_two_while_200_clusters_c
     def hook(settings: Any) -> Any:  # the default 30 s ack wait would only slow the test down
         return dataclasses.replace(settings, bus=dataclasses.replace(settings.bus, ack_wait=5.0))
 
-    async with running_pipeline(tmp_path, db_url=db_url, with_reconciler=False, settings_hook=hook) as p:
+    async with running_pipeline(
+        tmp_path, db_url=db_url, with_reconciler=False, replicas=REPLICAS, settings_hook=hook
+    ) as p:
         logs = tmp_path / "workers"
         logs.mkdir()
         workers = {w: reconciler_process(p, w, logs) for w in ("w1", "w2")}
@@ -214,7 +220,7 @@ async def test_invariants_2_and_6_kill_9_a_worker_among_two_while_200_clusters_c
 
 
 async def test_invariant_6_status_runs_without_any_kubeconfig(tmp_path: Path, db_url: str) -> None:
-    async with running_pipeline(tmp_path, db_url=db_url) as p:
+    async with running_pipeline(tmp_path, db_url=db_url, replicas=REPLICAS) as p:
         await p.components["status"].stop()
         port = free_port()
         args = ["status", "--nats-url", p.nats.url, "--db-url", p.settings.status.db_url]
