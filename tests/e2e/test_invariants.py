@@ -63,7 +63,9 @@ async def pod_counts(p: Pipeline) -> dict[str, int]:
     pods = await asyncio.to_thread(p.core().list_namespaced_pod, "default")
     counts: dict[str, int] = defaultdict(int)
     for pod in pods.items:
-        counts[pod.metadata.labels["ray.io/cluster"]] += 1
+        cluster = (pod.metadata.labels or {}).get("ray.io/cluster")
+        if cluster is not None:  # a RayJob's submitter Pod belongs to no cluster
+            counts[cluster] += 1
     return counts
 
 

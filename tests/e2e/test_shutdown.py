@@ -130,7 +130,10 @@ def test_a_service_exits_at_once_on_a_second_signal(stack: tuple[subprocess.Pope
         watcher.send_signal(signal.SIGTERM)
         eventually_sync(lambda: "a second signal exits at once" in log.read_text(), message="the first signal")
         watcher.send_signal(signal.SIGTERM)
-        assert wait_for_exit(watcher, EXIT_BOUND) == 128 + signal.SIGTERM, log.read_text()[-2000:]
+        # 128 + SIGTERM: the second signal cut the shutdown short; -SIGTERM: the shutdown had just finished
+        # and the process was leaving (its handlers removed). Either way it is gone at once.
+        code = wait_for_exit(watcher, EXIT_BOUND)
+        assert code in (128 + signal.SIGTERM, -signal.SIGTERM), log.read_text()[-2000:]
     finally:
         if watcher.poll() is None:
             watcher.kill()
