@@ -101,6 +101,11 @@ def replica_failure(conditions: list[dict[str, Any]], *, reason: str, message: s
     return [condition if c is found else c for c in conditions]
 
 
+def owner_path(kind: str, namespace: str, name: str) -> str:
+    """The path of the key's custom resource, read (GET) before a failure is shown on it."""
+    return object_path(resource_of(conventions.API_VERSION, kind), namespace, name)
+
+
 class FailureReporter:
     """Writes the Warning Event (and the RayCluster condition) of a failed command."""
 
@@ -143,9 +148,8 @@ class FailureReporter:
             log.error("could not show the failure of %s on %s (%s): %s", what, key, exc, message)
 
     async def _owner(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        path = object_path(resource_of(conventions.API_VERSION, kind), namespace, name)
         try:
-            response = await self._api.arequest("GET", path)
+            response = await self._api.arequest("GET", owner_path(kind, namespace, name))
         except ApiError as exc:
             if exc.status == 404:
                 return None

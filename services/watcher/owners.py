@@ -74,13 +74,17 @@ def owners_of_going(change: Change) -> list[Owner]:
     return custom_owners(change.obj)
 
 
+def owner_request(resource: ResourceType, namespace: str, name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The path and query of the list by name that reads one owner (its RBAC verb is ``list``)."""
+    return resource.collection_path(namespace), (("fieldSelector", f"metadata.name={name}"),)
+
+
 def api_owner_reader(api: KubeApi) -> OwnerReader:
     """An :data:`OwnerReader` over the watcher's API adapter: a list by name, whose resourceVersion is
     the server's current one (a GET would only tell the object's)."""
 
     async def read(resource: ResourceType, namespace: str, name: str) -> Current:
-        query = (("fieldSelector", f"metadata.name={name}"),)
-        path = resource.collection_path(namespace)
+        path, query = owner_request(resource, namespace, name)
         response = await asyncio.to_thread(api.request, "GET", path, query=query)
         items, resource_version, _ = decode_page(resource, response.data)
         return Current(change=items[0] if items else None, resource_version=resource_version)

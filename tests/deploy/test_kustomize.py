@@ -11,10 +11,17 @@ import kubernetes_validate
 import pytest
 
 from schema.crd import generate_crds
+from services.runtime.settings import WATCHER_ROLES, WatcherRole
+from services.watcher.rbac_manifests import component_name
 from tests.deploy.render import TREES, container, find, render
 
 K8S_VERSION = "1.33.0"
-SERVICES = ("watcher", "reconciler", "status")
+SERVICES = {
+    **{component_name(role): "watcher" for role in WATCHER_ROLES},
+    "raybus-reconciler": "reconciler",
+    "raybus-status": "status",
+}
+"""Deployment → the service it runs (its command, container and NATS user): each watcher role has its own."""
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job"}
 
 
@@ -70,9 +77,9 @@ def test_pods_are_restricted(tree: str) -> None:
 
 
 @pytest.mark.parametrize("tree", TREES)
-@pytest.mark.parametrize("service", SERVICES)
-def test_service_container(tree: str, service: str) -> None:
-    deployment = find(tree, "Deployment", f"raybus-{service}")
+@pytest.mark.parametrize(("name", "service"), SERVICES.items())
+def test_service_container(tree: str, name: str, service: str) -> None:
+    deployment = find(tree, "Deployment", name)
     item = container(deployment, service)
     assert item["image"] == "ghcr.io/raybus/raybus:0.1.0"
     assert item["args"][0] == service
@@ -93,9 +100,9 @@ def test_service_container(tree: str, service: str) -> None:
 
 
 def test_base_is_highly_available() -> None:
-    for service in SERVICES:
-        assert find("base", "Deployment", f"raybus-{service}")["spec"]["replicas"] == 2
-        assert find("base", "PodDisruptionBudget", f"raybus-{service}")["spec"]["minAvailable"] == 1
+    for name in SERVICES:
+        assert find("base", "Deployment", name)["spec"]["replicas"] == 2
+        assert find("base", "PodDisruptionBudget", name)["spec"]["minAvailable"] == 1
     hpa = find("base", "HorizontalPodAutoscaler", "raybus-reconciler")["spec"]
     assert hpa["scaleTargetRef"]["name"] == "raybus-reconciler"
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 10)
@@ -129,8 +136,8 @@ def test_nats_config_is_mounted_and_cluster_routes_match_replicas() -> None:
 
 
 def test_dev_overlay_is_small() -> None:
-    for service in SERVICES:
-        assert find("overlays/dev", "Deployment", f"raybus-{service}")["spec"]["replicas"] == 1
+    for name in SERVICES:
+        assert find("overlays/dev", "Deployment", name)["spec"]["replicas"] == 1
     assert find("overlays/dev", "StatefulSet", "raybus-nats")["spec"]["replicas"] == 1
     kinds = {o["kind"] for o in render("overlays/dev")}
     assert not kinds & {"HorizontalPodAutoscaler", "PodDisruptionBudget"}
@@ -141,7 +148,7 @@ def test_dev_overlay_is_small() -> None:
 
 
 def test_single_namespace_overlay_watches_its_namespace() -> None:
-    watcher = container(find("overlays/single-namespace", "Deployment", "raybus-watcher"), "watcher")
+    watcher = container(find("overlays/single-namespace", "Deployment", component_name("watch")), "watcher")
     assert "--watch-namespace=$(POD_NAMESPACE)" in watcher["args"]
     env = {e["name"]: e for e in watcher["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
@@ -192,10 +199,14 @@ def test_network_policies(tree: str) -> None:
     assert _egress_ports(status) == {4222, 5432, 443, 6443}
     assert _ingress_from(status) == {8090: "raybus.io/status-access", 9090: "raybus.io/metrics-access"}
 
-    watcher = _policy(tree, "raybus-watcher")
-    assert _egress_ports(watcher) == {4222, 443, 6443, 8265, 8000, 52365}
-    ray_rule = next(r for r in watcher["egress"] if {p["port"] for p in r["ports"]} == {8265, 8000, 52365})
-    assert ray_rule["to"][0]["podSelector"]["matchLabels"] == {"ray.io/is-ray-node": "yes"}
+    # The watch side reaches NATS and the API server only; the applier and the prober also the Ray ports they call.
+    ray_pods = [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"ray.io/is-ray-node": "yes"}}}]
+    ray_ports: dict[WatcherRole, set[int]] = {"watch": set(), "apply": {8265}, "probe": {8265, 8000}}
+    for role, ports in ray_ports.items():
+        policy = _policy(tree, component_name(role))
+        assert _egress_ports(policy) == {4222, 443, 6443} | ports, role
+        to_ray = [{p["port"] for p in rule["ports"]} for rule in policy["egress"] if rule.get("to") == ray_pods]
+        assert to_ray == ([ports] if ports else []), role
 
     nats = _policy(tree, "raybus-nats")
     client_rule = next(r for r in nats["ingress"] if r["ports"] == [{"protocol": "TCP", "port": 4222}])

@@ -87,7 +87,13 @@ def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("tree", ["base", "overlays/dev", "overlays/single-namespace"])
 def test_every_service_uses_tls_and_mounts_only_the_ca(tree: str) -> None:
     clients = [o for o in render(tree) if o["kind"] in {"Deployment", "Job"}]
-    assert {o["metadata"]["name"] for o in clients} >= {"raybus-watcher", "raybus-reconciler", "raybus-status"}
+    assert {o["metadata"]["name"] for o in clients} >= {
+        "raybus-watch",
+        "raybus-applier",
+        "raybus-prober",
+        "raybus-reconciler",
+        "raybus-status",
+    }
     for obj in clients:
         [container] = _containers(obj)
         assert "--nats-url=tls://raybus-nats:4222" in container["args"]
