@@ -52,7 +52,7 @@ def is_exported(name: str, families: dict[str, str]) -> bool:
 def test_dashboards_query_only_exported_metrics(stack: RaybusUp) -> None:
     record_history(stack)
     urls = stack.metrics_urls()
-    assert len(urls) == 3, urls  # watcher, reconciler, status
+    assert len(urls) == 5, urls  # the watch side, applier, prober, reconciler, status
     families = exported(urls)
     dashboards = sorted(DASHBOARDS.glob("*.json"))
     assert {d.name for d in dashboards} >= {"raybus-pipeline.json", "kuberay-operator.json"}
