@@ -110,13 +110,13 @@ class PartitionLeases:
             await self.release_all()
 
     async def tick(self) -> None:
-        """One round: heartbeat, recompute the assignment, release, renew, claim."""
+        """One round: renew (all at once: on a busy event loop every sequential round trip waits for the
+        loop again, and 16 of them outlasted the lease), heartbeat, recompute the assignment, release, claim."""
+        await asyncio.gather(*(self._renew(p) for p in sorted(self.owned)))
         await self._kv.put(subjects.heartbeat_key(self._group, self._me), self._me.encode())
         self.members = await self._live_members()
         wanted = partitions_of(self._me, self.members, self._partitions)
         await self._release_many(self.owned - wanted)
-        for partition in sorted(self.owned & wanted):
-            await self._renew(partition)
         for partition in sorted(wanted - self.owned):
             await self._claim(partition)
 
@@ -132,15 +132,14 @@ class PartitionLeases:
 
     async def _claim(self, partition: int) -> None:
         key = subjects.lease_key(self._group, partition)
-        revision: int | None
-        try:
-            revision = await self._kv.create(key, self._me.encode())
-        except KeyWrongLastSequenceError:
+        sent = time.monotonic()
+        revision = await self._create(key)
+        if revision is None:
             revision = await self._reclaim_own(key)
         if revision is None:
             return  # held by another member: it releases once it sees the new membership
         self._revisions[partition] = revision
-        self._valid_until[partition] = self._deadline()
+        self._valid_until[partition] = self._deadline(sent)
         log.info("%s: claimed partition %d", self._group, partition)
         await self._start(partition)
 
@@ -159,14 +158,30 @@ class PartitionLeases:
 
     async def _renew(self, partition: int) -> None:
         key = subjects.lease_key(self._group, partition)
+        sent = time.monotonic()
+        revision: int | None
         try:
-            self._revisions[partition] = await self._kv.update(key, self._me.encode(), last=self._revisions[partition])
-            self._valid_until[partition] = self._deadline()
+            revision = await self._kv.update(key, self._me.encode(), last=self._revisions[partition])
         except (KeyWrongLastSequenceError, KeyNotFoundError):
-            log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
-            self._valid_until.pop(partition, None)
-            await self._stop(partition)
-            self._revisions.pop(partition, None)
+            # Expired (this process was starved past the TTL) and claimed by nobody: it is taken again
+            # without draining the partition, which fenced itself meanwhile. Claimed by another: lost.
+            revision = await self._create(key)
+            if revision is None:
+                log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
+                self._valid_until.pop(partition, None)
+                await self._stop(partition)
+                self._revisions.pop(partition, None)
+                return
+            log.warning("%s: the lease of partition %d had expired unclaimed; took it again", self._group, partition)
+        self._revisions[partition] = revision
+        self._valid_until[partition] = self._deadline(sent)
+
+    async def _create(self, key: str) -> int | None:
+        """Create the lease ``key`` for this member; None when another member holds it."""
+        try:
+            return await self._kv.create(key, self._me.encode())
+        except KeyWrongLastSequenceError:
+            return None
 
     async def _release_many(self, partitions: frozenset[int]) -> None:
         """Drain partitions concurrently (each finishes its batch in hand), then release them."""
@@ -183,5 +198,7 @@ class PartitionLeases:
             log.info("%s: lease of partition %d was already gone: %s", self._group, partition, exc)
         log.info("%s: released partition %d", self._group, partition)
 
-    def _deadline(self) -> float:
-        return time.monotonic() + self._settings.lease_ttl - self._settings.renew_interval
+    def _deadline(self, sent: float) -> float:
+        """Until when a lease written by a request sent at ``sent`` may be used: the server's TTL runs from
+        its write, which is after the send, never from when this process saw the answer."""
+        return sent + self._settings.lease_ttl - self._settings.renew_interval
