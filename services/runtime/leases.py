@@ -159,22 +159,17 @@ class PartitionLeases:
     async def _renew(self, partition: int) -> None:
         key = subjects.lease_key(self._group, partition)
         sent = time.monotonic()
-        revision: int | None
         try:
-            revision = await self._kv.update(key, self._me.encode(), last=self._revisions[partition])
+            self._revisions[partition] = await self._kv.update(key, self._me.encode(), last=self._revisions[partition])
+            self._valid_until[partition] = self._deadline(sent)
         except (KeyWrongLastSequenceError, KeyNotFoundError):
-            # Expired (this process was starved past the TTL) and claimed by nobody: it is taken again
-            # without draining the partition, which fenced itself meanwhile. Claimed by another: lost.
-            revision = await self._create(key)
-            if revision is None:
-                log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
-                self._valid_until.pop(partition, None)
-                await self._stop(partition)
-                self._revisions.pop(partition, None)
-                return
-            log.warning("%s: the lease of partition %d had expired unclaimed; took it again", self._group, partition)
-        self._revisions[partition] = revision
-        self._valid_until[partition] = self._deadline(sent)
+            # Expired or taken. Even a lease that expired unclaimed is not simply taken again: another
+            # member may have held the partition meanwhile and released it, and only a restarted
+            # partition rebuilds the in-flight memory of what that member published.
+            log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
+            self._valid_until.pop(partition, None)
+            await self._stop(partition)
+            self._revisions.pop(partition, None)
 
     async def _create(self, key: str) -> int | None:
         """Create the lease ``key`` for this member; None when another member holds it."""

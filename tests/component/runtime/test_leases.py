@@ -1,4 +1,4 @@
-"""Partition leases against a real nats-server: renewal, a lease that expired unclaimed, a lease lost."""
+"""Partition leases against a real nats-server: renewal, and a lease that expired."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from services.runtime.topology import ensure_topology
 from tests.fixtures.nats import NatsServer
 
 
-async def test_a_lease_that_expired_unclaimed_is_taken_again_and_one_taken_by_another_is_stopped(
+async def test_renewals_keep_the_partitions_and_an_expired_lease_stops_its_partition(
     nats_server: NatsServer,
 ) -> None:
     nc = await nats.connect(nats_server.url)
@@ -29,18 +29,14 @@ async def test_a_lease_that_expired_unclaimed_is_taken_again_and_one_taken_by_an
         membership = Membership(nc, buckets.leases, "m1", 2, PartitionSettings())
         leases = PartitionLeases(membership, "apply", start=start, stop=stop)
         await leases.tick()
-        assert leases.owned == frozenset({0, 1}) and started == [0, 1]
-
-        first = subjects.lease_key("apply", 0)
-        await buckets.leases.purge(first)  # what the bucket's TTL does to a lease not renewed in time
         await leases.tick()
-        assert leases.owned == frozenset({0, 1}) and leases.valid(0)
-        assert stopped == [] and started == [0, 1]  # taken again without draining and restarting it
+        assert leases.owned == frozenset({0, 1}) and started == [0, 1] and stopped == []
 
-        await buckets.leases.purge(first)
-        await buckets.leases.create(first, b"m2")  # another member claimed it meanwhile
+        # What the bucket's TTL does to a lease not renewed in time: the partition is stopped, and claimed
+        # again by the next round (a fresh start rebuilds what another holder may have published meanwhile).
+        await buckets.leases.purge(subjects.lease_key("apply", 0))
         await leases.tick()
-        assert stopped == [0] and leases.owned == frozenset({1}) and not leases.valid(0)
+        assert stopped == [0] and leases.owned == frozenset({0, 1}) and started == [0, 1, 0]
         await leases.release_all()
     finally:
         await nc.close()
