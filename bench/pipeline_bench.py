@@ -1,12 +1,13 @@
 """Pipeline benchmark: N RayClusters (1 head + 3 workers) created at once, through the whole stack.
 
 Every component runs as its own process, as in production and ``raybus up``: nats-server, kubesim
-(kubelet ``instant``), ``raybus watcher``, ``raybus status`` (SQLite) and 1 or 2 ``raybus reconciler``
-workers. Figures: time until every cluster is ``ready``, reconciles/s (every decision is a CommandBatch on
-RAYBUS_COMMANDS, so they are counted there), latency from the watch event to the applied command (per
-decision with commands: the last command result's time minus the earliest input's watch time), CPU
-seconds and peak RSS per process; and, as the ceiling, kubesim's raw Pod-create rate with the official
-client in the same run.
+(kubelet ``instant``), the watcher's three roles (``raybus watcher --roles watch``, ``--roles apply``,
+``--roles probe``; ``--combined-watcher`` runs one ``raybus watcher`` with all three), ``raybus status``
+(SQLite) and 1 or 2 ``raybus reconciler`` workers. Figures: time until every cluster is ``ready``,
+reconciles/s (every decision is a CommandBatch on RAYBUS_COMMANDS, so they are counted there), latency
+from the watch event to the applied command (per decision with commands: the last command result's time
+minus the earliest input's watch time), CPU seconds and peak RSS per process; and, as the ceiling,
+kubesim's raw Pod-create rate with the official client in the same run.
 
 Run: ``.venv/bin/python bench/pipeline_bench.py [--clusters 1000] [--workers 1 2] [--threads 4]``.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import platform
 import signal
@@ -26,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +37,7 @@ from typing import Any
 
 import msgspec
 import nats
+from cpuquota import CpuQuotas
 from kubernetes import client, config
 from kubesim_bench import _accepts, _free_port, _pod, cpu_seconds, kubesim_process
 
@@ -45,6 +48,8 @@ from schema import subjects  # noqa: E402
 from schema.codec import decode_batch, decode_input, decode_result  # noqa: E402
 from schema.crd import write_crds  # noqa: E402
 from schema.messages import WatchEvent  # noqa: E402
+from services.runtime.assignment import owner_of  # noqa: E402
+from services.runtime.kvread import read_latest  # noqa: E402
 from services.runtime.natsbin import nats_server_binary  # noqa: E402
 from tests.e2e.clusters import small_cluster  # noqa: E402
 from tests.helpers import stored_messages  # noqa: E402
@@ -72,9 +77,15 @@ class Stack:
     workdir: Path
     procs: list[Proc] = field(default_factory=list)
 
-    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+    def spawn(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        preexec: Callable[[], None] | None = None,
+    ) -> Proc:
         with (self.workdir / f"{name}.log").open("ab") as log:
-            popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+            popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, preexec_fn=preexec)
         proc = Proc(name, popen)
         self.procs.append(proc)
         return proc
@@ -134,6 +145,50 @@ def peer_stack(workdir: Path, python: Path) -> Iterator[tuple[Stack, Path]]:
         s.stop()
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Which raybus processes a stack runs, and under what CPU limit."""
+
+    reconcilers: int = 1
+    appliers: int = 1
+    probers: int = 1
+    combined_watcher: bool = False
+    """One ``raybus watcher`` with all three roles instead of ``watch``, ``applier-i`` and ``prober-i``."""
+    cpu_share: float | None = None
+    """Each replica of a scalable stage (reconciler, applier, prober) limited to this share of a core."""
+
+
+STAGE_GROUPS: dict[str, subjects.LeaseGroup] = {"reconciler": "reconcile", "applier": "apply", "prober": "probe"}
+"""The scalable stages and the lease group whose partitions their replicas share."""
+
+
+def balanced_ids(stage: str, replicas: int, partitions: int = subjects.DEFAULT_PARTITIONS) -> list[str]:
+    """Worker ids ``<stage>-<i>`` (with a suffix when needed) among which rendezvous hashing splits the
+    partitions as evenly as it can: with arbitrary ids 4 replicas get shares like 6/5/3/2 of 16, and the
+    largest share, not the replica count, sets the throughput."""
+    fair = -(-partitions // replicas)
+    for attempt in range(100_000):
+        ids = [f"{stage}-{i + 1}" + (f"-{attempt}" if attempt else "") for i in range(replicas)]
+        shares = Counter(owner_of(p, ids) for p in range(partitions))
+        if max(shares.values()) <= fair and len(shares) == replicas:
+            return ids
+    raise RuntimeError(f"no even split of {partitions} partitions among {replicas} {stage}s")
+
+
+async def partitions_settled(nats_url: str, members: dict[subjects.LeaseGroup, list[str]]) -> bool:
+    """Every partition of each group is leased to the member rendezvous hashing assigns it."""
+    nc = await nats.connect(nats_url)
+    try:
+        for group, ids in members.items():
+            read = await read_latest(nc, subjects.LEASES_BUCKET, subjects.leases_filter(group))
+            held = {int(key.rsplit(".", 1)[1]): value.decode() for key, value in read.values.items()}
+            if held != {p: owner_of(p, ids) for p in range(subjects.DEFAULT_PARTITIONS)}:
+                return False
+        return True
+    finally:
+        await nc.close()
+
+
 @contextlib.contextmanager
 def stack(
     workdir: Path,
@@ -142,9 +197,15 @@ def stack(
     db_url: str | None = None,
     watcher_args: Sequence[str] = (),
     launcher: Sequence[str] = (sys.executable, "-m", "services.cli.main"),
+    layout: Layout | None = None,
 ) -> Iterator[tuple[Stack, str, Path]]:
     """The processes of a pipeline; the status service on ``db_url`` (default: SQLite in ``workdir``);
-    each raybus service started as ``launcher <service> …``."""
+    each raybus service started as ``launcher <service> …``. The watcher runs as its three role processes,
+    as ``raybus up`` and deploy/ run it (``watch``, ``applier-i``, ``prober-i``), each given ``watcher_args``,
+    unless ``layout`` combines them; ``layout`` also sets the replicas (its ``reconcilers`` is replaced by
+    the argument) and their CPU limit. Yields once every partition is leased as the replicas share them."""
+    layout = dataclasses.replace(layout or Layout(), reconcilers=reconcilers)
+    quotas = CpuQuotas(layout.cpu_share) if layout.cpu_share else None
     s = Stack(workdir)
     try:
         port = _free_port()
@@ -154,36 +215,38 @@ def stack(
         wait_for(lambda: _accepts(port), "nats-server")
         nats_url = f"nats://127.0.0.1:{port}"
         kubeconfig = start_kubesim(s)
-        raybus = list(launcher)
-        services = [
-            ("watcher", ["--kubeconfig", str(kubeconfig), *watcher_args]),
-            (
-                "status",
-                ["--db-url", db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db", "--http-port", str(_free_port())],
-            ),
-        ]
-        services += [(f"reconciler-{i + 1}", ["--worker-id", f"w{i + 1}"]) for i in range(reconcilers)]
-        for name, extra in services:
+        kube = ["--kubeconfig", str(kubeconfig), *watcher_args]
+        db = db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
+        members: dict[subjects.LeaseGroup, list[str]] = {}
+        for stage, count in (("applier", layout.appliers), ("prober", layout.probers)):
+            members[STAGE_GROUPS[stage]] = balanced_ids(stage, count)
+        members["reconcile"] = balanced_ids("reconciler", layout.reconcilers)
+        services: list[tuple[str, list[str]]] = []
+        if layout.combined_watcher:
+            members = {"reconcile": members["reconcile"], "apply": ["watcher"], "probe": ["watcher"]}
+            services.append(("watcher", ["watcher", "--worker-id", "watcher", *kube]))
+        else:
+            services.append(("watch", ["watcher", "--roles", "watch", "--worker-id", "watch", *kube]))
+            for i, worker in enumerate(members["apply"]):
+                services.append((f"applier-{i + 1}", ["watcher", "--roles", "apply", "--worker-id", worker, *kube]))
+            for i, worker in enumerate(members["probe"]):
+                services.append((f"prober-{i + 1}", ["watcher", "--roles", "probe", "--worker-id", worker, *kube]))
+        services.append(("status", ["status", "--db-url", db, "--http-port", str(_free_port())]))
+        for i, worker in enumerate(members["reconcile"]):
+            services.append((f"reconciler-{i + 1}", ["reconciler", "--worker-id", worker]))
+        for name, (command, *extra) in services:
             health = _free_port()
-            command = name.split("-")[0]
-            s.spawn(
-                name,
-                [
-                    *raybus,
-                    command,
-                    "--nats-url",
-                    nats_url,
-                    "--health-port",
-                    str(health),
-                    "--log-level",
-                    "WARNING",
-                    *extra,
-                ],
-            )
-            wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name)
+            common = ["--nats-url", nats_url, "--health-port", str(health), "--log-level", "WARNING"]
+            limited = quotas is not None and name.split("-")[0] in STAGE_GROUPS
+            join = quotas.group(name) if quotas is not None and limited else None
+            s.spawn(name, [*launcher, command, *common, *extra], preexec=join)
+            wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name, timeout=300 if limited else 60)
+        wait_for(lambda: asyncio.run(partitions_settled(nats_url, members)), "the partitions' leases", timeout=300)
         yield s, nats_url, kubeconfig
     finally:
         s.stop()
+        if quotas is not None:
+            quotas.remove()
 
 
 def count_ready(api: client.ApiClient) -> int:
@@ -286,6 +349,12 @@ def profiling(procs: Sequence[Proc], directory: Path | None) -> Iterator[None]:
             process.wait(30)
 
 
+def poll_interval(objects: int) -> float:
+    """Seconds between two lists of every object while waiting: each list costs kubesim an encode of
+    them all, so a run of 10,000 lists every 5 s rather than every 0.5 s."""
+    return max(0.5, objects / 2000)
+
+
 def burst(s: Stack, kubeconfig: Path, clusters: int, threads: int, timeout: float) -> dict[str, Any]:
     """Create the clusters at once and wait until all are ready; times, and CPU and peak RSS per process."""
     api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
@@ -308,7 +377,7 @@ def burst(s: Stack, kubeconfig: Path, clusters: int, threads: int, timeout: floa
         done = count_ready(api)
         if done == clusters:
             break
-        time.sleep(0.5)
+        time.sleep(poll_interval(clusters))
     all_ready_in = time.perf_counter() - started
     usage = {p.name: p.usage() for p in s.procs}
     api.close()
@@ -323,11 +392,17 @@ def burst(s: Stack, kubeconfig: Path, clusters: int, threads: int, timeout: floa
 
 
 def run_pipeline(
-    clusters: int, reconcilers: int, threads: int, timeout: float, qps: float, profile: Path | None = None
+    clusters: int,
+    reconcilers: int,
+    threads: int,
+    timeout: float,
+    qps: float,
+    profile: Path | None = None,
+    layout: Layout | None = None,
 ) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp,
-        stack(Path(tmp), reconcilers, watcher_args=["--qps", str(qps)]) as (s, nats_url, kubeconfig),
+        stack(Path(tmp), reconcilers, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
         profiling(s.procs, profile),
     ):
         r = burst(s, kubeconfig, clusters, threads, timeout)
@@ -400,7 +475,11 @@ def main() -> int:
         help="also run the burst against the Kopf peer (bench/peer) with this interpreter of its virtualenv",
     )
     parser.add_argument("--no-ceiling", action="store_true", help="skip kubesim's raw Pod-create rate")
+    parser.add_argument(
+        "--combined-watcher", action="store_true", help="one raybus watcher process with all three roles"
+    )
     args = parser.parse_args()
+    layout = Layout(combined_watcher=args.combined_watcher)
     cpus = len(os.sched_getaffinity(0))
     print(f"machine: {platform.platform()}, {cpus} cpus, python {platform.python_version()}")
     print(f"load average: {os.getloadavg()[0]:.1f}")
@@ -417,7 +496,7 @@ def main() -> int:
     print(f"applier qps: {args.qps:g} (0 = unlimited)")
     for workers in args.workers:
         profile = args.profile / f"{workers}-reconcilers" if args.profile else None
-        r = run_pipeline(args.clusters, workers, args.threads, args.timeout, args.qps, profile)
+        r = run_pipeline(args.clusters, workers, args.threads, args.timeout, args.qps, profile, layout)
         pods_per_s = r["pods"] / r["all_ready_in_s"]
         print(
             f"\n{workers} reconciler(s): {r['ready']}/{r['clusters']} clusters ready ({r['pods']} pods) "

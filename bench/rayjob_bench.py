@@ -1,18 +1,19 @@
 """RayJob benchmark: N RayJobs created at once, run to Complete on the simulator, history in PostgreSQL.
 
 The stack is ``pipeline_bench``'s (every component its own process: nats-server, kubesim with kubelet
-``instant``, ``raybus watcher`` with ``--use-kubernetes-proxy``, ``raybus status``, 1 or 2 ``raybus
-reconciler``), with the status service on a fresh PostgreSQL database. Each RayJob is
-``tests/e2e/rayjobs.small_rayjob``: K8sJobMode (a submitter Job), a head-only cluster, a Ray job of
-kubesim's default 0.2 s. Figures: time until every RayJob has ended (Complete, or Failed with its
-reason); how late the prober's first dashboard answer came after a RayJob went Running; reconciles (every
-decision is a CommandBatch on RAYBUS_COMMANDS) and commands; transitions persisted into PostgreSQL (rows of the
-``transitions`` table, sampled every second: the mean rate from the first to the last row, the best
-one-second rate, and how long the history lagged behind the last Complete); CPU seconds and peak RSS
-per process.
+``instant``, the watcher's watch, apply and probe roles with ``--use-kubernetes-proxy``, ``raybus
+status``, 1 or 2 ``raybus reconciler``), with the status service on a fresh PostgreSQL database. Each
+RayJob is ``tests/e2e/rayjobs.small_rayjob``: K8sJobMode (a submitter Job; ``--mode HTTPMode``: the
+applier submits to the dashboard instead), a head-only cluster, a Ray job of kubesim's default 0.2 s.
+Figures: time until every RayJob has ended (Complete, or Failed with its reason); how late the prober's
+first dashboard answer came after a RayJob went Running; reconciles (every decision is a CommandBatch on
+RAYBUS_COMMANDS) and commands; transitions persisted into PostgreSQL (rows of the ``transitions`` table,
+sampled every second: the mean rate from the first to the last row, the best one-second rate, and how long
+the history lagged behind the last Complete); CPU seconds and peak RSS per process.
 
-Run: ``.venv/bin/python bench/rayjob_bench.py [--jobs 1000] [--workers 1] [--threads 4]`` with PostgreSQL
-at ``RAYBUS_PG_HOST``/``RAYBUS_PG_PORT``/``RAYBUS_PG_USER`` (default 127.0.0.1:5432, user postgres, trust).
+Run: ``.venv/bin/python bench/rayjob_bench.py [--jobs 1000] [--workers 1] [--mode K8sJobMode] [--qps 100]``
+with PostgreSQL at ``RAYBUS_PG_HOST``/``RAYBUS_PG_PORT``/``RAYBUS_PG_USER`` (default 127.0.0.1:5432, user
+postgres, trust).
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ import asyncpg
 import msgspec
 import nats
 from kubernetes import client, config
-from pipeline_bench import print_flow, stack, stream_figures
+from pipeline_bench import Layout, poll_interval, print_flow, stack, stream_figures
 
 from schema import subjects
 from schema.codec import decode_input
 from schema.messages import Observation, WatchEvent
+from schema.ray.rayjob import HTTP_MODE, K8S_JOB_MODE
 from tests.e2e.rayjobs import small_rayjob
 from tests.fixtures.postgres import PG_HOST, PG_PORT, PG_USER, execute_admin
 from tests.helpers import stored_messages
@@ -150,11 +152,23 @@ async def history_drained(nats_url: str) -> bool:
         await nc.close()
 
 
-def run(jobs: int, reconcilers: int, threads: int, timeout: float) -> dict[str, Any]:
+def run(
+    jobs: int,
+    reconcilers: int,
+    threads: int,
+    timeout: float,
+    *,
+    mode: str = K8S_JOB_MODE,
+    qps: float | None = None,
+    layout: Layout | None = None,
+) -> dict[str, Any]:
+    """``jobs`` RayJobs of submission ``mode`` to their end; ``qps`` is the applier's API budget (None: its
+    default)."""
+    watcher_args = ["--use-kubernetes-proxy", *(["--qps", str(qps)] if qps is not None else [])]
     with (
         fresh_database() as (db_url, database),
         tempfile.TemporaryDirectory(prefix="rayjob-bench-") as tmp,
-        stack(Path(tmp), reconcilers, db_url=db_url, watcher_args=["--use-kubernetes-proxy"]) as (s, nats_url, kube),
+        stack(Path(tmp), reconcilers, db_url=db_url, watcher_args=watcher_args, layout=layout) as (s, nats_url, kube),
     ):
         api = config.new_client_from_config(str(kube))  # type: ignore[no-untyped-call]
         api.configuration.connection_pool_maxsize = threads + 2
@@ -165,7 +179,7 @@ def run(jobs: int, reconcilers: int, threads: int, timeout: float) -> dict[str, 
         before = {p.name: p.usage()[0] for p in s.procs}
 
         def create(i: int) -> None:
-            body = small_rayjob(f"bench-{i:04d}")
+            body = small_rayjob(f"bench-{i:04d}", submissionMode=mode)
             custom.create_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", body)
 
         started = time.perf_counter()
@@ -177,7 +191,7 @@ def run(jobs: int, reconcilers: int, threads: int, timeout: float) -> dict[str, 
             ends = end_states(api)
             if sum(ends.values()) == jobs:
                 break
-            time.sleep(0.5)
+            time.sleep(poll_interval(jobs))
         complete_at = time.perf_counter()
         while time.perf_counter() - complete_at < 120 and not asyncio.run(history_drained(nats_url)):
             time.sleep(0.5)
@@ -190,6 +204,7 @@ def run(jobs: int, reconcilers: int, threads: int, timeout: float) -> dict[str, 
         wall = complete_at - started
         return {
             "jobs": jobs,
+            "mode": mode,
             "reconcilers": reconcilers,
             "created_in_s": created_in,
             "ends": dict(ends),
@@ -211,12 +226,14 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1])
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--mode", choices=(K8S_JOB_MODE, HTTP_MODE), default=K8S_JOB_MODE, help="submissionMode")
+    parser.add_argument("--qps", type=float, help="the applier's API budget (default: its own, 100; 0: unlimited)")
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0))
     print(f"machine: {platform.platform()}, {cpus} cpus, python {platform.python_version()}")
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     for workers in args.workers:
-        r = run(args.jobs, workers, args.threads, args.timeout)
+        r = run(args.jobs, workers, args.threads, args.timeout, mode=args.mode, qps=args.qps)
         print(
             f"\n{workers} reconciler(s): {sum(r['ends'].values())}/{r['jobs']} RayJobs ended in "
             f"{r['all_complete_in_s']:.1f} s (created in {r['created_in_s']:.1f} s): {r['ends']}"

@@ -26,14 +26,16 @@ from typing import Any, cast
 
 import msgspec
 import nats
+import rayjob_bench
 from kubernetes import client, config
-from pipeline_bench import pod_create_ceiling, print_flow, run_pipeline, stack, stream_figures
+from pipeline_bench import Layout, pod_create_ceiling, print_flow, run_pipeline, stack, stream_figures
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from schema import subjects  # noqa: E402
 from schema.codec import decode_batch  # noqa: E402
+from schema.ray.rayjob import HTTP_MODE  # noqa: E402
 from tests.e2e.clusters import small_cluster  # noqa: E402
 from tests.helpers import stored_messages  # noqa: E402
 
@@ -67,11 +69,11 @@ def ready_workers(custom: client.CustomObjectsApi, name: str) -> int:
     return int((cluster.get("status") or {}).get("readyWorkerReplicas") or 0)
 
 
-def run_scale(workers: int, timeout: float, qps: float) -> dict[str, Any]:
+def run_scale(workers: int, timeout: float, qps: float, layout: Layout) -> dict[str, Any]:
     """(a): one cluster, 1 → ``workers`` workers."""
     with (
         tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp,
-        stack(Path(tmp), 1, watcher_args=["--qps", str(qps)]) as (s, nats_url, kubeconfig),
+        stack(Path(tmp), 1, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
     ):
         api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         api = client.ApiClient(api.configuration)
@@ -111,6 +113,19 @@ def run_scale(workers: int, timeout: float, qps: float) -> dict[str, Any]:
         }
 
 
+def watch_process(processes: dict[str, dict[str, float]]) -> str:
+    """The process that holds the informers and the projection: ``watch``, or the combined ``watcher``."""
+    return "watch" if "watch" in processes else "watcher"
+
+
+def run_scale_out(
+    clusters: int, replicas: int, share: float, threads: int, timeout: float, qps: float
+) -> dict[str, Any]:
+    """(d): ``replicas`` of every scalable stage, each limited to ``share`` of a core."""
+    layout = Layout(appliers=replicas, probers=replicas, cpu_share=share)
+    return run_pipeline(clusters, replicas, threads, timeout, qps, layout=layout)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2000, help="(a) workers of the one scaled cluster (0: skip)")
@@ -118,10 +133,20 @@ def main() -> int:
     parser.add_argument("--qps", type=float, default=0.0, help="the watcher's API budget (0: unlimited)")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--rayjobs", type=int, default=0, help="(c) HTTPMode RayJobs run to their end (0: skip)")
+    parser.add_argument(
+        "--scale-out", type=int, default=0, metavar="CLUSTERS", help="(d) clusters per replica count (0: skip)"
+    )
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4], help="(d) replicas of each stage")
+    parser.add_argument("--cpu-share", type=float, default=0.1, help="(d) CPU limit of each replica, in cores")
+    parser.add_argument(
+        "--combined-watcher", action="store_true", help="(a)-(c): one raybus watcher process with all three roles"
+    )
     args = parser.parse_args()
+    layout = Layout(combined_watcher=args.combined_watcher)
     print(f"machine: {platform.platform()} ({platform.machine()}), python {platform.python_version()}")
     if args.workers:
-        r = run_scale(args.workers, args.timeout, args.qps)
+        r = run_scale(args.workers, args.timeout, args.qps, layout)
         calls = r["results"]
         ceiling = pod_create_ceiling(min(calls, 4000), args.threads)
         floor = calls / ceiling
@@ -135,12 +160,42 @@ def main() -> int:
         print(f"  floor: {calls} calls at kubesim's {ceiling:.0f} creates/s = {floor:.1f} s")
         print_flow(r)
     if args.clusters:
-        r = run_pipeline(args.clusters, 1, args.threads, args.timeout, args.qps)
+        r = run_pipeline(args.clusters, 1, args.threads, args.timeout, args.qps, layout=layout)
         duplicates = r["outcomes"].get("create_object/already_done", 0)
+        watch = watch_process(r["processes"])
+        per_thousand = r["processes"][watch]["peak_rss_mb"] / (r["pods"] / 1000)
         print(f"(b) {r['clusters']} clusters (1 head + 3 workers) at once, 1 reconciler")
-        print(f"  {r['ready']} ready in {r['all_ready_in_s']:.1f} s; duplicate creates {duplicates}")
+        print(f"  {r['ready']} ready in {r['all_ready_in_s']:.1f} s (created in {r['created_in_s']:.1f} s)")
+        print(f"  duplicate creates (already_done) {duplicates}; {watch} peak RSS {per_thousand:.1f} MB per 1,000 Pods")
         print(f"  {r['decisions']} decisions, {r['commands']} commands")
         print_flow(r)
+    if args.rayjobs:
+        j = rayjob_bench.run(args.rayjobs, 1, args.threads, args.timeout, mode=HTTP_MODE, qps=args.qps, layout=layout)
+        print(f"(c) {j['jobs']} RayJobs ({HTTP_MODE}) at once, 1 reconciler, --qps {args.qps:g}")
+        print(
+            f"  {sum(j['ends'].values())} ended in {j['all_complete_in_s']:.1f} s "
+            f"(created in {j['created_in_s']:.1f} s): {j['ends']}"
+        )
+        print(
+            f"  {j['decisions']} decisions, {j['commands']} commands; transitions persisted {j['transitions']}; "
+            f"prober's first answer after Running p50 {j['first_observation_p50_s']:.1f} s, "
+            f"p90 {j['first_observation_p90_s']:.1f} s"
+        )
+        print_flow(j)
+    if args.scale_out:
+        rates: dict[int, float] = {}
+        for replicas in args.replicas:
+            r = run_scale_out(args.scale_out, replicas, args.cpu_share, args.threads, args.timeout, args.qps)
+            rates[replicas] = r["ready"] / r["all_ready_in_s"]
+            print(
+                f"(d) {replicas} replica(s) of reconciler, applier and prober, each at {args.cpu_share:g} of a core: "
+                f"{r['ready']}/{r['clusters']} ready in {r['all_ready_in_s']:.1f} s = {rates[replicas]:.2f} clusters/s"
+            )
+            print(f"  {r['decisions']} decisions, {r['commands']} commands")
+            print_flow(r)
+        base = rates.get(1)
+        if base:
+            print("  ratios: " + ", ".join(f"{n}/1 = {rate / base:.2f}x" for n, rate in rates.items() if n != 1))
     return 0
 
 
