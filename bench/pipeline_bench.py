@@ -349,6 +349,11 @@ def profiling(procs: Sequence[Proc], directory: Path | None) -> Iterator[None]:
             process.wait(30)
 
 
+def progress(what: str, started: float) -> None:
+    """A line on stderr while a long run goes on (stdout keeps the figures)."""
+    print(f"[{time.perf_counter() - started:7.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def poll_interval(objects: int) -> float:
     """Seconds between two lists of every object while waiting: each list costs kubesim an encode of
     them all, so a run of 10,000 lists every 5 s rather than every 0.5 s."""
@@ -375,11 +380,13 @@ def burst(s: Stack, kubeconfig: Path, clusters: int, threads: int, timeout: floa
     done = 0
     while time.perf_counter() - started < timeout:
         done = count_ready(api)
+        progress(f"{done}/{clusters} ready", started)
         if done == clusters:
             break
         time.sleep(poll_interval(clusters))
     all_ready_in = time.perf_counter() - started
     usage = {p.name: p.usage() for p in s.procs}
+    progress(" ".join(f"{name} {cpu:.1f}s/{rss:.0f}MB" for name, (cpu, rss) in usage.items()), started)
     api.close()
     return {
         "clusters": clusters,

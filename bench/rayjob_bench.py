@@ -37,7 +37,7 @@ import asyncpg
 import msgspec
 import nats
 from kubernetes import client, config
-from pipeline_bench import Layout, poll_interval, print_flow, stack, stream_figures
+from pipeline_bench import Layout, poll_interval, print_flow, progress, stack, stream_figures
 
 from schema import subjects
 from schema.codec import decode_input
@@ -189,6 +189,7 @@ def run(
         ends: Counter[str] = Counter()
         while time.perf_counter() - started < timeout:
             ends = end_states(api)
+            progress(f"{dict(ends)} of {jobs}", started)
             if sum(ends.values()) == jobs:
                 break
             time.sleep(poll_interval(jobs))
@@ -198,6 +199,7 @@ def run(
         time.sleep(2)  # one more sample of the table after the last commit
         sampler.stop()
         usage = {p.name: p.usage() for p in s.procs}
+        progress(" ".join(f"{name} {cpu:.1f}s/{rss:.0f}MB" for name, (cpu, rss) in usage.items()), started)
         api.close()
         figures = asyncio.run(stream_figures(nats_url))
         latency = asyncio.run(prober_latency(nats_url))
