@@ -1,16 +1,29 @@
-"""Scale benchmark: one RayCluster scaled from 1 to ``--workers`` Pods, and many clusters at once.
+"""Scale benchmark: one RayCluster scaled to many workers, many clusters or RayJobs at once, and scale-out.
 
 (a) ``--workers N``: one RayCluster is created with 1 worker, then patched to N workers; figures: seconds
 until all N workers are Running and counted ready in the status, the commands and API calls it took,
 the decisions published in parts and the largest message on RAYBUS_COMMANDS, CPU seconds and peak RSS
 per process, and beside it the floor: the same number of API calls at kubesim's raw create rate.
-(b) ``--clusters N``: N RayClusters (1 head + 3 workers) created at once (``pipeline_bench``'s run),
-with the duplicate creates (AlreadyExists) counted.
+(b) ``--clusters N``: N RayClusters (1 head + 3 workers) created at once (``pipeline_bench``'s run):
+time until all are ready, duplicate creates (create results with outcome ``already_done``), and the
+watch process's peak RSS per 1,000 Pods.
+(c) ``--rayjobs N``: N RayJobs with ``submissionMode: HTTPMode`` created at once, run to their end
+(``rayjob_bench``'s run, the status service on a fresh PostgreSQL database).
+(d) ``--scale-out N``: N RayClusters to ready with 1, 2 and 4 (``--replicas``) replicas of every scalable
+stage (reconciler, applier, prober), each replica process in a cgroup v1 ``cpu`` group of its own limited
+to ``--cpu-share`` of a core (0.1 by default, ``bench/cpuquota.py``); the replicas' worker ids are chosen
+so the 16 partitions split evenly, and the burst starts once every partition is leased. Figures:
+clusters ready per second for each replica count and the ratios to one replica. The other processes
+(watch, nats-server, kubesim, status) run unlimited: their CPU seconds show when one of them is the
+ceiling.
 
-Every component runs as its own process (``pipeline_bench.stack``). CPU seconds and call counts are the
-figures to compare across runs on a shared machine; wall-clock times move with the machine's load.
+Every component runs as its own process (``pipeline_bench.stack``), the watcher as its three roles
+(``watch``, ``applier-i``, ``prober-i``) unless ``--combined-watcher``. CPU seconds and call counts are
+the figures to compare across runs on a shared machine; wall-clock times move with the machine's load.
+``--qps`` (default 0: unlimited) is the appliers' API budget in every mode.
 
-Run: ``.venv/bin/python bench/scale_bench.py [--workers 2000] [--clusters 0] [--qps 0]``.
+Run: ``.venv/bin/python bench/scale_bench.py [--workers 2000] [--clusters 0] [--rayjobs 0] [--scale-out 0]``,
+e.g. ``--workers 0 --clusters 10000`` or ``--workers 0 --scale-out 1000``.
 """
 
 from __future__ import annotations
