@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -38,6 +39,7 @@ from typing import Any
 import msgspec
 import nats
 from cpuquota import CpuQuotas
+from follow import Follow
 from kubernetes import client, config
 from kubesim_bench import _accepts, _free_port, _pod, cpu_seconds, kubesim_process
 
@@ -67,15 +69,32 @@ def peak_rss_mb(pid: int) -> float:
 class Proc:
     name: str
     popen: subprocess.Popen[bytes]
+    restart: Callable[[], subprocess.Popen[bytes]] | None = None
+    """Starts it again after it exited (as a Deployment would); None: it is not restarted."""
+    restarts: int = 0
+    earlier_cpu: float = 0.0
+    """CPU seconds of the incarnations that exited (as last sampled)."""
+    cpu: float = 0.0
+    peak: float = 0.0
+    """The highest peak RSS of every incarnation."""
+
+    def sample(self) -> None:
+        """Read the figures of the live process; they are kept when it exits."""
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            self.cpu = cpu_seconds(self.popen.pid)
+            self.peak = max(self.peak, peak_rss_mb(self.popen.pid))
 
     def usage(self) -> tuple[float, float]:
-        return cpu_seconds(self.popen.pid), peak_rss_mb(self.popen.pid)
+        """CPU seconds of every incarnation, and the highest peak RSS among them."""
+        self.sample()
+        return self.earlier_cpu + self.cpu, self.peak
 
 
 @dataclass
 class Stack:
     workdir: Path
     procs: list[Proc] = field(default_factory=list)
+    _stopping: threading.Event = field(default_factory=threading.Event)
 
     def spawn(
         self,
@@ -83,14 +102,39 @@ class Stack:
         argv: list[str],
         env: dict[str, str] | None = None,
         preexec: Callable[[], None] | None = None,
+        restart: bool = False,
     ) -> Proc:
-        with (self.workdir / f"{name}.log").open("ab") as log:
-            popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, preexec_fn=preexec)
-        proc = Proc(name, popen)
+        def start() -> subprocess.Popen[bytes]:
+            with (self.workdir / f"{name}.log").open("ab") as log:
+                return subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, preexec_fn=preexec
+                )
+
+        proc = Proc(name, start(), restart=start if restart else None)
         self.procs.append(proc)
         return proc
 
+    def supervise(self) -> None:
+        """In a thread until :meth:`stop`: sample every process each second and start again a restartable
+        one that exited, as Kubernetes restarts a crashed container."""
+
+        def loop() -> None:
+            started = time.perf_counter()
+            while not self._stopping.wait(1.0):
+                for proc in self.procs:
+                    proc.sample()
+                    code = proc.popen.poll()
+                    if code is not None and proc.restart is not None and not self._stopping.is_set():
+                        progress(f"{proc.name} exited with {code}; restarted", started)
+                        proc.earlier_cpu += proc.cpu
+                        proc.cpu = 0.0
+                        proc.restarts += 1
+                        proc.popen = proc.restart()
+
+        threading.Thread(target=loop, daemon=True).start()
+
     def stop(self) -> None:
+        self._stopping.set()
         for proc in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 proc.popen.terminate()
@@ -239,9 +283,10 @@ def stack(
             common = ["--nats-url", nats_url, "--health-port", str(health), "--log-level", "WARNING"]
             limited = quotas is not None and name.split("-")[0] in STAGE_GROUPS
             join = quotas.group(name) if quotas is not None and limited else None
-            s.spawn(name, [*launcher, command, *common, *extra], preexec=join)
+            s.spawn(name, [*launcher, command, *common, *extra], preexec=join, restart=True)
             wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name, timeout=300 if limited else 60)
         wait_for(lambda: asyncio.run(partitions_settled(nats_url, members)), "the partitions' leases", timeout=300)
+        s.supervise()
         yield s, nats_url, kubeconfig
     finally:
         s.stop()
@@ -349,15 +394,20 @@ def profiling(procs: Sequence[Proc], directory: Path | None) -> Iterator[None]:
             process.wait(30)
 
 
+def process_figures(
+    s: Stack, before: dict[str, float], usage: dict[str, tuple[float, float]]
+) -> dict[str, dict[str, float]]:
+    """Per process: CPU seconds since ``before``, peak RSS, and how often it was restarted."""
+    restarts = {p.name: p.restarts for p in s.procs}
+    return {
+        name: {"cpu_s": cpu - before[name], "peak_rss_mb": rss, "restarts": restarts[name]}
+        for name, (cpu, rss) in usage.items()
+    }
+
+
 def progress(what: str, started: float) -> None:
     """A line on stderr while a long run goes on (stdout keeps the figures)."""
     print(f"[{time.perf_counter() - started:7.1f} s] {what}", file=sys.stderr, flush=True)
-
-
-def poll_interval(objects: int) -> float:
-    """Seconds between two lists of every object while waiting: each list costs kubesim an encode of
-    them all, so a run of 10,000 lists every 5 s rather than every 0.5 s."""
-    return max(0.5, objects / 2000)
 
 
 def burst(s: Stack, kubeconfig: Path, clusters: int, threads: int, timeout: float) -> dict[str, Any]:
@@ -373,18 +423,19 @@ def burst(s: Stack, kubeconfig: Path, clusters: int, threads: int, timeout: floa
             "ray.io", "v1", "default", "rayclusters", small_cluster(f"bench-{i:04d}", workers=3)
         )
 
-    started = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(create, range(clusters)))
-    created_in = time.perf_counter() - started
-    done = 0
-    while time.perf_counter() - started < timeout:
-        done = count_ready(api)
-        progress(f"{done}/{clusters} ready", started)
-        if done == clusters:
-            break
-        time.sleep(poll_interval(clusters))
-    all_ready_in = time.perf_counter() - started
+    with Follow(api, "rayclusters", lambda c: (c.get("status") or {}).get("state") or "") as follow:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(create, range(clusters)))
+        created_in = time.perf_counter() - started
+        done = 0
+        while time.perf_counter() - started < timeout:
+            done = follow.counts()["ready"]
+            progress(f"{done}/{clusters} ready", started)
+            if done == clusters and count_ready(api) == clusters:
+                break
+            time.sleep(0.5)
+        all_ready_in = time.perf_counter() - started
     usage = {p.name: p.usage() for p in s.procs}
     progress(" ".join(f"{name} {cpu:.1f}s/{rss:.0f}MB" for name, (cpu, rss) in usage.items()), started)
     api.close()
@@ -394,7 +445,7 @@ def burst(s: Stack, kubeconfig: Path, clusters: int, threads: int, timeout: floa
         "created_in_s": created_in,
         "ready": done,
         "all_ready_in_s": all_ready_in,
-        "processes": {name: {"cpu_s": usage[name][0] - before[name], "peak_rss_mb": usage[name][1]} for name in usage},
+        "processes": process_figures(s, before, usage),
     }
 
 
@@ -453,7 +504,8 @@ def print_flow(r: dict[str, Any]) -> None:
 def print_usage(processes: dict[str, dict[str, float]]) -> None:
     """CPU seconds and peak RSS per process, and their sums without kubesim (the operator's own cost)."""
     for name, u in processes.items():
-        print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB")
+        restarted = f"   restarted {u['restarts']:.0f} times" if u.get("restarts") else ""
+        print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB{restarted}")
     own = [u for name, u in processes.items() if name != "kubesim"]
     cpu, rss = sum(u["cpu_s"] for u in own), sum(u["peak_rss_mb"] for u in own)
     print(f"  {'operator sum':<14} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB   (every process but kubesim)")

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import msgspec
 import nats
+from follow import Follow
 from kubernetes import client, config
-from pipeline_bench import Layout, poll_interval, print_flow, progress, stack, stream_figures
+from pipeline_bench import Layout, print_flow, process_figures, progress, stack, stream_figures
 
 from schema import subjects
 from schema.codec import decode_input
@@ -103,20 +103,13 @@ class TransitionSampler:
         }
 
 
-def end_states(api: client.ApiClient) -> Counter[str]:
-    """How many RayJobs ended how: ``Complete``, ``Failed/<reason>`` (unfinished ones are not counted)."""
-    response = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        "ray.io", "v1", "default", "rayjobs", _preload_content=False
-    )
-    ends: Counter[str] = Counter()
-    for item in msgspec.json.decode(response.read())["items"]:  # type: ignore[attr-defined]  # raw response
-        status = item.get("status") or {}
-        state = status.get("jobDeploymentStatus")
-        if state == "Complete":
-            ends["Complete"] += 1
-        elif state == "Failed":
-            ends[f"Failed/{status.get('reason', '')}"] += 1
-    return ends
+def end_state(rayjob: dict[str, Any]) -> str:
+    """How a RayJob ended: ``Complete``, ``Failed/<reason>``, or "" while it has not."""
+    status = rayjob.get("status") or {}
+    state = status.get("jobDeploymentStatus")
+    if state == "Complete":
+        return "Complete"
+    return f"Failed/{status.get('reason', '')}" if state == "Failed" else ""
 
 
 async def prober_latency(nats_url: str) -> list[float]:
@@ -182,18 +175,20 @@ def run(
             body = small_rayjob(f"bench-{i:04d}", submissionMode=mode)
             custom.create_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", body)
 
-        started = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(create, range(jobs)))
-        created_in = time.perf_counter() - started
-        ends: Counter[str] = Counter()
-        while time.perf_counter() - started < timeout:
-            ends = end_states(api)
-            progress(f"{dict(ends)} of {jobs}", started)
-            if sum(ends.values()) == jobs:
-                break
-            time.sleep(poll_interval(jobs))
-        complete_at = time.perf_counter()
+        with Follow(api, "rayjobs", end_state) as follow:
+            started = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(create, range(jobs)))
+            created_in = time.perf_counter() - started
+            ends: Counter[str] = Counter()
+            while time.perf_counter() - started < timeout:
+                ends = follow.counts()
+                del ends[""]
+                progress(f"{dict(ends)} of {jobs}", started)
+                if sum(ends.values()) == jobs:
+                    break
+                time.sleep(0.5)
+            complete_at = time.perf_counter()
         while time.perf_counter() - complete_at < 120 and not asyncio.run(history_drained(nats_url)):
             time.sleep(0.5)
         time.sleep(2)  # one more sample of the table after the last commit
@@ -216,9 +211,7 @@ def run(
             "reconciles_per_s": figures["decisions"] / wall,
             **figures,
             **sampler.figures(complete_at),
-            "processes": {
-                name: {"cpu_s": usage[name][0] - before[name], "peak_rss_mb": usage[name][1]} for name in usage
-            },
+            "processes": process_figures(s, before, usage),
         }
 
 
