@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import platform
 import signal
@@ -104,13 +105,18 @@ class Stack:
         preexec: Callable[[], None] | None = None,
         restart: bool = False,
     ) -> Proc:
-        def start() -> subprocess.Popen[bytes]:
+        def start(argv: list[str]) -> subprocess.Popen[bytes]:
             with (self.workdir / f"{name}.log").open("ab") as log:
                 return subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, preexec_fn=preexec
                 )
 
-        proc = Proc(name, start(), restart=start if restart else None)
+        # Started again on any free health port: its own may have been taken meanwhile (kubesim's
+        # simulated dashboards bind ports too).
+        again = [*argv]
+        if "--health-port" in again:
+            again[again.index("--health-port") + 1] = "0"
+        proc = Proc(name, start(argv), restart=functools.partial(start, again) if restart else None)
         self.procs.append(proc)
         return proc
 
