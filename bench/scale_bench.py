@@ -207,7 +207,7 @@ def main() -> int:
             print(f"  {r['decisions']} decisions, {r['commands']} commands")
             print_flow(r)
         base = rates.get(1)
-        if base:
+        if base and len(rates) > 1:
             print("  ratios: " + ", ".join(f"{n}/1 = {rate / base:.2f}x" for n, rate in rates.items() if n != 1))
     return 0
 
