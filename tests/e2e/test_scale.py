@@ -15,6 +15,7 @@ from schema.keys import ReconcileKey
 from schema.parts import part_budget
 from services.replay.replayer import Replayer
 from services.runtime.directget import direct_batches
+from services.runtime.settings import RaybusSettings
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, apply_cluster, get_cluster, pods_of
@@ -44,10 +45,15 @@ async def scale(p: Pipeline, name: str, group: dict[str, Any], replicas: int) ->
 @pytest.mark.timeout(1800)  # some 8,000 API calls for one key, applied in order, on a shared machine
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 async def test_a_cluster_goes_from_1_to_2000_workers_and_back_to_0(tmp_path: Path, db_url: str) -> None:
-    # The production ack wait: on a loaded machine one key's thousands of calls can stall a stage longer
-    # than the tests' short one, and a redelivered part is then applied twice.
-    longer_ack_wait = lambda s: dataclasses.replace(s, bus=dataclasses.replace(s.bus, ack_wait=30.0))  # noqa: E731
-    async with running_pipeline(tmp_path, db_url=db_url, settings_hook=longer_ack_wait) as p:
+    # The production ack wait and lease TTL: on a loaded machine one key's thousands of calls can stall a
+    # stage longer than the tests' short ones, and a redelivered part is then applied twice. Here every stage
+    # shares one event loop, which a 2,000-worker reconcile holds for seconds: with the tests' 3 s leases
+    # every stage lost its partitions again and again, and batches handed back each time were dead-lettered.
+    def production_timings(s: RaybusSettings) -> RaybusSettings:
+        bus = dataclasses.replace(s.bus, ack_wait=30.0)
+        return dataclasses.replace(s, bus=bus, partitions=dataclasses.replace(s.partitions, lease_ttl=10.0))
+
+    async with running_pipeline(tmp_path, db_url=db_url, settings_hook=production_timings) as p:
         body = small_cluster("huge", workers=1)
         group = {**body["spec"]["workerGroupSpecs"][0], "maxReplicas": WORKERS}
         body["spec"]["workerGroupSpecs"] = [group]

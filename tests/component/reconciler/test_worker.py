@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -329,16 +330,35 @@ async def test_a_decision_taken_past_the_lease_is_dropped_and_its_input_decided_
     nats_server: NatsServer, client: Client
 ) -> None:
     """A worker starved past its lease (here: a reconcile that holds the event loop longer than the lease
-    lives) may no longer own the partition when it is done deciding: it publishes nothing and hands the
-    input back, so a key never gets decisions from two workers at once."""
+    lives, while another worker claims the partition) no longer owns the partition when it is done
+    deciding: it publishes nothing and hands the input back, so a key never gets decisions from two workers
+    at once. (Had nobody claimed it, its renewal could still succeed, and the decision would be safe.)"""
     settings = settings_for(nats_server, worker_id="w1")
     calls: list[str] = []
+
+    def claimed_by_another() -> None:
+        """What another worker does meanwhile: the lease expires, and it claims the partition."""
+
+        async def claim() -> None:
+            nc = await nats.connect(nats_server.url)
+            try:
+                kv = await nc.jetstream().key_value(subjects.LEASES_BUCKET)
+                lease = subjects.lease_key("reconcile", subjects.partition_of(key(0), 4))
+                await kv.purge(lease)
+                await kv.create(lease, b"w2")
+            finally:
+                await nc.close()
+
+        asyncio.run(claim())
 
     def starved_once(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
         name = "starved" if not calls else "fresh"
         calls.append(name)
         if name == "starved":
+            other = threading.Thread(target=claimed_by_another)
+            other.start()
             time.sleep(settings.partitions.lease_ttl + 1.0)  # stands in for a process that got no CPU
+            other.join()
         target = ObjectRef(api_version="v1", kind="Pod", namespace=snapshot.key.namespace, name=name)
         return Decision(commands=(CreateObject(target=target, body={"metadata": {"name": name}}),))
 
