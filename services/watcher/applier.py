@@ -202,7 +202,6 @@ class Applier:
         self._membership = membership
         self._leases: PartitionLeases | None = None
         self._consumers: dict[int, tuple[asyncio.Event, asyncio.Task[None], JetStreamContext.PullSubscription]] = {}
-        self._draining: set[int] = set()
         self._halt = asyncio.Event()
         self._crash: BaseException | None = None
         self.progress = Progress("applier")
@@ -234,11 +233,6 @@ class Applier:
         if self._crash is not None:
             raise RuntimeError("an applier partition crashed") from self._crash
 
-    @property
-    def partitions(self) -> frozenset[int]:
-        """The partitions this replica applies now."""
-        return frozenset(self._consumers)
-
     async def _halt_on(self, stop: asyncio.Event, halt: asyncio.Event) -> None:
         await stop.wait()
         halt.set()
@@ -264,7 +258,6 @@ class Applier:
             return
         done, task, sub = entry
         done.set()
-        self._draining.add(partition)
         try:
             await asyncio.wait([task], timeout=FETCH_TIMEOUT + STOP_GRACE)
             await cancel_and_wait([task], timeout=STOP_GRACE)
@@ -277,7 +270,6 @@ class Applier:
             for key in [k for k, p in self._partition_of.items() if p == partition]:
                 await self._hand_back(key)
         finally:
-            self._draining.discard(partition)
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
@@ -341,9 +333,10 @@ class Applier:
             self._workers[batch.key] = asyncio.create_task(self._work(batch.key), name=f"applier {batch.key}")
 
     def _holds(self, key: ReconcileKey) -> bool:
-        """Whether ``key``'s partition is still this replica's and not stopping."""
+        """Whether ``key``'s partition is still this replica's and not stopping (a stopping partition has
+        left ``_consumers``; its queued batches are handed back once its running ones finished)."""
         partition = self._partition_of.get(key)
-        return partition is not None and partition not in self._draining and partition in self._consumers
+        return partition is not None and partition in self._consumers
 
     async def _may_apply(self, key: ReconcileKey) -> bool:
         """Whether this replica may apply ``key``'s next batch: it holds the partition and its lease is
@@ -382,8 +375,6 @@ class Applier:
             if not queue:
                 self._queues.pop(key, None)
                 self._partition_of.pop(key, None)
-        if queue and not self._draining.intersection({self._partition_of.get(key)}):
-            await self._hand_back(key)  # the partition stopped meanwhile: its batches go back to the stream
 
     async def _apply_guarded(self, msg: Msg, batch: CommandBatch) -> str | None:
         """Apply ``batch``; the reason to dead-letter it when its handling raised (a bad message must not

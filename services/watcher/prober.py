@@ -153,11 +153,6 @@ class Prober:
         kinds = dict.fromkeys(kind for probe in self._probes for kind in probe.kinds)
         return {kind: self._source.objects(kind) for kind in kinds}
 
-    @property
-    def partitions(self) -> frozenset[int]:
-        """The partitions whose targets this replica polls now."""
-        return frozenset(self._held)
-
     async def run(self, stop: asyncio.Event) -> None:
         """Hold a share of the partitions and poll their targets every ``interval`` seconds until ``stop``
         is set; then release the partitions."""
