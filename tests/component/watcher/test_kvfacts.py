@@ -43,6 +43,7 @@ from services.watcher.projection import Projection
 from services.watcher.resources import ResourceType, by_kind
 from tests.component.watcher.conftest import Bus, until
 from tests.fixtures.nats import NatsServer
+from tests.helpers import eventually
 
 NS = "team"
 RAY = f"{conventions.GROUP}/{conventions.VERSION}"
@@ -345,3 +346,11 @@ async def test_the_watch_survives_a_nats_restart(nats_server: NatsServer, bus: B
             assert facts.find("RayCluster", NS, "b") is not None
     finally:
         await nc.close()
+        # nats-py re-creates an ordered consumer in a task it keeps no handle to; one started by a late
+        # heartbeat check may still await its (now unanswerable) request, which ends at the client's timeout
+        await eventually(lambda: not recreating_consumers(), timeout=WAIT, message="the consumer re-creation ended")
+
+
+def recreating_consumers() -> list[asyncio.Task[Any]]:
+    """The running tasks in which nats-py re-creates an ordered consumer."""
+    return [t for t in asyncio.all_tasks() if not t.done() and t.get_coro().__qualname__.endswith("recreate_consumer")]  # type: ignore[union-attr]
