@@ -4,11 +4,13 @@ Per fetched batch, the inputs of each key are coalesced into one reconcile (the 
 KV, so the latest state is what matters, not each intermediate event); different keys of the batch are
 reconciled concurrently and the next batch is fetched only when this one is done, so one key is never
 reconciled twice at once. A message is acked only after the command batch it produced (every part of it,
-when it is too large for one message) is stored by JetStream (invariant 5). Failures are retried with
-backoff and, after ``max_deliver`` attempts, parked in the dead-letter stream with the reason
-(invariant 4); an undecodable message goes there at once. Nothing one message does (bytes too deep or too
-large, a wrong schema, an exception anywhere in its reconcile) ends the partition: the message is parked
-and the partition goes on.
+when it is too large for one message) is stored by JetStream (invariant 5). A bus that does not answer
+(NATS overloaded, restarting, a KV replica behind) is waited out in place, the inputs kept in progress, so
+it never uses up their deliveries; a failure of the reconcile itself (or a message the server refuses) is
+retried by redelivery with backoff and, after ``max_deliver`` attempts, parked in the dead-letter stream
+with the reason (invariant 4); an undecodable message goes there at once. Nothing one message does (bytes
+too deep or too large, a wrong schema, an exception anywhere in its reconcile) ends the partition: the
+message is parked and the partition goes on.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import msgspec
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
+from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from nats.js.errors import APIError, ServiceUnavailableError
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from schema import subjects
 from schema.codec import decode_input
@@ -39,7 +44,8 @@ from services.reconciler.worker.inflight import InFlight, Recalled
 from services.reconciler.worker.publishing import publish_decision
 from services.reconciler.worker.reports import owner_uid, report_failure
 from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
-from services.runtime.backoff import Backoff
+from services.runtime.backoff import Backoff, interruptible, retry
+from services.runtime.bus import bus_unavailable
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
 from services.runtime.health import Progress
@@ -48,6 +54,8 @@ from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.tracing import extract_context, tracer
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -69,6 +77,8 @@ REDELIVERY_BACKOFF = Backoff(base=0.5, cap=30.0)
 """Delay of the redelivery after a failed reconcile, by the number of deliveries so far."""
 FENCED_REDELIVERY = 1.0
 """Seconds before inputs a fenced consumer handed back are delivered again (to the partition's holder)."""
+BUS_RETRY = Backoff(base=0.2, cap=10.0)
+"""Pauses while the bus does not answer a reconcile's reads and writes (tried again until it does)."""
 
 
 async def settle(ack: Awaitable[None]) -> None:
@@ -113,6 +123,22 @@ Recall = Callable[[ReconcileKey], Awaitable[list[Recalled]]]
 class _Item:
     msg: Msg
     message: BusInput
+
+
+def bus_transient(exc: Exception) -> bool:
+    """A failure of the bus, not of the reconcile: no answer, a reconnect, a KV replica behind. A message the
+    server refuses (too large, a bad request) is not one: every try would meet it again."""
+    if isinstance(exc, MaxPayloadError) or (isinstance(exc, APIError) and not isinstance(exc, ServiceUnavailableError)):
+        return False
+    return isinstance(exc, RetryableError) or bus_unavailable(exc)
+
+
+@dataclass(frozen=True, slots=True)
+class _Decided:
+    """What the key's timer is set from, once its decision is stored."""
+
+    wake_at: datetime | None
+    applied_floor: int
 
 
 class PartitionConsumer:
@@ -267,48 +293,18 @@ class PartitionConsumer:
             lag = max(0.0, time.time() - now.timestamp())
             _lag_seconds.record(lag, {"raybus.kind": key.kind, "partition": str(self.partition)})
             try:
-                snapshot = await self._reader.read(key, min_revision=min_revision(inputs))
-                outcome = decide(
-                    reconcilers=self._reconcilers,
-                    snapshot=snapshot,
-                    now=now,
-                    config=self._config,
-                    sequences=[item.msg.metadata.sequence.stream for item in items],
-                )
-                await self._take_over(key)
-                floor = await self._applied.get(self.partition)
-                if not self._lease_valid():
-                    # Fenced while deciding (the process was starved past its lease): another worker may
-                    # hold the partition by now, so this decision is dropped, never published beside
-                    # that worker's, and its inputs go back to whoever holds the partition.
-                    log.warning(
-                        "partition %d: lease lapsed while reconciling %s; returning its inputs", self.partition, key
-                    )
-                    span.set_attribute("raybus.fenced", True)
+                decided = await self._on_the_bus(key, lambda: self._decide_and_publish(key, items, span))
+                if decided is None:
                     await self._hand_back([item.msg for item in items])
                     return
-                batch = self._inflight.filter(outcome.batch, applied_floor=floor, entries=snapshot.entries)
-                span.set_attribute("raybus.rules", list(outcome.decision.rules))
-                span.set_attribute("raybus.commands", len(batch.commands))
-                span.set_attribute("raybus.suppressed", len(batch.suppressed))
-                last_seq = await publish_decision(self._js, batch, budget=self._part_budget)
-                self._inflight.published(key, last_seq)
-                if any(isinstance(message, TimerTick) for message in inputs):
-                    self._timers.forget(key)
-                wake_at = outcome.decision.wake_at
-                if wake_at is not None and not self._inflight.defer(key, wake_at, applied_floor=floor):
-                    await self._timers.schedule(key, wake_at)
-                elif self._inflight.holds(key):
-                    # What waits in this memory is lost if the partition moves or the worker dies: a
-                    # durable tick stands behind it, at most max_age later than it would have come.
-                    backstop = datetime.now(UTC) + timedelta(seconds=self._inflight.max_age)
-                    await self._timers.backstop(key, max(backstop, wake_at) if wake_at is not None else backstop)
-                else:
-                    await self._timers.cancel(key)
+                await self._on_the_bus(key, lambda: self._schedule(key, inputs, decided))
             except Exception as exc:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
-                await self._fail(key, items, exc)
+                if self._gave_up() and bus_transient(exc):
+                    await self._hand_back([item.msg for item in items])
+                else:
+                    await self._fail(key, items, exc)
                 return
         for item in items:
             await settle(item.msg.ack())
@@ -322,6 +318,76 @@ class PartitionConsumer:
                 key,
                 extra={"raybus.key": str(key), "started": finished - elapsed, "finished": finished},
             )
+
+    async def _decide_and_publish(self, key: ReconcileKey, items: list[_Item], span: Span) -> _Decided | None:
+        """Read the key's snapshot, decide, and publish what is not already in flight; None when the lease
+        lapsed meanwhile. Safe to run again after a failure: until ``published``, the in-flight memory only
+        holds this decision as pending, and its parts are de-duplicated by their message ids."""
+        inputs = [item.message for item in items]
+        snapshot = await self._reader.read(key, min_revision=min_revision(inputs))
+        outcome = decide(
+            reconcilers=self._reconcilers,
+            snapshot=snapshot,
+            now=decision_time(inputs),
+            config=self._config,
+            sequences=[item.msg.metadata.sequence.stream for item in items],
+        )
+        await self._take_over(key)
+        floor = await self._applied.get(self.partition)
+        if not self._lease_valid():
+            # Fenced while deciding (the process was starved past its lease): another worker may hold the
+            # partition by now, so this decision is dropped, never published beside that worker's, and
+            # its inputs go back to whoever holds the partition.
+            log.warning("partition %d: lease lapsed while reconciling %s; returning its inputs", self.partition, key)
+            span.set_attribute("raybus.fenced", True)
+            return None
+        batch = self._inflight.filter(outcome.batch, applied_floor=floor, entries=snapshot.entries)
+        span.set_attribute("raybus.rules", list(outcome.decision.rules))
+        span.set_attribute("raybus.commands", len(batch.commands))
+        span.set_attribute("raybus.suppressed", len(batch.suppressed))
+        last_seq = await publish_decision(self._js, batch, budget=self._part_budget)
+        self._inflight.published(key, last_seq)
+        return _Decided(wake_at=outcome.decision.wake_at, applied_floor=floor)
+
+    async def _schedule(self, key: ReconcileKey, inputs: list[BusInput], decided: _Decided) -> None:
+        """Set the key's durable timer after its decision is stored: its wake-up, or a backstop behind what
+        the in-flight memory holds for it, or none."""
+        if any(isinstance(message, TimerTick) for message in inputs):
+            self._timers.forget(key)
+        wake_at = decided.wake_at
+        if wake_at is not None and not self._inflight.defer(key, wake_at, applied_floor=decided.applied_floor):
+            await self._timers.schedule(key, wake_at)
+        elif self._inflight.holds(key):
+            # What waits in this memory is lost if the partition moves or the worker dies: a durable tick
+            # stands behind it, at most max_age later than it would have come.
+            backstop = datetime.now(UTC) + timedelta(seconds=self._inflight.max_age)
+            await self._timers.backstop(key, max(backstop, wake_at) if wake_at is not None else backstop)
+        else:
+            await self._timers.cancel(key)
+
+    async def _on_the_bus(self, key: ReconcileKey, step: Callable[[], Awaitable[T]]) -> T:
+        """Run ``step`` until the bus lets it through. A bus that does not answer is no failure of the
+        reconcile: the step is tried again in place (its inputs kept in progress) rather than redelivered,
+        so an overloaded NATS never uses up an input's deliveries and dead-letters it."""
+        return await retry(
+            step,
+            BUS_RETRY,
+            transient=bus_transient,
+            give_up=self._gave_up,
+            on_retry=lambda exc, failures, delay: log.warning(
+                "partition %d: the bus failed the reconcile of %s %d time(s) (%s); trying again in %.1fs",
+                self.partition,
+                key,
+                failures,
+                exc,
+                delay,
+            ),
+            sleep=interruptible(self._stopping),
+        )
+
+    def _gave_up(self) -> bool:
+        """The partition is being stopped or its lease lapsed: what is in hand goes back, uncounted."""
+        return self._stopping.is_set() or not self._lease_valid()
 
     async def _hand_back(self, msgs: list[Msg]) -> None:
         """Return inputs unprocessed, for whoever holds the partition once this worker's lease lapsed."""
@@ -373,7 +439,7 @@ class PartitionConsumer:
                 reason=f"{reason}; its {len(items)} input(s) are in the dead-letter stream",
             )
             return
-        delay = exc.delay if isinstance(exc, RetryableError) else REDELIVERY_BACKOFF.delay(deliveries)
+        delay = REDELIVERY_BACKOFF.delay(deliveries)
         log.warning(
             "partition %d: reconcile of %s failed (attempt %d), retrying in %.1fs: %s",
             self.partition,
@@ -382,7 +448,7 @@ class PartitionConsumer:
             delay,
             exc,
             extra={"raybus.key": str(key)},
-            exc_info=not isinstance(exc, RetryableError),
+            exc_info=True,
         )
         for item in items:
             await settle(item.msg.nak(delay=delay))

@@ -201,6 +201,40 @@ async def test_failing_reconcile_is_retried_then_dead_lettered(nats_server: Nats
         await worker.close()
 
 
+async def test_a_bus_that_does_not_answer_never_uses_up_an_inputs_deliveries(
+    nats_server: NatsServer, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    js = client.jetstream()
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": create_one_pod})
+    try:
+        await put_cr(client, key(2))
+        await eventually(lambda: batches(client), timeout=30, message="the worker deciding")
+        await js.delete_stream(subjects.COMMANDS_STREAM)  # every publish of a decision now finds no stream
+        await put_cr(client, key(1))
+
+        def bus_failures() -> int:
+            return sum("the bus failed the reconcile of" in r.getMessage() for r in caplog.records)
+
+        await eventually(lambda: bus_failures() > 3, timeout=60, message="more bus failures than max_deliver")
+        await ensure_topology(
+            client, bus=BusSettings(partitions=4, ack_wait=5.0, max_deliver=3), partitions=PartitionSettings()
+        )
+        found = await eventually(lambda: batches(client), timeout=30, message="the decision, once the bus answers")
+        assert [b.key for b in found] == [key(1)]  # the stream made anew holds only what came after
+        consumer = subjects.partition_consumer(subjects.partition_of(key(1), 4))
+
+        async def settled() -> bool:
+            info = await js.consumer_info(subjects.EVENTS_STREAM, consumer)
+            return info.num_ack_pending == 0
+
+        await eventually(settled, timeout=30, message="the input acked")
+        info = await js.consumer_info(subjects.EVENTS_STREAM, consumer)
+        assert info.num_redelivered == 0  # tried again in place, never redelivered
+        assert (await js.stream_info(subjects.DEADLETTER_STREAM)).state.messages == 0
+    finally:
+        await worker.close()
+
+
 async def test_wake_at_becomes_a_timer_tick(nats_server: NatsServer, client: Client) -> None:
     seen: list[datetime] = []
 
