@@ -12,6 +12,13 @@ fences itself: it stops processing a partition when it has not renewed within ``
 renew_interval``, before the KV entry can expire and another member claim it, so two members of a group
 never process one key at once.
 
+Renewals and heartbeats run on a thread of their own, with their own event loop and NATS connection
+(``Membership.connect``), so a process whose event loop is busy with work (or throttled by a tight CPU
+quota) still renews in time: on a shared loop a renewal waited behind every reconcile and apply ready
+to run, and under a 10 %-of-a-core quota leases lapsed again and again and their partitions moved for
+nothing. Claims, releases and the start and stop of partitions stay on the caller's loop; the two sides
+share the lease state under one lock that is never held across an ``await``.
+
 Rejected: a single coordinator assigning partitions (a SPOF and a second protocol); JetStream
 consumer groups (not in JetStream; pinned-client priority groups give failover but not balancing).
 """
@@ -23,6 +30,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +43,7 @@ from nats.js.kv import KeyValue
 from schema import subjects
 from schema.keys import decode_token
 from services.runtime.assignment import partitions_of
+from services.runtime.bus import bus_unavailable
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import read_latest
 from services.runtime.settings import PartitionSettings
@@ -42,6 +51,8 @@ from services.runtime.settings import PartitionSettings
 log = logging.getLogger(__name__)
 
 PartitionCallback = Callable[[int], Awaitable[None]]
+Connect = Callable[[], Awaitable[Client]]
+"""Opens a NATS connection of the member's own (credentials as the process's main one)."""
 
 
 def default_member_id() -> str:
@@ -60,6 +71,8 @@ class Membership:
     """Unique per process and stable for its life (hostname and pid by default)."""
     partitions: int
     settings: PartitionSettings
+    connect: Connect | None = None
+    """Opens the renewal thread's connection; None renews on the caller's loop, in :meth:`PartitionLeases.tick`."""
 
 
 class PartitionLeases:
@@ -81,21 +94,36 @@ class PartitionLeases:
         self._settings = membership.settings
         self._start = start
         self._stop = stop
+        self._connect = membership.connect
+        self._lock = threading.Lock()
+        """Guards the lease state below between the caller's loop and the renewal thread."""
         self._revisions: dict[int, int] = {}
         self._valid_until: dict[int, float] = {}
+        self._releasing: set[int] = set()
+        """Partitions being drained for release: their leases are kept, no longer counted valid."""
+        self._lost: set[int] = set()
+        """Partitions whose lease the renewal found expired or taken; stopped by the next round."""
+        self._renewer: _Renewer | None = None
         self.members: frozenset[str] = frozenset()
 
     @property
     def owned(self) -> frozenset[int]:
         """Partitions this member currently holds."""
-        return frozenset(self._revisions)
+        with self._lock:
+            return frozenset(self._revisions)
 
     def valid(self, partition: int) -> bool:
         """Whether this member may still process ``partition`` (self-fencing)."""
-        return time.monotonic() < self._valid_until.get(partition, 0.0)
+        with self._lock:
+            until = self._valid_until.get(partition, 0.0)
+        return time.monotonic() < until
 
     async def run(self, stop: asyncio.Event) -> None:
         """Keep leases in step with membership until ``stop``; then release everything."""
+        if self._connect is not None:
+            self._renewer = _Renewer(
+                self.renew, self._connect, name=f"{self._group}-leases", interval=self._settings.renew_interval
+            )
         try:
             while not stop.is_set():
                 try:
@@ -110,21 +138,40 @@ class PartitionLeases:
             await self.release_all()
 
     async def tick(self) -> None:
-        """One round: renew (all at once: on a busy event loop every sequential round trip waits for the
-        loop again, and 16 of them outlasted the lease), heartbeat, recompute the assignment, release, claim."""
-        await asyncio.gather(*(self._renew(p) for p in sorted(self.owned)))
-        await self._kv.put(subjects.heartbeat_key(self._group, self._me), self._me.encode())
+        """One round: renew (unless the renewal thread does), stop the partitions whose lease was lost,
+        recompute the assignment, release, claim.
+
+        Raises:
+            RuntimeError: the renewal thread ended; without it the leases would lapse unseen.
+        """
+        if self._renewer is None:
+            await self.renew(self._kv)
+        elif not self._renewer.alive:
+            raise RuntimeError(f"{self._group}: the lease renewal thread ended")
+        await self._stop_lost()
         self.members = await self._live_members()
         wanted = partitions_of(self._me, self.members, self._partitions)
         await self._release_many(self.owned - wanted)
         for partition in sorted(wanted - self.owned):
             await self._claim(partition)
 
+    async def renew(self, kv: KeyValue) -> None:
+        """Renew every held lease (all at once: every sequential round trip would wait for the loop again)
+        and this member's heartbeat, through ``kv`` (the caller's or the renewal thread's)."""
+        with self._lock:
+            held = {p: r for p, r in self._revisions.items() if p not in self._releasing | self._lost}
+        await asyncio.gather(*(self._renew(kv, p, r) for p, r in sorted(held.items())))
+        await kv.put(subjects.heartbeat_key(self._group, self._me), self._me.encode())
+
     async def release_all(self) -> None:
-        """Drain and release every held partition (shutdown)."""
-        await self._release_many(self.owned)
-        with contextlib.suppress(Exception):
-            await self._kv.delete(subjects.heartbeat_key(self._group, self._me))
+        """Drain and release every held partition, then stop renewing and heartbeating (shutdown)."""
+        try:
+            await self._release_many(self.owned)  # the renewal thread keeps the leases while they drain
+        finally:
+            if self._renewer is not None:
+                await self._renewer.close()
+            with contextlib.suppress(Exception):
+                await self._kv.delete(subjects.heartbeat_key(self._group, self._me))
 
     async def _live_members(self) -> frozenset[str]:
         read = await read_latest(self._nc, subjects.LEASES_BUCKET, subjects.heartbeats_filter(self._group))
@@ -138,38 +185,62 @@ class PartitionLeases:
             revision = await self._reclaim_own(key)
         if revision is None:
             return  # held by another member: it releases once it sees the new membership
-        self._revisions[partition] = revision
-        self._valid_until[partition] = self._deadline(sent)
+        with self._lock:
+            self._revisions[partition] = revision
+            self._valid_until[partition] = self._deadline(sent)
         log.info("%s: claimed partition %d", self._group, partition)
         await self._start(partition)
 
     async def _reclaim_own(self, key: str) -> int | None:
         """A lease that still names this member (a restart with the same id) is taken back."""
+        revision = await self._own_revision(key)
+        if revision is None:
+            return None
+        try:
+            return await self._kv.update(key, self._me.encode(), last=revision)
+        except KeyWrongLastSequenceError:
+            return None
+
+    async def _own_revision(self, key: str) -> int | None:
+        """The revision of lease ``key`` when it names this member, else None."""
         try:
             entry = await self._kv.get(key)
         except KeyNotFoundError:
             return None
         if entry.value != self._me.encode() or entry.revision is None:
             return None
-        try:
-            return await self._kv.update(key, self._me.encode(), last=entry.revision)
-        except KeyWrongLastSequenceError:
-            return None
+        return entry.revision
 
-    async def _renew(self, partition: int) -> None:
+    async def _renew(self, kv: KeyValue, partition: int, revision: int) -> None:
         key = subjects.lease_key(self._group, partition)
         sent = time.monotonic()
         try:
-            self._revisions[partition] = await self._kv.update(key, self._me.encode(), last=self._revisions[partition])
-            self._valid_until[partition] = self._deadline(sent)
+            renewed = await kv.update(key, self._me.encode(), last=revision)
         except (KeyWrongLastSequenceError, KeyNotFoundError):
             # Expired or taken. Even a lease that expired unclaimed is not simply taken again: another
             # member may have held the partition meanwhile and released it, and only a restarted
             # partition rebuilds the in-flight memory of what that member published.
+            with self._lock:
+                if self._revisions.get(partition) != revision or partition in self._releasing:
+                    return  # released or re-claimed meanwhile: not this renewal's to judge
+                self._valid_until.pop(partition, None)
+                self._lost.add(partition)
             log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
-            self._valid_until.pop(partition, None)
+            return
+        with self._lock:
+            if self._revisions.get(partition) != revision:
+                return
+            self._revisions[partition] = renewed  # also while draining: the release deletes this revision
+            if partition not in self._releasing:
+                self._valid_until[partition] = self._deadline(sent)
+
+    async def _stop_lost(self) -> None:
+        with self._lock:
+            lost, self._lost = self._lost, set()
+        for partition in sorted(lost):
             await self._stop(partition)
-            self._revisions.pop(partition, None)
+            with self._lock:
+                self._revisions.pop(partition, None)
 
     async def _create(self, key: str) -> int | None:
         """Create the lease ``key`` for this member; None when another member holds it."""
@@ -183,17 +254,89 @@ class PartitionLeases:
         await asyncio.gather(*(self._release(p) for p in sorted(partitions)))
 
     async def _release(self, partition: int) -> None:
-        self._valid_until.pop(partition, None)
-        await self._stop(partition)
-        revision = self._revisions.pop(partition)
+        with self._lock:
+            self._releasing.add(partition)
+            self._valid_until.pop(partition, None)
         try:
-            await self._kv.delete(subjects.lease_key(self._group, partition), last=revision)
+            await self._stop(partition)
+            key = subjects.lease_key(self._group, partition)
+            with self._lock:
+                revision = self._revisions[partition]
+            try:
+                await self._kv.delete(key, last=revision)
+            except KeyWrongLastSequenceError:
+                # A renewal sent before the drain began landed after it was read: delete what names us.
+                if (current := await self._own_revision(key)) is not None:
+                    await self._kv.delete(key, last=current)
         except NatsError as exc:
             # Already expired or taken over: either way it is no longer ours, which is the goal.
             log.info("%s: lease of partition %d was already gone: %s", self._group, partition, exc)
+        finally:
+            with self._lock:
+                self._revisions.pop(partition, None)
+                self._releasing.discard(partition)
         log.info("%s: released partition %d", self._group, partition)
 
     def _deadline(self, sent: float) -> float:
         """Until when a lease written by a request sent at ``sent`` may be used: the server's TTL runs from
         its write, which is after the send, never from when this process saw the answer."""
         return sent + self._settings.lease_ttl - self._settings.renew_interval
+
+
+class _Renewer:
+    """The thread that calls ``renew`` every ``interval`` seconds, on an event loop and a NATS connection of
+    its own."""
+
+    def __init__(
+        self, renew: Callable[[KeyValue], Awaitable[None]], connect: Connect, *, name: str, interval: float
+    ) -> None:
+        self._renew = renew
+        self._connect = connect
+        self._name = name
+        self._interval = interval
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """The thread still runs."""
+        return self._thread.is_alive()
+
+    async def close(self) -> None:
+        """Stop renewing and wait for the thread (its connection closed)."""
+        await asyncio.to_thread(self._ready.wait)
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                self._loop.call_soon_threadsafe(self._stop.set)
+        await asyncio.to_thread(self._thread.join)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._keep())
+        except Exception:
+            log.exception("%s: the renewal thread failed", self._name)
+        finally:
+            self._ready.set()
+
+    async def _keep(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = stop = asyncio.Event()
+        self._ready.set()
+        nc = await self._connect()
+        try:
+            kv = await nc.jetstream().key_value(subjects.LEASES_BUCKET)
+            while not stop.is_set():
+                try:
+                    await self._renew(kv)
+                except Exception as exc:
+                    if not bus_unavailable(exc) and not isinstance(exc, RetryableError):
+                        raise
+                    log.warning("%s: renewing failed (%s); retrying", self._name, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._interval)
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Coroutine
@@ -156,7 +157,12 @@ class Watcher:
             self.buckets = await open_buckets(self._nc, bus=settings.bus, partitions=settings.partitions)
         member_id = settings.partitions.worker_id or default_member_id()
         self._membership = Membership(
-            self._nc, self.buckets.leases, member_id, settings.bus.partitions, settings.partitions
+            self._nc,
+            self.buckets.leases,
+            member_id,
+            settings.bus.partitions,
+            settings.partitions,
+            connect=functools.partial(connect, settings.nats, name="raybus-watcher-leases"),
         )
         self._dashboard = DashboardClient(
             self.api,

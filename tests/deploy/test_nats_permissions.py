@@ -8,8 +8,9 @@ denied operations must come back as permission violations.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -79,10 +80,12 @@ async def server(authorized_server: NatsServer) -> NatsServer:
 class User:
     """A connection of one user that records the permission violations the server reports."""
 
-    def __init__(self, nc: Client, violations: list[str]) -> None:
+    def __init__(self, nc: Client, violations: list[str], connect: Callable[[], Awaitable[Client]]) -> None:
         self.nc = nc
         self.js = nc.jetstream(timeout=5.0)
         self.violations = violations
+        self.connect = connect
+        """Opens another connection of this user, its violations recorded here too."""
 
     async def assert_denied_publish(self, subject: str) -> None:
         await self.nc.publish(subject, b"{}")
@@ -100,8 +103,10 @@ async def _connect(server: NatsServer, user: str) -> User:
     async def record(exc: Exception) -> None:
         violations.append(str(exc).lower().removeprefix("nats: permissions violation for "))
 
-    nc = await nats.connect(server.url, user=user, password=_password(user), error_cb=record)
-    return User(nc, violations)
+    def connect() -> Awaitable[Client]:
+        return nats.connect(server.url, user=user, password=_password(user), error_cb=record)
+
+    return User(await connect(), violations, connect)
 
 
 @pytest.fixture
@@ -185,12 +190,22 @@ async def _hold_every_partition(user: User, group: subjects.LeaseGroup) -> None:
         return None
 
     kv = await user.js.key_value(subjects.LEASES_BUCKET)
-    membership = Membership(user.nc, kv, f"{group}-member", PARTITIONS, PartitionSettings())
+    settings = PartitionSettings(lease_ttl=2.0, renew_interval=0.2)
+    membership = Membership(user.nc, kv, f"{group}-member", PARTITIONS, settings, connect=user.connect)
     leases = PartitionLeases(membership, group, start=nothing, stop=nothing)
-    await leases.tick()
-    await leases.tick()
-    assert leases.owned == frozenset(range(PARTITIONS))
-    await leases.release_all()
+    stop = asyncio.Event()
+    running = asyncio.create_task(leases.run(stop))
+    try:
+        await eventually(lambda: leases.owned == frozenset(range(PARTITIONS)), message=f"every {group} partition")
+        revision = (await kv.get(subjects.lease_key(group, 0))).revision or 0
+
+        async def renewed() -> bool:  # by the renewal thread, on its own connection
+            return ((await kv.get(subjects.lease_key(group, 0))).revision or 0) > revision
+
+        await eventually(renewed, message=f"a {group} lease renewed")
+    finally:
+        stop.set()
+        await running
 
 
 async def test_reconciler_does_its_job(reconciler: User, server: NatsServer) -> None:

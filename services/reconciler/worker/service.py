@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Mapping
 
@@ -107,7 +108,14 @@ async def run_reconciler(
             except Exception:
                 pass  # already recorded by on_done
 
-        membership = Membership(nc, buckets.leases, worker_id, settings.bus.partitions, settings.partitions)
+        membership = Membership(
+            nc,
+            buckets.leases,
+            worker_id,
+            settings.bus.partitions,
+            settings.partitions,
+            connect=functools.partial(connect, settings.nats, name=f"raybus-reconciler-{worker_id}-leases"),
+        )
         leases = PartitionLeases(membership, "reconcile", start=start, stop=stop_partition)
         health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
         health.add_readiness("progress", progress.stalled)

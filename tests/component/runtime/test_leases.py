@@ -1,14 +1,20 @@
-"""Partition leases against a real nats-server: renewal, and a lease that expired."""
+"""Partition leases against a real nats-server: renewal, a lease that expired, renewal on a busy loop."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import nats
+import pytest
+from nats.js.errors import KeyNotFoundError
 
 from schema import subjects
 from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.topology import ensure_topology
 from tests.fixtures.nats import NatsServer
+from tests.helpers import eventually
 
 
 async def test_renewals_keep_the_partitions_and_an_expired_lease_stops_its_partition(
@@ -39,4 +45,46 @@ async def test_renewals_keep_the_partitions_and_an_expired_lease_stops_its_parti
         assert stopped == [0] and leases.owned == frozenset({0, 1}) and started == [0, 1, 0]
         await leases.release_all()
     finally:
+        await nc.close()
+
+
+async def test_a_busy_event_loop_keeps_its_leases(nats_server: NatsServer) -> None:
+    """The renewal thread renews while the caller's loop runs work without yielding for longer than the
+    lease lives (a reconcile of a huge cluster, or a process throttled by its CPU quota)."""
+    nc = await nats.connect(nats_server.url)
+    stop = asyncio.Event()
+    try:
+        settings = PartitionSettings(lease_ttl=2.0, renew_interval=0.5)
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=settings)
+        stopped: list[int] = []
+
+        async def start(partition: int) -> None:
+            pass
+
+        async def on_stop(partition: int) -> None:
+            stopped.append(partition)
+
+        membership = Membership(nc, buckets.leases, "m1", 2, settings, connect=lambda: nats.connect(nats_server.url))
+        leases = PartitionLeases(membership, "reconcile", start=start, stop=on_stop)
+        running = asyncio.create_task(leases.run(stop))
+        await eventually(lambda: leases.owned == frozenset({0, 1}), message="both partitions claimed")
+        key = subjects.lease_key("reconcile", 0)
+        before = (await buckets.leases.get(key)).revision
+
+        busy_until = time.monotonic() + 3 * settings.lease_ttl
+        while time.monotonic() < busy_until:  # holds the loop, and the GIL but for its switch interval
+            pass
+        assert leases.valid(0) and leases.valid(1)
+
+        after = (await buckets.leases.get(key)).revision
+        assert after is not None and before is not None and after > before
+        await eventually(lambda: leases.owned == frozenset({0, 1}), message="still both partitions")
+        assert stopped == []
+        stop.set()
+        await running
+        assert stopped == [0, 1] and leases.owned == frozenset()
+        with pytest.raises(KeyNotFoundError):
+            await buckets.leases.get(key)
+    finally:
+        stop.set()
         await nc.close()
