@@ -23,9 +23,7 @@ delete markers and purges included) and answers what they ask of the in-process 
 
 Memory: the custom resources and every other kind are kept whole (authorize reads their specs, owners and
 labels; the prober their specs and statuses). Pods are the bulk (thousands per cluster) and are reduced
-to what either reads of them (:func:`slim_pod`): identity, labels, controller ownership and deletion
-state (authorize's ownership checks), the pod IP and the first container's ports (the Serve proxy
-health probe).
+to what either reads of them (``podfacts.slim_pod``), as the projection holds them.
 
 Invariants: entries are applied in stream order, one at a time on the loop; an entry that is not a
 watched object (observations, an unknown kind, a malformed key or value) only advances the revision
@@ -53,8 +51,9 @@ import msgspec
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from schema.keys import ReconcileKey, decode_token
-from schema.objects import being_deleted, first_container, mapping, metadata_of, text
+from schema.objects import being_deleted, metadata_of, text
 from services.runtime.aio import cancel_and_wait
+from services.watcher.podfacts import POD, slim_pod
 from services.watcher.projection import GONE_MEMORY, REMEMBERED_DELETIONS
 from services.watcher.resources import by_kind
 
@@ -63,38 +62,11 @@ log = logging.getLogger(__name__)
 Named = tuple[str, str, str]
 """``(kind, namespace, name)`` of an object."""
 
-_POD: Final = "Pod"
-_POD_METADATA: Final = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "labels",
-    "ownerReferences",
-    "deletionTimestamp",
-)
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
 
 
 class FactsStopped(Exception):
     """:meth:`KvFacts.caught_up` was waiting when the facts stopped following the bucket."""
-
-
-def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """The part of a Pod authorize and the prober read (see the module docstring)."""
-    metadata = metadata_of(pod)
-    container = first_container(mapping(pod.get("spec")))
-    slim: dict[str, Any] = {
-        "apiVersion": pod.get("apiVersion"),
-        "kind": pod.get("kind"),
-        "metadata": {field: metadata[field] for field in _POD_METADATA if field in metadata},
-    }
-    if container:
-        slim["spec"] = {"containers": [{"name": container.get("name"), "ports": container.get("ports") or []}]}
-    pod_ip = text(mapping(pod.get("status")).get("podIP"))
-    if pod_ip:
-        slim["status"] = {"podIP": pod_ip}
-    return slim
 
 
 @dataclass(slots=True)
@@ -261,7 +233,7 @@ class KvFacts:
         held = self._held.get(named)
         if held is not None and held.uid != uid and resource.is_key_kind:
             self._forget_incarnation(resource.kind, held.uid)  # the same name with a new uid: the old one is gone
-        kept = slim_pod(obj) if resource.kind == _POD else obj
+        kept = slim_pod(obj) if resource.kind == POD else obj
         if held is None:
             held = self._held[named] = _Held(kept, uid)
             self._by_kind.setdefault(named[0], {})[named[1:]] = held

@@ -66,6 +66,7 @@ from services.watcher.calls import ApiError
 from services.watcher.informer import Batch, Bookmark, Change, Listing, Scope
 from services.watcher.keymap import dependencies, keys_for
 from services.watcher.owners import OwnerReader, deleting, owners_of_going
+from services.watcher.podfacts import POD, slim_pod
 from services.watcher.relations import ObjectId, Relations
 from services.watcher.resources import ResourceType, by_kind
 from services.watcher.resume import Ticket, Watermarks, store_resume_points
@@ -281,6 +282,8 @@ class Projection:
         return len(found)
 
     def _hold(self, oid: ObjectId, placed: Placed) -> None:
+        if oid[0] == POD:  # kept slim: the bytes go to KV whole, the rest of the watch side reads little
+            placed = Placed(placed.resource, replace(placed.change, obj=slim_pod(placed.change.obj)), placed.keys)
         self._objects[oid] = placed
         self._by_kind.setdefault(oid[0], {})[oid[1]] = placed
         named = (oid[0], placed.change.namespace, placed.change.name)

@@ -37,7 +37,8 @@ from schema.probes import RAYJOB_KINDS, SERVE_HEALTH_KINDS, SERVE_KINDS, SOURCE_
 from schema.ray import conventions
 from services.watcher.authorize import Allowed, Denied, Facts, Gone, Verdict, authorize
 from services.watcher.informer import Batch, Change, Scope, make_change
-from services.watcher.kvfacts import FactsStopped, KvFacts, slim_pod
+from services.watcher.kvfacts import FactsStopped, KvFacts
+from services.watcher.podfacts import slim_pod
 from services.watcher.prober import ObjectSource
 from services.watcher.projection import Projection
 from services.watcher.resources import ResourceType, by_kind
@@ -221,12 +222,13 @@ async def test_kvfacts_answers_as_the_projection_that_wrote_the_bucket(bus: Bus)
         assert {type(v) for v in alive} == {Allowed, Denied}, alive
         assert targets(facts) == targets(projection)
         assert SOURCE_SERVE_HEALTH in {t.source for t in targets(facts)}
-        # custom resources and Services whole, Pods reduced to what authorize and the prober read
+        # custom resources and Services whole, Pods reduced to what authorize and the prober read (by
+        # both: the projection keeps them so too)
         for kind, name in (("RayJob", "j"), ("RayCluster", "j-c"), ("Service", "j-c-head-svc")):
             assert facts.find(kind, NS, name) == projection.find(kind, NS, name)
-        full_pod = projection.find("Pod", NS, "j-c-head")
-        assert full_pod is not None
-        assert facts.find("Pod", NS, "j-c-head") == slim_pod(full_pod)
+        stored = await kv.get(subjects.entry_key(key("RayCluster", "j-c"), "Pod", "j-c-head"))
+        full_pod: dict[str, Any] = msgspec.json.decode(stored.value or b"")
+        assert facts.find("Pod", NS, "j-c-head") == projection.find("Pod", NS, "j-c-head") == slim_pod(full_pod)
         assert len(msgspec.json.encode(slim_pod(full_pod))) < len(msgspec.json.encode(full_pod)) / 2
 
         # the RayCluster starts being deleted: a decision made before missed it, one made after did not
