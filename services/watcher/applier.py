@@ -9,7 +9,9 @@ kopf's per-object queue. When a partition moves (a replica joins, leaves or is f
 batches finish, its queued ones are nak'ed and so delivered to the next holder: nothing is applied by two
 replicas at once. Inside a batch, commands run in order; each gets a span ``applier.<verb>`` that
 continues the trace carried by the batch's headers, one outcome (:class:`CommandResult`) published to
-the key's results subject inside that span, and only then is the batch acknowledged.
+the key's results subject inside that span, and only then is the batch acknowledged. Runs of Pod creates,
+Pod deletes and Events go out side by side (``waves``): a scale-up's thousand creates are not sent one
+at a time.
 
 Invariants:
 - A malformed batch (too deep, too large, a wrong schema) goes to the dead-letter stream with the
@@ -49,6 +51,7 @@ import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
@@ -94,6 +97,7 @@ from services.watcher.kubeapi import KubeApi, Response
 from services.watcher.resources import by_kind
 from services.watcher.staleness import DecisionCheck, OwnerView
 from services.watcher.throttle import RateLimiter
+from services.watcher.waves import WAVE_CONCURRENCY, waves
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -407,7 +411,7 @@ class Applier:
 
         Results are published while the next command runs, and all of them are stored before this
         returns: waiting for each publish ack in turn doubled the time a batch held its slot."""
-        publishing: list[asyncio.Task[None]] = []
+        publishing: list[asyncio.Future[None]] = []
         if self._facts is not None and batch.snapshot_revision:
             await self._facts_at(batch)
         try:
@@ -432,66 +436,90 @@ class Applier:
                 extra={"raybus.key": str(batch.key)},
             )
 
-    async def _apply_commands(self, msg: Msg, batch: CommandBatch, publishing: list[asyncio.Task[None]]) -> None:
+    async def _apply_commands(self, msg: Msg, batch: CommandBatch, publishing: list[asyncio.Future[None]]) -> None:
         parent = extract_context(msg.headers)
         sequence = msg.metadata.sequence.stream if msg.reply else 0
         delivery = msg.metadata.num_delivered if msg.reply else 1
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
         review = await self._decisions.review(msg, batch, queued)
-        for index, command in enumerate(batch.commands):
-            verb = command_verb(command)
-            with self._tracer.start_as_current_span(
-                f"applier.{verb}",
-                context=parent,
-                attributes={
-                    "raybus.key": str(batch.key),
-                    "raybus.kind": batch.key.kind,
-                    "k8s.namespace.name": batch.key.namespace,
-                    "raybus.verb": verb,
-                    "raybus.target": command_target(command),
-                },
-            ) as span:
-                applied = await self._apply_authorized(batch, index, command, review.stale)
-                span.set_attribute("raybus.outcome", applied.outcome)
-                pipeline_metrics.command_executed(verb, applied.outcome)
-                if applied.status_code:
-                    span.set_attribute("http.response.status_code", applied.status_code)
-                result = CommandResult(
-                    batch_id=batch.id,
-                    command_id=command.id or f"{batch.id}/{index}",
-                    key=batch.key,
-                    verb=verb,
-                    target=command_target(command),
-                    outcome=applied.outcome,
-                    at=self._clock(),
-                    error=applied.error,
-                    status_code=applied.status_code,
-                    resource_version=applied.resource_version,
-                    transitions=command.transitions
-                    if isinstance(command, PatchStatus) and applied.outcome == "applied"
-                    else (),
-                    trace_id=current_trace_id(),
-                    batch_seq=sequence,
-                    delivery=delivery,
+        slots = asyncio.Semaphore(WAVE_CONCURRENCY)
+
+        async def one(index: int, command: Command) -> None:
+            async with slots:
+                published = await self._apply_one(batch, index, command, review.stale, parent, sequence, delivery)
+                publishing.append(published)
+
+        for wave in waves(batch.commands):
+            if len(wave) == 1:
+                await one(*wave[0])
+            else:
+                async with asyncio.TaskGroup() as group:  # one that raises cancels the rest of its wave
+                    for index, command in wave:
+                        group.create_task(one(index, command))
+
+    async def _apply_one(
+        self,
+        batch: CommandBatch,
+        index: int,
+        command: Command,
+        stale: Callable[[Command], str],
+        parent: Context,
+        sequence: int,
+        delivery: int,
+    ) -> asyncio.Future[None]:
+        """Apply one command inside its span; returns the publish of its result, under way."""
+        verb = command_verb(command)
+        with self._tracer.start_as_current_span(
+            f"applier.{verb}",
+            context=parent,
+            attributes={
+                "raybus.key": str(batch.key),
+                "raybus.kind": batch.key.kind,
+                "k8s.namespace.name": batch.key.namespace,
+                "raybus.verb": verb,
+                "raybus.target": command_target(command),
+            },
+        ) as span:
+            applied = await self._apply_authorized(batch, index, command, stale)
+            span.set_attribute("raybus.outcome", applied.outcome)
+            pipeline_metrics.command_executed(verb, applied.outcome)
+            if applied.status_code:
+                span.set_attribute("http.response.status_code", applied.status_code)
+            result = CommandResult(
+                batch_id=batch.id,
+                command_id=command.id or f"{batch.id}/{index}",
+                key=batch.key,
+                verb=verb,
+                target=command_target(command),
+                outcome=applied.outcome,
+                at=self._clock(),
+                error=applied.error,
+                status_code=applied.status_code,
+                resource_version=applied.resource_version,
+                transitions=command.transitions
+                if isinstance(command, PatchStatus) and applied.outcome == "applied"
+                else (),
+                trace_id=current_trace_id(),
+                batch_seq=sequence,
+                delivery=delivery,
+            )
+            published = asyncio.ensure_future(
+                self._publish_retrying(
+                    subjects.result_subject(batch.key),
+                    codec.encode(result),
+                    result_id(batch, index, command, batch_seq=sequence, delivery=delivery),
                 )
-                publishing.append(
-                    asyncio.ensure_future(
-                        self._publish_retrying(
-                            subjects.result_subject(batch.key),
-                            codec.encode(result),
-                            result_id(batch, index, command, batch_seq=sequence, delivery=delivery),
-                        )
-                    )
-                )
-            if applied.outcome == "failed":
-                log.warning(
-                    "%s %s failed: %s",
-                    verb,
-                    command_target(command),
-                    applied.error,
-                    extra={"raybus.key": str(batch.key)},
-                )
-                await self._report(batch, command, applied.error)
+            )
+        if applied.outcome == "failed":
+            log.warning(
+                "%s %s failed: %s",
+                verb,
+                command_target(command),
+                applied.error,
+                extra={"raybus.key": str(batch.key)},
+            )
+            await self._report(batch, command, applied.error)
+        return published
 
     async def _apply_authorized(
         self, batch: CommandBatch, index: int, command: Command, stale: Callable[[Command], str]
