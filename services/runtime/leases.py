@@ -285,7 +285,9 @@ class PartitionLeases:
 
 class _Renewer:
     """The thread that calls ``renew`` every ``interval`` seconds, on an event loop and a NATS connection of
-    its own."""
+    its own. It ends when asked (:meth:`request_stop`, also from a task being cancelled) or, should its
+    owner never ask, once the owner's event loop is closed: a thread that outlived its owner would renew
+    leases nobody uses, and no other member could take their partitions."""
 
     def __init__(
         self, renew: Callable[[KeyValue], Awaitable[None]], connect: Connect, *, name: str, interval: float
@@ -294,9 +296,12 @@ class _Renewer:
         self._connect = connect
         self._name = name
         self._interval = interval
+        self._owner = asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        """Guards the three fields below between the owner and the thread."""
+        self._halted = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
@@ -305,12 +310,18 @@ class _Renewer:
         """The thread still runs."""
         return self._thread.is_alive()
 
+    def request_stop(self) -> None:
+        """Tell the thread to end; returns at once (no await, so a cancellation cannot skip it)."""
+        with self._lock:
+            self._halted = True
+            loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # the thread's loop has ended already
+                loop.call_soon_threadsafe(stop.set)
+
     async def close(self) -> None:
         """Stop renewing and wait for the thread (its connection closed)."""
-        await asyncio.to_thread(self._ready.wait)
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
-                self._loop.call_soon_threadsafe(self._stop.set)
+        self.request_stop()
         await asyncio.to_thread(self._thread.join)
 
     def _main(self) -> None:
@@ -318,17 +329,17 @@ class _Renewer:
             asyncio.run(self._keep())
         except Exception:
             log.exception("%s: the renewal thread failed", self._name)
-        finally:
-            self._ready.set()
 
     async def _keep(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = stop = asyncio.Event()
-        self._ready.set()
+        stop = asyncio.Event()
+        with self._lock:
+            self._loop, self._stop = asyncio.get_running_loop(), stop
+            if self._halted:
+                stop.set()
         nc = await self._connect()
         try:
             kv = await nc.jetstream().key_value(subjects.LEASES_BUCKET)
-            while not stop.is_set():
+            while not stop.is_set() and not self._owner.is_closed():
                 try:
                     await self._renew(kv)
                 except Exception as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import nats
@@ -10,6 +11,7 @@ import pytest
 from nats.js.errors import KeyNotFoundError
 
 from schema import subjects
+from services.runtime.aio import cancel_and_wait
 from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.topology import ensure_topology
@@ -88,3 +90,30 @@ async def test_a_busy_event_loop_keeps_its_leases(nats_server: NatsServer) -> No
     finally:
         stop.set()
         await nc.close()
+
+
+async def test_the_renewal_thread_ends_with_its_owner_even_when_cancelled_again_and_again(
+    nats_server: NatsServer,
+) -> None:
+    """A thread that outlived its owner would keep its leases: no other member could take the partitions."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        settings = PartitionSettings(lease_ttl=2.0, renew_interval=0.5)
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=settings)
+
+        async def nothing(partition: int) -> None:
+            await asyncio.sleep(0)
+
+        membership = Membership(nc, buckets.leases, "m1", 2, settings, connect=lambda: nats.connect(nats_server.url))
+        leases = PartitionLeases(membership, "apply", start=nothing, stop=nothing)
+        running = asyncio.create_task(leases.run(asyncio.Event()))
+        await eventually(lambda: leases.owned == frozenset({0, 1}), message="both partitions claimed")
+        assert renewal_threads() == ["apply-leases"]
+        await cancel_and_wait([running], timeout=10.0)  # cancels again every 0.2 s while it lingers
+        await eventually(lambda: not renewal_threads(), message="the renewal thread ended")
+    finally:
+        await nc.close()
+
+
+def renewal_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.endswith("-leases")]

@@ -8,9 +8,10 @@ packages that imported them by name (``from time import time``), and ``os.enviro
 every read raises. ``datetime.now/utcnow/today`` and ``date.today`` are methods of C types, which cannot
 be patched, so a profile hook (this thread only) refuses those calls. Everything is restored on exit.
 
-Patching is process-global while active, so use the guard around a reconcile call only, never around
-code that runs other threads. A profile hook that raises is removed by CPython: the first forbidden
-``now()`` raises, which is all a test needs.
+Patching is process-global while active, but the replacements refuse only on the thread that entered
+the guard: other threads of the process (the threads of services a test runs beside the guarded
+reconcile, such as a lease renewal) get the original function or ``os.environ``. A profile hook that
+raises is removed by CPython: the first forbidden ``now()`` raises, which is all a test needs.
 
 Rejected: replacing ``datetime.datetime`` by a subclass with a raising ``now`` (msgspec checks types
 by identity: ``msgspec.convert(x, datetime)`` in a patched module would stop accepting strings), and a
@@ -25,11 +26,12 @@ import os
 import random
 import secrets
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType, ModuleType
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
@@ -80,8 +82,10 @@ class NondeterministicCall(AssertionError):
     """Reconcile called something whose result is not a function of its arguments."""
 
 
-def _forbidden(name: str) -> Callable[..., NoReturn]:
-    def refuse(*_args: Any, **_kwargs: Any) -> NoReturn:
+def _forbidden(name: str, original: Callable[..., Any], guarded_thread: int) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != guarded_thread:
+            return original(*args, **kwargs)
         raise NondeterministicCall(f"reconcile called {name}(): time, randomness and env come in as arguments")
 
     refuse.__name__ = name
@@ -89,28 +93,34 @@ def _forbidden(name: str) -> Callable[..., NoReturn]:
 
 
 class _ForbiddenEnviron(Mapping[str, str]):
-    """Stands in for ``os.environ``: any read raises."""
+    """Stands in for ``os.environ``: any read on the guarded thread raises."""
 
-    def _refuse(self) -> NoReturn:
+    def __init__(self, original: Mapping[str, str], guarded_thread: int) -> None:
+        self._original = original
+        self._guarded_thread = guarded_thread
+
+    def _allowed(self) -> Mapping[str, str]:
+        if threading.get_ident() != self._guarded_thread:
+            return self._original
         raise NondeterministicCall("reconcile read os.environ: configuration comes in as OperatorConfig")
 
     def __getitem__(self, key: str) -> str:
-        self._refuse()
+        return self._allowed()[key]
 
     def __iter__(self) -> Iterator[str]:
-        self._refuse()
+        return iter(self._allowed())
 
     def __len__(self) -> int:
-        self._refuse()
+        return len(self._allowed())
 
     def __contains__(self, key: object) -> bool:
-        self._refuse()
+        return key in self._allowed()
 
     def get(self, key: str, default: Any = None) -> Any:
-        self._refuse()
+        return self._allowed().get(key, default)
 
     def copy(self) -> dict[str, str]:
-        self._refuse()
+        return dict(self._allowed())
 
 
 _CLOCK_READERS: Final = frozenset({"now", "utcnow", "today"})
@@ -141,10 +151,12 @@ def forbid_nondeterminism(packages: Sequence[str] = WATCHED_PACKAGES) -> Iterato
     ``os.environ`` read raise :class:`NondeterministicCall`, also through names imported by the modules of
     ``packages``."""
     modules = _watched_modules(packages)
+    here = threading.get_ident()
     replacements: dict[int, Any] = {}
     for module, name in FORBIDDEN:
-        replacements[id(getattr(module, name))] = _forbidden(f"{module.__name__}.{name}")
-    replacements[id(os.environ)] = _ForbiddenEnviron()
+        original = getattr(module, name)
+        replacements[id(original)] = _forbidden(f"{module.__name__}.{name}", original, here)
+    replacements[id(os.environ)] = _ForbiddenEnviron(os.environ, here)
     originals: dict[int, Any] = {id(getattr(m, n)): getattr(m, n) for m, n in FORBIDDEN}
     originals[id(os.environ)] = os.environ
     patched: list[tuple[ModuleType, str, Any]] = []

@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import random
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -120,6 +121,22 @@ def test_forbidden_calls_raise_inside_the_guard(call: Callable[[], object]) -> N
 def test_deterministic_calls_work_inside_the_guard(call: Callable[[], object]) -> None:
     with forbid_nondeterminism(THIS_MODULE):
         assert call() is not None
+
+
+def test_other_threads_keep_the_clock_and_the_environment_while_the_guard_is_on() -> None:
+    """Services a test runs beside a guarded reconcile have threads of their own (lease renewals)."""
+    seen: list[object] = []
+
+    def elsewhere() -> None:
+        seen.extend([time.monotonic() > 0, os.environ.get("PATH") is not None, uuid.uuid4() is not None])
+
+    with forbid_nondeterminism():
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        with pytest.raises(NondeterministicCall):
+            time.monotonic()
+    assert seen == [True, True, True]
 
 
 def test_the_guard_restores_everything() -> None:
