@@ -159,7 +159,8 @@ class PartitionLeases:
         """Renew every held lease (all at once: every sequential round trip would wait for the loop again)
         and this member's heartbeat, through ``kv`` (the caller's or the renewal thread's)."""
         with self._lock:
-            held = {p: r for p, r in self._revisions.items() if p not in self._releasing | self._lost}
+            skipped = self._releasing | self._lost
+            held = {p: r for p, r in self._revisions.items() if p not in skipped}
         await asyncio.gather(*(self._renew(kv, p, r) for p, r in sorted(held.items())))
         await kv.put(subjects.heartbeat_key(self._group, self._me), self._me.encode())
 
