@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 from schema import subjects  # noqa: E402
 from schema.codec import decode_batch, decode_input, decode_result  # noqa: E402
 from schema.crd import write_crds  # noqa: E402
-from schema.messages import WatchEvent  # noqa: E402
+from schema.messages import TimerTick, WatchEvent  # noqa: E402
 from services.runtime.assignment import owner_of  # noqa: E402
 from services.runtime.kvread import read_latest  # noqa: E402
 from services.runtime.natsbin import nats_server_binary  # noqa: E402
@@ -315,13 +315,21 @@ async def stream_figures(nats_url: str) -> dict[str, Any]:
 
     event_time: dict[int, datetime] = {}
     inputs_by_kind: Counter[str] = Counter()
+    timers = subjects.TIMERS_WILDCARD.removesuffix("*.*.*")
     for msg in await stored_messages(js, subjects.EVENTS_STREAM, timeout=10):
+        if msg.subject.startswith(timers):
+            continue  # a key's pending schedule, not an input
         with contextlib.suppress(Exception):
             event = decode_input(msg.data)
             stamp = getattr(event, "observed_at", None) or getattr(event, "due_at", None)
             if isinstance(stamp, datetime):
                 event_time[msg.metadata.sequence.stream] = stamp
-            what = f"{event.event_type} {event.entry_kind}" if isinstance(event, WatchEvent) else type(event).__name__
+            if isinstance(event, WatchEvent):
+                what = f"{event.event_type} {event.entry_kind}"
+            elif isinstance(event, TimerTick):
+                what = f"TimerTick ({event.reason or 'wake-up'})"
+            else:
+                what = type(event).__name__
             inputs_by_kind[what] += 1
     commands = await stored_messages(js, subjects.COMMANDS_STREAM, timeout=10)
     batches = {m.metadata.sequence.stream: decode_batch(m.data) for m in commands}
@@ -500,8 +508,9 @@ def pod_create_ceiling(pods: int, threads: int) -> float:
 
 
 def print_flow(r: dict[str, Any]) -> None:
-    """What every pipeline bench prints last: withheld commands and outcomes, event-to-applied latency, and
-    CPU and peak memory per process."""
+    """What every pipeline bench prints last: inputs by kind, withheld commands and outcomes, event-to-applied
+    latency, and CPU and peak memory per process."""
+    print(f"  inputs {r['inputs_by_kind']}")
     print(f"  suppressed as in flight {r['suppressed']}; outcomes {r['outcomes']}")
     print(f"  watch event → command applied: p50 {r['latency_p50_ms']:.0f} ms, p99 {r['latency_p99_ms']:.0f} ms")
     print_usage(r["processes"])
@@ -580,7 +589,6 @@ def main() -> int:
                 f"  Pod creates applied: {r['pod_creates']} in {span:.1f} s (first to last) = {rate:.0f}/s"
                 f" = {100 * rate / ceiling:.0f}% of the ceiling"
             )
-        print(f"  inputs {r['inputs_by_kind']}")
         print_flow(r)
     return 0
 

@@ -10,7 +10,7 @@ typed ray.io views live in ``schema.ray`` and are decoded where they are read.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -102,6 +102,12 @@ class TimerTick(_Input, tag="timer", frozen=True, kw_only=True):
 
     due_at: datetime
     reason: str = ""
+
+
+BACKSTOP: Final = "backstop"
+"""The ``reason`` of a tick that stands behind a look or wake-up held in a reconciler's memory, in case
+that memory is lost. The worker that still holds it answers the tick without a reconcile (no decision
+names it); any other worker reconciles it like any tick."""
 
 
 BusInput = WatchEvent | Observation | TimerTick

@@ -37,7 +37,7 @@ import msgspec
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import Command, CommandBatch
+from schema.messages import BACKSTOP, Command, CommandBatch, TimerTick
 from schema.times import format_time_ms
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.decide import LOGIC_VERSION, decide
@@ -106,7 +106,7 @@ class ReplayResult(msgspec.Struct, frozen=True, kw_only=True):
         window: where the retained data starts; ``complete_from`` the first KV revision whose snapshot
             can be rebuilt entirely (0: all of them).
         unconsumed: inputs no recorded decision names (not reconciled yet, dead-lettered, or their
-            decision aged out of the commands stream).
+            decision aged out of the commands stream); backstop ticks are not counted.
         incarnations: uids of the custom resource seen, in order.
     """
 
@@ -150,6 +150,12 @@ class StepFilter(msgspec.Struct, frozen=True, kw_only=True):
         if self.since is not None and issued_at < self.since:
             return False
         return not (self.until is not None and issued_at > self.until)
+
+
+def _answered_from_memory(recorded: RecordedInput) -> bool:
+    """A backstop tick is reconciled only by a worker that lost what it stands behind: no decision names
+    the others, and they are no gap in the history."""
+    return isinstance(recorded.message, TimerTick) and recorded.message.reason == BACKSTOP
 
 
 def _divergence(key: ReconcileKey, step: ReplayStep) -> ReplayDivergence:
@@ -294,7 +300,7 @@ class Replayer:
             divergences=tuple(divergences),
             window=history.window,
             complete_from=timeline.complete_from,
-            unconsumed=tuple(r for r in history.inputs if r.seq not in consumed),
+            unconsumed=tuple(r for r in history.inputs if r.seq not in consumed and not _answered_from_memory(r)),
             incarnations=incarnations(history),
             inputs_total=len(history.inputs),
         )

@@ -36,7 +36,7 @@ from schema.codec import decode_input
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import BusInput, TimerTick
+from schema.messages import BACKSTOP, BusInput, TimerTick
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
@@ -68,6 +68,9 @@ _lag_seconds = _meter.create_histogram(
     "raybus_bus_lag_seconds", unit="s", description="from the input's time to the start of its reconcile"
 )
 _dead_letters = _meter.create_counter("raybus_dead_letters_total", description="messages parked")
+_backstops_answered = _meter.create_counter(
+    "raybus_backstop_ticks_answered_total", description="backstop ticks answered from memory, without a reconcile"
+)
 
 FETCH_BATCH = 256
 FETCH_TIMEOUT = 1.0
@@ -278,6 +281,16 @@ class PartitionConsumer:
 
     async def _reconcile_key(self, key: ReconcileKey, items: list[_Item]) -> None:
         inputs = [item.message for item in items]
+        if self._backstops_of_held(key, inputs):
+            try:
+                await self._on_the_bus(key, lambda: self._rearm_backstop(key))
+            except Exception as exc:
+                await self._fail(key, items, exc)
+                return
+            for item in items:
+                await settle(item.msg.ack())
+            _backstops_answered.add(1, {"raybus.kind": key.kind})
+            return
         now = decision_time(inputs)
         started = time.perf_counter()
         parent = extract_context(items[0].msg.headers)
@@ -356,14 +369,32 @@ class PartitionConsumer:
             self._timers.forget(key)
         wake_at = decided.wake_at
         if wake_at is not None and not self._inflight.defer(key, wake_at, applied_floor=decided.applied_floor):
-            await self._timers.schedule(key, wake_at)
+            await self._timers.schedule(key, wake_at, over_backstop=not self._inflight.holds(key))
         elif self._inflight.holds(key):
-            # What waits in this memory is lost if the partition moves or the worker dies: a durable tick
-            # stands behind it, at most max_age later than it would have come.
-            backstop = datetime.now(UTC) + timedelta(seconds=self._inflight.max_age)
-            await self._timers.backstop(key, max(backstop, wake_at) if wake_at is not None else backstop)
+            await self._arm_backstop(key)
         else:
             await self._timers.cancel(key)
+
+    async def _arm_backstop(self, key: ReconcileKey) -> None:
+        """What waits in the in-flight memory is lost if the partition moves or the worker dies: a durable
+        tick stands behind it, at most max_age later than it would have come."""
+        backstop = datetime.now(UTC) + timedelta(seconds=self._inflight.max_age)
+        wake_at = self._inflight.held_wake(key)
+        await self._timers.backstop(key, max(backstop, wake_at) if wake_at is not None else backstop)
+
+    def _backstops_of_held(self, key: ReconcileKey, inputs: list[BusInput]) -> bool:
+        """Whether ``inputs`` are only backstop ticks of a key whose look or wake-up this memory still holds.
+
+        Such a tick brings nothing: the memory schedules the key's tick itself once its commands have
+        landed or expired, and a reconcile now would decide what is in flight again (under a long applier
+        queue, every ``max_age`` for every key that waits)."""
+        return self._inflight.holds(key) and all(
+            isinstance(message, TimerTick) and message.reason == BACKSTOP for message in inputs
+        )
+
+    async def _rearm_backstop(self, key: ReconcileKey) -> None:
+        self._timers.forget(key)  # the tick has fired
+        await self._arm_backstop(key)
 
     async def _on_the_bus(self, key: ReconcileKey, step: Callable[[], Awaitable[T]]) -> T:
         """Run ``step`` until the bus lets it through. A bus that does not answer is no failure of the

@@ -232,6 +232,10 @@ class InFlight:
         """Whether a look or a wake-up of ``key`` waits in this memory (lost if the worker goes)."""
         return key in self._looks or key in self._wakes
 
+    def held_wake(self, key: ReconcileKey) -> datetime | None:
+        """The wake-up of ``key`` held by :meth:`defer`, if any."""
+        return self._wakes.get(key)
+
     def defer(self, key: ReconcileKey, wake_at: datetime, *, applied_floor: int) -> bool:
         """Hold the latest decision's wake-up while commands of ``key`` are in flight; returns whether
         it was held (else it is the caller's to schedule now)."""

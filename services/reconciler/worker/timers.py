@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from schema import subjects
 from schema.codec import encode
 from schema.keys import ReconcileKey
-from schema.messages import TimerTick
+from schema.messages import BACKSTOP, TimerTick
 from schema.times import format_time
 from services.runtime.bus import publish
 from services.runtime.clock import Clock, utc_now
@@ -51,11 +51,19 @@ class TimerScheduler:
     def __init__(self, js: JetStreamContext, *, clock: Clock = utc_now) -> None:
         self._js = js
         self._clock = clock
-        self._pending: dict[ReconcileKey, datetime] = {}
+        self._pending: dict[ReconcileKey, tuple[datetime, str]] = {}
+        """Key → due time and reason of the tick this worker last scheduled for it."""
 
-    async def schedule(self, key: ReconcileKey, due: datetime, reason: str = "") -> bool:
-        """Ask for a tick of ``key`` at ``due``; returns whether a schedule was published."""
-        known = self._pending.get(key)
+    async def schedule(
+        self, key: ReconcileKey, due: datetime, reason: str = "", *, over_backstop: bool = False
+    ) -> bool:
+        """Ask for a tick of ``key`` at ``due``; returns whether a schedule was published. With
+        ``over_backstop`` (the memory a pending backstop stood behind holds nothing any more), a pending
+        backstop is replaced even when it is earlier: its tick would only be a reconcile that decides
+        nothing new."""
+        known, known_reason = self._pending.get(key, (None, ""))
+        if over_backstop and known_reason == BACKSTOP:
+            known = None
         if known is not None and known <= due and known > self._clock() - FIRING_SLACK:
             # An earlier tick is pending (or just due and not delivered yet): a later schedule would
             # replace it, and that tick's reconcile decides the later wake-up again anyway.
@@ -74,16 +82,16 @@ class TimerScheduler:
                 "Nats-Schedule-Target": subjects.events_subject(key),
             },
         )
-        self._pending[key] = due
+        self._pending[key] = (due, reason)
 
     async def backstop(self, key: ReconcileKey, due: datetime) -> bool:
         """Make the key's pending tick come at ``due``, earlier or later than a pending one, so that a
         wake-up held in a worker's memory still comes if the worker goes; returns whether a schedule was
         published (not when one is pending within ``BACKSTOP_TOLERANCE`` of ``due``)."""
-        known = self._pending.get(key)
+        known, _ = self._pending.get(key, (None, ""))
         if known is not None and abs(known - due) <= BACKSTOP_TOLERANCE:
             return False
-        await self._publish(key, due, "backstop")
+        await self._publish(key, due, BACKSTOP)
         return True
 
     async def cancel(self, key: ReconcileKey) -> bool:
@@ -95,7 +103,7 @@ class TimerScheduler:
         on a subject no consumer reads. A tick this worker does not know of (scheduled before a restart
         or by a former owner of the partition) still fires: a no-op reconcile.
         """
-        known = self._pending.pop(key, None)
+        known, _ = self._pending.pop(key, (None, ""))
         if known is None or known <= self._clock():
             return False
         await publish(self._js, subjects.timer_subject(key), b"", headers={"Nats-Rollup": "sub"})

@@ -21,8 +21,9 @@ from schema.codec import decode_batch, decode_deadletter, decode_input, encode
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import CommandBatch, CreateObject, DeadLetter, ObjectRef, TimerTick, WatchEvent
+from schema.messages import BACKSTOP, CommandBatch, CreateObject, DeadLetter, ObjectRef, TimerTick, WatchEvent
 from services.reconciler.worker.service import run_reconciler
+from services.reconciler.worker.timers import schedule_header
 from services.runtime.health import HealthServer
 from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings, RaybusSettings
 from services.runtime.topology import ensure_topology
@@ -292,6 +293,22 @@ async def test_a_tick_just_due_is_not_replaced_by_a_later_one(client: Client) ->
     await sub.unsubscribe()
 
 
+async def test_a_backstop_whose_memory_emptied_gives_way_to_a_later_wake_up(client: Client) -> None:
+    """A pending backstop normally stays when a later wake-up is asked (an earlier tick is pending);
+    once the memory it stood behind holds nothing, the later wake-up replaces it instead of the key being
+    reconciled at the backstop's time for nothing."""
+    from services.reconciler.worker.timers import TimerScheduler
+
+    timers = TimerScheduler(client.jetstream())
+    now = datetime.now(UTC)
+    assert await timers.backstop(key(8), now + timedelta(minutes=1))
+    assert not await timers.schedule(key(8), now + timedelta(minutes=5))
+    assert await timers.schedule(key(8), now + timedelta(minutes=5), over_backstop=True)
+    pending = await client.jetstream().get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(8)))
+    assert (pending.headers or {})["Nats-Schedule"] == schedule_header(now + timedelta(minutes=5))
+    assert decode_input(pending.data or b"").reason == ""  # type: ignore[union-attr]
+
+
 async def test_a_held_wake_up_survives_its_worker(nats_server: NatsServer, client: Client) -> None:
     """A wake-up held while the key's create is in flight (no applier here: nothing is ever applied)
     lives in the worker's memory; a durable backstop tick brings it to the next owner of the partition."""
@@ -315,6 +332,55 @@ async def test_a_held_wake_up_survives_its_worker(nats_server: NatsServer, clien
         await eventually(lambda: len(seen) == 2, timeout=30)  # the backstop tick, ~4 s after the decision
     finally:
         await second.close()
+
+
+async def test_a_backstop_tick_reaching_the_worker_that_holds_the_wake_up_is_answered_without_a_reconcile(
+    nats_server: NatsServer, client: Client
+) -> None:
+    """A backstop stands behind memory that may be lost; the worker that still holds the key's wake-up
+    (its create is in flight: no applier here) acks the tick, reconciles nothing and arms the backstop
+    again, so it still stands if the worker goes later."""
+    seen: list[datetime] = []
+
+    def create_and_wake(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        seen.append(now)
+        decided = create_one_pod(snapshot, now, config)
+        return msgspec.structs.replace(decided, wake_at=now + timedelta(seconds=1))
+
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": create_and_wake})
+    js = client.jetstream()
+    try:
+        await put_cr(client, key(1))
+        await eventually(lambda: len(seen) == 1, timeout=30)
+        armed = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1)))
+        assert decode_input(armed.data).reason == BACKSTOP  # type: ignore[union-attr]
+        # The backstop fires now rather than in a minute: the same schedule, due at once.
+        due = datetime.now(UTC)
+        tick = TimerTick(key=key(1), due_at=due, reason=BACKSTOP)
+        await js.publish(
+            subjects.timer_subject(key(1)),
+            encode(tick),
+            headers={"Nats-Schedule": schedule_header(due), "Nats-Schedule-Target": subjects.events_subject(key(1))},
+        )
+
+        async def fired() -> int | None:
+            last = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.stored_events_filter(key(1)))
+            return last.seq if isinstance(decode_input(last.data or b""), TimerTick) else None
+
+        tick_seq = await eventually(fired, timeout=30)
+        consumer = subjects.partition_consumer(subjects.partition_of(key(1), 4))
+
+        async def tick_acked() -> bool:
+            info = await js.consumer_info(subjects.EVENTS_STREAM, consumer)
+            return info.ack_floor is not None and info.ack_floor.stream_seq >= tick_seq
+
+        await eventually(tick_acked, timeout=30)
+        rearmed = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1)))
+        assert rearmed.seq > armed.seq and "Nats-Schedule" in (rearmed.headers or {})
+        assert decode_input(rearmed.data).reason == BACKSTOP  # type: ignore[union-attr]
+        assert len(seen) == 1  # no reconcile of the tick
+    finally:
+        await worker.close()
 
 
 async def test_two_workers_split_partitions_and_hand_over(nats_server: NatsServer, client: Client) -> None:
