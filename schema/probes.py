@@ -298,6 +298,12 @@ def snapshot_targets(snapshot: Snapshot) -> list[ProbeTarget]:
     return [target for target in probe_targets(objects) if target.key == snapshot.key]
 
 
+def job_known(data: Mapping[str, Any]) -> bool:
+    """Whether an ``obs-rayjob`` entry shows the dashboard knows the job (it answered with the job, not an
+    error such as 404 before the job is submitted)."""
+    return "status" in data
+
+
 def job_significant(data: Mapping[str, Any]) -> Any:
     """What a change of a Ray job means: status, message and times (or the error seen)."""
     if "http_status" in data and "status" not in data:

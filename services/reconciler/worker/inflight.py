@@ -32,6 +32,9 @@ A batch that creates objects stays in flight beyond the grace, until the snapsho
 (at most ``create_hold`` seconds after it was applied): when the watch lags more than the grace behind
 the applier, the next reconcile does not see the new Pod yet and would create it (and announce it with an
 Event) again. KubeRay's expectations wait the same way for a created Pod to show in its cache (30 s).
+A batch that submits a Ray job is held the same way until the prober's answer in the snapshot shows the
+dashboard knows the job (``schema.probes.job_known``): until then every reconcile sees "not found" and
+would submit it again.
 
 Likewise a decision's own wake-up is deferred while commands of its key are in flight
 (:meth:`InFlight.defer`): a reconcile on a snapshot that does not show them yet decides them again.
@@ -51,6 +54,7 @@ from typing import Any
 
 import msgspec
 
+from schema.decision import OBS_RAY_JOB
 from schema.keys import ReconcileKey
 from schema.messages import (
     Command,
@@ -60,9 +64,11 @@ from schema.messages import (
     DeleteObject,
     PatchObject,
     PatchStatus,
+    SubmitRayJob,
     command_target,
     command_verb,
 )
+from schema.probes import job_known
 from services.reconciler.worker.decide import content_digest
 
 Monotonic = Callable[[], float]
@@ -99,11 +105,28 @@ class Recalled:
 
 
 Target = tuple[str, str]
-"""``(kind, name)`` of an object a command creates, as the snapshot's entries name it."""
+"""``(kind, name)`` of the snapshot entry that shows a command landed: the object it creates, or the
+prober's answer about the job it submits."""
+
+
+def _target(command: Command) -> Target | None:
+    if isinstance(command, CreateObject):
+        return (command.target.kind, command.target.name)
+    if isinstance(command, SubmitRayJob) and isinstance(job_id := command.request.get("submission_id"), str):
+        return (OBS_RAY_JOB, job_id)
+    return None
+
+
+def _shown(entries: Mapping[str, Mapping[str, Any]], target: Target) -> bool:
+    kind, name = target
+    entry = entries.get(kind, {}).get(name)
+    if entry is None:
+        return False
+    return job_known(entry) if kind == OBS_RAY_JOB else True
 
 
 class InFlight:
-    """Commands published per key, until applied (plus ``grace``, or until what the batch creates shows,
+    """Commands published per key, until applied (plus ``grace``, or until what the batch starts shows,
     at most ``create_hold`` after it was applied) or ``max_age``."""
 
     def __init__(
@@ -143,7 +166,7 @@ class InFlight:
         withheld: list[str] = []
         fresh: dict[str, str] = {}
         look: set[str] = set()
-        creates: set[Target] = set()
+        starts: set[Target] = set()
         for command in batch.commands:
             key = in_flight_key(command)
             twin = sent[key].command_id if key in sent else fresh.get(key)
@@ -154,9 +177,9 @@ class InFlight:
             else:
                 kept.append(command)
                 fresh[key] = command.id
-                if isinstance(command, CreateObject):
-                    creates.add((command.target.kind, command.target.name))
-        self._pending[batch.key] = (fresh, creates)
+                if (target := _target(command)) is not None:
+                    starts.add(target)
+        self._pending[batch.key] = (fresh, starts)
         if look:
             self._looks[batch.key] = look
         if not withheld:
@@ -173,26 +196,26 @@ class InFlight:
             seq = last_part[r.batch.id]
             for command in r.batch.commands:
                 sent[in_flight_key(command)] = _Sent(command_id=command.id, batch_seq=seq, sent_at=now - r.age)
-            creates = {(c.target.kind, c.target.name) for c in r.batch.commands if isinstance(c, CreateObject)}
-            if creates and self._create_hold > 0:
-                self._unseen.setdefault(key, {}).setdefault(seq, set()).update(creates)
+            starts = {t for t in map(_target, r.batch.commands) if t is not None}
+            if starts and self._create_hold > 0:
+                self._unseen.setdefault(key, {}).setdefault(seq, set()).update(starts)
 
     def published(self, key: ReconcileKey, batch_seq: int) -> None:
         """Record that the commands kept by the last :meth:`filter` of ``key`` are in ``batch_seq``."""
         now = self._clock()
         sent = self._sent.setdefault(key, {})
-        fresh, creates = self._pending.pop(key, ({}, set()))
+        fresh, starts = self._pending.pop(key, ({}, set()))
         for command_key, command_id in fresh.items():
             sent[command_key] = _Sent(command_id=command_id, batch_seq=batch_seq, sent_at=now)
-        if creates and self._create_hold > 0:
-            self._unseen.setdefault(key, {})[batch_seq] = creates
+        if starts and self._create_hold > 0:
+            self._unseen.setdefault(key, {})[batch_seq] = starts
 
     def _seen(self, key: ReconcileKey, entries: Mapping[str, Mapping[str, Any]]) -> None:
         unseen = self._unseen.get(key)
         if not unseen:
             return
         for batch_seq, targets in list(unseen.items()):
-            targets.difference_update([t for t in targets if t[1] in entries.get(t[0], {})])
+            targets.difference_update([t for t in targets if _shown(entries, t)])
             if not targets:
                 del unseen[batch_seq]
         if not unseen:

@@ -8,9 +8,19 @@ import msgspec
 import pytest
 
 from schema.config import OperatorConfig
-from schema.decision import Decision, Snapshot
+from schema.decision import OBS_RAY_JOB, Decision, Snapshot
 from schema.keys import ReconcileKey
-from schema.messages import Command, CommandBatch, CreateObject, EmitEvent, ObjectRef, TimerTick, WatchEvent
+from schema.messages import (
+    Command,
+    CommandBatch,
+    CreateObject,
+    DashboardRef,
+    EmitEvent,
+    ObjectRef,
+    SubmitRayJob,
+    TimerTick,
+    WatchEvent,
+)
 from services.reconciler.worker.decide import decide, decision_time
 from services.reconciler.worker.timers import schedule_header
 from services.runtime.assignment import owner_of, partitions_of
@@ -279,6 +289,40 @@ def test_a_create_stays_in_flight_until_the_snapshot_shows_it() -> None:
     assert inflight.filter(batch, applied_floor=2, entries=shown).commands == ()  # shown, within grace
     clock[0] = 14.5
     assert inflight.filter(batch, applied_floor=2, entries={}).commands == batch.commands
+
+
+def test_a_submitted_job_stays_in_flight_until_the_dashboard_is_seen_to_know_it() -> None:
+    """Until the prober's answer shows the job, every reconcile sees "not found" and decides the submit
+    again: it is held like a create, at most ``create_hold`` after it was applied."""
+    from services.reconciler.worker.inflight import InFlight
+
+    job = ReconcileKey(kind="RayJob", namespace="ns", name="j")
+    dashboard = DashboardRef(namespace="ns", service="c-head-svc", port=8265, cluster="c")
+    submit = SubmitRayJob(dashboard=dashboard, request={"submission_id": "j-1", "entrypoint": "python x.py"})
+    batch = decide(
+        reconcilers={"RayJob": lambda s, n, c: Decision(commands=(submit,))},
+        snapshot=Snapshot(key=job, entries={}),
+        now=T0,
+        config=OperatorConfig(),
+    ).batch
+    not_found = {OBS_RAY_JOB: {"j-1": {"http_status": 404, "error": "not found"}}}
+    clock = [0.0]
+    inflight = InFlight(grace=2.0, max_age=60.0, create_hold=10.0, clock=lambda: clock[0])
+    inflight.filter(batch, applied_floor=0, entries=not_found)
+    inflight.published(job, batch_seq=1)
+    clock[0] = 1.0
+    assert inflight.filter(batch, applied_floor=1, entries=not_found).commands == ()  # applied: grace starts
+    clock[0] = 5.0  # grace over, the answer still says 404: held
+    assert inflight.filter(batch, applied_floor=1, entries=not_found).commands == ()
+    clock[0] = 11.5  # hold over: a submit that failed is decided again
+    assert inflight.filter(batch, applied_floor=1, entries=not_found).commands == batch.commands
+
+    inflight.published(job, batch_seq=2)
+    clock[0] = 12.0
+    known = {OBS_RAY_JOB: {"j-1": {"status": "RUNNING"}}}
+    assert inflight.filter(batch, applied_floor=2, entries=known).commands == ()  # shown, within grace
+    clock[0] = 14.5
+    assert inflight.filter(batch, applied_floor=2, entries=not_found).commands == batch.commands
 
 
 def _trips_on_shape(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
