@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -70,6 +70,9 @@ from schema.messages import (
 )
 from schema.probes import job_known
 from services.reconciler.worker.decide import content_digest
+
+_NEVER_SEQ: Final = 2**63
+"""Above every stream sequence: no command of the key waits for the applier."""
 
 Monotonic = Callable[[], float]
 """Seconds on a monotonic clock (``time.monotonic``): elapsed time, never a date."""
@@ -141,6 +144,11 @@ class InFlight:
         self._unseen: dict[ReconcileKey, dict[int, set[Target]]] = {}
         self._looks: dict[ReconcileKey, set[str]] = {}
         self._wakes: dict[ReconcileKey, datetime] = {}
+        self._settled: dict[ReconcileKey, tuple[int, float]] = {}
+        """Key → the lowest batch sequence of its not yet applied commands and the earliest time one of its
+        commands can expire: until the floor or the clock reaches either, its live set is what ``_sent``
+        holds (the walks of :meth:`due` and :meth:`prune` skip it: with thousands of keys waiting on a
+        long applier queue they ran over every command four times a second)."""
         self._floor = 0
         self._floor_rose_at = float("-inf")
 
@@ -192,6 +200,7 @@ class InFlight:
         now = self._clock()
         last_part = {r.batch.id: r.seq for r in recalled}
         sent = self._sent.setdefault(key, {})
+        self._settled.pop(key, None)
         for r in recalled:
             seq = last_part[r.batch.id]
             for command in r.batch.commands:
@@ -204,6 +213,7 @@ class InFlight:
         """Record that the commands kept by the last :meth:`filter` of ``key`` are in ``batch_seq``."""
         now = self._clock()
         sent = self._sent.setdefault(key, {})
+        self._settled.pop(key, None)
         fresh, starts = self._pending.pop(key, ({}, set()))
         for command_key, command_id in fresh.items():
             sent[command_key] = _Sent(command_id=command_id, batch_seq=batch_seq, sent_at=now)
@@ -214,6 +224,7 @@ class InFlight:
         unseen = self._unseen.get(key)
         if not unseen:
             return
+        self._settled.pop(key, None)  # a hold may end here
         for batch_seq, targets in list(unseen.items()):
             targets.difference_update([t for t in targets if _shown(entries, t)])
             if not targets:
@@ -221,23 +232,41 @@ class InFlight:
         if not unseen:
             del self._unseen[key]
 
-    def _live(self, key: ReconcileKey, applied_floor: int) -> dict[str, _Sent]:
+    def _current(self, key: ReconcileKey, applied_floor: int) -> dict[str, _Sent]:
+        """What :meth:`_live` would return, without the walk while nothing of the key can have changed."""
         now = self._clock()
+        self._note_floor(applied_floor, now)
+        settled = self._settled.get(key)
+        if settled is not None and applied_floor < settled[0] and now < settled[1]:
+            return self._sent.get(key, {})
+        return self._live(key, applied_floor)
+
+    def _note_floor(self, applied_floor: int, now: float) -> None:
         if applied_floor > self._floor:
             self._floor, self._floor_rose_at = applied_floor, now
+
+    def _live(self, key: ReconcileKey, applied_floor: int) -> dict[str, _Sent]:
+        now = self._clock()
+        self._note_floor(applied_floor, now)
         live: dict[str, _Sent] = {}
         unseen = self._unseen.get(key, {})
+        unapplied, check_at = _NEVER_SEQ, float("inf")
         for command_key, sent in self._sent.get(key, {}).items():
             if sent.applied_at is None and sent.batch_seq <= applied_floor:
                 sent.applied_at = now
             applied_for = None if sent.applied_at is None else now - sent.applied_at
             held = sent.batch_seq in unseen and applied_for is not None and applied_for < self._create_hold
-            expired = now - max(sent.sent_at, self._floor_rose_at) >= self._max_age or (
-                applied_for is not None and applied_for >= self._grace and not held
-            )
+            aged_at = max(sent.sent_at, self._floor_rose_at) + self._max_age
+            expired = now >= aged_at or (applied_for is not None and applied_for >= self._grace and not held)
             if not expired:
                 live[command_key] = sent
+                if sent.applied_at is None:
+                    unapplied = min(unapplied, sent.batch_seq)
+                    check_at = min(check_at, aged_at)
+                else:
+                    check_at = min(check_at, aged_at, sent.applied_at + (self._create_hold if held else self._grace))
         self._sent[key] = live
+        self._settled[key] = (unapplied, check_at)
         if unseen:
             # What a batch created matters only while some command of the batch is in flight.
             for batch_seq in unseen.keys() - {sent.batch_seq for sent in live.values()}:
@@ -262,7 +291,7 @@ class InFlight:
     def defer(self, key: ReconcileKey, wake_at: datetime, *, applied_floor: int) -> bool:
         """Hold the latest decision's wake-up while commands of ``key`` are in flight; returns whether
         it was held (else it is the caller's to schedule now)."""
-        if not self._live(key, applied_floor):
+        if not self._current(key, applied_floor):
             return False
         self._wakes[key] = wake_at
         return True
@@ -273,11 +302,11 @@ class InFlight:
         own), else the held wake-up of a key with nothing in flight any more."""
         due: dict[ReconcileKey, datetime | None] = {}
         for key, look in list(self._looks.items()):
-            if look.isdisjoint(self._live(key, applied_floor)):
+            if look.isdisjoint(self._current(key, applied_floor)):
                 del self._looks[key]
                 due[key] = None
         for key, wake_at in list(self._wakes.items()):
-            if not self._live(key, applied_floor):
+            if not self._current(key, applied_floor):
                 del self._wakes[key]
                 due.setdefault(key, wake_at)  # a look now comes first: its reconcile decides the wake again
         return due
@@ -285,5 +314,6 @@ class InFlight:
     def prune(self, applied_floor: int) -> None:
         """Drop keys with nothing in flight any more (bounded memory for idle keys)."""
         for key in list(self._sent):
-            if not self._live(key, applied_floor):
+            if not self._current(key, applied_floor):
                 del self._sent[key]
+                self._settled.pop(key, None)
