@@ -13,6 +13,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
 _configured = False
 
@@ -21,14 +22,19 @@ def setup_tracing(service_name: str) -> None:
     """Install a tracer provider once per process.
 
     Exporters follow ``OTEL_TRACES_EXPORTER`` (``console`` or ``none``; ``otlp`` when the OTLP exporter
-    package is installed). Tests install their own provider with an in-memory exporter first.
+    package is installed); with none, spans are not recorded. Tests install their own provider with an
+    in-memory exporter first.
     """
     global _configured
     if _configured or isinstance(trace.get_tracer_provider(), TracerProvider):
         return
     _configured = True
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "none")
+    # Without an exporter a recorded span would only cost CPU: spans are then sampled out unless a
+    # sampler is asked for (OTEL_TRACES_SAMPLER). They keep valid trace and span ids, so a change's trace
+    # id still travels in message headers and reaches logs and the history.
+    sampler = ParentBased(ALWAYS_OFF) if exporter_name == "none" and "OTEL_TRACES_SAMPLER" not in os.environ else None
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}), sampler=sampler)
     if exporter_name == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     elif exporter_name == "otlp":
