@@ -315,9 +315,8 @@ async def stream_figures(nats_url: str) -> dict[str, Any]:
 
     event_time: dict[int, datetime] = {}
     inputs_by_kind: Counter[str] = Counter()
-    timers = subjects.TIMERS_WILDCARD.removesuffix("*.*.*")
     for msg in await stored_messages(js, subjects.EVENTS_STREAM, timeout=10):
-        if msg.subject.startswith(timers):
+        if msg.subject.startswith(subjects.TIMERS_PREFIX):
             continue  # a key's pending schedule, not an input
         with contextlib.suppress(Exception):
             event = decode_input(msg.data)

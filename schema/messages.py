@@ -113,6 +113,11 @@ names it); any other worker reconciles it like any tick."""
 BusInput = WatchEvent | Observation | TimerTick
 
 
+def is_backstop(message: BusInput) -> bool:
+    """Whether ``message`` is a backstop tick (:data:`BACKSTOP`)."""
+    return isinstance(message, TimerTick) and message.reason == BACKSTOP
+
+
 class _Command(msgspec.Struct, tag_field="type", frozen=True, kw_only=True):
     id: str = ""
 

@@ -46,7 +46,9 @@ REPLAY_QUEUE: Final = "raybus-replay"
 DEFAULT_PARTITIONS: Final = 16
 
 EVENTS_WILDCARD: Final = f"{PREFIX}.events.*.*.*"
-TIMERS_WILDCARD: Final = f"{PREFIX}.timers.*.*.*"
+TIMERS_PREFIX: Final = f"{PREFIX}.timers."
+"""Where the keys' schedules live (``timer_subject``): no input is stored under it."""
+TIMERS_WILDCARD: Final = f"{TIMERS_PREFIX}*.*.*"
 COMMANDS_WILDCARD: Final = f"{PREFIX}.cmd.*.*.*"
 STORED_COMMANDS_WILDCARD: Final = f"{PREFIX}.cmdpart.*.*.*.*"
 """Every command batch as the commands stream stores it (in whichever partition)."""
@@ -61,7 +63,7 @@ def events_subject(key: ReconcileKey) -> str:
 
 def timer_subject(key: ReconcileKey) -> str:
     """The rollup schedule subject of ``key``'s single pending timer."""
-    return f"{PREFIX}.timers.{key.token()}"
+    return f"{TIMERS_PREFIX}{key.token()}"
 
 
 def command_subject(key: ReconcileKey) -> str:

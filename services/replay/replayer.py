@@ -37,7 +37,7 @@ import msgspec
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import BACKSTOP, Command, CommandBatch, TimerTick
+from schema.messages import Command, CommandBatch, is_backstop
 from schema.times import format_time_ms
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.decide import LOGIC_VERSION, decide
@@ -150,12 +150,6 @@ class StepFilter(msgspec.Struct, frozen=True, kw_only=True):
         if self.since is not None and issued_at < self.since:
             return False
         return not (self.until is not None and issued_at > self.until)
-
-
-def _answered_from_memory(recorded: RecordedInput) -> bool:
-    """A backstop tick is reconciled only by a worker that lost what it stands behind: no decision names
-    the others, and they are no gap in the history."""
-    return isinstance(recorded.message, TimerTick) and recorded.message.reason == BACKSTOP
 
 
 def _divergence(key: ReconcileKey, step: ReplayStep) -> ReplayDivergence:
@@ -300,7 +294,9 @@ class Replayer:
             divergences=tuple(divergences),
             window=history.window,
             complete_from=timeline.complete_from,
-            unconsumed=tuple(r for r in history.inputs if r.seq not in consumed and not _answered_from_memory(r)),
+            # A backstop tick is reconciled only by a worker that lost what it stands behind: no decision
+            # names the others, and they are no gap in the history.
+            unconsumed=tuple(r for r in history.inputs if r.seq not in consumed and not is_backstop(r.message)),
             incarnations=incarnations(history),
             inputs_total=len(history.inputs),
         )

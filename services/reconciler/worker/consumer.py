@@ -36,7 +36,7 @@ from schema.codec import decode_input
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import BACKSTOP, BusInput, TimerTick
+from schema.messages import BusInput, TimerTick, is_backstop
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
@@ -280,17 +280,9 @@ class PartitionConsumer:
                 await self._fail(key, items, exc)
 
     async def _reconcile_key(self, key: ReconcileKey, items: list[_Item]) -> None:
-        inputs = [item.message for item in items]
-        if self._backstops_of_held(key, inputs):
-            try:
-                await self._on_the_bus(key, lambda: self._rearm_backstop(key))
-            except Exception as exc:
-                await self._fail(key, items, exc)
-                return
-            for item in items:
-                await settle(item.msg.ack())
-            _backstops_answered.add(1, {"raybus.kind": key.kind})
+        if await self._answered_from_memory(key, items):
             return
+        inputs = [item.message for item in items]
         now = decision_time(inputs)
         started = time.perf_counter()
         parent = extract_context(items[0].msg.headers)
@@ -382,19 +374,25 @@ class PartitionConsumer:
         wake_at = self._inflight.held_wake(key)
         await self._timers.backstop(key, max(backstop, wake_at) if wake_at is not None else backstop)
 
-    def _backstops_of_held(self, key: ReconcileKey, inputs: list[BusInput]) -> bool:
-        """Whether ``inputs`` are only backstop ticks of a key whose look or wake-up this memory still holds.
+    async def _answered_from_memory(self, key: ReconcileKey, items: list[_Item]) -> bool:
+        """When ``items`` are only backstop ticks of a key whose look or wake-up this memory still holds,
+        ack them and arm the backstop again instead of reconciling; returns whether it did.
 
         Such a tick brings nothing: the memory schedules the key's tick itself once its commands have
         landed or expired, and a reconcile now would decide what is in flight again (under a long applier
         queue, every ``max_age`` for every key that waits)."""
-        return self._inflight.holds(key) and all(
-            isinstance(message, TimerTick) and message.reason == BACKSTOP for message in inputs
-        )
-
-    async def _rearm_backstop(self, key: ReconcileKey) -> None:
+        if not self._inflight.holds(key) or not all(is_backstop(item.message) for item in items):
+            return False
         self._timers.forget(key)  # the tick has fired
-        await self._arm_backstop(key)
+        try:
+            await self._on_the_bus(key, lambda: self._arm_backstop(key))
+        except Exception as exc:
+            await self._fail(key, items, exc)
+            return True
+        for item in items:
+            await settle(item.msg.ack())
+        _backstops_answered.add(1, {"raybus.kind": key.kind})
+        return True
 
     async def _on_the_bus(self, key: ReconcileKey, step: Callable[[], Awaitable[T]]) -> T:
         """Run ``step`` until the bus lets it through. A bus that does not answer is no failure of the

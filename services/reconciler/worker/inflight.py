@@ -235,11 +235,11 @@ class InFlight:
     def _current(self, key: ReconcileKey, applied_floor: int) -> dict[str, _Sent]:
         """What :meth:`_live` would return, without the walk while nothing of the key can have changed."""
         now = self._clock()
-        self._note_floor(applied_floor, now)
         settled = self._settled.get(key)
-        if settled is not None and applied_floor < settled[0] and now < settled[1]:
-            return self._sent.get(key, {})
-        return self._live(key, applied_floor)
+        if settled is None or applied_floor >= settled[0] or now >= settled[1]:
+            return self._live(key, applied_floor)
+        self._note_floor(applied_floor, now)
+        return self._sent.get(key, {})
 
     def _note_floor(self, applied_floor: int, now: float) -> None:
         if applied_floor > self._floor:

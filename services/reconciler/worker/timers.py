@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from schema import subjects
 from schema.codec import encode
 from schema.keys import ReconcileKey
-from schema.messages import BACKSTOP, TimerTick
+from schema.messages import BACKSTOP, TimerTick, is_backstop
 from schema.times import format_time
 from services.runtime.bus import publish
 from services.runtime.clock import Clock, utc_now
@@ -51,8 +51,8 @@ class TimerScheduler:
     def __init__(self, js: JetStreamContext, *, clock: Clock = utc_now) -> None:
         self._js = js
         self._clock = clock
-        self._pending: dict[ReconcileKey, tuple[datetime, str]] = {}
-        """Key → due time and reason of the tick this worker last scheduled for it."""
+        self._pending: dict[ReconcileKey, TimerTick] = {}
+        """Key → the tick this worker last scheduled for it."""
 
     async def schedule(
         self, key: ReconcileKey, due: datetime, reason: str = "", *, over_backstop: bool = False
@@ -61,9 +61,8 @@ class TimerScheduler:
         ``over_backstop`` (the memory a pending backstop stood behind holds nothing any more), a pending
         backstop is replaced even when it is earlier: its tick would only be a reconcile that decides
         nothing new."""
-        known, known_reason = self._pending.get(key, (None, ""))
-        if over_backstop and known_reason == BACKSTOP:
-            known = None
+        pending = self._pending.get(key)
+        known = None if pending is None or (over_backstop and is_backstop(pending)) else pending.due_at
         if known is not None and known <= due and known > self._clock() - FIRING_SLACK:
             # An earlier tick is pending (or just due and not delivered yet): a later schedule would
             # replace it, and that tick's reconcile decides the later wake-up again anyway.
@@ -82,14 +81,14 @@ class TimerScheduler:
                 "Nats-Schedule-Target": subjects.events_subject(key),
             },
         )
-        self._pending[key] = (due, reason)
+        self._pending[key] = tick
 
     async def backstop(self, key: ReconcileKey, due: datetime) -> bool:
         """Make the key's pending tick come at ``due``, earlier or later than a pending one, so that a
         wake-up held in a worker's memory still comes if the worker goes; returns whether a schedule was
         published (not when one is pending within ``BACKSTOP_TOLERANCE`` of ``due``)."""
-        known, _ = self._pending.get(key, (None, ""))
-        if known is not None and abs(known - due) <= BACKSTOP_TOLERANCE:
+        pending = self._pending.get(key)
+        if pending is not None and abs(pending.due_at - due) <= BACKSTOP_TOLERANCE:
             return False
         await self._publish(key, due, BACKSTOP)
         return True
@@ -103,8 +102,8 @@ class TimerScheduler:
         on a subject no consumer reads. A tick this worker does not know of (scheduled before a restart
         or by a former owner of the partition) still fires: a no-op reconcile.
         """
-        known, _ = self._pending.pop(key, (None, ""))
-        if known is None or known <= self._clock():
+        pending = self._pending.pop(key, None)
+        if pending is None or pending.due_at <= self._clock():
             return False
         await publish(self._js, subjects.timer_subject(key), b"", headers={"Nats-Rollup": "sub"})
         return True
