@@ -2,7 +2,9 @@
 runs, the Serve proxy, each on a port of its own as on a real head.
 
 Ports are chosen by the OS (port 0) so any number of simulated clusters coexist; the URLs are known once
-:meth:`DashboardServer.start` returns (the Serve proxy's once Serve started). Stopping closes the listeners
+:meth:`DashboardServer.start` returns (the Serve proxy's once Serve started). The agent's port opens when
+its URL is first asked for: nothing of raybus talks to the agent, and a listener per head that nobody uses
+would put thousands of simulated clusters past the process's open-files limit. Stopping closes the listeners
 and every open connection, which is what a client of a Ray head that died would see; a Serve shutdown
 closes the Serve port, so its health check is refused as on a real head.
 """
@@ -10,15 +12,24 @@ closes the Serve port, so its health check is refused as on a real head.
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 
 from aiohttp import web
 
 from kubesim.dashboard.app import DashboardState, Role, build_app
 from schema.ray import conventions
 
+logger = logging.getLogger(__name__)
+
 
 class _Site:
-    """One app on one loopback port."""
+    """One app on one loopback port.
+
+    A site opens either at once (:meth:`start`) or on first use (:meth:`reserve`): the port is bound and
+    listening before the method returns, so its URL can be handed out synchronously, and the server starts
+    accepting in a task of its own; a client that connects meanwhile waits in the listen backlog.
+    """
 
     def __init__(self, state: DashboardState, role: Role, host: str) -> None:
         self._state = state
@@ -26,29 +37,71 @@ class _Site:
         self._host = host
         self._runner: web.AppRunner | None = None
         self._lock = asyncio.Lock()
+        self._reserved: socket.socket | None = None
+        """A bound, listening socket no server accepts on yet."""
+        self._opening: asyncio.Task[None] | None = None
         self.url: str | None = None
 
     async def start(self) -> str:
         async with self._lock:
-            return await self._start()
+            if self.url is None:
+                self._reserve_socket()
+            reserved = self._reserved
+            if reserved is not None:
+                await self._serve_on(reserved)
+            assert self.url is not None
+            return self.url
 
-    async def _start(self) -> str:
-        if self._runner is None or self.url is None:
-            # A short shutdown timeout: a dying head drops its connections instead of draining them.
-            runner = web.AppRunner(
-                build_app(self._state, self._role), access_log=None, handle_signals=False, shutdown_timeout=0.1
-            )
+    def reserve(self) -> str:
+        """The site's URL, listening from now on; the server behind it starts in the background."""
+        if self.url is not None:
+            return self.url
+        reserved = self._reserve_socket()
+        self._opening = asyncio.ensure_future(self._open(reserved))
+        return self._url_of(reserved)
+
+    def _reserve_socket(self) -> socket.socket:
+        sock = socket.create_server((self._host, 0))
+        sock.setblocking(False)
+        self._reserved = sock
+        self.url = self._url_of(sock)
+        return sock
+
+    def _url_of(self, sock: socket.socket) -> str:
+        return f"http://{self._host}:{sock.getsockname()[1]}"
+
+    async def _open(self, sock: socket.socket) -> None:
+        async with self._lock:
+            if self._reserved is not sock:  # stopped (and the socket closed) before it could open
+                return
+            try:
+                await self._serve_on(sock)
+            except Exception:
+                # Nobody awaits this task: close the port, so clients are refused rather than left waiting.
+                logger.exception("kubesim: the %s port of a simulated Ray head did not open", self._role)
+                self._reserved, self.url = None, None
+                sock.close()
+
+    async def _serve_on(self, sock: socket.socket) -> None:
+        # A short shutdown timeout: a dying head drops its connections instead of draining them.
+        runner = web.AppRunner(
+            build_app(self._state, self._role), access_log=None, handle_signals=False, shutdown_timeout=0.1
+        )
+        try:
             await runner.setup()
-            site = web.TCPSite(runner, self._host, 0)
-            await site.start()
-            self._runner = runner
-            self.url = f"http://{self._host}:{_bound_port(runner)}"
-        return self.url
+            await web.SockSite(runner, sock).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner, self._reserved = runner, None
 
     async def stop(self) -> None:
         async with self._lock:
             runner, self._runner = self._runner, None
+            reserved, self._reserved = self._reserved, None
             self.url = None
+            if reserved is not None:
+                reserved.close()
             if runner is not None:
                 await runner.cleanup()
 
@@ -87,7 +140,7 @@ class DashboardServer:
         if not self._running:
             return None
         if container_port == conventions.DEFAULT_DASHBOARD_AGENT_PORT:
-            return self._agent.url
+            return self._agent.reserve()
         if container_port == conventions.DEFAULT_SERVE_PORT:
             return self._serve.url
         return self._dashboard.url
@@ -113,7 +166,6 @@ class DashboardServer:
             generation = self._generation
             try:
                 await self._dashboard.start()
-                await self._agent.start()
                 self.state.on_serve_change = self._serve_changed
                 if self.state.serve.started:
                     await self._serve.start()
@@ -144,10 +196,3 @@ class DashboardServer:
         self.state.on_serve_change = None
         for site in (self._serve, self._agent, self._dashboard):
             await site.stop()
-
-
-def _bound_port(runner: web.AppRunner) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            return int(address[1])
-    raise RuntimeError("the dashboard server has no bound address")

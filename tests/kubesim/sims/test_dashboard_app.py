@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from kubesim.dashboard import REALISTIC_RAY, DashboardServer, ManualClock, build_app, new_state
 from kubesim.dashboard.app import DashboardState, Role
 from kubesim.dashboard.jobs import DELETED_ID_WINDOW
+from schema.ray import conventions
 
 
 @pytest.fixture
@@ -361,3 +362,36 @@ async def test_a_start_cut_short_leaves_no_listener(steps: int) -> None:
         await server.stop()  # a start that finished before the cut is stopped here
         assert not server.running
     assert _open_descriptors() <= before
+
+
+async def test_agent_port_opens_when_its_url_is_first_asked_for() -> None:
+    import aiohttp
+
+    server = DashboardServer(new_state())
+    url = await server.start()
+    try:
+        agent = server.url_for(conventions.DEFAULT_DASHBOARD_AGENT_PORT)
+        assert agent is not None and agent != url
+        assert server.url_for(conventions.DEFAULT_DASHBOARD_AGENT_PORT) == agent
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{agent}/api/local_raylet_healthz") as response,
+        ):
+            assert await response.text() == "success"
+    finally:
+        await server.stop()
+    assert server.url_for(conventions.DEFAULT_DASHBOARD_AGENT_PORT) is None
+
+
+async def test_a_head_stopped_before_its_agent_port_opened_leaves_nothing_listening() -> None:
+    import aiohttp
+
+    server = DashboardServer(new_state())
+    await server.start()
+    agent = server.url_for(conventions.DEFAULT_DASHBOARD_AGENT_PORT)
+    assert agent is not None
+    await server.stop()
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            async with session.get(f"{agent}/api/local_raylet_healthz"):
+                pass
