@@ -10,6 +10,8 @@ minus the earliest input's watch time), CPU seconds and peak RSS per process; an
 kubesim's raw Pod-create rate with the official client in the same run.
 
 Run: ``.venv/bin/python bench/pipeline_bench.py [--clusters 1000] [--workers 1 2] [--threads 4]``.
+With ``RAYBUS_BENCH_KEEP=1`` (here and in the benches built on this stack) the stack's working directory,
+with every process's log, is kept and named on stderr.
 """
 
 from __future__ import annotations
@@ -237,6 +239,22 @@ async def partitions_settled(nats_url: str, members: dict[subjects.LeaseGroup, l
         return True
     finally:
         await nc.close()
+
+
+KEEP_ENV = "RAYBUS_BENCH_KEEP"
+"""Set to keep a stack's working directory (the processes' logs) after the run."""
+
+
+@contextlib.contextmanager
+def stack_dir(prefix: str) -> Iterator[Path]:
+    """A fresh working directory for a stack: removed afterwards, unless ``RAYBUS_BENCH_KEEP`` is set."""
+    if os.environ.get(KEEP_ENV):
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        print(f"the stack's logs are kept in {path}", file=sys.stderr, flush=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
 
 
 @contextlib.contextmanager
@@ -472,8 +490,8 @@ def run_pipeline(
     layout: Layout | None = None,
 ) -> dict[str, Any]:
     with (
-        tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp,
-        stack(Path(tmp), reconcilers, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
+        stack_dir("pipeline-bench-") as tmp,
+        stack(tmp, reconcilers, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
         profiling(s.procs, profile),
     ):
         r = burst(s, kubeconfig, clusters, threads, timeout)
@@ -484,8 +502,8 @@ def run_pipeline(
 def run_peer(clusters: int, threads: int, timeout: float, python: Path, profile: Path | None = None) -> dict[str, Any]:
     """The same burst against the Kopf peer operator."""
     with (
-        tempfile.TemporaryDirectory(prefix="peer-bench-") as tmp,
-        peer_stack(Path(tmp), python) as (s, kubeconfig),
+        stack_dir("peer-bench-") as tmp,
+        peer_stack(tmp, python) as (s, kubeconfig),
         profiling(s.procs, profile),
     ):
         return burst(s, kubeconfig, clusters, threads, timeout)

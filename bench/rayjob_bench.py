@@ -23,21 +23,19 @@ import asyncio
 import contextlib
 import os
 import platform
-import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import nats
 from follow import Follow
 from kubernetes import client, config
-from pipeline_bench import Layout, print_flow, process_figures, progress, stack, stream_figures
+from pipeline_bench import Layout, print_flow, process_figures, progress, stack, stack_dir, stream_figures
 
 from schema import subjects
 from schema.codec import decode_input
@@ -160,8 +158,8 @@ def run(
     watcher_args = ["--use-kubernetes-proxy", *(["--qps", str(qps)] if qps is not None else [])]
     with (
         fresh_database() as (db_url, database),
-        tempfile.TemporaryDirectory(prefix="rayjob-bench-") as tmp,
-        stack(Path(tmp), reconcilers, db_url=db_url, watcher_args=watcher_args, layout=layout) as (s, nats_url, kube),
+        stack_dir("rayjob-bench-") as tmp,
+        stack(tmp, reconcilers, db_url=db_url, watcher_args=watcher_args, layout=layout) as (s, nats_url, kube),
     ):
         api = config.new_client_from_config(str(kube))  # type: ignore[no-untyped-call]
         api.configuration.connection_pool_maxsize = threads + 2

@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -41,7 +40,7 @@ import msgspec
 import nats
 import rayjob_bench
 from kubernetes import client, config
-from pipeline_bench import Layout, pod_create_ceiling, print_flow, run_pipeline, stack, stream_figures
+from pipeline_bench import Layout, pod_create_ceiling, print_flow, run_pipeline, stack, stack_dir, stream_figures
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -85,8 +84,8 @@ def ready_workers(custom: client.CustomObjectsApi, name: str) -> int:
 def run_scale(workers: int, timeout: float, qps: float, layout: Layout) -> dict[str, Any]:
     """(a): one cluster, 1 → ``workers`` workers."""
     with (
-        tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp,
-        stack(Path(tmp), 1, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
+        stack_dir("scale-bench-") as tmp,
+        stack(tmp, 1, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
     ):
         api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         api = client.ApiClient(api.configuration)
