@@ -6,8 +6,11 @@ failures into :class:`calls.ApiError` (with the parsed ``Status``; connection pr
 opens streaming watch responses, lists served resources (discovery) and hands the API server's
 credentials to the dashboard client for the service proxy.
 
-Invariants: requests are synchronous (the official client is); async callers go through
-:meth:`KubeApi.arequest`, which runs them on a bounded thread pool. Bodies are encoded and decoded with msgspec.
+Invariants: the blocking calls (:meth:`KubeApi.request`, the informers' lists and watches, each on a thread
+of its own) go on the official client's urllib3 pool; async callers (:meth:`KubeApi.arequest`: the applier,
+the prober, the election) send on an aiohttp session with the same URL, auth headers and TLS settings,
+so no request waits for a thread and hands its answer back across threads. Bodies are encoded and decoded
+with msgspec.
 Credentials are never logged: errors carry the path, never headers.
 
 Not here: what to request (``calls``, ``informer``) or any retry (callers decide with
@@ -16,16 +19,16 @@ Not here: what to request (``calls``, ``informer``) or any retry (callers decide
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+import aiohttp
 import msgspec
 import urllib3
+import yarl
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
@@ -96,25 +99,37 @@ def _error_from_body(status: int, reason: str, data: bytes, headers: Any) -> Api
 class KubeApi:
     """Raw access to the API server with the official client's auth and TLS."""
 
-    def __init__(self, configuration: k8s_client.Configuration, *, threads: int = 16, watches: int = 32) -> None:
-        # One pooled connection per request thread plus one per long-lived watch; urllib3 would
-        # otherwise open and discard extra connections ("Connection pool is full").
-        wanted = threads + watches + 4
+    def __init__(self, configuration: k8s_client.Configuration, *, concurrency: int = 16, watches: int = 32) -> None:
+        # The blocking side (informers' lists and watches, each on a thread of its own) keeps one pooled
+        # connection per watch and a few for lists; urllib3 would otherwise open and discard extra
+        # connections ("Connection pool is full").
+        wanted = watches + 4
         if (configuration.connection_pool_maxsize or 0) < wanted:
             configuration.connection_pool_maxsize = wanted
         self.configuration = configuration
         self._client = k8s_client.ApiClient(configuration)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="kubeapi")
+        self._concurrency = max(1, concurrency)
+        self._session: aiohttp.ClientSession | None = None
+        """The async side's session, opened on first use in the caller's event loop."""
 
     @property
     def host(self) -> str:
         """The API server's base URL."""
         return str(self.configuration.host).rstrip("/")
 
-    def close(self) -> None:
-        """Release connections and threads."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    async def close(self) -> None:
+        """Release connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
         cast(Callable[[], None], self._client.close)()
+
+    def _session_for_use(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            context = self.ssl_context()
+            connector = aiohttp.TCPConnector(limit=self._concurrency, ssl=context if context is not None else True)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
 
     def _serialize(
         self,
@@ -195,17 +210,34 @@ class KubeApi:
         content_type: str = JSON,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> Response:
-        """:meth:`request` on the thread pool."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._pool,
-            lambda: self.request(method, path, query=query, body=body, content_type=content_type, timeout=timeout),
-        )
+        """:meth:`request` without blocking: on the event loop, at most ``concurrency`` at once.
+
+        Raises:
+            ApiError: a non-2xx answer (with the parsed Status) or no answer (status 0).
+        """
+        method, url, headers, data = self._serialize(method, path, query, body, content_type)
+        try:
+            async with self._session_for_use().request(
+                method,
+                yarl.URL(url, encoded=True),  # encoded by the official client already
+                data=data,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as raw:
+                payload = await raw.read()
+        except TimeoutError as exc:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: no answer within {timeout:g}s") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
+        if not 200 <= raw.status <= 299:
+            raise _error_from_body(raw.status, str(raw.reason or ""), payload, raw.headers)
+        return Response(status=raw.status, data=payload)
 
     async def aexecute(self, call: ApiCall, *, timeout: float = DEFAULT_TIMEOUT) -> Response:
-        """:meth:`execute` on the thread pool."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: self.execute(call, timeout=timeout))
+        """:meth:`execute` without blocking (:meth:`arequest`)."""
+        return await self.arequest(
+            call.method, call.path, query=call.query, body=call.body, content_type=call.content_type, timeout=timeout
+        )
 
     def open_stream(
         self, path: str, *, query: Sequence[tuple[str, str]], connect_timeout: float, read_timeout: float

@@ -69,10 +69,10 @@ DISCOVERY_TIMEOUT: Final = 120.0
 """Seconds the watcher waits at start for the API server and the ray.io CRDs before giving up."""
 STOP_TIMEOUT: Final = 5.0
 """Seconds a part gets to stop once cancelled (nats-py can swallow a cancellation)."""
-API_THREADS: Final = 8
-"""Requests to the API server in flight at once, whatever the applier's concurrency: the official client is
-synchronous, so each request holds a thread, and threads beyond what the API server answers at once only
-contend for the GIL with the event loop (1000 clusters: 36 threads cost more CPU than 8 and were slower)."""
+API_CONCURRENCY: Final = 8
+"""Requests to the API server in flight at once, whatever the applier's concurrency: more than the API server
+answers at once only wait there (1000 clusters, when each request held a thread: 36 cost more CPU than 8
+and were slower)."""
 
 
 class Watcher:
@@ -149,7 +149,7 @@ class Watcher:
         settings = self.settings
         if self._api is None:
             configuration = await asyncio.to_thread(load_configuration, settings.kube.kubeconfig)
-            self._api = KubeApi(configuration, threads=min(settings.kube.applier_concurrency, API_THREADS) + 4)
+            self._api = KubeApi(configuration, concurrency=min(settings.kube.applier_concurrency, API_CONCURRENCY) + 4)
         self._nc = await connect(settings.nats, name="raybus-watcher")
         if settings.nats.ensure_topology:
             self.buckets = await ensure_topology(self._nc, bus=settings.bus, partitions=settings.partitions)
@@ -348,7 +348,7 @@ class Watcher:
             with contextlib.suppress(Exception):
                 await self._nc.drain()
         if self._api is not None and self._own_api:
-            self._api.close()
+            await self._api.close()
 
 
 async def run_watcher(settings: RaybusSettings, stop: asyncio.Event, health: HealthServer) -> None:

@@ -39,14 +39,14 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
 
 @pytest_asyncio.fixture
 async def dashboard(head: Head) -> AsyncIterator[DashboardClient]:
-    api = KubeApi(load_configuration(str(head.kube.kubeconfig)), threads=2)
+    api = KubeApi(load_configuration(str(head.kube.kubeconfig)), concurrency=2)
     # A PUT timeout far below the first PUT's (Serve starts first), and a long confirm window.
     found = DashboardClient(api, use_proxy=True, serve_put_timeout=0.05, put_confirm_window=120)
     try:
         yield found
     finally:
         await found.close()
-        api.close()
+        await api.close()
 
 
 def _secret(kube: KubeSimHandle, name: str, token: str, *, create: bool) -> None:

@@ -81,11 +81,11 @@ async def kube(tmp_path: Path) -> AsyncIterator[KubeSimHandle]:
 
 @pytest.fixture
 async def kube_api(kube: KubeSimHandle) -> AsyncIterator[KubeApi]:
-    api = KubeApi(load_configuration(str(kube.kubeconfig)), threads=2)
+    api = KubeApi(load_configuration(str(kube.kubeconfig)), concurrency=2)
     try:
         yield api
     finally:
-        api.close()
+        await api.close()
 
 
 async def test_a_namespace_with_a_path_reaches_no_other_api_through_the_proxy(

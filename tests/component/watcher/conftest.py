@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -127,13 +127,13 @@ def kube(kubesim_server: KubeSimHandle) -> KubeSimHandle:  # noqa: F811
 
 
 @pytest.fixture
-def kube_api(kubesim_server: KubeSimHandle) -> Iterator[KubeApi]:  # noqa: F811
+async def kube_api(kubesim_server: KubeSimHandle) -> AsyncIterator[KubeApi]:  # noqa: F811
     """The watcher's own API adapter on kubesim."""
-    api = KubeApi(load_configuration(str(kubesim_server.kubeconfig)), threads=4)
+    api = KubeApi(load_configuration(str(kubesim_server.kubeconfig)), concurrency=4)
     try:
         yield api
     finally:
-        api.close()
+        await api.close()
 
 
 # --- object builders (shared with the unit tests' tables where it helps) --------------------------------

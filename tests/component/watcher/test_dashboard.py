@@ -62,12 +62,12 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]:
 
 
 @pytest.fixture
-def kube_api(kube: KubeSimHandle) -> Iterator[KubeApi]:
-    api = KubeApi(load_configuration(str(kube.kubeconfig)), threads=4)
+async def kube_api(kube: KubeSimHandle) -> AsyncIterator[KubeApi]:
+    api = KubeApi(load_configuration(str(kube.kubeconfig)), concurrency=4)
     try:
         yield api
     finally:
-        api.close()
+        await api.close()
 
 
 def _head_pod(cluster: str) -> dict[str, Any]:

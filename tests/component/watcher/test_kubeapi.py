@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import msgspec
 import pytest
+from kubernetes import client
 
 from services.watcher.calls import ApiError
 from services.watcher.kubeapi import KubeApi
@@ -37,3 +39,38 @@ def test_a_quiet_watch_outlives_its_connect_timeout(kube_api: KubeApi) -> None:
     finally:
         response.release_conn()
     assert time.monotonic() - started >= 1.5
+
+
+async def test_the_async_side_sends_the_same_request_and_reads_the_same_errors(kube_api: KubeApi) -> None:
+    path = "/api/v1/namespaces/default/configmaps"
+    body = {"metadata": {"name": "kubeapi-async", "labels": {"app": "a.b", "tier": "x"}}, "data": {"k": "v"}}
+    created = await kube_api.arequest("POST", path, body=body)
+    assert created.status == 201
+    with pytest.raises(ApiError) as refused:
+        await kube_api.arequest("POST", path, body=body)
+    assert refused.value.status == 409 and refused.value.reason == "AlreadyExists"
+    # A query the official client encodes (spaces, commas, equals signs) arrives as it was meant.
+    listed = await kube_api.arequest("GET", path, query=[("labelSelector", "app=a.b,tier in (x)")])
+    assert [item["metadata"]["name"] for item in msgspec.json.decode(listed.data)["items"]] == ["kubeapi-async"]
+    await kube_api.arequest("DELETE", f"{path}/kubeapi-async")
+
+
+async def test_no_answer_is_an_error_of_status_zero() -> None:
+    quiet = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers
+    closed = socket.create_server(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    try:
+        for port, timeout, expected in ((quiet.getsockname()[1], 0.3, "no answer within 0.3s"), (closed_port, 5, "")):
+            configuration = client.Configuration()
+            configuration.host = f"http://127.0.0.1:{port}"
+            api = KubeApi(configuration, concurrency=1)
+            try:
+                with pytest.raises(ApiError) as failed:
+                    await api.arequest("GET", "/api/v1/namespaces", timeout=timeout)
+            finally:
+                await api.close()
+            assert failed.value.status == 0 and failed.value.reason == "ConnectionError"
+            assert "GET /api/v1/namespaces" in str(failed.value) and expected in str(failed.value)
+    finally:
+        quiet.close()
