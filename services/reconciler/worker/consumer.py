@@ -223,8 +223,8 @@ class PartitionConsumer:
     async def _tend_memory(self) -> None:
         """Forget commands no longer in flight; look again at keys that were waiting for that.
 
-        At most every ``TEND_INTERVAL`` seconds: it walks every key in memory, and the applied floor it
-        compares with is itself refreshed only that often."""
+        At most every ``TEND_INTERVAL`` seconds: the applied floor it compares with is a request to the bus,
+        refreshed only that often."""
         if time.monotonic() - self._tended_at < TEND_INTERVAL:
             return
         self._tended_at = time.monotonic()

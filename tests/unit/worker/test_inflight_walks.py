@@ -1,6 +1,7 @@
-"""The in-flight memory skips the walk of a key while nothing of it can have changed: that must never change
-what it answers. Random sequences of decisions, publishes, applies, sightings and clock steps are run against
-the memory and against one that walks every key every time, and every answer is compared."""
+"""The in-flight memory skips the walk of a key while nothing of it can have changed, and asks only about the
+keys whose bounds were reached: that must never change what it answers. Random sequences of decisions,
+publishes, applies, sightings and clock steps are run against the memory and against one that walks every
+key every time, and every answer, and what each keeps, is compared."""
 
 from __future__ import annotations
 
@@ -24,10 +25,27 @@ PODS = [ObjectRef(api_version="v1", kind="Pod", namespace="ns", name=f"p{i}") fo
 
 
 class Walking(InFlight):
-    """The reference: every question walks the key's commands."""
+    """The reference: every question walks the key's commands, and due and prune ask about every key."""
 
     def _current(self, key: ReconcileKey, applied_floor: int) -> dict[str, Any]:
         return self._live(key, applied_floor)
+
+    def due(self, applied_floor: int) -> dict[ReconcileKey, datetime | None]:
+        due: dict[ReconcileKey, datetime | None] = {}
+        for key, look in list(self._looks.items()):
+            if look.isdisjoint(self._current(key, applied_floor)):
+                del self._looks[key]
+                due[key] = None
+        for key, wake_at in list(self._wakes.items()):
+            if not self._current(key, applied_floor):
+                del self._wakes[key]
+                due.setdefault(key, wake_at)
+        return due
+
+    def prune(self, applied_floor: int) -> None:
+        for key in list(self._sent):
+            if not self._current(key, applied_floor):
+                del self._sent[key]
 
 
 @dataclass(frozen=True)
@@ -111,4 +129,5 @@ def test_skipping_the_walk_answers_as_walking_does(program: list[Decided | Appli
             assert memories[0].due(floor) == memories[1].due(floor)
             for m in memories:
                 m.prune(floor)
+            assert memories[0]._sent.keys() == memories[1]._sent.keys()
         assert [memories[0].holds(key) for key in KEYS] == [memories[1].holds(key) for key in KEYS]
