@@ -13,10 +13,10 @@ renew_interval``, before the KV entry can expire and another member claim it, so
 never process one key at once.
 
 Renewals and heartbeats run on a thread of their own, with their own event loop and NATS connection
-(``Membership.connect``), so a process whose event loop is busy with work (or throttled by a tight CPU
-quota) still renews in time: on a shared loop a renewal waited behind every reconcile and apply ready
-to run, and under a 10 %-of-a-core quota leases lapsed again and again and their partitions moved for
-nothing. Claims, releases and the start and stop of partitions stay on the caller's loop; the two sides
+(``Membership.connect``, ``ownloop.py``), so a process whose event loop is busy with work (or throttled by
+a tight CPU quota) still renews in time: on a shared loop a renewal waited behind every reconcile and
+apply ready to run, and under a 10 %-of-a-core quota leases lapsed again and again and their partitions
+moved for nothing. Claims, releases and the start and stop of partitions stay on the caller's loop; the two sides
 share the lease state under one lock that is never held across an ``await``.
 
 Rejected: a single coordinator assigning partitions (a SPOF and a second protocol); JetStream
@@ -46,6 +46,7 @@ from services.runtime.assignment import partitions_of
 from services.runtime.bus import bus_unavailable
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import read_latest
+from services.runtime.ownloop import OwnLoop
 from services.runtime.settings import PartitionSettings
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class PartitionLeases:
         """Partitions being drained for release: their leases are kept, no longer counted valid."""
         self._lost: set[int] = set()
         """Partitions whose lease the renewal found expired or taken; stopped by the next round."""
-        self._renewer: _Renewer | None = None
+        self._renewer: OwnLoop[None] | None = None
         self.members: frozenset[str] = frozenset()
 
     @property
@@ -121,9 +122,7 @@ class PartitionLeases:
     async def run(self, stop: asyncio.Event) -> None:
         """Keep leases in step with membership until ``stop``; then release everything."""
         if self._connect is not None:
-            self._renewer = _Renewer(
-                self.renew, self._connect, name=f"{self._group}-leases", interval=self._settings.renew_interval
-            )
+            self._renewer = OwnLoop(self._keep_renewed, name=f"{self._group}-leases")
         try:
             while not stop.is_set():
                 try:
@@ -163,6 +162,25 @@ class PartitionLeases:
             held = {p: r for p, r in self._revisions.items() if p not in skipped}
         await asyncio.gather(*(self._renew(kv, p, r) for p, r in sorted(held.items())))
         await kv.put(subjects.heartbeat_key(self._group, self._me), self._me.encode())
+
+    async def _keep_renewed(self, stop: asyncio.Event) -> None:
+        """The renewal thread's body: renew every ``renew_interval`` on a NATS connection of its own."""
+        assert self._connect is not None
+        nc = await self._connect()
+        try:
+            kv = await nc.jetstream().key_value(subjects.LEASES_BUCKET)
+            while not stop.is_set():
+                try:
+                    await self.renew(kv)
+                except Exception as exc:
+                    if not bus_unavailable(exc) and not isinstance(exc, RetryableError):
+                        raise
+                    log.warning("%s: renewing failed (%s); retrying", self._group, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._settings.renew_interval)
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.close()
 
     async def release_all(self) -> None:
         """Drain and release every held partition, then stop renewing and heartbeating (shutdown)."""
@@ -282,73 +300,3 @@ class PartitionLeases:
         """Until when a lease written by a request sent at ``sent`` may be used: the server's TTL runs from
         its write, which is after the send, never from when this process saw the answer."""
         return sent + self._settings.lease_ttl - self._settings.renew_interval
-
-
-class _Renewer:
-    """The thread that calls ``renew`` every ``interval`` seconds, on an event loop and a NATS connection of
-    its own. It ends when asked (:meth:`request_stop`, also from a task being cancelled) or, should its
-    owner never ask, once the owner's event loop is closed: a thread that outlived its owner would renew
-    leases nobody uses, and no other member could take their partitions."""
-
-    def __init__(
-        self, renew: Callable[[KeyValue], Awaitable[None]], connect: Connect, *, name: str, interval: float
-    ) -> None:
-        self._renew = renew
-        self._connect = connect
-        self._name = name
-        self._interval = interval
-        self._owner = asyncio.get_running_loop()
-        self._lock = threading.Lock()
-        """Guards the three fields below between the owner and the thread."""
-        self._halted = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    @property
-    def alive(self) -> bool:
-        """The thread still runs."""
-        return self._thread.is_alive()
-
-    def request_stop(self) -> None:
-        """Tell the thread to end; returns at once (no await, so a cancellation cannot skip it)."""
-        with self._lock:
-            self._halted = True
-            loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None:
-            with contextlib.suppress(RuntimeError):  # the thread's loop has ended already
-                loop.call_soon_threadsafe(stop.set)
-
-    async def close(self) -> None:
-        """Stop renewing and wait for the thread (its connection closed)."""
-        self.request_stop()
-        await asyncio.to_thread(self._thread.join)
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._keep())
-        except Exception:
-            log.exception("%s: the renewal thread failed", self._name)
-
-    async def _keep(self) -> None:
-        stop = asyncio.Event()
-        with self._lock:
-            self._loop, self._stop = asyncio.get_running_loop(), stop
-            if self._halted:
-                stop.set()
-        nc = await self._connect()
-        try:
-            kv = await nc.jetstream().key_value(subjects.LEASES_BUCKET)
-            while not stop.is_set() and not self._owner.is_closed():
-                try:
-                    await self._renew(kv)
-                except Exception as exc:
-                    if not bus_unavailable(exc) and not isinstance(exc, RetryableError):
-                        raise
-                    log.warning("%s: renewing failed (%s); retrying", self._name, exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._interval)
-        finally:
-            with contextlib.suppress(Exception):
-                await nc.close()

@@ -15,7 +15,8 @@ Rules (client-go's ``tryAcquireOrRenew``), one attempt = GET, then a write:
   and sets ``acquireTime``;
 - every write is a PUT of the object read, with its ``metadata.resourceVersion``: a 409 Conflict means
   another candidate wrote in between, and the attempt failed;
-- the leader renews every retry period; leadership is lost (``lost`` is set) when the Lease names another
+- the leader renews every retry period, from a thread with its own event loop and API connection, so a
+  busy watch process still renews in time; leadership is lost (``lost`` is set) when the Lease names another
   holder, or when no renewal succeeded within the renew deadline of the last one (counted from when that
   request was sent, so it ends before the others may take the Lease), and the caller stops the watch
   work at once;
@@ -44,6 +45,7 @@ import msgspec
 from schema.times import format_time_exact
 from services.runtime.backoff import interruptible
 from services.runtime.clock import Clock, utc_now
+from services.runtime.ownloop import OwnLoop
 from services.watcher.calls import ApiError, object_path
 from services.watcher.kubeapi import KubeApi
 from services.watcher.resources import LEASE
@@ -91,7 +93,8 @@ class LeaseElection:
     """One candidate for a Lease.
 
     ``lost`` is set when leadership is lost while running (cleared by the next :meth:`acquire`).
-    Not thread-safe: one task drives acquire, run and release in turn.
+    One task drives acquire, run and release in turn; while it runs, only the renewal thread writes the
+    candidate's state (the caller's loop reads it for readiness).
     """
 
     def __init__(
@@ -169,6 +172,9 @@ class LeaseElection:
     async def run(self, stop: asyncio.Event) -> bool:
         """Renew the Lease every retry period until ``stop`` is set (True) or leadership is lost (False).
 
+        The renewals run on a thread of their own, with their own event loop and API connection
+        (``services.runtime.ownloop``): a watch process busy for seconds (listing and projecting 10,000
+        objects after a restart) must not let its Lease lapse for want of a turn on its own loop.
         On loss ``lost`` is set and :attr:`is_leader` is False: the caller must stop the watch work at once.
         It does not release the Lease on a stop: the caller stops its work first, then calls :meth:`release`.
 
@@ -177,19 +183,38 @@ class LeaseElection:
         """
         if not self._leading:
             raise RuntimeError("run() needs the Lease: acquire() it first")
+        renewing = OwnLoop(self._renew_until, name="watch-lease")
+        stopped = asyncio.ensure_future(stop.wait())
+        ended = asyncio.ensure_future(renewing.result())
+        try:
+            await asyncio.wait({stopped, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            await renewing.close()  # asks the thread to stop before it awaits, also when cancelled
+        held = await renewing.result()
+        if not held:
+            self.lost.set()
+        return held
+
+    async def _renew_until(self, stop: asyncio.Event) -> bool:
+        """The renewal thread's body: True once ``stop`` is set, False when leadership is lost."""
+        api = KubeApi(self._api.configuration, concurrency=1, watches=0)
         sleep = interruptible(stop)
-        while True:
-            await sleep(self._timings.retry_period)
-            if stop.is_set():
-                return True
-            remaining = self._renewed_at + self._timings.renew_deadline - time.monotonic()
-            if remaining > 0 and await self._try(remaining):
-                continue
-            holder = self.holder
-            if holder is not None and holder != self._identity:
-                return self._lose(f"it is held by {holder}")
-            if time.monotonic() >= self._renewed_at + self._timings.renew_deadline:
-                return self._lose(f"no renewal within {self._timings.renew_deadline:g}s: {self._last_error}")
+        try:
+            while True:
+                await sleep(self._timings.retry_period)
+                if stop.is_set():
+                    return True
+                remaining = self._renewed_at + self._timings.renew_deadline - time.monotonic()
+                if remaining > 0 and await self._try(remaining, api):
+                    continue
+                holder = self.holder
+                if holder is not None and holder != self._identity:
+                    return self._lose(f"it is held by {holder}")
+                if time.monotonic() >= self._renewed_at + self._timings.renew_deadline:
+                    return self._lose(f"no renewal within {self._timings.renew_deadline:g}s: {self._last_error}")
+        finally:
+            await api.close()
 
     async def release(self) -> bool:
         """Give the Lease up: the holder cleared, so a standby takes it at its next try (client-go's
@@ -210,7 +235,7 @@ class LeaseElection:
         timeout = self._timings.renew_deadline
         try:
             async with asyncio.timeout(timeout):  # a stop has a budget: bounded like a renewal
-                self._object = await self._put(spec, timeout)
+                self._object = await self._put(self._api, spec, timeout)
         except (ApiError, TimeoutError) as exc:
             log.warning("could not release the Lease %s/%s: %s", self._namespace, self._name, str(exc) or "no answer")
             return False
@@ -220,17 +245,19 @@ class LeaseElection:
 
     # --- one attempt ------------------------------------------------------------------------------------
 
-    async def _try(self, timeout: float) -> bool:
-        """One acquire-or-renew attempt; True when this candidate holds the Lease after it."""
+    async def _try(self, timeout: float, api: KubeApi | None = None) -> bool:
+        """One acquire-or-renew attempt (through ``api``, by default the candidate's own); True when this
+        candidate holds the Lease after it."""
+        api = api or self._api
         sent = time.monotonic()
         now = format_time_exact(self._clock())
         try:
             # The whole attempt is bounded: the official client's timeout is per socket operation, and a
             # leader must learn that it could not renew before the others may take the Lease.
             async with asyncio.timeout(timeout):
-                current = await self._get(timeout)
+                current = await self._get(api, timeout)
                 if current is None:
-                    self._object = await self._create(now, timeout)
+                    self._object = await self._create(api, now, timeout)
                     return self._won(sent)
                 self._observe(current)
                 holder = self.holder
@@ -238,7 +265,7 @@ class LeaseElection:
                     self._leading = False
                     self._last_error = ""
                     return False
-                self._object = await self._put(self._next_spec(holder, now), timeout)
+                self._object = await self._put(api, self._next_spec(holder, now), timeout)
                 return self._won(sent)
         except ApiError as exc:  # a 409: another candidate created or wrote it in between (read next time)
             self._note_error(exc)
@@ -255,7 +282,6 @@ class LeaseElection:
 
     def _lose(self, why: str) -> bool:
         self._leading = False
-        self.lost.set()
         log.warning("lost the Lease %s/%s: %s", self._namespace, self._name, why)
         return False
 
@@ -303,16 +329,16 @@ class LeaseElection:
 
     # --- requests ---------------------------------------------------------------------------------------
 
-    async def _get(self, timeout: float) -> dict[str, Any] | None:
+    async def _get(self, api: KubeApi, timeout: float) -> dict[str, Any] | None:
         try:
-            response = await self._api.arequest("GET", self._path, timeout=timeout)
+            response = await api.arequest("GET", self._path, timeout=timeout)
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
         return _decoder.decode(response.data)
 
-    async def _create(self, now: str, timeout: float) -> dict[str, Any]:
+    async def _create(self, api: KubeApi, now: str, timeout: float) -> dict[str, Any]:
         body = {
             "apiVersion": LEASE.api_version,
             "kind": LEASE.kind,
@@ -325,12 +351,12 @@ class LeaseElection:
                 "leaseTransitions": 0,
             },
         }
-        response = await self._api.arequest("POST", LEASE.collection_path(self._namespace), body=body, timeout=timeout)
+        response = await api.arequest("POST", LEASE.collection_path(self._namespace), body=body, timeout=timeout)
         return _decoder.decode(response.data)
 
-    async def _put(self, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def _put(self, api: KubeApi, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Replace the Lease last read or written (its resourceVersion is the precondition)."""
         assert self._object is not None
         body = {**self._object, "spec": spec}
-        response = await self._api.arequest("PUT", self._path, body=body, timeout=timeout)
+        response = await api.arequest("PUT", self._path, body=body, timeout=timeout)
         return _decoder.decode(response.data)

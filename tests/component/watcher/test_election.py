@@ -7,6 +7,7 @@ identity, never through expiry) or four seconds (the takeover of a leader that s
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -128,6 +129,25 @@ async def test_a_leader_that_stops_renewing_loses_the_lease_once_its_duration_pa
             await eventually(lambda: b.is_leader, message="b takes the expired Lease")
             spec = await in_thread(spec_of, kube_api, ns)
             assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+
+
+async def test_a_leader_whose_event_loop_is_busy_for_longer_than_the_renew_deadline_keeps_its_lease(
+    kube: KubeSimHandle, kube_api: KubeApi, kubesim_namespace: str
+) -> None:
+    """Renewals run on a thread of their own: a watch process whose loop is busy for seconds (a relist of
+    10,000 objects after a restart) does not lose its Lease for want of a turn on that loop."""
+    ns = kubesim_namespace
+    a = candidate(kube_api, ns, "a", SHORT)
+    async with campaigning(a) as (leading, _):
+        await eventually(lambda: a.is_leader, message="a leads")
+        before = parse_time((await in_thread(spec_of, kube_api, ns))["renewTime"])
+        busy_until = time.monotonic() + 2 * SHORT.renew_deadline
+        while time.monotonic() < busy_until:  # Python work holding the interpreter, no await
+            sum(range(1000))
+        await asyncio.sleep(0)
+        assert not leading.done() and a.is_leader and not a.lost.is_set()
+        spec = await in_thread(spec_of, kube_api, ns)
+        assert spec["holderIdentity"] == "a" and parse_time(spec["renewTime"]) > before
 
 
 async def test_a_leader_whose_lease_is_taken_over_notices_that_it_lost(
