@@ -188,10 +188,13 @@ class LeaseElection:
         ended = asyncio.ensure_future(renewing.result())
         try:
             await asyncio.wait({stopped, ended}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            ended.cancel()
+            raise
         finally:
             stopped.cancel()
             await renewing.close()  # asks the thread to stop before it awaits, also when cancelled
-        held = await renewing.result()
+        held = await ended
         if not held:
             self.lost.set()
         return held
