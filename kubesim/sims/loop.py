@@ -30,6 +30,14 @@ def safe_list(store: Store, gvr: GVR, namespace: str | None = None) -> list[dict
         return []
 
 
+def safe_get(store: Store, gvr: GVR, namespace: str | None, name: str) -> dict[str, Any] | None:
+    """``store.get``, or None also when the resource is not registered (absent CRD)."""
+    try:
+        return store.get(gvr, namespace, name)
+    except Exception:  # as in safe_list
+        return None
+
+
 async def consume(store: Store, handle: Callable[[StoreEvent], None], *, initial: Iterable[GVR]) -> None:
     """Feed ``handle`` the existing objects of ``initial`` (as ADDED), then every change, until cancelled."""
     events = store.subscribe()
