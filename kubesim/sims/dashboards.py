@@ -212,6 +212,8 @@ class RayDashboards:
 
     def adapt_request(self, base_url: str, method: str, path: str, body: bytes) -> bytes:
         """The body to forward to ``base_url``: real heads get their own Serve port in Serve config PUTs."""
+        if not self._options.real_ray:
+            return body  # no real head to adapt for: do not walk every head on every proxied request
         for head in self._heads.values():
             if head.real is not None and head.real.url == base_url:
                 return head.real.adapt_body(method, path, body)
