@@ -12,7 +12,6 @@ Not here: the ordering itself (``projection``), the list call (``kubeapi``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -85,7 +84,7 @@ def api_owner_reader(api: KubeApi) -> OwnerReader:
 
     async def read(resource: ResourceType, namespace: str, name: str) -> Current:
         path, query = owner_request(resource, namespace, name)
-        response = await asyncio.to_thread(api.request, "GET", path, query=query)
+        response = await api.arequest("GET", path, query=query)
         items, resource_version, _ = decode_page(resource, response.data)
         return Current(change=items[0] if items else None, resource_version=resource_version)
 
