@@ -4,7 +4,8 @@ A JetStream batched direct get (``multi_last``) returns the last message of ever
 filter and ends with an EOB status whose ``Nats-UpTo-Sequence`` is the stream sequence the read
 reflects. The server answers at most 1,024 keys that way; a larger prefix is read in pages instead.
 Used for snapshots (``snapshots.py``), worker membership and replay's KV seed (which also needs the
-delete markers and each entry's revision: :func:`read_entries`). (nats-py's ``kv.keys`` with filters
+delete markers and each entry's revision: :func:`read_entries`). :func:`read_changes` reads only what
+was written under a filter after a known revision, delete markers included. (nats-py's ``kv.keys`` with filters
 answers "no keys" on 2.16, and a KV watch per read costs a consumer creation.)
 """
 
@@ -80,17 +81,28 @@ async def read_entries(nc: Client, bucket: str, key_filter: str, *, timeout: flo
     raise RetryableError(f"KV read of {bucket}/{key_filter}: {status} {headers.get('Description', '')}")
 
 
-async def _read_paged(nc: Client, bucket: str, key_filter: str, *, timeout: float) -> KvEntries:
-    """The same read as pages of the bucket's stream in sequence order (the server answers a multi_last
-    with at most 1,024 keys; a RayCluster of 2,000 workers has more entries).
+async def read_changes(nc: Client, bucket: str, key_filter: str, *, after: int, timeout: float = 5.0) -> KvEntries:
+    """The last write of every key of ``bucket`` matching ``key_filter`` written after stream sequence
+    ``after``, delete markers included; the read reflects every write of the filter up to its revision
+    (``after`` if nothing newer was found).
+
+    Raises:
+        RetryableError: no answer within ``timeout`` or an error status.
+    """
+    return await _read_paged(nc, bucket, key_filter, timeout=timeout, after=after)
+
+
+async def _read_paged(nc: Client, bucket: str, key_filter: str, *, timeout: float, after: int = 0) -> KvEntries:
+    """The same read as pages of the bucket's stream in sequence order, from sequence ``after + 1`` (the
+    server answers a multi_last with at most 1,024 keys; a RayCluster of 2,000 workers has more entries).
 
     A bucket with history 1 holds one message per key, so reading the filter's messages upwards to the end
-    gives every key's latest value: a write made meanwhile has a higher sequence than anything already
-    passed, so it is read too. The read reflects the highest sequence it saw.
+    gives every key's latest value written after ``after``: a write made meanwhile has a higher sequence
+    than anything already passed, so it is read too. The read reflects the highest sequence it saw.
     """
     prefix = subjects.kv_subject(bucket)
     entries: dict[str, KvEntry] = {}
-    read_up_to = 0
+    read_up_to = after
     while True:
         request = {"seq": read_up_to + 1, "next_by_subj": prefix + key_filter, "batch": PAGE}
         status, headers = await _direct_get(nc, bucket, request, prefix, entries, timeout=timeout)

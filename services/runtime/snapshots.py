@@ -1,14 +1,33 @@
-"""Reading one reconcile key's snapshot from KV ``raybus-objects`` with a single request.
+"""Reading one reconcile key's snapshot from KV ``raybus-objects``.
 
 The read (``kvread.read_latest``) returns every entry under the key's prefix and the KV revision it
 reflects. Measured here: 0.2 ms for a small key, 10 ms for 200 entries of 2 KB. If a replica answers
 with a revision older than the event being processed, the read is retried (the leader has it). A
 prefix never written answers "no results"; deletes leave markers, so then nothing can be missing.
+
+A large key is read whole only now and then. A RayCluster of 5,000 workers has 5,000 Pod entries of
+some 6 KB: reading and decoding all of them took about half a second, for every one of the ~130
+decisions of a 1 → 5,000 scale-up, while a decision's inputs changed a few dozen. So the reader holds
+the decoded entries of the keys with at least :data:`HELD_FROM` entries (at most :data:`HELD_ENTRIES`
+entries over all keys, the least recently read key dropped first) and reads only what was written
+under the key after the revision it holds (``kvread.read_changes``): every write of an entry, delete
+markers included, has a higher stream sequence than what it replaces, so the held entries plus the
+changes are exactly what a whole read at the new revision returns. Every :data:`HELD_FOR` seconds, and
+whenever a read comes back behind the revision asked for, the key is read whole again (reusing the
+decoded entries whose revision did not change), so nothing unforeseen (a bucket recreated by hand)
+keeps a stale view for long.
+
+The snapshots share the decoded entries with each other: ``reconcile`` never mutates its snapshot
+(tests/unit/replay/test_determinism.py checks it on every recorded history).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -19,24 +38,63 @@ from schema.decision import Snapshot
 from schema.keys import ReconcileKey, decode_token
 from services.runtime.backoff import Backoff, retry
 from services.runtime.errors import RetryableError
-from services.runtime.kvread import read_latest
+from services.runtime.kvread import KvEntries, read_changes, read_entries
 
 _json_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
 
 BEHIND_BACKOFF: Final = Backoff(base=0.005, cap=0.1)
 """Pauses between reads while the answering replica is behind the revision asked for."""
 
+HELD_FROM: Final = 256
+"""Entries from which a key's decoded snapshot is held between reads."""
+
+HELD_ENTRIES: Final = 20_000
+"""Decoded entries held over all keys (about 25 KB each for a Pod)."""
+
+HELD_FOR: Final = 30.0
+"""Seconds after which a held key is read whole again."""
+
 
 class _Behind(RetryableError):
     """The KV answered with a revision older than the one asked for."""
 
 
+Entries = dict[str, dict[str, dict[str, Any]]]
+"""entry kind → name → object, as a :class:`Snapshot` holds them."""
+
+
+@dataclass
+class _Held:
+    """A key's decoded entries as of ``revision``, and the revision of each entry's write."""
+
+    revision: int
+    read_at: float
+    entries: Entries
+    written: dict[str, int]
+
+    def size(self) -> int:
+        return len(self.written)
+
+
+def _entry_name(kv_key: str) -> tuple[str, str]:
+    _, entry_kind, name = kv_key.rsplit(".", 2)
+    return entry_kind, decode_token(name)
+
+
 class SnapshotReader:
     """Reads snapshots of keys; one instance per connection."""
 
-    def __init__(self, nc: Client, *, timeout: float = 5.0) -> None:
+    def __init__(self, nc: Client, *, timeout: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._nc = nc
         self._timeout = timeout
+        self._clock = clock
+        self._held: OrderedDict[ReconcileKey, _Held] = OrderedDict()
+        self._whole_reads = 0
+
+    @property
+    def whole_reads(self) -> int:
+        """Reads of a whole key so far (the others read only what changed under a held key)."""
+        return self._whole_reads
 
     async def read(self, key: ReconcileKey, *, min_revision: int = 0, attempts: int = 20) -> Snapshot:
         """The key's snapshot, reflecting at least KV revision ``min_revision``.
@@ -46,17 +104,70 @@ class SnapshotReader:
         """
 
         async def once() -> Snapshot:
-            read = await read_latest(
-                self._nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout
-            )
-            revision = min_revision if read.empty else read.revision
-            if revision < min_revision:
+            held = self._held.get(key)
+            if held is not None and self._clock() - held.read_at < HELD_FOR:
+                snapshot = await self._read_changes(key, held)
+            else:
+                snapshot = await self._read_whole(key, held, min_revision)
+            if snapshot.revision < min_revision:
+                self._held.pop(key, None)  # read it whole next time
                 raise _Behind(f"KV for {key} did not reach revision {min_revision}")
-            entries: dict[str, dict[str, dict[str, Any]]] = {}
-            for entry, data in read.values.items():
-                _, entry_kind, name = entry.rsplit(".", 2)
-                entries.setdefault(entry_kind, {})[decode_token(name)] = _json_decoder.decode(data)
-            return Snapshot(key=key, entries=entries, revision=revision)
+            return snapshot
 
         policy = dataclasses.replace(BEHIND_BACKOFF, retries=max(attempts, 1) - 1)
         return await retry(once, policy, transient=lambda exc: isinstance(exc, _Behind))
+
+    async def _read_whole(self, key: ReconcileKey, held: _Held | None, min_revision: int) -> Snapshot:
+        read = await read_entries(self._nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout)
+        self._whole_reads += 1
+        reusable = held.written if held is not None else {}
+        entries: Entries = {}
+        written: dict[str, int] = {}
+        for kv_key, entry in read.entries.items():
+            if entry.value is None:
+                continue
+            entry_kind, name = _entry_name(kv_key)
+            by_name = entries.setdefault(entry_kind, {})
+            if reusable.get(kv_key) == entry.revision and held is not None:
+                by_name[name] = held.entries[entry_kind][name]
+            else:
+                by_name[name] = _json_decoder.decode(entry.value)
+            written[kv_key] = entry.revision
+        revision = min_revision if read.empty else read.revision  # a prefix never written lacks nothing
+        self._keep(key, _Held(revision=revision, read_at=self._clock(), entries=entries, written=written))
+        return Snapshot(key=key, entries=entries, revision=revision)
+
+    async def _read_changes(self, key: ReconcileKey, held: _Held) -> Snapshot:
+        read: KvEntries = await read_changes(
+            self._nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), after=held.revision, timeout=self._timeout
+        )
+        self._held.move_to_end(key)
+        if read.entries:
+            entries = {kind: dict(by_name) for kind, by_name in held.entries.items()}
+            written = dict(held.written)
+            for kv_key, entry in read.entries.items():
+                entry_kind, name = _entry_name(kv_key)
+                if entry.value is None:
+                    entries.get(entry_kind, {}).pop(name, None)
+                    written.pop(kv_key, None)
+                else:
+                    entries.setdefault(entry_kind, {})[name] = _json_decoder.decode(entry.value)
+                    written[kv_key] = entry.revision
+            held = self._held[key] = _Held(
+                revision=read.revision,
+                read_at=held.read_at,
+                entries={kind: by_name for kind, by_name in entries.items() if by_name},
+                written=written,
+            )
+        # The held maps are replaced, never changed, so a snapshot handed out stays as it was read.
+        return Snapshot(key=key, entries=held.entries, revision=held.revision)
+
+    def _keep(self, key: ReconcileKey, held: _Held) -> None:
+        self._held.pop(key, None)
+        if held.size() < HELD_FROM:
+            return
+        self._held[key] = held
+        total = sum(h.size() for h in self._held.values())
+        while total > HELD_ENTRIES and len(self._held) > 1:
+            _, dropped = self._held.popitem(last=False)
+            total -= dropped.size()

@@ -40,18 +40,25 @@ def encoded(decision: Decision) -> bytes:
     return msgspec.json.encode(decision, order="deterministic")
 
 
+def encoded_entries(snapshot: Snapshot) -> bytes:
+    return msgspec.json.encode(snapshot.entries, order="deterministic")
+
+
 def test_every_reconcile_twice_on_the_same_snapshot_agrees(recorded: HistoryFile) -> None:
     """Run each recorded step's reconcile again on the same snapshot objects, in reverse entry order and
-    under the guard: same decision (catches hidden state, snapshot mutation, dict-order dependence)."""
+    under the guard: same decision (catches hidden state, dict-order dependence), and the snapshot left as
+    it was (the snapshot reader shares decoded entries between the snapshots of a key)."""
     config = recorded.operator_config or OperatorConfig()
     reconcilers = default_reconcilers()
     checked = 0
     for step in Replayer(config=config, keep_snapshots=True).iter_steps(recorded.history()):
         assert step.snapshot is not None and step.decision is not None
         reconcile = reconcilers[step.snapshot.key.kind]
+        before = encoded_entries(step.snapshot)
         again = guarded(reconcilers)[step.snapshot.key.kind](reversed_entries(step.snapshot), step.issued_at, config)
         third = reconcile(step.snapshot, step.issued_at, config)
         assert encoded(again) == encoded(third), f"step {step.index}: reconcile is not deterministic"
+        assert encoded_entries(step.snapshot) == before, f"step {step.index}: reconcile changed its snapshot"
         assert (
             with_ids(again.commands, step.snapshot.revision) == step.decision.commands
         )  # and the same as the replay's decide

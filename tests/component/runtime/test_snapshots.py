@@ -1,0 +1,121 @@
+"""Snapshot reads of large keys: held between reads, only the changes read, always what a whole read
+gives (against a real nats-server)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from schema import subjects
+from schema.decision import Snapshot
+from schema.keys import ReconcileKey
+from services.runtime.errors import RetryableError
+from services.runtime.settings import BusSettings, PartitionSettings
+from services.runtime.snapshots import HELD_FOR, HELD_FROM, SnapshotReader
+from services.runtime.topology import ensure_topology
+from tests.fixtures.nats import NatsServer
+
+KEY = ReconcileKey(kind="RayCluster", namespace="default", name="big")
+OTHER = ReconcileKey(kind="RayCluster", namespace="default", name="small")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def bus(nats_server: NatsServer) -> AsyncIterator[tuple[Client, KeyValue]]:
+    nc = await nats.connect(nats_server.url)
+    try:
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=PartitionSettings())
+        yield nc, buckets.objects
+    finally:
+        await nc.close()
+
+
+async def put(kv: KeyValue, key: ReconcileKey, kind: str, name: str, value: object) -> int:
+    return await kv.put(subjects.entry_key(key, kind, name), msgspec.json.encode(value))
+
+
+async def whole(nc: Client, key: ReconcileKey, revision: int) -> Snapshot:
+    """What a reader that holds nothing reads."""
+    return await SnapshotReader(nc).read(key, min_revision=revision)
+
+
+async def test_a_large_key_is_read_whole_once_then_only_its_changes(bus: tuple[Client, KeyValue]) -> None:
+    nc, kv = bus
+    await put(kv, KEY, "RayCluster", KEY.name, {"spec": 1})
+    for i in range(HELD_FROM):
+        await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
+    clock = Clock()
+    reader = SnapshotReader(nc, clock=clock)
+    first = await reader.read(KEY)
+    assert len(first.entries["Pod"]) == HELD_FROM and reader.whole_reads == 1
+
+    await put(kv, KEY, "Pod", "w-1", {"i": "again"})
+    await kv.delete(subjects.entry_key(KEY, "Pod", "w-2"))
+    await put(kv, OTHER, "Pod", "x", {})  # another key's write in between
+    await put(kv, KEY, "Pod", "w-new", {"i": "new"})
+    await put(kv, KEY, "Event", "e", {"e": 1})
+    rev = await kv.delete(subjects.entry_key(KEY, "Pod", "w-3"))
+    second = await reader.read(KEY, min_revision=rev)
+    assert reader.whole_reads == 1
+    assert second.entries == (await whole(nc, KEY, rev)).entries
+    assert second.revision >= rev
+    assert second.entries["Pod"]["w-1"] == {"i": "again"} and "w-2" not in second.entries["Pod"]
+    assert second.get("Pod", "w-0") is first.get("Pod", "w-0")  # decoded once
+    # What was handed out before stays as it was read.
+    assert first.entries["Pod"]["w-1"] == {"i": 1} and "w-2" in first.entries["Pod"] and "Event" not in first.entries
+
+    unchanged = await reader.read(KEY, min_revision=rev)
+    assert unchanged.entries == second.entries and unchanged.revision == second.revision
+    assert reader.whole_reads == 1
+
+
+async def test_a_held_key_is_read_whole_again_after_a_while_reusing_what_did_not_change(
+    bus: tuple[Client, KeyValue],
+) -> None:
+    nc, kv = bus
+    for i in range(HELD_FROM):
+        await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
+    clock = Clock()
+    reader = SnapshotReader(nc, clock=clock)
+    first = await reader.read(KEY)
+    rev = await put(kv, KEY, "Pod", "w-0", {"i": "changed"})
+    clock.now = HELD_FOR
+    again = await reader.read(KEY, min_revision=rev)
+    assert reader.whole_reads == 2
+    assert again.entries == (await whole(nc, KEY, rev)).entries
+    assert again.get("Pod", "w-1") is first.get("Pod", "w-1")
+    assert again.get("Pod", "w-0") == {"i": "changed"}
+
+
+async def test_a_small_key_is_read_whole_every_time(bus: tuple[Client, KeyValue]) -> None:
+    nc, kv = bus
+    rev = await put(kv, OTHER, "Pod", "p", {"p": 1})
+    reader = SnapshotReader(nc)
+    await reader.read(OTHER, min_revision=rev)
+    rev = await put(kv, OTHER, "Pod", "p", {"p": 2})
+    snapshot = await reader.read(OTHER, min_revision=rev)
+    assert reader.whole_reads == 2 and snapshot.get("Pod", "p") == {"p": 2}
+
+
+async def test_a_read_behind_the_revision_asked_for_is_retried_whole(bus: tuple[Client, KeyValue]) -> None:
+    nc, kv = bus
+    for i in range(HELD_FROM):
+        rev = await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
+    reader = SnapshotReader(nc)
+    await reader.read(KEY)
+    with pytest.raises(RetryableError, match="did not reach revision"):
+        await reader.read(KEY, min_revision=rev + 1000, attempts=3)
+    # The first attempt read the changes; the key is no longer held, so the others read it whole.
+    assert reader.whole_reads == 3
