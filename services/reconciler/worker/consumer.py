@@ -346,7 +346,9 @@ class PartitionConsumer:
             log.warning("partition %d: lease lapsed while reconciling %s; returning its inputs", self.partition, key)
             span.set_attribute("raybus.fenced", True)
             return None
-        batch = self._inflight.filter(outcome.batch, applied_floor=floor, entries=snapshot.entries)
+        batch = self._inflight.filter(
+            outcome.batch, applied_floor=floor, entries=snapshot.entries, contents=outcome.contents
+        )
         span.set_attribute("raybus.rules", list(outcome.decision.rules))
         span.set_attribute("raybus.commands", len(batch.commands))
         span.set_attribute("raybus.suppressed", len(batch.suppressed))

@@ -70,10 +70,12 @@ and then dead-lettered like any failure)."""
 
 @dataclass(frozen=True)
 class Outcome:
-    """A decision and the batch that records it (published even when it has no commands)."""
+    """A decision and the batch that records it (published even when it has no commands), and the
+    :func:`content_digest` of each of the batch's commands (what ``inflight.in_flight_key`` matches on)."""
 
     decision: Decision
     batch: CommandBatch
+    contents: tuple[str, ...] = ()
 
 
 def input_time(message: BusInput) -> datetime:
@@ -104,14 +106,22 @@ def content_digest(command: Command) -> str:
 def with_ids(commands: Sequence[Command], snapshot_revision: int) -> tuple[Command, ...]:
     """The commands of one decision with their ids: a digest of ``snapshot_revision``, the content and the
     number of identical commands before it (whatever id reconcile left is replaced)."""
+    return _identified(commands, snapshot_revision)[0]
+
+
+def _identified(commands: Sequence[Command], snapshot_revision: int) -> tuple[tuple[Command, ...], tuple[str, ...]]:
+    """:func:`with_ids`, and each command's content digest (encoding a Pod body is the costly part: a
+    5,000-worker decision has 10,000 commands, so it is done once per command)."""
     seen: Counter[str] = Counter()
     out: list[Command] = []
+    contents: list[str] = []
     for command in commands:
         content = content_digest(command)
         seed = f"{snapshot_revision}/{content}/{seen[content]}"
         seen[content] += 1
         out.append(msgspec.structs.replace(command, id=hashlib.blake2b(seed.encode(), digest_size=12).hexdigest()))
-    return tuple(out)
+        contents.append(content)
+    return tuple(out), tuple(contents)
 
 
 def batch_id(key_token: str, sequences: Sequence[int], commands: Sequence[Command]) -> str:
@@ -171,7 +181,7 @@ def decide(
         KeyError: no reconcile is registered for the key's kind.
     """
     decision = guarded(reconcilers[snapshot.key.kind])(snapshot, now, config)
-    commands = with_ids(decision.commands, snapshot.revision)
+    commands, contents = _identified(decision.commands, snapshot.revision)
     batch = CommandBatch(
         id=batch_id(snapshot.key.token(), sequences, commands),
         key=snapshot.key,
@@ -183,4 +193,4 @@ def decide(
         wake_at=decision.wake_at,
         rules=decision.rules,
     )
-    return Outcome(decision=msgspec.structs.replace(decision, commands=commands), batch=batch)
+    return Outcome(decision=msgspec.structs.replace(decision, commands=commands), batch=batch, contents=contents)

@@ -79,16 +79,17 @@ Monotonic = Callable[[], float]
 """Seconds on a monotonic clock (``time.monotonic``): elapsed time, never a date."""
 
 
-def in_flight_key(command: Command) -> str:
+def in_flight_key(command: Command, content: str | None = None) -> str:
     """What makes two commands "the same" while one is in flight.
 
-    Normally the whole content. A patch with a resourceVersion precondition is different: only one
-    patch per object version can succeed (the rest get 409 Conflict), and the object's next watch event
-    brings a fresh decision anyway, so any second patch of the same version is withheld.
+    Normally the whole content (``content``: its ``content_digest`` when already known). A patch with a
+    resourceVersion precondition is different: only one patch per object version can succeed (the rest
+    get 409 Conflict), and the object's next watch event brings a fresh decision anyway, so any second
+    patch of the same version is withheld.
     """
     if isinstance(command, PatchStatus | PatchObject) and command.resource_version:
         return f"{command_verb(command)}/{command_target(command)}@{command.resource_version}"
-    return content_digest(command)
+    return content_digest(command) if content is None else content
 
 
 @dataclass
@@ -163,14 +164,20 @@ class InFlight:
         self._floor_rose_at = float("-inf")
 
     def filter(
-        self, batch: CommandBatch, *, applied_floor: int, entries: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        batch: CommandBatch,
+        *,
+        applied_floor: int,
+        entries: Mapping[str, Mapping[str, Any]] | None = None,
+        contents: Sequence[str] = (),
     ) -> CommandBatch:
         """``batch`` without the commands identical to ones of its key still in flight (or to one earlier
         in the batch); each withheld command is recorded in ``suppressed`` by the id of that twin.
 
         ``applied_floor`` is the applier's ack floor on RAYBUS_COMMANDS: every batch at or below it
         has been applied. ``entries`` is the snapshot the batch was decided on: what it shows of the
-        key's earlier creates has landed.
+        key's earlier creates has landed. ``contents``, when given, is each command's content digest
+        (``decide.Outcome.contents``).
         """
         # The latest decision of a key says what it still wants.
         self._looks.pop(batch.key, None)
@@ -186,8 +193,10 @@ class InFlight:
         fresh: dict[str, str] = {}
         look: set[str] = set()
         starts: set[Target] = set()
-        for command in batch.commands:
-            key = in_flight_key(command)
+        unknown: list[str | None] = [None] * len(batch.commands)
+        known: Sequence[str | None] = contents or unknown
+        for command, content in zip(batch.commands, known, strict=True):
+            key = in_flight_key(command, content)
             twin = sent[key].command_id if key in sent else fresh.get(key)
             if twin is not None:
                 withheld.append(twin)

@@ -135,7 +135,7 @@ def test_in_flight_commands_are_withheld_until_applied_and_recorded() -> None:
     assert inflight.filter(first.batch, applied_floor=0).commands == first.batch.commands
     inflight.published(KEY, batch_seq=10)
     clock[0] = 30.0  # long after publishing, but not applied yet: still in flight
-    withheld = inflight.filter(again.batch, applied_floor=9)
+    withheld = inflight.filter(again.batch, applied_floor=9, contents=again.contents)
     assert withheld.commands == ()
     assert withheld.suppressed == (first.batch.commands[0].id,)  # named by its in-flight twin
     assert withheld.id == again.batch.id
@@ -143,6 +143,14 @@ def test_in_flight_commands_are_withheld_until_applied_and_recorded() -> None:
     assert inflight.filter(again.batch, applied_floor=10).commands == ()  # applied: grace starts now
     clock[0] = 32.5
     assert inflight.filter(again.batch, applied_floor=10).commands == again.batch.commands
+
+
+def test_decide_gives_each_commands_content_digest() -> None:
+    from services.reconciler.worker.decide import content_digest
+
+    snap = Snapshot(key=KEY, entries={}, revision=1)
+    outcome = decide(reconcilers={"RayCluster": _twice}, snapshot=snap, now=T0, config=OperatorConfig())
+    assert outcome.contents == tuple(map(content_digest, outcome.batch.commands))
 
 
 def test_in_flight_memory_expires_when_the_applier_is_stuck() -> None:
