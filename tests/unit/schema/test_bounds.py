@@ -35,6 +35,16 @@ def test_the_depth_of_any_document_is_found_without_decoding_it(value: Any) -> N
 
 
 @given(json_values, st.integers(0, 4))
+def test_a_document_is_refused_exactly_when_it_nests_deeper_than_the_limit(value: Any, limit: int) -> None:
+    data = msgspec.json.encode(value)
+    if depth(value) > limit:
+        with pytest.raises(TooComplex, match="nested deeper"):
+            check_bounds(data, max_nesting=limit)
+    else:
+        check_bounds(data, max_nesting=limit)
+
+
+@given(json_values, st.integers(0, 4))
 def test_truncation_keeps_the_shallow_part(value: Any, limit: int) -> None:
     truncated = msgspec.json.decode(truncate_nesting(msgspec.json.encode(value), limit))
     assert depth(truncated) <= limit
