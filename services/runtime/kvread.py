@@ -3,10 +3,10 @@
 A JetStream batched direct get (``multi_last``) returns the last message of every subject matching the
 filter and ends with an EOB status whose ``Nats-UpTo-Sequence`` is the stream sequence the read
 reflects. The server answers at most 1,024 keys that way; a larger prefix is read in pages instead.
-Used for snapshots (``snapshots.py``), worker membership and replay's KV seed (which also needs the
-delete markers and each entry's revision: :func:`read_entries`). :func:`read_changes` reads only what
-was written under a filter after a known revision, delete markers included. (nats-py's ``kv.keys`` with filters
-answers "no keys" on 2.16, and a KV watch per read costs a consumer creation.)
+Used for worker membership, and (with the delete markers and each entry's revision:
+:func:`read_entries`) for snapshots (``snapshots.py``) and replay's KV seed. :func:`read_changes` reads
+only what was written under a filter after a known revision, delete markers included. (nats-py's
+``kv.keys`` with filters answers "no keys" on 2.16, and a KV watch per read costs a consumer creation.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reading one reconcile key's snapshot from KV ``raybus-objects``.
 
-The read (``kvread.read_latest``) returns every entry under the key's prefix and the KV revision it
+The read (``kvread.read_entries``) returns every entry under the key's prefix and the KV revision it
 reflects. Measured here: 0.2 ms for a small key, 10 ms for 200 entries of 2 KB. If a replica answers
 with a revision older than the event being processed, the read is retried (the leader has it). A
 prefix never written answers "no results"; deletes leave markers, so then nothing can be missing.
@@ -128,7 +128,7 @@ class SnapshotReader:
                 continue
             entry_kind, name = _entry_name(kv_key)
             by_name = entries.setdefault(entry_kind, {})
-            if reusable.get(kv_key) == entry.revision and held is not None:
+            if held is not None and reusable.get(kv_key) == entry.revision:
                 by_name[name] = held.entries[entry_kind][name]
             else:
                 by_name[name] = _json_decoder.decode(entry.value)
