@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
 import msgspec
 import pytest
+from aiohttp import web
 from kubernetes import client
 
 from services.watcher.calls import ApiError
-from services.watcher.kubeapi import KubeApi
+from services.watcher.kubeapi import AUTH_REUSE, KubeApi
 
 
 def test_a_body_goes_out_as_json_and_an_error_comes_back_with_its_status(kube_api: KubeApi) -> None:
@@ -74,3 +76,45 @@ async def test_no_answer_is_an_error_of_status_zero() -> None:
             assert "GET /api/v1/namespaces" in str(failed.value) and expected in str(failed.value)
     finally:
         quiet.close()
+
+
+async def test_the_auth_headers_are_asked_for_once_a_second_and_a_refreshed_token_is_then_sent() -> None:
+    """The official client's refresh hook re-applies the whole configuration: it runs at most once per
+    ``AUTH_REUSE`` seconds, and what it refreshed goes out from then on."""
+    seen: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.json_response({"kind": "NamespaceList", "items": []})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    refreshed: list[int] = []
+
+    def refresh(configuration: client.Configuration) -> None:
+        refreshed.append(1)
+        configuration.api_key["BearerToken"] = f"token-{len(refreshed)}"
+
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    configuration.api_key["BearerToken"] = "token-0"
+    configuration.api_key_prefix["BearerToken"] = "Bearer"
+    configuration.refresh_api_key_hook = refresh
+    now = [0.0]
+    api = KubeApi(configuration, concurrency=1, clock=lambda: now[0])
+    try:
+        for at in (0.0, 0.4, 0.9, AUTH_REUSE, AUTH_REUSE + 0.5, 2 * AUTH_REUSE):
+            now[0] = at
+            await api.arequest("GET", "/api/v1/namespaces")
+        # The blocking side uses the same headers (on a thread: this loop serves the requests).
+        await asyncio.to_thread(api.request, "GET", "/api/v1/namespaces")
+    finally:
+        await api.close()
+        await runner.cleanup()
+    assert seen == ["Bearer token-1"] * 3 + ["Bearer token-2"] * 2 + ["Bearer token-3"] * 2
+    assert len(refreshed) == 3
