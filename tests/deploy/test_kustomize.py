@@ -124,6 +124,15 @@ def test_nats_image_has_message_schedules() -> None:
     assert (major, minor) >= (2, 12)
 
 
+@pytest.mark.parametrize("tree", TREES)
+def test_nats_go_memory_limit_is_nine_tenths_of_its_container_limit(tree: str) -> None:
+    nats = container(find(tree, "StatefulSet", "raybus-nats"), "nats")
+    env = {item["name"]: item.get("value") for item in nats["env"]}
+    limit = nats["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi") and env["GOMEMLIMIT"].endswith("MiB")
+    assert int(env["GOMEMLIMIT"].removesuffix("MiB")) == int(int(limit.removesuffix("Gi")) * 1024 * 0.9)
+
+
 def test_nats_config_is_mounted_and_cluster_routes_match_replicas() -> None:
     statefulset = find("base", "StatefulSet", "raybus-nats")
     config = find("base", "ConfigMap", "raybus-nats-config")
