@@ -84,10 +84,20 @@ def _entry_name(kv_key: str) -> tuple[str, str]:
 class SnapshotReader:
     """Reads snapshots of keys; one instance per connection."""
 
-    def __init__(self, nc: Client, *, timeout: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        held_from: int = HELD_FROM,
+        held_entries: int = HELD_ENTRIES,
+    ) -> None:
         self._nc = nc
         self._timeout = timeout
         self._clock = clock
+        self._held_from = held_from
+        self._held_entries = held_entries
         self._held: OrderedDict[ReconcileKey, _Held] = OrderedDict()
         self._whole_reads = 0
 
@@ -164,10 +174,10 @@ class SnapshotReader:
 
     def _keep(self, key: ReconcileKey, held: _Held) -> None:
         self._held.pop(key, None)
-        if held.size() < HELD_FROM:
+        if held.size() < self._held_from:
             return
         self._held[key] = held
         total = sum(h.size() for h in self._held.values())
-        while total > HELD_ENTRIES and len(self._held) > 1:
+        while total > self._held_entries and len(self._held) > 1:
             _, dropped = self._held.popitem(last=False)
             total -= dropped.size()

@@ -119,3 +119,19 @@ async def test_a_read_behind_the_revision_asked_for_is_retried_whole(bus: tuple[
         await reader.read(KEY, min_revision=rev + 1000, attempts=3)
     # The first attempt read the changes; the key is no longer held, so the others read it whole.
     assert reader.whole_reads == 3
+
+
+async def test_the_least_recently_read_keys_are_let_go_beyond_the_bound(bus: tuple[Client, KeyValue]) -> None:
+    nc, kv = bus
+    keys = [ReconcileKey(kind="RayCluster", namespace="default", name=f"c{i}") for i in range(4)]
+    for key in keys:
+        for i in range(4):
+            await put(kv, key, "Pod", f"w-{i}", {"i": i})
+    reader = SnapshotReader(nc, held_from=3, held_entries=10)
+    for key in keys:
+        await reader.read(key)
+    assert reader.whole_reads == 4
+    # 16 entries read, 10 may be held: the last two keys are, the first two are read whole again.
+    for key in reversed(keys):
+        await reader.read(key)
+    assert reader.whole_reads == 6
