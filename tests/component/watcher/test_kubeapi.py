@@ -104,7 +104,7 @@ async def test_the_auth_headers_are_asked_for_once_a_second_and_a_refreshed_toke
     configuration.host = f"http://127.0.0.1:{port}"
     configuration.api_key["BearerToken"] = "token-0"
     configuration.api_key_prefix["BearerToken"] = "Bearer"
-    configuration.refresh_api_key_hook = refresh
+    configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]  # typed None in the client
     now = [0.0]
     api = KubeApi(configuration, concurrency=1, clock=lambda: now[0])
     try:
