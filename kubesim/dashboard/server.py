@@ -71,16 +71,20 @@ class _Site:
         return f"http://{self._host}:{sock.getsockname()[1]}"
 
     async def _open(self, sock: socket.socket) -> None:
-        async with self._lock:
-            if self._reserved is not sock:  # stopped (and the socket closed) before it could open
-                return
-            try:
+        try:
+            async with self._lock:
+                if self._reserved is not sock:  # stopped (and the socket closed) before it could open
+                    return
                 await self._serve_on(sock)
-            except Exception:
-                # Nobody awaits this task: close the port, so clients are refused rather than left waiting.
-                logger.exception("kubesim: the %s port of a simulated Ray head did not open", self._role)
+        except BaseException as exc:
+            # Nobody awaits this task: close the port, so clients are refused rather than left waiting, and
+            # a task cancelled with its event loop leaves no socket behind.
+            if self._reserved is sock:
                 self._reserved, self.url = None, None
                 sock.close()
+            if not isinstance(exc, Exception):
+                raise
+            logger.exception("kubesim: the %s port of a simulated Ray head did not open", self._role)
 
     async def _serve_on(self, sock: socket.socket) -> None:
         # A short shutdown timeout: a dying head drops its connections instead of draining them.

@@ -395,3 +395,21 @@ async def test_a_head_stopped_before_its_agent_port_opened_leaves_nothing_listen
         with pytest.raises(aiohttp.ClientConnectionError):
             async with session.get(f"{agent}/api/local_raylet_healthz"):
                 pass
+
+
+async def test_an_agent_port_whose_opening_is_cancelled_is_closed() -> None:
+    """The opening task is cancelled when its event loop shuts down: the reserved socket goes with it,
+    with no stop() to close it."""
+    server = DashboardServer(new_state())
+    await server.start()
+    try:
+        assert server.url_for(conventions.DEFAULT_DASHBOARD_AGENT_PORT) is not None
+        reserved, opening = server._agent._reserved, server._agent._opening
+        assert reserved is not None and opening is not None
+        await asyncio.sleep(0)  # the task has started opening the port
+        opening.cancel()
+        await asyncio.gather(opening, return_exceptions=True)
+        if opening.cancelled():
+            assert reserved.fileno() == -1 and server._agent._reserved is None
+    finally:
+        await server.stop()
