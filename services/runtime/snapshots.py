@@ -81,6 +81,27 @@ def _entry_name(kv_key: str) -> tuple[str, str]:
     return entry_kind, decode_token(name)
 
 
+def _merged(base: _Held, read: KvEntries, *, reuse: _Held | None = None) -> _Held:
+    """``base`` with the writes of ``read`` applied, in new maps (a snapshot handed out stays as it was
+    read); an entry whose write ``reuse`` holds decoded already is not decoded again."""
+    entries = {kind: dict(by_name) for kind, by_name in base.entries.items()}
+    written = dict(base.written)
+    for kv_key, entry in read.entries.items():
+        entry_kind, name = _entry_name(kv_key)
+        if entry.value is None:
+            entries.get(entry_kind, {}).pop(name, None)
+            written.pop(kv_key, None)
+            continue
+        by_name = entries.setdefault(entry_kind, {})
+        if reuse is not None and reuse.written.get(kv_key) == entry.revision:
+            by_name[name] = reuse.entries[entry_kind][name]
+        else:
+            by_name[name] = _json_decoder.decode(entry.value)
+        written[kv_key] = entry.revision
+    kept = {kind: by_name for kind, by_name in entries.items() if by_name}
+    return dataclasses.replace(base, entries=kept, written=written)
+
+
 class SnapshotReader:
     """Reads snapshots of keys; one instance per connection."""
 
@@ -130,46 +151,18 @@ class SnapshotReader:
     async def _read_whole(self, key: ReconcileKey, held: _Held | None, min_revision: int) -> Snapshot:
         read = await read_entries(self._nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout)
         self._whole_reads += 1
-        reusable = held.written if held is not None else {}
-        entries: Entries = {}
-        written: dict[str, int] = {}
-        for kv_key, entry in read.entries.items():
-            if entry.value is None:
-                continue
-            entry_kind, name = _entry_name(kv_key)
-            by_name = entries.setdefault(entry_kind, {})
-            if held is not None and reusable.get(kv_key) == entry.revision:
-                by_name[name] = held.entries[entry_kind][name]
-            else:
-                by_name[name] = _json_decoder.decode(entry.value)
-            written[kv_key] = entry.revision
         revision = min_revision if read.empty else read.revision  # a prefix never written lacks nothing
-        self._keep(key, _Held(revision=revision, read_at=self._clock(), entries=entries, written=written))
-        return Snapshot(key=key, entries=entries, revision=revision)
+        whole = _merged(_Held(revision=revision, read_at=self._clock(), entries={}, written={}), read, reuse=held)
+        self._keep(key, whole)
+        return Snapshot(key=key, entries=whole.entries, revision=revision)
 
     async def _read_changes(self, key: ReconcileKey, held: _Held) -> Snapshot:
-        read: KvEntries = await read_changes(
+        read = await read_changes(
             self._nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), after=held.revision, timeout=self._timeout
         )
         self._held.move_to_end(key)
         if read.entries:
-            entries = {kind: dict(by_name) for kind, by_name in held.entries.items()}
-            written = dict(held.written)
-            for kv_key, entry in read.entries.items():
-                entry_kind, name = _entry_name(kv_key)
-                if entry.value is None:
-                    entries.get(entry_kind, {}).pop(name, None)
-                    written.pop(kv_key, None)
-                else:
-                    entries.setdefault(entry_kind, {})[name] = _json_decoder.decode(entry.value)
-                    written[kv_key] = entry.revision
-            held = self._held[key] = _Held(
-                revision=read.revision,
-                read_at=held.read_at,
-                entries={kind: by_name for kind, by_name in entries.items() if by_name},
-                written=written,
-            )
-        # The held maps are replaced, never changed, so a snapshot handed out stays as it was read.
+            held = self._held[key] = _merged(dataclasses.replace(held, revision=read.revision), read)
         return Snapshot(key=key, entries=held.entries, revision=held.revision)
 
     def _keep(self, key: ReconcileKey, held: _Held) -> None:

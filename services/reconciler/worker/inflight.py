@@ -193,10 +193,8 @@ class InFlight:
         fresh: dict[str, str] = {}
         look: set[str] = set()
         starts: set[Target] = set()
-        unknown: list[str | None] = [None] * len(batch.commands)
-        known: Sequence[str | None] = contents or unknown
-        for command, content in zip(batch.commands, known, strict=True):
-            key = in_flight_key(command, content)
+        for index, command in enumerate(batch.commands):
+            key = in_flight_key(command, contents[index] if contents else None)
             twin = sent[key].command_id if key in sent else fresh.get(key)
             if twin is not None:
                 withheld.append(twin)
