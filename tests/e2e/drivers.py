@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from schema.keys import ReconcileKey
 from tests.e2e.pipeline import Pipeline
 from tests.helpers import eventually
 
@@ -45,14 +46,23 @@ class ObjectDriver(ABC):
     async def wait(
         self, predicate: Callable[[dict[str, Any]], bool], what: str, *, timeout: float = 60
     ) -> dict[str, Any]:
-        """The status once ``predicate`` holds for it; fails at once if a pipeline process died."""
+        """The status once ``predicate`` holds for it; fails at once if a pipeline process died, and with
+        the last status read if it never held."""
+        last: list[dict[str, Any]] = []
 
         async def probe() -> dict[str, Any] | None:
             self.p.check()
             status = await self.status()
+            last[:] = [status]
             return status if predicate(status) else None
 
-        found: dict[str, Any] | None = await eventually(probe, timeout=timeout, message=f"{self.name} never {what}")
+        try:
+            found: dict[str, Any] | None = await eventually(probe, timeout=timeout, message=f"{self.name} never {what}")
+        except AssertionError as exc:
+            seen = json.dumps(last[0], sort_keys=True) if last else "none read"
+            key = ReconcileKey(kind=self.body["kind"], namespace=self.namespace, name=self.name)
+            trail = await self.p.trail(key)
+            raise AssertionError(f"{exc}; its last status: {seen}; its bus trail:\n{trail}") from exc.__cause__
         assert found is not None
         return found
 

@@ -26,7 +26,8 @@ from kubernetes import client
 
 from schema import codec, subjects
 from schema.crd import write_crds
-from schema.messages import CommandResult
+from schema.keys import ReconcileKey
+from schema.messages import CommandResult, command_target, command_verb
 from services.reconciler.worker.service import run_reconciler
 from services.runtime.health import HealthServer
 from services.runtime.settings import (
@@ -125,6 +126,29 @@ class Pipeline:
     def check(self) -> None:
         for component in self.components.values():
             component.check()
+
+    async def trail(self, key: ReconcileKey, *, last: int = 20) -> str:
+        """The last ``last`` decisions and command results of ``key`` as stored on the bus, one line each in
+        stream order: what a failed wait shows, so that a stalled key can be diagnosed from the test's output."""
+        nc = await self.nc()
+        try:
+            js = nc.jetstream()
+            batches = await stored_messages(js, subjects.COMMANDS_STREAM, subjects.stored_commands_filter(key))
+            results = await stored_messages(js, subjects.RESULTS_STREAM, subjects.result_subject(key))
+        finally:
+            await nc.close()
+        lines: list[str] = []
+        for msg in batches[-last:]:
+            batch = codec.decode_batch(msg.data)
+            verbs = [f"{command_verb(c)} {command_target(c)}" for c in batch.commands]
+            lines.append(
+                f"  decision {batch.issued_at:%H:%M:%S.%f} rules {list(batch.rules)} commands {verbs}"
+                f" withheld {len(batch.suppressed)} wake {batch.wake_at}"
+            )
+        for msg in results[-last:]:
+            result = codec.decode_result(msg.data)
+            lines.append(f"  result {result.verb} {result.target}: {result.outcome} {result.error[:200]}")
+        return "\n".join(lines)
 
     async def denials(self) -> list[CommandResult]:
         """Every command the applier refused as outside its key's authority so far (from the results)."""
