@@ -19,8 +19,9 @@ Scaling out: the prober replicas share the partitions through leases (group ``pr
 partitions.
 
 Invariants: an unchanged answer publishes nothing; an unreachable dashboard is an observation too
-(``{"http_status": N, "error": "..."}``) so reconcile can run its failure timers; the message id is a
-digest of the significant fields, so HA replicas publish each change once.
+(``{"http_status": N, "error": "..."}``) so reconcile can run its failure timers; the message id names the
+change (:func:`observation_id`), so HA replicas publish each change once and an answer that returns to an
+earlier value is published again.
 
 Not here: dashboard URLs and tokens (``dashboard``).
 """
@@ -102,10 +103,22 @@ PROBES: Final[tuple[ProbeKind, ...]] = (
 )
 
 
-def observation_id(target: ProbeTarget, significant: Any) -> str:
-    """De-duplication id: the target and a digest of what matters in the answer."""
+def observation_id(target: ProbeTarget, significant: Any, base: int) -> str:
+    """De-duplication id of a change: the target, the KV revision ``base`` the change is made from (0: no
+    entry) and a digest of what matters in the new answer. Replicas that see the same change publish it
+    once; an answer that comes back to an earlier value (found, not found, found) is a new change, which
+    an id of the answer alone would have JetStream drop as a duplicate within its window."""
     digest = hashlib.sha256(msgspec.json.encode(significant)).hexdigest()[:16]
-    return f"obs/{target.key.token()}/{target.entry_kind}/{target.entry_name}/{digest}"
+    return f"obs/{target.key.token()}/{target.entry_kind}/{target.entry_name}/{base}/{digest}"
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the prober knows of a target's KV entry: the significant part of the answer it holds and its
+    revision (0: no entry)."""
+
+    significant: Any
+    revision: int
 
 
 StateKey = tuple[str, str]
@@ -164,7 +177,7 @@ class Prober:
         self._probes = probes
         self._clock = clock
         self._tracer = tracer or _tracer
-        self._last: dict[StateKey, Any] = {}
+        self._last: dict[StateKey, Known] = {}
         self._unanswered: set[StateKey] = set()
         self._slots = asyncio.Semaphore(PROBE_CONCURRENCY)
         self._membership = membership
@@ -251,34 +264,36 @@ class Prober:
             self._unanswered.discard(known)
         if known not in self._last:
             self._last[known] = await self._projected(kind, target)
-        if self._last[known] == significant:
+        last = self._last[known]
+        if last.significant == significant:
             pipeline_metrics.polled(kind.name, changed=False, error=unanswered)
             return
         try:
-            await self._publish(target, data, significant)
+            revision = await self._publish(target, data, significant, base=last.revision)
         except (nats.errors.Error, TimeoutError) as exc:
             raise_if_cancelling()
             log.warning("publishing an observation of %s failed: %s", target.key, exc)
             pipeline_metrics.polled(kind.name, changed=False, error=True)
             return
-        self._last[known] = significant
+        self._last[known] = Known(significant, revision)
         pipeline_metrics.polled(kind.name, changed=True, error=unanswered)
 
-    async def _projected(self, kind: ProbeKind, target: ProbeTarget) -> Any:
+    async def _projected(self, kind: ProbeKind, target: ProbeTarget) -> Known:
         if self._objects is None:
-            return None
+            return Known(None, 0)
         try:
             entry = await self._objects.get(subjects.entry_key(target.key, target.entry_kind, target.entry_name))
         except KeyNotFoundError:
-            return None
-        if not entry.value:
-            return None
-        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-            return kind.significant(_json.decode(entry.value))
-        return None
+            return Known(None, 0)
+        revision = entry.revision or 0
+        if entry.value:
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                return Known(kind.significant(_json.decode(entry.value)), revision)
+        return Known(None, revision)
 
-    async def _publish(self, target: ProbeTarget, data: dict[str, Any], significant: Any) -> None:
-        msg_id = observation_id(target, significant)
+    async def _publish(self, target: ProbeTarget, data: dict[str, Any], significant: Any, *, base: int) -> int:
+        """Write the answer to KV and publish its Observation; returns the KV revision that holds it."""
+        msg_id = observation_id(target, significant, base)
         with self._tracer.start_as_current_span(
             "watcher.observe",
             attributes={
@@ -303,3 +318,4 @@ class Prober:
             )
             await publish(self._js, subjects.events_subject(target.key), codec.encode(observation), msg_id=msg_id)
         self.published += 1
+        return int(ack.seq)

@@ -203,7 +203,7 @@ async def test_dashboard_commands_through_the_proxy_with_token_auth(
     assert base64.b64encode(TOKEN.encode()).decode() not in everything
 
 
-async def test_the_prober_publishes_only_changes(nats_server: NatsServer, bus: Bus, kube: KubeSimHandle) -> None:
+async def test_the_prober_publishes_every_change_and_only_changes(nats_server: NatsServer, bus: Bus, kube: KubeSimHandle) -> None:
     async with namespace_with_head(kube, "c2") as ns:
         await in_thread(create_custom, kube.api_client, ns, "rayclusters", raycluster("c2", auth=True))
         rayjob = {
@@ -266,6 +266,16 @@ async def test_the_prober_publishes_only_changes(nats_server: NatsServer, bus: B
                 return bool((await observations())[-1]["data"].get("status") == "STOPPED")
 
             await until(stopped, message="the STOPPED observation")
+
+            # Back to an answer seen before (not found): a change all the same, published and projected.
+            await watcher.dashboard.request(ref, "DELETE", "/api/jobs/j-run")
+
+            async def gone_again() -> bool:
+                return bool((await observations())[-1]["data"].get("http_status") == 404)
+
+            await until(gone_again, message="the second not-found observation")
+            entry = await bus.entry(key, OBS_RAY_JOB, "j-run")
+            assert entry is not None and entry.get("http_status") == 404 and "status" not in entry
 
 
 async def test_serve_proxy_health_through_the_pod_proxy(kube: KubeSimHandle, kube_api: KubeApi) -> None:
