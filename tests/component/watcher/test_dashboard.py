@@ -203,7 +203,9 @@ async def test_dashboard_commands_through_the_proxy_with_token_auth(
     assert base64.b64encode(TOKEN.encode()).decode() not in everything
 
 
-async def test_the_prober_publishes_every_change_and_only_changes(nats_server: NatsServer, bus: Bus, kube: KubeSimHandle) -> None:
+async def test_the_prober_publishes_every_change_and_only_changes(
+    nats_server: NatsServer, bus: Bus, kube: KubeSimHandle
+) -> None:
     async with namespace_with_head(kube, "c2") as ns:
         await in_thread(create_custom, kube.api_client, ns, "rayclusters", raycluster("c2", auth=True))
         rayjob = {
