@@ -163,19 +163,38 @@ def serve_port(cluster: Mapping[str, Any] | None) -> int:
 
 
 class _Index:
-    """The objects the rules read, by (namespace, name), and head pods by (namespace, cluster)."""
+    """The objects of the kinds a rule reads: each kind's list, by (namespace, name), and head pods by
+    (namespace, cluster), each built the first time a rule asks. A round runs over everything the watch
+    side holds (40,000 Pods at 10,000 clusters): a kind no rule asks about is not walked, and no lookup
+    walks a whole kind."""
 
     def __init__(self, objects: Objects, kinds: Iterable[str]) -> None:
-        self.objects: dict[str, list[Mapping[str, Any]]] = {}
-        self._by_name: dict[tuple[str, str, str], Mapping[str, Any]] = {}
-        for kind in kinds:
-            found = [obj for obj in objects.get(kind, ()) if isinstance(obj, Mapping)]
-            self.objects[kind] = found
-            for obj in found:
-                self._by_name.setdefault((kind, namespace_of(obj), name_of(obj)), obj)
+        self._source = objects
+        self._kinds = frozenset(kinds)
+        self._lists: dict[str, list[Mapping[str, Any]]] = {}
+        self._by_name: dict[str, dict[tuple[str, str], Mapping[str, Any]]] = {}
+        self._heads: dict[tuple[str, str], list[Mapping[str, Any]]] | None = None
+
+    def of_kind(self, kind: str) -> list[Mapping[str, Any]]:
+        """Every object of ``kind``, one of the rule's kinds.
+
+        Raises:
+            KeyError: the rule did not declare ``kind``.
+        """
+        found = self._lists.get(kind)
+        if found is None:
+            if kind not in self._kinds:
+                raise KeyError(kind)
+            found = self._lists[kind] = [obj for obj in self._source.get(kind, ()) if isinstance(obj, Mapping)]
+        return found
 
     def get(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self._by_name.get((kind, namespace, name))
+        by_name = self._by_name.get(kind)
+        if by_name is None:
+            by_name = self._by_name[kind] = {}
+            for obj in self.of_kind(kind):
+                by_name.setdefault((namespace_of(obj), name_of(obj)), obj)
+        return by_name.get((namespace, name))
 
     def dashboard(self, namespace: str, cluster_name: str, cluster: Mapping[str, Any] | None) -> DashboardRef:
         service = self.get("Service", namespace, head_service_name(cluster_name, cluster))
@@ -183,13 +202,14 @@ class _Index:
 
     def head_pod(self, namespace: str, cluster_name: str) -> Mapping[str, Any] | None:
         """The cluster's head pod: a live one first, then by name."""
-        pods = [
-            pod
-            for pod in self.objects.get("Pod", ())
-            if namespace_of(pod) == namespace
-            and labels_of(pod).get(conventions.LABEL_CLUSTER) == cluster_name
-            and labels_of(pod).get(conventions.LABEL_NODE_TYPE) == conventions.NODE_HEAD
-        ]
+        if self._heads is None:
+            self._heads = {}
+            for pod in self.of_kind("Pod"):
+                labels = labels_of(pod)
+                cluster = labels.get(conventions.LABEL_CLUSTER)
+                if isinstance(cluster, str) and labels.get(conventions.LABEL_NODE_TYPE) == conventions.NODE_HEAD:
+                    self._heads.setdefault((namespace_of(pod), cluster), []).append(pod)
+        pods = self._heads.get((namespace, cluster_name), ())
         return min(pods, key=lambda pod: (being_deleted(pod), name_of(pod)), default=None)
 
 
@@ -197,7 +217,7 @@ def rayjob_targets(objects: Objects) -> list[ProbeTarget]:
     """The RayJob rule: ``/api/jobs/<jobId>`` of every Running RayJob not being deleted, once its cluster is known."""
     index = _Index(objects, RAYJOB_KINDS)
     targets: list[ProbeTarget] = []
-    for rayjob in index.objects["RayJob"]:
+    for rayjob in index.of_kind("RayJob"):
         status = mapping(rayjob.get("status"))
         namespace, name = namespace_of(rayjob), name_of(rayjob)
         job_id, cluster_name = text(status.get("jobId")), text(status.get("rayClusterName"))
@@ -224,7 +244,7 @@ def rayjob_targets(objects: Objects) -> list[ProbeTarget]:
 def _serving_clusters(index: _Index) -> list[tuple[ReconcileKey, bool, str, Mapping[str, Any]]]:
     """(key, excludeHeadPodFromServeSvc, cluster name, cluster) of every RayService to be probed."""
     found: list[tuple[ReconcileKey, bool, str, Mapping[str, Any]]] = []
-    for rayservice in index.objects["RayService"]:
+    for rayservice in index.of_kind("RayService"):
         namespace, name = namespace_of(rayservice), name_of(rayservice)
         status = mapping(rayservice.get("status"))
         conditions = status.get("conditions")
