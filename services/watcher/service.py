@@ -192,9 +192,20 @@ class Watcher:
         if not await election.acquire(self._stop):
             return  # stopped while waiting
         log.info("leading the watch side as %s", election.identity)
-        projection = await self._start_watch()
-        self._start_stages(projection)
-        if not await election.run(self._stop) and not self._stop.is_set():
+        # Renewing starts with the lead: loading a large projection (60,000 entries at 10,000 clusters) can
+        # outlast the renew deadline, and a Lease renewed only afterwards was lost at every start.
+        renewing = asyncio.ensure_future(election.run(self._stop))
+        starting = asyncio.ensure_future(self._start_watch())
+        try:
+            await asyncio.wait({renewing, starting}, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done():
+                self._start_stages(starting.result())
+            held = await renewing
+        finally:
+            for task in (starting, renewing):
+                task.cancel()
+            await asyncio.gather(starting, renewing, return_exceptions=True)
+        if not held and not self._stop.is_set():
             raise RuntimeError(f"lost the watch Lease: {election.readiness()}")
 
     async def _start_watch(self) -> Projection:
