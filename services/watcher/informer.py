@@ -365,8 +365,8 @@ class Informer:
         attempt = 0
         while not self._stop.is_set():
             try:
-                if self._driver.needs_list:
-                    self._list()
+                if self._driver.needs_list and not self._list():
+                    return  # stopping: the listing was not delivered, and a watch needs its resourceVersion
                 self._watch()
                 attempt = 0
             except Gone as exc:
@@ -422,7 +422,8 @@ class Informer:
             log.warning("%s: the event on %s was not recorded: %s", self.scope.name, change.name, exc)
         return change.uid
 
-    def _list(self) -> None:
+    def _list(self) -> bool:
+        """List the scope and deliver the listing; False when stopped first or the listing was not taken."""
         resource = self.scope.resource
         path = resource.collection_path(self.scope.namespace)
         objects: list[Change] = []
@@ -455,14 +456,15 @@ class Informer:
             if not continue_token or self._stop.is_set():
                 break
         if self._stop.is_set():
-            return
+            return False
         self.relists += 1
         pipeline_metrics.relisted(resource.plural)
         listing = Listing(tuple(objects), resource_version, frozenset(refused))
         if not self._deliver(Batch(self.scope, (listing,))):
-            return
+            return False
         self._driver.listed(resource_version)
         self._synced.set()
+        return True
 
     def _watch(self) -> None:
         path = self.scope.resource.collection_path(self.scope.namespace)
