@@ -113,7 +113,7 @@ def observation_id(target: ProbeTarget, significant: Any, base: int) -> str:
 
 
 @dataclass(frozen=True)
-class Known:
+class _Known:
     """What the prober knows of a target's KV entry: the significant part of the answer it holds and its
     revision (0: no entry)."""
 
@@ -177,7 +177,7 @@ class Prober:
         self._probes = probes
         self._clock = clock
         self._tracer = tracer or _tracer
-        self._last: dict[StateKey, Known] = {}
+        self._last: dict[StateKey, _Known] = {}
         self._unanswered: set[StateKey] = set()
         self._slots = asyncio.Semaphore(PROBE_CONCURRENCY)
         self._membership = membership
@@ -275,21 +275,21 @@ class Prober:
             log.warning("publishing an observation of %s failed: %s", target.key, exc)
             pipeline_metrics.polled(kind.name, changed=False, error=True)
             return
-        self._last[known] = Known(significant, revision)
+        self._last[known] = _Known(significant, revision)
         pipeline_metrics.polled(kind.name, changed=True, error=unanswered)
 
-    async def _projected(self, kind: ProbeKind, target: ProbeTarget) -> Known:
+    async def _projected(self, kind: ProbeKind, target: ProbeTarget) -> _Known:
         if self._objects is None:
-            return Known(None, 0)
+            return _Known(None, 0)
         try:
             entry = await self._objects.get(subjects.entry_key(target.key, target.entry_kind, target.entry_name))
         except KeyNotFoundError:
-            return Known(None, 0)
+            return _Known(None, 0)
         revision = entry.revision or 0
         if entry.value:
             with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                return Known(kind.significant(_json.decode(entry.value)), revision)
-        return Known(None, revision)
+                return _Known(kind.significant(_json.decode(entry.value)), revision)
+        return _Known(None, revision)
 
     async def _publish(self, target: ProbeTarget, data: dict[str, Any], significant: Any, *, base: int) -> int:
         """Write the answer to KV and publish its Observation; returns the KV revision that holds it."""

@@ -192,8 +192,8 @@ class Watcher:
         if not await election.acquire(self._stop):
             return  # stopped while waiting
         log.info("leading the watch side as %s", election.identity)
-        # Renewing starts with the lead: loading a large projection (60,000 entries at 10,000 clusters) can
-        # outlast the renew deadline, and a Lease renewed only afterwards was lost at every start.
+        # Renewing runs alongside the start-up: loading a large projection (60,000 entries at 10,000
+        # clusters) can take longer than the renew deadline.
         renewing = asyncio.ensure_future(election.run(self._stop))
         starting = asyncio.ensure_future(self._start_watch())
         try:

@@ -12,8 +12,7 @@ async def test_an_informer_whose_listing_is_not_taken_ends_without_a_failure(
     kube_api: KubeApi, kubesim_namespace: str
 ) -> None:
     """A stopping process takes no more batches (its deliverer refuses them): the informer whose listing was
-    refused ends quietly. It used to watch on without the listing's resourceVersion, which recorded a
-    failure and logged a crash on every stop of a watcher caught listing."""
+    refused ends quietly, with no failure recorded: a watch needs the listing's resourceVersion."""
     pods = by_kind("Pod")
     assert pods is not None
     scope = Scope(pods, kubesim_namespace)
