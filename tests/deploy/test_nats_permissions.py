@@ -210,8 +210,11 @@ async def _hold_every_partition(user: User, group: subjects.LeaseGroup) -> None:
 
 async def test_reconciler_does_its_job(reconciler: User, server: NatsServer) -> None:
     key = _key("reconciler-job")
+    outcomes = await reconciler.nc.subscribe(subjects.RESULTS_WILDCARD)  # which commands the applier carried out
     watcher = await _connect(server, "watcher")
     try:
+        await watcher.js.publish(subjects.result_subject(key), b"{}")
+        assert (await outcomes.next_msg(timeout=10)).subject == subjects.result_subject(key)
         await watcher.js.publish(subjects.events_subject(key), b"{}")
         objects = await watcher.js.key_value(subjects.OBJECTS_BUCKET)
         revision = await objects.put(subjects.entry_key(key, "RayJob", key.name), b'{"kind": "RayJob"}')

@@ -11,13 +11,18 @@ decision only (``decide.with_ids``), so what a batch records as withheld (``supp
 the in-flight twin that stands for it: the applier then knows which of an older batch's commands a newer
 decision still wants (``services/watcher/staleness.py``).
 
-"In flight" means: the applier has not yet acknowledged the batch that carries it (the applier
-consumer's ack floor is below the batch's stream sequence), or it was acknowledged less than ``grace``
-seconds ago (the time its watch event takes to reach the KV). A time cap (``max_age``) bounds the
-memory when the applier is stuck, like an expired expectation: it counts from when the command was sent
-or, if later, from when the applier last made progress (its ack floor rose), so a long queue that is
-being worked through (a 2,000-worker scale-up is some 4,000 API calls for one key, applied in order) does
-not make the worker decide the same commands again while the first ones wait their turn. Withheld ids
+"In flight" means: the applier has not yet reported the command's outcome (:meth:`InFlight.reported`, from
+the result it publishes) nor acknowledged the batch that carries it (the applier consumer's ack floor is
+below the batch's stream sequence), or it did so less than ``grace`` seconds ago (the time its watch event
+takes to reach the KV). The result is the precise signal; the floor is the one that cannot be missed. The
+floor alone would tie every key of a partition to its slowest batch: batches of different keys are applied
+side by side, and one waiting on a dashboard that does not answer holds the floor for its timeout, so the
+other keys' applied commands would keep counting as in flight and their wake-ups would wait with them.
+A time cap (``max_age``) bounds the memory when the applier is stuck, like an expired expectation: it
+counts from when the command was sent or, if later, from when the applier last made progress (its ack
+floor rose), so a long queue that is being worked through (a 2,000-worker scale-up is some 4,000 API calls
+for one key, applied in order) does not make the worker decide the same commands again while the first
+ones wait their turn. Withheld ids
 are recorded in the batch (``suppressed``), so the decision log still holds the whole decision and
 replay stays exact. The memory is per worker and may be lost (restart, partition hand-over): then a
 duplicate is simply applied, which is safe; a look or wake-up it held is backed by a durable tick at
@@ -160,6 +165,9 @@ class InFlight:
         self._recheck_due: set[ReconcileKey] = set()
         self._recheck_prune: set[ReconcileKey] = set()
         """Keys whose live commands may have changed since :meth:`due` / :meth:`prune` last asked."""
+        self._reported: dict[ReconcileKey, dict[str, float]] = {}
+        """Key → ids of its commands whose outcome the applier published, and when that was seen; read (and
+        forgotten) at the key's next walk."""
         self._floor = 0
         self._floor_rose_at = float("-inf")
 
@@ -238,6 +246,22 @@ class InFlight:
         if starts and self._create_hold > 0:
             self._unseen.setdefault(key, {})[batch_seq] = starts
 
+    def tracks(self, key: ReconcileKey) -> bool:
+        """Whether commands of ``key`` published (or being published) here may still be in flight."""
+        return key in self._sent or key in self._pending
+
+    def reported(self, key: ReconcileKey, command_id: str) -> None:
+        """The applier published the outcome of ``command_id`` of ``key``: the command is applied, whatever the
+        outcome (a failed call was retried by the applier already; a superseded one is not made at all).
+
+        Outcomes of keys with nothing in flight here are ignored (the memory stays bounded by what this
+        worker published); one that arrives before :meth:`published` recorded its command, or is never
+        seen, leaves the command to the ack floor."""
+        if not self.tracks(key):
+            return
+        self._reported.setdefault(key, {})[command_id] = self._clock()
+        self._changed(key)
+
     def _seen(self, key: ReconcileKey, entries: Mapping[str, Mapping[str, Any]]) -> None:
         unseen = self._unseen.get(key)
         if not unseen:
@@ -284,9 +308,13 @@ class InFlight:
         live: dict[str, _Sent] = {}
         unseen = self._unseen.get(key, {})
         unapplied, check_at = _NEVER_SEQ, float("inf")
+        reported = self._reported.pop(key, {})
         for command_key, sent in self._sent.get(key, {}).items():
-            if sent.applied_at is None and sent.batch_seq <= applied_floor:
-                sent.applied_at = now
+            if sent.applied_at is None:
+                if sent.command_id in reported:
+                    sent.applied_at = reported[sent.command_id]
+                elif sent.batch_seq <= applied_floor:
+                    sent.applied_at = now
             applied_for = None if sent.applied_at is None else now - sent.applied_at
             held = sent.batch_seq in unseen and applied_for is not None and applied_for < self._create_hold
             aged_at = max(sent.sent_at, self._floor_rose_at) + self._max_age
@@ -363,3 +391,4 @@ class InFlight:
             if key in self._sent and not self._current(key, applied_floor):
                 del self._sent[key]
                 self._settled.pop(key, None)
+                self._reported.pop(key, None)

@@ -14,6 +14,7 @@ import functools
 import logging
 from collections.abc import Mapping
 
+from schema import subjects
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind
 from schema.parts import part_budget
@@ -22,6 +23,7 @@ from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.consumer import PartitionConsumer
 from services.reconciler.worker.handover import recent_batches
 from services.reconciler.worker.inflight import InFlight
+from services.reconciler.worker.results import follow_results
 from services.reconciler.worker.timers import TimerScheduler
 from services.replay.responder import serve_replays
 from services.runtime.bus import connect
@@ -59,6 +61,7 @@ async def run_reconciler(
         applied = AppliedFloor(js)
         kinds = dict(reconcilers if reconcilers is not None else default_reconcilers())
         running: dict[int, tuple[PartitionConsumer, asyncio.Task[None]]] = {}
+        memories: dict[int, InFlight] = {}
         crashed: list[BaseException] = []
         progress = Progress("reconcile")
         leases: PartitionLeases
@@ -69,6 +72,11 @@ async def run_reconciler(
                 stop.set()
 
         async def start(partition: int) -> None:
+            memories[partition] = InFlight(
+                grace=settings.partitions.inflight_grace,
+                max_age=settings.partitions.inflight_max_age,
+                create_hold=settings.partitions.inflight_create_hold,
+            )
             consumer = PartitionConsumer(
                 partition,
                 js=js,
@@ -78,11 +86,7 @@ async def run_reconciler(
                 config=settings.operator,
                 bus=settings.bus,
                 lease_valid=lambda: leases.valid(partition),
-                inflight=InFlight(
-                    grace=settings.partitions.inflight_grace,
-                    max_age=settings.partitions.inflight_max_age,
-                    create_hold=settings.partitions.inflight_create_hold,
-                ),
+                inflight=memories[partition],
                 applied=applied,
                 coalesce_window=settings.partitions.coalesce_window,
                 progress=progress,
@@ -95,6 +99,7 @@ async def run_reconciler(
 
         async def stop_partition(partition: int) -> None:
             consumer, task = running.pop(partition)
+            memories.pop(partition, None)
             consumer.request_stop()
             try:
                 await asyncio.wait_for(asyncio.shield(task), settings.partitions.exit_timeout)
@@ -120,6 +125,7 @@ async def run_reconciler(
         health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
         health.add_readiness("progress", progress.stalled)
         await serve_replays(nc, config=settings.operator, reconcilers=kinds)
+        await follow_results(nc, lambda key: memories.get(subjects.partition_of(key, settings.bus.partitions)))
         log.info("reconciler %s running with kinds %s", worker_id, ", ".join(sorted(kinds)))
         await leases.run(stop)
         if crashed:

@@ -21,7 +21,17 @@ from schema.codec import decode_batch, decode_deadletter, decode_input, encode
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import BACKSTOP, CommandBatch, CreateObject, DeadLetter, ObjectRef, TimerTick, WatchEvent
+from schema.messages import (
+    BACKSTOP,
+    CommandBatch,
+    CommandResult,
+    CreateObject,
+    DeadLetter,
+    EmitEvent,
+    ObjectRef,
+    TimerTick,
+    WatchEvent,
+)
 from services.reconciler.worker.service import run_reconciler
 from services.reconciler.worker.timers import schedule_header
 from services.runtime.health import HealthServer
@@ -332,6 +342,47 @@ async def test_a_held_wake_up_survives_its_worker(nats_server: NatsServer, clien
         await eventually(lambda: len(seen) == 2, timeout=30)  # the backstop tick, ~4 s after the decision
     finally:
         await second.close()
+
+
+async def test_a_wake_up_waits_for_its_commands_outcome_not_for_the_partitions_floor(
+    nats_server: NatsServer, client: Client
+) -> None:
+    """No applier consumes here, so the partition's ack floor never moves (as when another key's slow batch
+    holds it). The outcome the applier publishes for the key's command is what lets its held wake-up go."""
+    seen: list[datetime] = []
+    regarding = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace="default", name="c1")
+
+    def announce_and_wake(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        seen.append(now)
+        event = EmitEvent(regarding=regarding, event_type="Normal", reason="Looked", message="looked")
+        return Decision(commands=(event,), wake_at=now + timedelta(seconds=1)) if len(seen) == 1 else Decision()
+
+    # Memory that would hold the wake-up for ten minutes if only the floor could release it.
+    patient = PartitionSettings(
+        worker_id="w1", lease_ttl=3.0, renew_interval=0.5, exit_timeout=5.0, inflight_max_age=600.0
+    )
+    worker = Worker(
+        dataclasses.replace(settings_for(nats_server, worker_id="w1"), partitions=patient),
+        {"RayCluster": announce_and_wake},
+    )
+    try:
+        await put_cr(client, key(1))
+        (first,) = await eventually(lambda: _at_least(batches(client), 1), timeout=30)
+        (command,) = first.commands
+        result = CommandResult(
+            batch_id=first.id,
+            command_id=command.id,
+            key=key(1),
+            verb="emit_event",
+            target="Event",
+            outcome="applied",
+            at=T0,
+        )
+        await client.jetstream().publish(subjects.result_subject(key(1)), encode(result))
+        await eventually(lambda: len(seen) >= 2, timeout=30)
+        assert seen[1] == T0 + timedelta(seconds=1)  # the held wake-up, at its time
+    finally:
+        await worker.close()
 
 
 async def test_a_backstop_tick_reaching_the_worker_that_holds_the_wake_up_is_answered_without_a_reconcile(

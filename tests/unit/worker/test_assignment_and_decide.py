@@ -182,6 +182,32 @@ def test_in_flight_memory_does_not_expire_while_the_applier_works_through_its_qu
     assert inflight.filter(batch, applied_floor=450).commands == batch.commands
 
 
+def test_a_reported_outcome_lands_a_command_while_the_floor_stands_still() -> None:
+    from services.reconciler.worker.inflight import InFlight
+
+    clock = [0.0]
+    inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
+    snap = Snapshot(key=KEY, entries={})
+    batch = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).batch
+    other = ReconcileKey(kind="RayCluster", namespace="ns", name="other")
+    inflight.reported(other, "unknown")  # nothing of that key was published here: not remembered
+    assert not inflight.tracks(other)
+    inflight.filter(batch, applied_floor=0)
+    inflight.published(KEY, batch_seq=5)
+    clock[0] = 1.0
+    inflight.reported(KEY, batch.commands[0].id)  # the floor stays at 0: a slow batch of another key holds it
+    clock[0] = 2.5
+    assert inflight.filter(batch, applied_floor=0).commands == ()  # applied 1.5 s ago: its grace runs
+    inflight.published(KEY, batch_seq=6)
+    clock[0] = 3.5
+    assert inflight.filter(batch, applied_floor=0).commands == batch.commands  # landed, though the floor is 0
+    inflight.published(KEY, batch_seq=7)
+    inflight.reported(KEY, batch.commands[0].id)
+    clock[0] = 10.0
+    inflight.prune(applied_floor=0)
+    assert not inflight.tracks(KEY)  # nothing in flight, nothing remembered
+
+
 def test_one_status_patch_per_object_version_is_in_flight() -> None:
     from schema.messages import PatchStatus
     from services.reconciler.worker.inflight import in_flight_key

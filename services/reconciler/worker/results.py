@@ -1,0 +1,51 @@
+"""The applier's reports of what it carried out, fed to the in-flight memory of the key's partition.
+
+The applier publishes one outcome per command (``subjects.result_subject``) before it acknowledges the
+batch. A plain subscription sees them as they are stored: no consumer, no acknowledgement, nothing kept.
+One that is missed (a reconnect, a slow subscriber) only leaves its command to the partition's ack floor,
+as before outcomes were read here. A result that does not decode is skipped: the status service, which
+consumes the results durably, parks it in the dead-letter stream with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from schema import subjects
+from schema.codec import decode_result
+from schema.keys import ReconcileKey
+from services.reconciler.worker.inflight import InFlight
+
+log = logging.getLogger(__name__)
+
+MemoryOf = Callable[[ReconcileKey], InFlight | None]
+"""The in-flight memory that holds ``key``'s commands here, or ``None`` when this worker does not hold its
+partition."""
+
+
+async def follow_results(nc: Client, memory_of: MemoryOf) -> Subscription:
+    """Subscribe to every command outcome; each one of a key held here marks its command applied."""
+
+    async def on_result(msg: Msg) -> None:
+        try:
+            key = subjects.key_from_stored_subject(msg.subject)
+        except ValueError:
+            return
+        memory = memory_of(key)
+        if memory is None or not memory.tracks(key):
+            return
+        try:
+            result = decode_result(msg.data)
+        except (msgspec.DecodeError, ValueError) as exc:
+            log.debug("skipping an undecodable result on %s: %s", msg.subject, exc)
+            return
+        if result.key == key:
+            memory.reported(key, result.command_id)
+
+    return await nc.subscribe(subjects.RESULTS_WILDCARD, cb=on_result)
