@@ -1,5 +1,8 @@
 """Consuming RAYBUS_RESULTS into the status database: fetch a batch, persist it, then ack.
 
+A fetch that brings several results waits a moment for more (``fetching.fetch_lingering``): a transaction
+costs about as much for a few rows as for a few hundred, and in a burst results arrive a handful at a time.
+
 Invariant 5 lives here: a message is acked only after the transaction holding it has committed. A
 crash or a stop between the two leaves it unacked, JetStream redelivers it, and the store's natural keys
 make the second insert a no-op. Several status replicas share the durable ``STATUS_CONSUMER``.
@@ -47,6 +50,7 @@ from services.runtime.bus import bus_unavailable
 from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
+from services.runtime.fetching import fetch_lingering
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
@@ -83,6 +87,7 @@ class ResultConsumer:
         *,
         batch_size: int = 256,
         fetch_timeout: float = 0.5,
+        linger: float = 0.05,
         retry_backoff: Backoff = RETRY_BACKOFF,
         clock: Clock = utc_now,
         tracer: Tracer | None = None,
@@ -93,6 +98,7 @@ class ResultConsumer:
         store: where results go.
         batch_size: messages per fetch, and so per transaction.
         fetch_timeout: seconds one fetch waits for messages; bounds how long a stop request waits.
+        linger: seconds a fetch of several results waits for more to join its transaction.
         retry_backoff: pauses while the database (or NATS) is unavailable.
         clock: time of dead letters.
         tracer: where ``status.persist`` spans go (default: the process's tracer provider).
@@ -102,6 +108,7 @@ class ResultConsumer:
         self._store = store
         self._batch_size = batch_size
         self._fetch_timeout = fetch_timeout
+        self._linger = linger
         self._retry_backoff = retry_backoff
         self._clock = clock
         self._tracer = tracer or get_tracer(__name__)
@@ -159,7 +166,9 @@ class ResultConsumer:
             self.running = True
             while not stop.is_set():
                 try:
-                    msgs = await sub.fetch(self._batch_size, timeout=self._fetch_timeout)
+                    msgs = await fetch_lingering(
+                        sub, self._batch_size, timeout=self._fetch_timeout, window=self._linger
+                    )
                 except TimeoutError:  # nats.errors.TimeoutError: nothing to do right now
                     raise_if_cancelling()
                     continue

@@ -48,6 +48,7 @@ from services.runtime.backoff import Backoff, interruptible, retry
 from services.runtime.bus import bus_unavailable
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
+from services.runtime.fetching import fetch_lingering
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
@@ -201,8 +202,7 @@ class PartitionConsumer:
                     await asyncio.sleep(0.1)
                     continue
                 try:
-                    msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_TIMEOUT)
-                    msgs += await self._linger(sub, len(msgs), FETCH_BATCH - len(msgs))
+                    msgs = await fetch_lingering(sub, FETCH_BATCH, timeout=FETCH_TIMEOUT, window=self._coalesce_window)
                 except TimeoutError:  # nats-py raises its own subclass or the builtin
                     await self._tend_memory()
                     continue
@@ -235,19 +235,6 @@ class PartitionConsumer:
             except NatsError as exc:  # the key's next event looks instead
                 log.warning("partition %d: could not schedule a look at %s (%s)", self.partition, key, exc)
         self._inflight.prune(floor)
-
-    async def _linger(self, sub: JetStreamContext.PullSubscription, fetched: int, room: int) -> list[Msg]:
-        """After a fetch of several inputs, wait ``coalesce_window`` and take what arrived meanwhile
-        (kopf's batch window): in a burst, the events of one key (a Pod going Pending → Running → Ready)
-        then become one reconcile instead of one per event. A lone input is an idle partition: it is
-        reconciled at once, as the window would only add its length to the change's latency."""
-        if self._coalesce_window <= 0 or room <= 0 or fetched < 2:
-            return []
-        await asyncio.sleep(self._coalesce_window)
-        try:
-            return list(await sub.fetch(room, timeout=0.01))
-        except TimeoutError:
-            return []
 
     async def process(self, msgs: list[Msg]) -> None:
         """Decode, group by key, and reconcile each key once."""

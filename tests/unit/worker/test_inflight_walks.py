@@ -1,7 +1,7 @@
 """The in-flight memory skips the walk of a key while nothing of it can have changed, and asks only about the
 keys whose bounds were reached: that must never change what it answers. Random sequences of decisions,
-publishes, applies, reported outcomes, sightings and clock steps are run against the memory and against one that walks every
-key every time, and every answer, and what each keeps, is compared."""
+publishes, applies, reported outcomes, sightings and clock steps are run against the memory and against one
+that walks every key every time, and every answer, and what each keeps, is compared."""
 
 from __future__ import annotations
 

@@ -1,0 +1,61 @@
+"""Fetching with a linger, against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
+
+from services.runtime.fetching import fetch_lingering
+from tests.fixtures.nats import NatsServer
+from tests.helpers import eventually
+
+SUBJECT = "linger.test"
+
+
+@pytest.fixture
+async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await nats.connect(nats_server.url)
+    await client.jetstream().add_stream(StreamConfig(name="LINGER", subjects=[SUBJECT]))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def _publish(js: JetStreamContext, count: int) -> None:
+    for n in range(count):
+        await js.publish(SUBJECT, str(n).encode())
+
+
+async def test_what_arrives_within_the_window_joins_the_batch(nc: Client) -> None:
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(SUBJECT, durable="lingering")
+    await _publish(js, 2)
+    fetching = asyncio.create_task(fetch_lingering(sub, 10, timeout=5.0, window=3.0))
+
+    async def first_fetch_done() -> bool:
+        return (await sub.consumer_info()).num_ack_pending == 2
+
+    await eventually(first_fetch_done, timeout=30)
+    await _publish(js, 3)  # during the window
+    assert [m.data for m in await fetching] == [b"0", b"1", b"0", b"1", b"2"]
+
+
+async def test_a_lone_message_is_returned_without_the_window(nc: Client) -> None:
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(SUBJECT, durable="alone")
+    await _publish(js, 1)
+    msgs = await asyncio.wait_for(fetch_lingering(sub, 10, timeout=5.0, window=600.0), timeout=60)
+    assert [m.data for m in msgs] == [b"0"]
+
+
+async def test_nothing_to_fetch_times_out(nc: Client) -> None:
+    sub = await nc.jetstream().pull_subscribe(SUBJECT, durable="empty")
+    with pytest.raises(TimeoutError):
+        await fetch_lingering(sub, 10, timeout=0.2, window=0.05)
