@@ -8,9 +8,14 @@ consumer: it is returned at once, as the window would only add its length to tha
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
+if TYPE_CHECKING:  # settings read the default window without importing the client
+    from nats.aio.msg import Msg
+    from nats.js import JetStreamContext
+
+LINGER_WINDOW = 0.05
+"""The default window: long enough to gather a burst's next messages, short against a change's latency."""
 
 LINGER_FETCH_TIMEOUT = 0.01
 """How long the second fetch waits: what the window gathered is already there."""

@@ -20,6 +20,7 @@ import yaml
 from schema.config import FeatureGates, OperatorConfig, OperatorSwitches, PodDefaults
 from schema.subjects import DEFAULT_PARTITIONS
 from services.runtime.errors import PermanentError
+from services.runtime.fetching import LINGER_WINDOW
 
 NATS_URL_ENV: Final = "RAYBUS_NATS_URL"
 STATUS_AUTH_ENV: Final = "RAYBUS_STATUS_AUTH"
@@ -70,12 +71,12 @@ class PartitionSettings:
     """Stable worker identity; empty means hostname + pid."""
     exit_timeout: float = 20.0
     """Seconds in-flight reconciles get to finish on shutdown or partition hand-over."""
-    coalesce_window: float = 0.05
+    coalesce_window: float = LINGER_WINDOW
     """Seconds a partition waits after a fetch of several inputs to take more before reconciling, so a
     burst of events of one key becomes one reconcile (kopf's batch window; 0 disables). A fetch of one
     input does not wait: on an idle partition the window would only be latency."""
     inflight_grace: float = 2.0
-    """Seconds a command stays "in flight" after the applier acknowledged it: the time its watch event
+    """Seconds a command stays "in flight" after the applier carried it out: the time its watch event
     takes to reach the KV. Identical commands of the key are withheld meanwhile (the worker's stand-in
     for KubeRay's scale expectations)."""
     inflight_create_hold: float = 10.0

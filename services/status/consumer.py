@@ -50,7 +50,7 @@ from services.runtime.bus import bus_unavailable
 from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
-from services.runtime.fetching import fetch_lingering
+from services.runtime.fetching import LINGER_WINDOW, fetch_lingering
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
@@ -87,7 +87,7 @@ class ResultConsumer:
         *,
         batch_size: int = 256,
         fetch_timeout: float = 0.5,
-        linger: float = 0.05,
+        linger: float = LINGER_WINDOW,
         retry_backoff: Backoff = RETRY_BACKOFF,
         clock: Clock = utc_now,
         tracer: Tracer | None = None,

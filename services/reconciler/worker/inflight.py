@@ -22,11 +22,10 @@ A time cap (``max_age``) bounds the memory when the applier is stuck, like an ex
 counts from when the command was sent or, if later, from when the applier last made progress (its ack
 floor rose), so a long queue that is being worked through (a 2,000-worker scale-up is some 4,000 API calls
 for one key, applied in order) does not make the worker decide the same commands again while the first
-ones wait their turn. Withheld ids
-are recorded in the batch (``suppressed``), so the decision log still holds the whole decision and
-replay stays exact. The memory is per worker and may be lost (restart, partition hand-over): then a
-duplicate is simply applied, which is safe; a look or wake-up it held is backed by a durable tick at
-most ``max_age`` later (the consumer's backstop).
+ones wait their turn. Withheld ids are recorded in the batch (``suppressed``), so the decision log still
+holds the whole decision and replay stays exact. The memory is per worker and may be lost (restart,
+partition hand-over): then a duplicate is simply applied, which is safe; a look or wake-up it held is
+backed by a durable tick at most ``max_age`` later (the consumer's backstop).
 
 A withheld create or delete may be needed after all (its twin was a no-op, e.g. an AlreadyExists on a
 Pod still terminating) and then no further event may come: the key is due for another look when that

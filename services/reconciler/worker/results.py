@@ -2,8 +2,8 @@
 
 The applier publishes one outcome per command (``subjects.result_subject``) before it acknowledges the
 batch. A plain subscription sees them as they are stored: no consumer, no acknowledgement, nothing kept.
-One that is missed (a reconnect, a slow subscriber) only leaves its command to the partition's ack floor,
-as before outcomes were read here. A result that does not decode is skipped: the status service, which
+One that is missed (a reconnect, a slow subscriber) only leaves its command to the partition's ack floor.
+A result that does not decode is skipped: the status service, which
 consumes the results durably, parks it in the dead-letter stream with the reason.
 """
 
