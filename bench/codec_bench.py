@@ -2,7 +2,9 @@
 
 Figures, each the best of ``--repeat`` timed loops: ``check_bounds`` alone, msgspec's decode alone, and
 ``schema.codec.decode_input`` (check + decode) on a WatchEvent carrying a Pod the watcher projects for a
-RayCluster head (``tests/golden`` sample's head pod, ~5 KB); and the time to refuse 10 KB nested 2000 deep.
+RayCluster head (``tests/golden`` sample's head pod, ~5 KB); the time to refuse 10 KB nested 2000 deep; and
+what the KV-fed facts of the applier and prober pay per Pod write: the same Pod's JSON decoded whole and
+slimmed (``podfacts.slim_pod``), against decoding only the slim part (``podfacts.decode_slim_pod``).
 
 Run: ``.venv/bin/python bench/codec_bench.py [--seconds 1] [--repeat 3]``.
 """
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -27,13 +30,18 @@ from schema.bounds import TooComplex, check_bounds  # noqa: E402
 from schema.codec import _input_decoder, decode_input, encode  # noqa: E402
 from schema.keys import ReconcileKey  # noqa: E402
 from schema.messages import WatchEvent  # noqa: E402
+from services.watcher.podfacts import decode_slim_pod, slim_pod  # noqa: E402
 
 GOLDEN = REPO / "tests" / "golden" / "raycluster" / "ray-cluster.complete.yaml"
 
 
-def head_pod_event() -> bytes:
+def head_pod() -> dict[str, object]:
     docs = [d for d in yaml.safe_load_all(GOLDEN.read_text()) if isinstance(d, dict)]
-    pod = next(d for d in _walk(docs) if d.get("kind") == "Pod")
+    return next(d for d in _walk(docs) if d.get("kind") == "Pod")
+
+
+def head_pod_event() -> bytes:
+    pod = head_pod()
     key = ReconcileKey(kind="RayCluster", namespace="default", name="bench")
     now = datetime(2025, 3, 1, tzinfo=UTC)
     event = WatchEvent(key=key, event_type="ADDED", entry_kind="Pod", object=pod, resource_version="1", observed_at=now)
@@ -76,6 +84,8 @@ def main() -> int:
     args = parser.parse_args()
     event = head_pod_event()
     deep = b'{"a":' * 2000 + b"1" + b"}" * 2000
+    pod = msgspec.json.encode(head_pod())
+    whole: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
     print(f"{platform.platform()}, python {platform.python_version()}, msgspec {msgspec.__version__}")
     print(f"watch event of a head pod: {len(event)} bytes")
     for name, fn in [
@@ -83,6 +93,8 @@ def main() -> int:
         ("msgspec decode", lambda: _input_decoder.decode(event)),
         ("decode_input (both)", lambda: decode_input(event)),
         ("refuse 10 KB nested 2000 deep", lambda: refuse(deep)),
+        (f"Pod ({len(pod)} B): whole + slim_pod", lambda: slim_pod(whole.decode(pod))),
+        ("Pod: decode_slim_pod", lambda: decode_slim_pod(pod)),
     ]:
         print(f"  {name:<30} {per_call(fn, args.seconds, args.repeat) * 1e6:8.1f} µs")
     return 0

@@ -23,7 +23,8 @@ delete markers and purges included) and answers what they ask of the in-process 
 
 Memory: the custom resources and every other kind are kept whole (authorize reads their specs, owners and
 labels; the prober their specs and statuses). Pods are the bulk (thousands per cluster) and are reduced
-to what either reads of them (``podfacts.slim_pod``), as the projection holds them.
+to what either reads of them (``podfacts.slim_pod``), as the projection holds them, and decoded only
+that far (``podfacts.decode_slim_pod``): every Pod write reaches each process that follows the bucket.
 
 Invariants: entries are applied in stream order, one at a time on the loop; an entry that is not a
 watched object (observations, an unknown kind, a malformed key or value) only advances the revision
@@ -53,7 +54,7 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from schema.keys import ReconcileKey, decode_token
 from schema.objects import being_deleted, metadata_of, text
 from services.runtime.aio import cancel_and_wait
-from services.watcher.podfacts import POD, slim_pod
+from services.watcher.podfacts import POD, decode_slim_pod
 from services.watcher.projection import GONE_MEMORY, REMEMBERED_DELETIONS
 from services.watcher.resources import by_kind
 
@@ -220,7 +221,8 @@ class KvFacts:
             return None  # observations and anything else that is not a watched object
         try:
             key = ReconcileKey.from_token(".".join(parts[:3]))
-            obj = _json.decode(entry.value or b"")
+            value = entry.value or b""
+            obj = decode_slim_pod(value) if resource.kind == POD else _json.decode(value)
         except (ValueError, msgspec.DecodeError):
             return self._skip(entry.key, "undecodable")
         metadata = metadata_of(obj)
@@ -233,12 +235,11 @@ class KvFacts:
         held = self._held.get(named)
         if held is not None and held.uid != uid and resource.is_key_kind:
             self._forget_incarnation(resource.kind, held.uid)  # the same name with a new uid: the old one is gone
-        kept = slim_pod(obj) if resource.kind == POD else obj
         if held is None:
-            held = self._held[named] = _Held(kept, uid)
+            held = self._held[named] = _Held(obj, uid)
             self._by_kind.setdefault(named[0], {})[named[1:]] = held
         else:
-            held.obj, held.uid = kept, uid
+            held.obj, held.uid = obj, uid
         held.entries.add(entry.key)
         self._deleted.pop(named, None)
         if resource.is_key_kind:
