@@ -42,7 +42,7 @@ from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decide, decision_time, min_revision
 from services.reconciler.worker.inflight import InFlight, Recalled
 from services.reconciler.worker.publishing import publish_decision
-from services.reconciler.worker.reports import owner_uid, report_failure
+from services.reconciler.worker.reports import identity_only, owner_uid, report_failure
 from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
 from services.runtime.backoff import Backoff, interruptible, retry
 from services.runtime.bus import bus_unavailable
@@ -245,7 +245,7 @@ class PartitionConsumer:
                 message = decode_input(msg.data)
                 if message.key != key:
                     raise ValueError(f"message names key {message.key} but was published for {key}")
-                message = checked_origin(message, msg)
+                message = identity_only(checked_origin(message, msg))
             except Exception as exc:  # whatever the bytes make the decoder do, the message is parked
                 _dead_letters.add(1, {"stream": subjects.EVENTS_STREAM})
                 log.warning(

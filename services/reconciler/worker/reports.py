@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final
 
+import msgspec
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
@@ -42,6 +43,17 @@ _lost = _meter.create_counter(
 REASON: Final = "FailedToReconcile"
 """Event reason of a key whose inputs were dead-lettered (KubeRay has no such event: it retries forever)."""
 MAX_MESSAGE: Final = 1000
+
+
+def identity_only(message: BusInput) -> BusInput:
+    """``message`` with only the name and uid of the object a watch event carries: all that a worker reads
+    of it (:func:`owner_uid`), since it reconciles on the snapshot. A partition holds a fetch's inputs
+    until every key of the fetch is reconciled, and whole Pods in them were most of a worker's memory."""
+    if not isinstance(message, WatchEvent):
+        return message
+    metadata = message.object.get("metadata")
+    kept = {field: metadata.get(field) for field in ("name", "uid")} if isinstance(metadata, dict) else {}
+    return msgspec.structs.replace(message, object={"metadata": kept})
 
 
 def owner_uid(key: ReconcileKey, inputs: Sequence[BusInput]) -> str:

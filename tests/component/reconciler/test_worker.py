@@ -187,7 +187,7 @@ async def test_failing_reconcile_is_retried_then_dead_lettered(nats_server: Nats
 
     worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": broken})
     try:
-        await put_cr(client, key(1))
+        await put_cr(client, key(1), {"metadata": {"name": key(1).name, "namespace": "default", "uid": "uid-c1"}})
         await put_cr(client, key(2))
         js = client.jetstream()
         msg = await eventually(
@@ -208,6 +208,7 @@ async def test_failing_reconcile_is_retried_then_dead_lettered(nats_server: Nats
         (report,) = [b for b in found if b.report]
         assert report.key == key(1) and "ZeroDivisionError: boom" in report.report
         assert [(c.event_type, c.reason) for c in report.commands] == [("Warning", "FailedToReconcile")]  # type: ignore[union-attr]
+        assert report.commands[0].regarding.uid == "uid-c1"  # type: ignore[union-attr]  # named from the input
     finally:
         await worker.close()
 

@@ -403,3 +403,21 @@ def test_a_bug_is_not_taken_for_a_malformed_object() -> None:
             now=datetime(2026, 1, 1, tzinfo=UTC),
             config=OperatorConfig(),
         )
+
+
+def test_an_input_is_held_with_only_the_identity_of_its_object() -> None:
+    from schema.messages import TimerTick, WatchEvent
+    from services.reconciler.worker.reports import identity_only, owner_uid
+
+    pod = {"metadata": {"name": "c", "uid": "u-1", "labels": {"a": "b"}}, "spec": {"containers": [{}]}}
+    event = WatchEvent(
+        key=KEY, event_type="ADDED", entry_kind="RayCluster", object=pod, resource_version="1", observed_at=T0
+    )
+    held = identity_only(event)
+    assert held.object == {"metadata": {"name": "c", "uid": "u-1"}}  # type: ignore[union-attr]
+    assert owner_uid(KEY, [held]) == owner_uid(KEY, [event]) == "u-1"
+    assert msgspec.structs.replace(held, object=pod) == event  # nothing else of the input changed
+    odd = msgspec.structs.replace(event, object={"metadata": ["x"]})
+    assert identity_only(odd).object == {"metadata": {}}  # type: ignore[union-attr]
+    tick = TimerTick(key=KEY, due_at=T0)
+    assert identity_only(tick) is tick
