@@ -185,6 +185,11 @@ class PartitionConsumer:
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
         self._tended_at = float("-inf")
 
+    @property
+    def inflight(self) -> InFlight:
+        """The memory of what this partition published (told of the applier's outcomes by ``results``)."""
+        return self._inflight
+
     def request_stop(self) -> None:
         """Finish the batch in hand, then return from :meth:`run`."""
         self._stopping.set()

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from schema import subjects
 from schema.decision import ReconcileFn
-from schema.keys import KeyKind
+from schema.keys import KeyKind, ReconcileKey
 from schema.parts import part_budget
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.applied import AppliedFloor
@@ -61,7 +61,6 @@ async def run_reconciler(
         applied = AppliedFloor(js)
         kinds = dict(reconcilers if reconcilers is not None else default_reconcilers())
         running: dict[int, tuple[PartitionConsumer, asyncio.Task[None]]] = {}
-        memories: dict[int, InFlight] = {}
         crashed: list[BaseException] = []
         progress = Progress("reconcile")
         leases: PartitionLeases
@@ -72,11 +71,6 @@ async def run_reconciler(
                 stop.set()
 
         async def start(partition: int) -> None:
-            memories[partition] = InFlight(
-                grace=settings.partitions.inflight_grace,
-                max_age=settings.partitions.inflight_max_age,
-                create_hold=settings.partitions.inflight_create_hold,
-            )
             consumer = PartitionConsumer(
                 partition,
                 js=js,
@@ -86,7 +80,11 @@ async def run_reconciler(
                 config=settings.operator,
                 bus=settings.bus,
                 lease_valid=lambda: leases.valid(partition),
-                inflight=memories[partition],
+                inflight=InFlight(
+                    grace=settings.partitions.inflight_grace,
+                    max_age=settings.partitions.inflight_max_age,
+                    create_hold=settings.partitions.inflight_create_hold,
+                ),
                 applied=applied,
                 coalesce_window=settings.partitions.coalesce_window,
                 progress=progress,
@@ -97,9 +95,12 @@ async def run_reconciler(
             task.add_done_callback(on_done)
             running[partition] = (consumer, task)
 
+        def memory_of(key: ReconcileKey) -> InFlight | None:
+            held = running.get(subjects.partition_of(key, settings.bus.partitions))
+            return held[0].inflight if held is not None else None
+
         async def stop_partition(partition: int) -> None:
             consumer, task = running.pop(partition)
-            memories.pop(partition, None)
             consumer.request_stop()
             try:
                 await asyncio.wait_for(asyncio.shield(task), settings.partitions.exit_timeout)
@@ -125,7 +126,7 @@ async def run_reconciler(
         health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")
         health.add_readiness("progress", progress.stalled)
         await serve_replays(nc, config=settings.operator, reconcilers=kinds)
-        await follow_results(nc, lambda key: memories.get(subjects.partition_of(key, settings.bus.partitions)))
+        await follow_results(nc, memory_of)
         log.info("reconciler %s running with kinds %s", worker_id, ", ".join(sorted(kinds)))
         await leases.run(stop)
         if crashed:
