@@ -20,7 +20,7 @@ import yaml
 from schema.config import FeatureGates, OperatorConfig, OperatorSwitches, PodDefaults
 from schema.subjects import DEFAULT_PARTITIONS
 from services.runtime.errors import PermanentError
-from services.runtime.fetching import LINGER_WINDOW
+from services.runtime.fetching import LINGER_CAP, LINGER_WINDOW
 
 NATS_URL_ENV: Final = "RAYBUS_NATS_URL"
 STATUS_AUTH_ENV: Final = "RAYBUS_STATUS_AUTH"
@@ -75,6 +75,9 @@ class PartitionSettings:
     """Seconds a partition waits after a fetch of several inputs to take more before reconciling, so a
     burst of events of one key becomes one reconcile (kopf's batch window; 0 disables). A fetch of one
     input does not wait: on an idle partition the window would only be latency."""
+    coalesce_window_max: float = LINGER_CAP
+    """Seconds the window widens to while a burst lasts: it doubles after each fetch of several inputs
+    and falls back to ``coalesce_window`` after a fetch of one."""
     inflight_grace: float = 2.0
     """Seconds a command stays "in flight" after the applier carried it out: the time its watch event
     takes to reach the KV. Identical commands of the key are withheld meanwhile (the worker's stand-in

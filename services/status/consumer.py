@@ -1,7 +1,8 @@
 """Consuming RAYBUS_RESULTS into the status database: fetch a batch, persist it, then ack.
 
-A fetch that brings several results waits a moment for more (``fetching.fetch_lingering``): a transaction
-costs about as much for a few rows as for a few hundred, and in a burst results arrive a handful at a time.
+A fetch that brings several results waits a moment for more (``fetching.Linger``, a window that widens
+while a burst lasts): a transaction costs about as much for a few rows as for a few hundred, and in a
+burst results arrive a handful at a time.
 
 Invariant 5 lives here: a message is acked only after the transaction holding it has committed. A
 crash or a stop between the two leaves it unacked, JetStream redelivers it, and the store's natural keys
@@ -50,7 +51,7 @@ from services.runtime.bus import bus_unavailable
 from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
-from services.runtime.fetching import LINGER_WINDOW, fetch_lingering
+from services.runtime.fetching import Linger
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
@@ -87,7 +88,7 @@ class ResultConsumer:
         *,
         batch_size: int = 256,
         fetch_timeout: float = 0.5,
-        linger: float = LINGER_WINDOW,
+        linger: Linger | None = None,
         retry_backoff: Backoff = RETRY_BACKOFF,
         clock: Clock = utc_now,
         tracer: Tracer | None = None,
@@ -98,7 +99,8 @@ class ResultConsumer:
         store: where results go.
         batch_size: messages per fetch, and so per transaction.
         fetch_timeout: seconds one fetch waits for messages; bounds how long a stop request waits.
-        linger: seconds a fetch of several results waits for more to join its transaction.
+        linger: how long a fetch of several results waits for more to join its transaction (default: a
+            window that widens while a burst lasts).
         retry_backoff: pauses while the database (or NATS) is unavailable.
         clock: time of dead letters.
         tracer: where ``status.persist`` spans go (default: the process's tracer provider).
@@ -108,7 +110,7 @@ class ResultConsumer:
         self._store = store
         self._batch_size = batch_size
         self._fetch_timeout = fetch_timeout
-        self._linger = linger
+        self._linger = linger or Linger()
         self._retry_backoff = retry_backoff
         self._clock = clock
         self._tracer = tracer or get_tracer(__name__)
@@ -166,9 +168,7 @@ class ResultConsumer:
             self.running = True
             while not stop.is_set():
                 try:
-                    msgs = await fetch_lingering(
-                        sub, self._batch_size, timeout=self._fetch_timeout, window=self._linger
-                    )
+                    msgs = await self._linger.fetch(sub, self._batch_size, timeout=self._fetch_timeout)
                 except TimeoutError:  # nats.errors.TimeoutError: nothing to do right now
                     raise_if_cancelling()
                     continue

@@ -48,7 +48,7 @@ from services.runtime.backoff import Backoff, interruptible, retry
 from services.runtime.bus import bus_unavailable
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
-from services.runtime.fetching import fetch_lingering
+from services.runtime.fetching import Linger
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
@@ -161,7 +161,7 @@ class PartitionConsumer:
         lease_valid: Callable[[], bool],
         inflight: InFlight,
         applied: AppliedFloor,
-        coalesce_window: float = 0.0,
+        linger: Linger | None = None,
         progress: Progress | None = None,
         part_budget: int = part_budget(DEFAULT_MAX_PAYLOAD),
         recall: Recall | None = None,
@@ -176,7 +176,7 @@ class PartitionConsumer:
         self._lease_valid = lease_valid
         self._inflight = inflight
         self._applied = applied
-        self._coalesce_window = coalesce_window
+        self._linger = linger or Linger(0.0, 0.0)
         self._progress = progress or Progress(f"partition {partition}")
         self._part_budget = part_budget
         self._recall = recall
@@ -207,7 +207,7 @@ class PartitionConsumer:
                     await asyncio.sleep(0.1)
                     continue
                 try:
-                    msgs = await fetch_lingering(sub, FETCH_BATCH, timeout=FETCH_TIMEOUT, window=self._coalesce_window)
+                    msgs = await self._linger.fetch(sub, FETCH_BATCH, timeout=FETCH_TIMEOUT)
                 except TimeoutError:  # nats-py raises its own subclass or the builtin
                     await self._tend_memory()
                     continue

@@ -27,6 +27,7 @@ from services.reconciler.worker.results import follow_results
 from services.reconciler.worker.timers import TimerScheduler
 from services.replay.responder import serve_replays
 from services.runtime.bus import connect
+from services.runtime.fetching import Linger
 from services.runtime.health import HealthServer, Progress
 from services.runtime.leases import Membership, PartitionLeases, default_member_id
 from services.runtime.settings import RaybusSettings
@@ -86,7 +87,7 @@ async def run_reconciler(
                     create_hold=settings.partitions.inflight_create_hold,
                 ),
                 applied=applied,
-                coalesce_window=settings.partitions.coalesce_window,
+                linger=Linger(settings.partitions.coalesce_window, settings.partitions.coalesce_window_max),
                 progress=progress,
                 part_budget=part_budget(nc.max_payload),
                 recall=lambda key: recent_batches(nc, key, within=settings.partitions.inflight_max_age),

@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
-from services.runtime.fetching import fetch_lingering
+from services.runtime.fetching import Linger, fetch_lingering
 from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually
 
@@ -59,3 +59,39 @@ async def test_nothing_to_fetch_times_out(nc: Client) -> None:
     sub = await nc.jetstream().pull_subscribe(SUBJECT, durable="empty")
     with pytest.raises(TimeoutError):
         await fetch_lingering(sub, 10, timeout=0.2, window=0.05)
+
+
+async def test_the_window_widens_while_fetches_bring_several_and_narrows_after_one(nc: Client) -> None:
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(SUBJECT, durable="widening")
+    linger = Linger(0.01, 0.03)
+    windows = []
+    for _ in range(3):
+        await _publish(js, 2)
+        assert len(await linger.fetch(sub, 10, timeout=5.0)) >= 2
+        windows.append(linger.window)
+    assert windows == [0.02, 0.03, 0.03]  # doubled, then held at the cap
+    await _publish(js, 1)
+    assert len(await linger.fetch(sub, 10, timeout=5.0)) == 1
+    assert linger.window == 0.01
+
+
+async def test_a_fetch_that_times_out_narrows_the_window(nc: Client) -> None:
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(SUBJECT, durable="quiet")
+    linger = Linger(0.01, 0.04)
+    await _publish(js, 2)
+    await linger.fetch(sub, 10, timeout=5.0)
+    assert linger.window == 0.02
+    with pytest.raises(TimeoutError):
+        await linger.fetch(sub, 10, timeout=0.2)
+    assert linger.window == 0.01
+
+
+async def test_a_window_of_zero_never_lingers(nc: Client) -> None:
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(SUBJECT, durable="eager")
+    linger = Linger(0.0, 0.4)
+    await _publish(js, 3)
+    assert len(await linger.fetch(sub, 10, timeout=5.0)) == 3
+    assert linger.window == 0.0
