@@ -3,7 +3,7 @@
 Role: keep the projection told about every change of one resource in one scope (a namespace, or the
 whole cluster). The official client is synchronous, so each informer runs in its own daemon thread;
 it hands batches (all the lines of one read chunk, or a whole listing) to the event loop through a
-bounded ``asyncio.Queue``, so a slow projection slows the watch down instead of growing memory.
+bounded :class:`Handoff`, so a slow projection slows the watch down instead of growing memory.
 
 The resume logic is a small state machine (:class:`WatchDriver`, lightkube's WatchDriver): it keeps the
 last resourceVersion seen and builds the next request from it; a ``410 Gone`` (HTTP or an ``ERROR``
@@ -25,7 +25,6 @@ Not here: what a change means (``projection``); where resume points are stored (
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -510,24 +509,53 @@ class Informer:
                 response.close()
 
 
-def queue_deliverer(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Batch], stopping: threading.Event) -> Deliver:
-    """A :data:`Deliver` that puts batches on an asyncio queue from a thread, waiting while it is full."""
+class Handoff:
+    """Batches from the informer threads to the event loop, at most ``size`` of them waiting.
 
-    def deliver(batch: Batch) -> bool:
-        future = asyncio.run_coroutine_threadsafe(queue.put(batch), loop)
-        while True:
-            if stopping.is_set():
-                future.cancel()
+    :meth:`deliver` (a :data:`Deliver`, called in an informer thread) blocks while ``size`` batches wait,
+    so a slow projection slows the watches down instead of growing memory. One wake-up of the loop takes
+    every batch handed over since the previous one: while the loop is busy, a burst of watch chunks costs
+    it one wake-up, not a scheduled task and a cross-thread future per chunk.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int, stopping: threading.Event) -> None:
+        self._loop = loop
+        self._stopping = stopping
+        self._slots = threading.Semaphore(size)
+        self._lock = threading.Lock()
+        self._handed: list[Batch] = []
+        """Batches handed over since the loop last woke for them (under ``_lock``)."""
+        self._ready: asyncio.Queue[Batch] = asyncio.Queue()
+
+    def deliver(self, batch: Batch) -> bool:
+        """Hand ``batch`` over (in an informer thread); False once stopping or the loop is gone."""
+        while not self._slots.acquire(timeout=0.2):
+            if self._stopping.is_set():
                 return False
+        if self._stopping.is_set():
+            self._slots.release()
+            return False
+        with self._lock:
+            self._handed.append(batch)
+            wake = len(self._handed) == 1
+        if wake:
             try:
-                future.result(timeout=0.2)
-                return True
-            except concurrent.futures.TimeoutError:
-                continue
-            except (concurrent.futures.CancelledError, RuntimeError):
+                self._loop.call_soon_threadsafe(self._take)
+            except RuntimeError:  # the loop is closed: nobody will take it
                 return False
+        return True
 
-    return deliver
+    def _take(self) -> None:
+        with self._lock:
+            handed, self._handed = self._handed, []
+        for batch in handed:
+            self._ready.put_nowait(batch)
+
+    async def get(self) -> Batch:
+        """The next batch, in the order each informer handed them over (on the loop)."""
+        batch = await self._ready.get()
+        self._slots.release()
+        return batch
 
 
 def scopes_for(resources: list[ResourceType], namespaces: tuple[str, ...]) -> list[Scope]:

@@ -63,7 +63,7 @@ from services.runtime.clock import Clock, utc_now
 from services.runtime.tracing import current_trace_id, tracer
 from services.watcher import pipeline_metrics
 from services.watcher.calls import ApiError
-from services.watcher.informer import Batch, Bookmark, Change, Listing, Scope
+from services.watcher.informer import Batch, Bookmark, Change, Handoff, Listing, Scope
 from services.watcher.keymap import dependencies, keys_for
 from services.watcher.owners import OwnerReader, deleting, owners_of_going
 from services.watcher.podfacts import POD, slim_pod
@@ -413,13 +413,13 @@ class Projection:
 
     # --- writing ----------------------------------------------------------------------------------
 
-    async def run(self, queue: asyncio.Queue[Batch]) -> None:
+    async def run(self, batches: Handoff) -> None:
         """Project batches until cancelled; a write failure that is not transient ends it (loudly)."""
         flusher = asyncio.create_task(self._flush_loop(), name="watcher-resume-flush")
         try:
             while True:
                 raise_if_cancelling()
-                batch = await queue.get()
+                batch = await batches.get()
                 await self.project(batch)
         finally:
             await cancel_and_wait([flusher], timeout=2.0)

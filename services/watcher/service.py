@@ -48,7 +48,7 @@ from services.watcher.calls import ApiError
 from services.watcher.dashboard import DashboardClient
 from services.watcher.election import ElectionTimings, LeaseElection
 from services.watcher.failures import FailureReporter
-from services.watcher.informer import RECONNECT_BACKOFF, Batch, Informer, queue_deliverer, scopes_for
+from services.watcher.informer import RECONNECT_BACKOFF, Handoff, Informer, scopes_for
 from services.watcher.kubeapi import KubeApi, load_configuration
 from services.watcher.kvfacts import KvFacts
 from services.watcher.owners import api_owner_reader
@@ -224,12 +224,12 @@ class Watcher:
         loaded = await projection.load(self.buckets.objects)
         log.info("projection holds %d objects; %d of %d scopes resume", loaded, len(points), len(scopes))
 
-        queue: asyncio.Queue[Batch] = asyncio.Queue(maxsize=QUEUE_SIZE)
-        deliver = queue_deliverer(asyncio.get_running_loop(), queue, self._stopping)
+        handoff = Handoff(asyncio.get_running_loop(), QUEUE_SIZE, self._stopping)
         informers = [
-            Informer(self.api, scope, resource_version=points.get(scope.name), deliver=deliver) for scope in scopes
+            Informer(self.api, scope, resource_version=points.get(scope.name), deliver=handoff.deliver)
+            for scope in scopes
         ]
-        self._spawn(projection.run(queue), "watcher-projection")
+        self._spawn(projection.run(handoff), "watcher-projection")
         for informer in informers:
             informer.start()
         self.informers = informers
