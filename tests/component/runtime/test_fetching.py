@@ -28,14 +28,18 @@ async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
         await client.close()
 
 
+async def _pull(nc: Client, durable: str) -> tuple[JetStreamContext, JetStreamContext.PullSubscription]:
+    js = nc.jetstream()
+    return js, await js.pull_subscribe(SUBJECT, durable=durable)
+
+
 async def _publish(js: JetStreamContext, count: int) -> None:
     for n in range(count):
         await js.publish(SUBJECT, str(n).encode())
 
 
 async def test_what_arrives_within_the_window_joins_the_batch(nc: Client) -> None:
-    js = nc.jetstream()
-    sub = await js.pull_subscribe(SUBJECT, durable="lingering")
+    js, sub = await _pull(nc, "lingering")
     await _publish(js, 2)
     fetching = asyncio.create_task(fetch_lingering(sub, 10, timeout=5.0, window=3.0))
 
@@ -48,22 +52,20 @@ async def test_what_arrives_within_the_window_joins_the_batch(nc: Client) -> Non
 
 
 async def test_a_lone_message_is_returned_without_the_window(nc: Client) -> None:
-    js = nc.jetstream()
-    sub = await js.pull_subscribe(SUBJECT, durable="alone")
+    js, sub = await _pull(nc, "alone")
     await _publish(js, 1)
     msgs = await asyncio.wait_for(fetch_lingering(sub, 10, timeout=5.0, window=600.0), timeout=60)
     assert [m.data for m in msgs] == [b"0"]
 
 
 async def test_nothing_to_fetch_times_out(nc: Client) -> None:
-    sub = await nc.jetstream().pull_subscribe(SUBJECT, durable="empty")
+    _, sub = await _pull(nc, "empty")
     with pytest.raises(TimeoutError):
         await fetch_lingering(sub, 10, timeout=0.2, window=0.05)
 
 
 async def test_the_window_widens_while_fetches_bring_several_and_narrows_after_one(nc: Client) -> None:
-    js = nc.jetstream()
-    sub = await js.pull_subscribe(SUBJECT, durable="widening")
+    js, sub = await _pull(nc, "widening")
     linger = Linger(0.01, 0.03)
     windows = []
     for _ in range(3):
@@ -77,8 +79,7 @@ async def test_the_window_widens_while_fetches_bring_several_and_narrows_after_o
 
 
 async def test_a_fetch_that_times_out_narrows_the_window(nc: Client) -> None:
-    js = nc.jetstream()
-    sub = await js.pull_subscribe(SUBJECT, durable="quiet")
+    js, sub = await _pull(nc, "quiet")
     linger = Linger(0.01, 0.04)
     await _publish(js, 2)
     await linger.fetch(sub, 10, timeout=5.0)
@@ -89,8 +90,7 @@ async def test_a_fetch_that_times_out_narrows_the_window(nc: Client) -> None:
 
 
 async def test_a_window_of_zero_never_lingers(nc: Client) -> None:
-    js = nc.jetstream()
-    sub = await js.pull_subscribe(SUBJECT, durable="eager")
+    js, sub = await _pull(nc, "eager")
     linger = Linger(0.0, 0.4)
     await _publish(js, 3)
     assert len(await linger.fetch(sub, 10, timeout=5.0)) == 3
