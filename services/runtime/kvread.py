@@ -4,18 +4,29 @@ A JetStream batched direct get (``multi_last``) returns the last message of ever
 filter and ends with an EOB status whose ``Nats-UpTo-Sequence`` is the stream sequence the read
 reflects. The server answers at most 1,024 keys that way; a larger prefix is read in pages instead.
 Used for worker membership, and (with the delete markers and each entry's revision:
-:func:`read_entries`) for snapshots (``snapshots.py``) and replay's KV seed. :func:`read_changes` reads
+:meth:`KvReader.entries`) for snapshots (``snapshots.py``) and replay's KV seed. :meth:`KvReader.changes` reads
 only what was written under a filter after a known revision, delete markers included. (nats-py's
 ``kv.keys`` with filters answers "no keys" on 2.16, and a KV watch per read costs a consumer creation.)
+
+A :class:`KvReader` receives every answer on one wildcard reply subscription for its whole life, each
+read on a subject of its own under it: a reader that reads for every decision (``snapshots.py``) would
+otherwise subscribe and unsubscribe a reply inbox per read, and wait for each reply message with a timer
+of its own. The module's functions read once through a reader of their own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Final
 
 import msgspec
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from schema import subjects
 from services.runtime.errors import RetryableError
@@ -50,103 +61,176 @@ class KvEntries:
     empty: bool
 
 
-async def read_latest(nc: Client, bucket: str, key_filter: str, *, timeout: float = 5.0) -> KvRead:
-    """Latest values of the keys of ``bucket`` matching ``key_filter`` (NATS wildcards allowed).
+class _Answer:
+    """One direct get's answer as its messages arrive: entries taken, then the final status."""
 
-    Raises:
-        RetryableError: no answer within ``timeout`` or an error status.
+    __slots__ = ("done", "entries", "heard_at", "last_read", "prefix")
+
+    def __init__(
+        self, prefix: str, entries: dict[str, KvEntry], now: float, done: asyncio.Future[dict[str, str]]
+    ) -> None:
+        self.prefix = prefix
+        self.entries = entries
+        self.last_read = 0
+        self.heard_at = now
+        self.done = done
+
+    def take(self, msg: Msg, now: float) -> None:
+        """One message of the answer: an entry (a later sequence replaces an earlier one), or the status
+        that ends it (its headers, ``Nats-Last-Read`` set to the answer's highest message sequence)."""
+        self.heard_at = now
+        headers = dict(msg.headers or {})
+        if headers.get("Status"):
+            headers["Nats-Last-Read"] = str(self.last_read)
+            if not self.done.done():
+                self.done.set_result(headers)
+            return
+        subject, seq = headers.get("Nats-Subject", ""), headers.get("Nats-Sequence", "")
+        if not subject.startswith(self.prefix) or not seq.isdigit():
+            if not self.done.done():
+                self.done.set_exception(RetryableError(f"KV read got a message that is no entry: {headers}"))
+            return
+        self.last_read = max(self.last_read, int(seq))
+        deleted = headers.get("KV-Operation") in ("DEL", "PURGE")
+        self.entries[subject[len(self.prefix) :]] = KvEntry(revision=int(seq), value=None if deleted else msg.data)
+
+
+class KvReader:
+    """Batched reads of one connection's KV buckets, answered on one reply subscription (module docstring).
+
+    It subscribes at its first read and unsubscribes at :meth:`close` (or with the connection).
     """
-    read = await read_entries(nc, bucket, key_filter, timeout=timeout)
-    values = {key: entry.value for key, entry in read.entries.items() if entry.value is not None}
-    return KvRead(values=values, revision=read.revision, empty=read.empty)
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._inbox = nc.new_inbox()
+        self._sub: Subscription | None = None
+        self._subscribing = asyncio.Lock()
+        self._answers: dict[str, _Answer] = {}
+        self._tokens = itertools.count()
+
+    async def __aenter__(self) -> KvReader:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop receiving answers; a read under way gets none more."""
+        sub, self._sub = self._sub, None
+        if sub is not None and not self._nc.is_closed:
+            await sub.unsubscribe()
+
+    async def latest(self, bucket: str, key_filter: str, *, timeout: float = 5.0) -> KvRead:
+        """Latest values of the keys of ``bucket`` matching ``key_filter`` (NATS wildcards allowed).
+
+        Raises:
+            RetryableError: no answer within ``timeout`` or an error status.
+        """
+        read = await self.entries(bucket, key_filter, timeout=timeout)
+        values = {key: entry.value for key, entry in read.entries.items() if entry.value is not None}
+        return KvRead(values=values, revision=read.revision, empty=read.empty)
+
+    async def entries(self, bucket: str, key_filter: str, *, timeout: float = 5.0) -> KvEntries:
+        """The last write of every key of ``bucket`` matching ``key_filter``, delete markers included.
+
+        Raises:
+            RetryableError: no answer within ``timeout`` or an error status.
+        """
+        prefix = subjects.kv_subject(bucket)
+        request = {"multi_last": [prefix + key_filter], "batch": 100_000}
+        entries: dict[str, KvEntry] = {}
+        headers = await self._direct_get(bucket, request, prefix, entries, timeout=timeout)
+        status = headers["Status"]
+        if status == "204":  # end of batch
+            upto = headers.get("Nats-UpTo-Sequence") or headers.get("Nats-Last-Sequence") or 0
+            return KvEntries(entries=entries, revision=int(upto), empty=False)
+        if status == "404":
+            return KvEntries(entries=entries, revision=0, empty=True)
+        if status == "413":  # more keys than one multi_last answers
+            return await self._paged(bucket, key_filter, timeout=timeout)
+        raise RetryableError(f"KV read of {bucket}/{key_filter}: {status} {headers.get('Description', '')}")
+
+    async def changes(self, bucket: str, key_filter: str, *, after: int, timeout: float = 5.0) -> KvEntries:
+        """The last write of every key of ``bucket`` matching ``key_filter`` written after stream sequence
+        ``after``, delete markers included; the read reflects every write of the filter up to its revision
+        (``after`` if nothing newer was found).
+
+        Raises:
+            RetryableError: no answer within ``timeout`` or an error status.
+        """
+        return await self._paged(bucket, key_filter, timeout=timeout, after=after)
+
+    async def _paged(self, bucket: str, key_filter: str, *, timeout: float, after: int = 0) -> KvEntries:
+        """The same read as pages of the bucket's stream in sequence order, from sequence ``after + 1`` (the
+        server answers a multi_last with at most 1,024 keys; a RayCluster of 2,000 workers has more entries).
+
+        A bucket with history 1 holds one message per key, so reading the filter's messages upwards to the
+        end gives every key's latest value written after ``after``: a write made meanwhile has a higher
+        sequence than anything already passed, so it is read too. The read reflects the highest sequence it
+        saw.
+        """
+        prefix = subjects.kv_subject(bucket)
+        entries: dict[str, KvEntry] = {}
+        read_up_to = after
+        while True:
+            request = {"seq": read_up_to + 1, "next_by_subj": prefix + key_filter, "batch": PAGE}
+            headers = await self._direct_get(bucket, request, prefix, entries, timeout=timeout)
+            status = headers["Status"]
+            last_read = int(headers["Nats-Last-Read"])
+            pending = int(headers.get("Nats-Num-Pending") or 0)
+            if status == "404" or (status == "204" and (last_read == 0 or pending <= 0)):
+                read_up_to = max(read_up_to, last_read)
+                return KvEntries(entries=entries, revision=read_up_to, empty=read_up_to == 0)
+            if status != "204":
+                raise RetryableError(f"KV read of {bucket}/{key_filter}: {status} {headers.get('Description', '')}")
+            read_up_to = last_read
+
+    async def _direct_get(
+        self, bucket: str, request: dict[str, object], prefix: str, entries: dict[str, KvEntry], *, timeout: float
+    ) -> dict[str, str]:
+        """Send one batched direct get; put each key's write into ``entries``; return the final status
+        message's headers. ``timeout`` bounds the wait for each message of the answer, not the whole."""
+        await self._subscribe()
+        token = str(next(self._tokens))
+        answer = _Answer(prefix, entries, time.monotonic(), asyncio.get_running_loop().create_future())
+        self._answers[token] = answer
+        try:
+            subject = subjects.direct_get_subject(subjects.kv_stream(bucket))
+            await self._nc.publish(subject, msgspec.json.encode(request), reply=f"{self._inbox}.{token}")
+            while True:
+                silent = time.monotonic() - answer.heard_at
+                if silent >= timeout:
+                    raise RetryableError(f"KV read of {bucket} got no answer")
+                await asyncio.wait((answer.done,), timeout=timeout - silent)
+                if answer.done.done():
+                    return answer.done.result()  # or raises what ended the answer
+        finally:
+            del self._answers[token]
+            answer.done.cancel()
+
+    async def _subscribe(self) -> None:
+        if self._sub is not None:
+            return
+        async with self._subscribing:
+            if self._sub is None:
+                self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_answer)
+
+    async def _on_answer(self, msg: Msg) -> None:
+        answer = self._answers.get(msg.subject[len(self._inbox) + 1 :])
+        if answer is not None:  # else the answer of a read that gave up
+            answer.take(msg, time.monotonic())
+
+
+async def read_latest(nc: Client, bucket: str, key_filter: str, *, timeout: float = 5.0) -> KvRead:
+    """:meth:`KvReader.latest` on a reader of its own."""
+    async with KvReader(nc) as reader:
+        return await reader.latest(bucket, key_filter, timeout=timeout)
 
 
 async def read_entries(nc: Client, bucket: str, key_filter: str, *, timeout: float = 5.0) -> KvEntries:
-    """The last write of every key of ``bucket`` matching ``key_filter``, delete markers included.
-
-    Raises:
-        RetryableError: no answer within ``timeout`` or an error status.
-    """
-    prefix = subjects.kv_subject(bucket)
-    request = {"multi_last": [prefix + key_filter], "batch": 100_000}
-    entries: dict[str, KvEntry] = {}
-    status, headers = await _direct_get(nc, bucket, request, prefix, entries, timeout=timeout)
-    if status == "204":  # end of batch
-        upto = headers.get("Nats-UpTo-Sequence") or headers.get("Nats-Last-Sequence") or 0
-        return KvEntries(entries=entries, revision=int(upto), empty=False)
-    if status == "404":
-        return KvEntries(entries=entries, revision=0, empty=True)
-    if status == "413":  # more keys than one multi_last answers
-        return await _read_paged(nc, bucket, key_filter, timeout=timeout)
-    raise RetryableError(f"KV read of {bucket}/{key_filter}: {status} {headers.get('Description', '')}")
-
-
-async def read_changes(nc: Client, bucket: str, key_filter: str, *, after: int, timeout: float = 5.0) -> KvEntries:
-    """The last write of every key of ``bucket`` matching ``key_filter`` written after stream sequence
-    ``after``, delete markers included; the read reflects every write of the filter up to its revision
-    (``after`` if nothing newer was found).
-
-    Raises:
-        RetryableError: no answer within ``timeout`` or an error status.
-    """
-    return await _read_paged(nc, bucket, key_filter, timeout=timeout, after=after)
-
-
-async def _read_paged(nc: Client, bucket: str, key_filter: str, *, timeout: float, after: int = 0) -> KvEntries:
-    """The same read as pages of the bucket's stream in sequence order, from sequence ``after + 1`` (the
-    server answers a multi_last with at most 1,024 keys; a RayCluster of 2,000 workers has more entries).
-
-    A bucket with history 1 holds one message per key, so reading the filter's messages upwards to the end
-    gives every key's latest value written after ``after``: a write made meanwhile has a higher sequence
-    than anything already passed, so it is read too. The read reflects the highest sequence it saw.
-    """
-    prefix = subjects.kv_subject(bucket)
-    entries: dict[str, KvEntry] = {}
-    read_up_to = after
-    while True:
-        request = {"seq": read_up_to + 1, "next_by_subj": prefix + key_filter, "batch": PAGE}
-        status, headers = await _direct_get(nc, bucket, request, prefix, entries, timeout=timeout)
-        last_read = int(headers["Nats-Last-Read"])
-        if status == "404" or (status == "204" and (last_read == 0 or int(headers.get("Nats-Num-Pending") or 0) <= 0)):
-            read_up_to = max(read_up_to, last_read)
-            return KvEntries(entries=entries, revision=read_up_to, empty=read_up_to == 0)
-        if status != "204":
-            raise RetryableError(f"KV read of {bucket}/{key_filter}: {status} {headers.get('Description', '')}")
-        read_up_to = last_read
-
-
-async def _direct_get(
-    nc: Client,
-    bucket: str,
-    request: dict[str, object],
-    prefix: str,
-    entries: dict[str, KvEntry],
-    *,
-    timeout: float,
-) -> tuple[str, dict[str, str]]:
-    """Send one batched direct get; put each key's write into ``entries`` (a later sequence replaces an
-    earlier one); return the final status and headers, ``Nats-Last-Read`` set to the answer's highest
-    message sequence."""
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
-    last_read = 0
-    try:
-        await nc.publish(
-            subjects.direct_get_subject(subjects.kv_stream(bucket)), msgspec.json.encode(request), reply=inbox
-        )
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=timeout)
-            except Exception as exc:  # nats-py TimeoutError or a closed connection
-                raise RetryableError(f"KV read of {bucket} got no answer") from exc
-            headers = dict(msg.headers or {})
-            status = headers.get("Status")
-            if status:
-                headers["Nats-Last-Read"] = str(last_read)
-                return status, headers
-            seq = int(headers.get("Nats-Sequence") or 0)
-            last_read = max(last_read, seq)
-            deleted = headers.get("KV-Operation") in ("DEL", "PURGE")
-            entries[headers["Nats-Subject"][len(prefix) :]] = KvEntry(revision=seq, value=None if deleted else msg.data)
-    finally:
-        await sub.unsubscribe()
+    """:meth:`KvReader.entries` on a reader of its own."""
+    async with KvReader(nc) as reader:
+        return await reader.entries(bucket, key_filter, timeout=timeout)

@@ -1,7 +1,7 @@
 """Reading one reconcile key's snapshot from KV ``raybus-objects``.
 
-The read (``kvread.read_entries``) returns every entry under the key's prefix and the KV revision it
-reflects. Measured here: 0.2 ms for a small key, 10 ms for 200 entries of 2 KB. If a replica answers
+The read (``kvread.KvReader.entries``) returns every entry under the key's prefix and the KV revision it
+reflects (``bench/snapshot_bench.py`` measures what a read costs both sides). If a replica answers
 with a revision older than the event being processed, the read is retried (the leader has it). A
 prefix never written answers "no results"; deletes leave markers, so then nothing can be missing.
 
@@ -10,7 +10,7 @@ some 6 KB: reading and decoding all of them took about half a second, for every 
 decisions of a 1 → 5,000 scale-up, while a decision's inputs changed a few dozen. So the reader holds
 the decoded entries of the keys with at least :data:`HELD_FROM` entries (at most :data:`HELD_ENTRIES`
 entries over all keys, the least recently read key dropped first) and reads only what was written
-under the key after the revision it holds (``kvread.read_changes``): every write of an entry, delete
+under the key after the revision it holds (``kvread.KvReader.changes``): every write of an entry, delete
 markers included, has a higher stream sequence than what it replaces, so the held entries plus the
 changes are exactly what a whole read at the new revision returns. Every :data:`HELD_FOR` seconds, and
 whenever a read comes back behind the revision asked for, the key is read whole again (reusing the
@@ -38,7 +38,7 @@ from schema.decision import Snapshot
 from schema.keys import ReconcileKey, decode_token
 from services.runtime.backoff import Backoff, retry
 from services.runtime.errors import RetryableError
-from services.runtime.kvread import KvEntries, read_changes, read_entries
+from services.runtime.kvread import KvEntries, KvReader
 
 _json_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
 
@@ -114,7 +114,7 @@ class SnapshotReader:
         held_from: int = HELD_FROM,
         held_entries: int = HELD_ENTRIES,
     ) -> None:
-        self._nc = nc
+        self._kv = KvReader(nc)
         self._timeout = timeout
         self._clock = clock
         self._held_from = held_from
@@ -149,7 +149,7 @@ class SnapshotReader:
         return await retry(once, policy, transient=lambda exc: isinstance(exc, _Behind))
 
     async def _read_whole(self, key: ReconcileKey, held: _Held | None, min_revision: int) -> Snapshot:
-        read = await read_entries(self._nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout)
+        read = await self._kv.entries(subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout)
         self._whole_reads += 1
         revision = min_revision if read.empty else read.revision  # a prefix never written lacks nothing
         whole = _merged(_Held(revision=revision, read_at=self._clock(), entries={}, written={}), read, reuse=held)
@@ -157,8 +157,8 @@ class SnapshotReader:
         return Snapshot(key=key, entries=whole.entries, revision=revision)
 
     async def _read_changes(self, key: ReconcileKey, held: _Held) -> Snapshot:
-        read = await read_changes(
-            self._nc, subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), after=held.revision, timeout=self._timeout
+        read = await self._kv.changes(
+            subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), after=held.revision, timeout=self._timeout
         )
         self._held.move_to_end(key)
         if read.entries:

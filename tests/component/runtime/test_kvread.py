@@ -1,0 +1,89 @@
+"""Batched KV reads answered on one reply subscription per reader (against a real nats-server)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.kv import KeyValue
+
+from schema import subjects
+from services.runtime.errors import RetryableError
+from services.runtime.kvread import KvReader, read_entries
+from services.runtime.settings import BusSettings, PartitionSettings
+from services.runtime.topology import ensure_topology
+from tests.fixtures.nats import NatsServer
+
+BUCKET = subjects.OBJECTS_BUCKET
+
+
+@pytest.fixture
+async def bus(nats_server: NatsServer) -> AsyncIterator[tuple[Client, KeyValue]]:
+    nc = await nats.connect(nats_server.url)
+    try:
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=PartitionSettings())
+        yield nc, buckets.objects
+    finally:
+        await nc.close()
+
+
+async def test_concurrent_reads_on_one_reader_each_get_their_own_answer(bus: tuple[Client, KeyValue]) -> None:
+    nc, kv = bus
+    for group in range(20):
+        for i in range(group + 1):
+            await kv.put(f"g{group}.e{i}", f"{group}/{i}".encode())
+    async with KvReader(nc) as reader:
+        reads = await asyncio.gather(*(reader.entries(BUCKET, f"g{group}.>") for group in range(20)))
+    for group, read in enumerate(reads):
+        assert {key: entry.value for key, entry in read.entries.items()} == {
+            f"g{group}.e{i}": f"{group}/{i}".encode() for i in range(group + 1)
+        }
+
+
+async def test_a_filter_with_more_keys_than_one_answer_holds_is_read_in_pages(bus: tuple[Client, KeyValue]) -> None:
+    nc, kv = bus
+    for i in range(1_100):
+        await kv.put(f"many.e{i}", b"x")
+    await kv.delete("many.e7")
+    read = await read_entries(nc, BUCKET, "many.>")
+    assert len(read.entries) == 1_100
+    assert read.entries["many.e7"].value is None
+    assert read.revision == max(entry.revision for entry in read.entries.values())
+
+
+async def test_a_read_nobody_answers_gives_up_and_the_reader_reads_on(bus: tuple[Client, KeyValue]) -> None:
+    nc, kv = bus
+    await kv.put("a.b", b"1")
+    silent = "silent"
+    # Someone listens on the bucket's direct-get subject but never answers: no "no responders" status.
+    listener = await nc.subscribe(subjects.direct_get_subject(subjects.kv_stream(silent)))
+    async with KvReader(nc) as reader:
+        with pytest.raises(RetryableError, match="got no answer"):
+            await reader.entries(silent, ">", timeout=0.2)
+        read = await reader.entries(BUCKET, "a.>")
+    await listener.unsubscribe()
+    assert read.entries["a.b"].value == b"1"
+
+
+async def test_a_bucket_without_a_stream_is_a_retryable_error(bus: tuple[Client, KeyValue]) -> None:
+    nc, _ = bus
+    with pytest.raises(RetryableError, match="nowhere"):
+        await read_entries(nc, "nowhere", ">")
+
+
+async def test_a_reply_that_is_no_entry_fails_the_read_at_once(bus: tuple[Client, KeyValue]) -> None:
+    nc, _ = bus
+    impostor = "impostor"
+    # Whoever answers on the bucket's direct-get subject answers with something that is no KV entry.
+
+    async def answer(msg: Msg) -> None:
+        await nc.publish(msg.reply, b"hello", headers={"Nats-Subject": "elsewhere"})
+
+    responder = await nc.subscribe(subjects.direct_get_subject(subjects.kv_stream(impostor)), cb=answer)
+    with pytest.raises(RetryableError, match="no entry"):
+        await read_entries(nc, impostor, ">", timeout=30)
+    await responder.unsubscribe()
