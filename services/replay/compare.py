@@ -137,6 +137,7 @@ def split_withheld(
     published: Published,
     *,
     ids: bool = True,
+    contents: Sequence[str] = (),
 ) -> tuple[list[Command], list[Command], list[str]]:
     """Split today's commands like the worker split the recorded decision.
 
@@ -145,7 +146,8 @@ def split_withheld(
     order: one equal to the next recorded (kept) command is kept; else one identical to the twin of a
     suppressed id is withheld; else, while suppressed ids remain that ``published`` cannot resolve (the
     twin aged out of the stream, or an older logic version recorded other ids), it is taken as withheld;
-    else it is kept (and will show as a difference).
+    else it is kept (and will show as a difference). ``contents``, when given, are today's commands'
+    content digests (``decide.Outcome.contents``), so none is encoded again.
 
     Returns:
         today's kept commands, today's withheld commands, and the suppressed ids today's decision lacks.
@@ -161,11 +163,11 @@ def split_withheld(
     position = 0
     kept_today: list[Command] = []
     withheld_today: list[Command] = []
-    for command in today:
+    for index, command in enumerate(today):
         if position < len(kept) and same_command(kept[position], command, ids=ids):
             kept_today.append(command)
             position += 1
-        elif twins := resolved.get(in_flight_key(command)):
+        elif twins := resolved.get(in_flight_key(command, contents[index] if contents else None)):
             twins.pop()
             withheld_today.append(command)
         elif unresolved:

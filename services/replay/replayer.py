@@ -210,6 +210,7 @@ class Replayer:
     ) -> ReplayStep:
         replayed: CommandBatch | None = None
         decision: Decision | None = None
+        contents: tuple[str, ...] = ()
         error = ""
         try:
             outcome = decide(
@@ -219,7 +220,7 @@ class Replayer:
                 config=self.config,
                 sequences=batch.inputs,
             )
-            replayed, decision = outcome.batch, outcome.decision
+            replayed, decision, contents = outcome.batch, outcome.decision, outcome.contents
         except Exception as exc:  # a crash of today's reconcile is a finding, not the replayer's failure
             error = f"{type(exc).__name__}: {exc}"
         diff: list[str] = []
@@ -233,7 +234,7 @@ class Replayer:
             lacking: list[str] = []
             if batch.suppressed:
                 kept, withheld_now, lacking = split_withheld(
-                    replayed.commands, batch.commands, batch.suppressed, published, ids=ids
+                    replayed.commands, batch.commands, batch.suppressed, published, ids=ids, contents=contents
                 )
                 withheld = tuple(c.id for c in withheld_now)
             diff = command_diff(batch.commands, kept, ids=ids)

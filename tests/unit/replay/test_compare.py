@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from schema.messages import Command, CreateObject, DeleteObject, ObjectRef
+from services.reconciler.worker.decide import content_digest
 from services.replay.compare import (
     Published,
     command_diff,
@@ -114,6 +115,12 @@ def test_withheld_commands_are_matched_with_their_twins_content() -> None:
     today = [pod("a", cmd_id="today-a"), pod("c", cmd_id="today-c"), pod("b", cmd_id="today-b")]
     kept, withheld, missing = split_withheld(today, [pod("c", cmd_id="today-c")], ["earlier-b", "earlier-a"], published)
     assert [c.id for c in kept] == ["today-c"] and [c.id for c in withheld] == ["today-a", "today-b"] and not missing
+    # Today's content digests, when decide has them already, give the same split.
+    contents = [content_digest(c) for c in today]
+    again = split_withheld(
+        today, [pod("c", cmd_id="today-c")], ["earlier-b", "earlier-a"], published, contents=contents
+    )
+    assert again == (kept, withheld, missing)
     kept, withheld, missing = split_withheld(today[1:], [pod("c", cmd_id="today-c")], ["earlier-a"], published)
     assert [c.id for c in kept] == ["today-c", "today-b"] and not withheld and missing == ["earlier-a"]
     # A twin the history does not hold (aged out, or an older logic version's id) takes what is left over.
