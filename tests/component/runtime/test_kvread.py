@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -14,25 +12,12 @@ from nats.js.kv import KeyValue
 from schema import subjects
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import KvReader, read_entries
-from services.runtime.settings import BusSettings, PartitionSettings
-from services.runtime.topology import ensure_topology
-from tests.fixtures.nats import NatsServer
 
 BUCKET = subjects.OBJECTS_BUCKET
 
 
-@pytest.fixture
-async def bus(nats_server: NatsServer) -> AsyncIterator[tuple[Client, KeyValue]]:
-    nc = await nats.connect(nats_server.url)
-    try:
-        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=PartitionSettings())
-        yield nc, buckets.objects
-    finally:
-        await nc.close()
-
-
-async def test_concurrent_reads_on_one_reader_each_get_their_own_answer(bus: tuple[Client, KeyValue]) -> None:
-    nc, kv = bus
+async def test_concurrent_reads_on_one_reader_each_get_their_own_answer(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
     for group in range(20):
         for i in range(group + 1):
             await kv.put(f"g{group}.e{i}", f"{group}/{i}".encode())
@@ -44,8 +29,8 @@ async def test_concurrent_reads_on_one_reader_each_get_their_own_answer(bus: tup
         }
 
 
-async def test_a_filter_with_more_keys_than_one_answer_holds_is_read_in_pages(bus: tuple[Client, KeyValue]) -> None:
-    nc, kv = bus
+async def test_a_filter_with_more_keys_than_one_answer_holds_is_read_in_pages(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
     for i in range(1_100):
         await kv.put(f"many.e{i}", b"x")
     await kv.delete("many.e7")
@@ -55,8 +40,8 @@ async def test_a_filter_with_more_keys_than_one_answer_holds_is_read_in_pages(bu
     assert read.revision == max(entry.revision for entry in read.entries.values())
 
 
-async def test_a_read_nobody_answers_gives_up_and_the_reader_reads_on(bus: tuple[Client, KeyValue]) -> None:
-    nc, kv = bus
+async def test_a_read_nobody_answers_gives_up_and_the_reader_reads_on(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
     await kv.put("a.b", b"1")
     silent = "silent"
     # Someone listens on the bucket's direct-get subject but never answers: no "no responders" status.
@@ -69,14 +54,14 @@ async def test_a_read_nobody_answers_gives_up_and_the_reader_reads_on(bus: tuple
     assert read.entries["a.b"].value == b"1"
 
 
-async def test_a_bucket_without_a_stream_is_a_retryable_error(bus: tuple[Client, KeyValue]) -> None:
-    nc, _ = bus
+async def test_a_bucket_without_a_stream_is_a_retryable_error(objects: tuple[Client, KeyValue]) -> None:
+    nc, _ = objects
     with pytest.raises(RetryableError, match="nowhere"):
         await read_entries(nc, "nowhere", ">")
 
 
-async def test_a_reply_that_is_no_entry_fails_the_read_at_once(bus: tuple[Client, KeyValue]) -> None:
-    nc, _ = bus
+async def test_a_reply_that_is_no_entry_fails_the_read_at_once(objects: tuple[Client, KeyValue]) -> None:
+    nc, _ = objects
     impostor = "impostor"
     # Whoever answers on the bucket's direct-get subject answers with something that is no KV entry.
 

@@ -3,10 +3,7 @@ gives (against a real nats-server)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import msgspec
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
@@ -15,10 +12,7 @@ from schema import subjects
 from schema.decision import Snapshot
 from schema.keys import ReconcileKey
 from services.runtime.errors import RetryableError
-from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.snapshots import HELD_FOR, HELD_FROM, SnapshotReader
-from services.runtime.topology import ensure_topology
-from tests.fixtures.nats import NatsServer
 
 KEY = ReconcileKey(kind="RayCluster", namespace="default", name="big")
 OTHER = ReconcileKey(kind="RayCluster", namespace="default", name="small")
@@ -32,16 +26,6 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-async def bus(nats_server: NatsServer) -> AsyncIterator[tuple[Client, KeyValue]]:
-    nc = await nats.connect(nats_server.url)
-    try:
-        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=PartitionSettings())
-        yield nc, buckets.objects
-    finally:
-        await nc.close()
-
-
 async def put(kv: KeyValue, key: ReconcileKey, kind: str, name: str, value: object) -> int:
     return await kv.put(subjects.entry_key(key, kind, name), msgspec.json.encode(value))
 
@@ -51,8 +35,8 @@ async def whole(nc: Client, key: ReconcileKey, revision: int) -> Snapshot:
     return await SnapshotReader(nc).read(key, min_revision=revision)
 
 
-async def test_a_large_key_is_read_whole_once_then_only_its_changes(bus: tuple[Client, KeyValue]) -> None:
-    nc, kv = bus
+async def test_a_large_key_is_read_whole_once_then_only_its_changes(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
     await put(kv, KEY, "RayCluster", KEY.name, {"spec": 1})
     for i in range(HELD_FROM):
         await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
@@ -82,9 +66,9 @@ async def test_a_large_key_is_read_whole_once_then_only_its_changes(bus: tuple[C
 
 
 async def test_a_held_key_is_read_whole_again_after_a_while_reusing_what_did_not_change(
-    bus: tuple[Client, KeyValue],
+    objects: tuple[Client, KeyValue],
 ) -> None:
-    nc, kv = bus
+    nc, kv = objects
     for i in range(HELD_FROM):
         await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
     clock = Clock()
@@ -99,8 +83,8 @@ async def test_a_held_key_is_read_whole_again_after_a_while_reusing_what_did_not
     assert again.get("Pod", "w-0") == {"i": "changed"}
 
 
-async def test_a_small_key_is_read_whole_every_time(bus: tuple[Client, KeyValue]) -> None:
-    nc, kv = bus
+async def test_a_small_key_is_read_whole_every_time(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
     rev = await put(kv, OTHER, "Pod", "p", {"p": 1})
     reader = SnapshotReader(nc)
     await reader.read(OTHER, min_revision=rev)
@@ -109,8 +93,8 @@ async def test_a_small_key_is_read_whole_every_time(bus: tuple[Client, KeyValue]
     assert reader.whole_reads == 2 and snapshot.get("Pod", "p") == {"p": 2}
 
 
-async def test_a_read_behind_the_revision_asked_for_is_retried_whole(bus: tuple[Client, KeyValue]) -> None:
-    nc, kv = bus
+async def test_a_read_behind_the_revision_asked_for_is_retried_whole(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
     for i in range(HELD_FROM):
         rev = await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
     reader = SnapshotReader(nc)
@@ -121,8 +105,8 @@ async def test_a_read_behind_the_revision_asked_for_is_retried_whole(bus: tuple[
     assert reader.whole_reads == 3
 
 
-async def test_the_least_recently_read_keys_are_let_go_beyond_the_bound(bus: tuple[Client, KeyValue]) -> None:
-    nc, kv = bus
+async def test_the_least_recently_read_keys_are_let_go_beyond_the_bound(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
     keys = [ReconcileKey(kind="RayCluster", namespace="default", name=f"c{i}") for i in range(4)]
     for key in keys:
         for i in range(4):
