@@ -12,6 +12,8 @@ from nats.js.kv import KeyValue
 from schema import subjects
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import KvReader, read_entries
+from tests.fixtures.nats import NatsServer
+from tests.helpers import eventually
 
 BUCKET = subjects.OBJECTS_BUCKET
 
@@ -72,3 +74,19 @@ async def test_a_reply_that_is_no_entry_fails_the_read_at_once(objects: tuple[Cl
     with pytest.raises(RetryableError, match="no entry"):
         await read_entries(nc, impostor, ">", timeout=30)
     await responder.unsubscribe()
+
+
+async def test_a_reader_reads_on_after_the_server_restarted(
+    objects: tuple[Client, KeyValue], nats_server: NatsServer
+) -> None:
+    nc, kv = objects
+    await kv.put("a.b", b"1")
+    async with KvReader(nc) as reader:
+        assert (await reader.entries(BUCKET, "a.>")).entries["a.b"].value == b"1"
+        nats_server.restart()
+
+        async def read_after_reconnect() -> bytes | None:
+            return (await reader.entries(BUCKET, "a.>", timeout=1.0)).entries["a.b"].value
+
+        # The reply subscription is the connection's: renewed with it, not by the reader.
+        assert await eventually(read_after_reconnect, timeout=60) == b"1"
