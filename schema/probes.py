@@ -46,7 +46,7 @@ from typing import Any, Final
 import msgspec
 
 from schema.decision import OBS_RAY_JOB, OBS_SERVE, OBS_SERVE_HEALTH, Snapshot
-from schema.keys import ReconcileKey
+from schema.keys import KeyKind, ReconcileKey
 from schema.messages import DashboardRef
 from schema.objects import (
     being_deleted,
@@ -73,6 +73,10 @@ RAYJOB_KINDS: Final = ("RayJob", "RayCluster", "Service")
 SERVE_KINDS: Final = ("RayService", "RayCluster", "Service")
 SERVE_HEALTH_KINDS: Final = ("RayService", "RayCluster", "Pod")
 """The kinds each rule reads, so the watcher hands it only those."""
+PROBED_KEYS: Final[tuple[KeyKind, ...]] = ("RayJob", "RayService")
+"""The reconcile keys whose dashboards are probed. Every object a rule reads of one is stored under its
+key too (the key rules: a cluster made for it or selected by it, that cluster's Services and Pods), so a
+prober needs no other key's entries."""
 
 _ROLES: Final = ("activeServiceStatus", "pendingServiceStatus")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from schema.keys import ReconcileKey, encode_token
+from schema.keys import KeyKind, ReconcileKey, encode_token
 
 PREFIX: Final = "raybus"
 
@@ -182,6 +182,11 @@ def entry_key(key: ReconcileKey, entry_kind: str, entry_name: str) -> str:
 def entry_prefix(key: ReconcileKey) -> str:
     """KV filter matching every entry of ``key``'s snapshot."""
     return f"{key.token()}.>"
+
+
+def entries_of_kind(kind: KeyKind) -> str:
+    """KV filter matching every entry of every key of one kind."""
+    return f"{kind}.>"
 
 
 LeaseGroup = Literal["reconcile", "apply", "probe"]

@@ -2,7 +2,9 @@
 
 Role: an applier or prober running in its own process has no projection. :class:`KvFacts` follows the
 bucket the projection writes with one KV watch over every key (its initial values, then every update,
-delete markers and purges included) and answers what they ask of the in-process projection:
+delete markers and purges included), or for a prober with one watch per probed key kind
+(``schema.probes.PROBED_KEYS``: a burst of RayClusters then costs it nothing), and answers what they
+ask of the in-process projection:
 ``find``/``recently_deleted`` (``authorize.Facts``), ``owner_gone`` (``staleness.OwnerView``) and
 ``objects`` (``prober.ObjectSource``), with the projection's semantics:
 
@@ -44,14 +46,15 @@ import heapq
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 import msgspec
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from schema.keys import ReconcileKey, decode_token
+from schema import subjects
+from schema.keys import KeyKind, ReconcileKey, decode_token
 from schema.objects import being_deleted, metadata_of, text
 from services.runtime.aio import cancel_and_wait
 from services.watcher.podfacts import POD, decode_slim_pod
@@ -88,11 +91,13 @@ class _Entry:
 
 
 class KvFacts:
-    """The watched objects as KV ``raybus-objects`` shows them, kept current by one KV watch."""
+    """The watched objects as KV ``raybus-objects`` shows them, kept current by KV watches."""
 
-    def __init__(self, kv: KeyValue) -> None:
-        """Follow ``kv`` (the ``raybus-objects`` bucket) once :meth:`start` is called."""
+    def __init__(self, kv: KeyValue, *, keys: Collection[KeyKind] = ()) -> None:
+        """Follow ``kv`` (the ``raybus-objects`` bucket) once :meth:`start` is called: every key's entries,
+        or with ``keys`` only the entries of the reconcile keys of those kinds (one watch each)."""
         self._kv = kv
+        self._filters = tuple(subjects.entries_of_kind(kind) for kind in keys) or (">",)
         self._held: dict[Named, _Held] = {}
         self._by_kind: dict[str, dict[tuple[str, str], _Held]] = {}
         self._entries: dict[str, _Entry] = {}
@@ -103,8 +108,8 @@ class KvFacts:
         """(kind, uid) of a custom resource being deleted → the first revision that showed it so."""
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
-        self._watcher: KeyValue.KeyWatcher | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._watchers: list[KeyValue.KeyWatcher] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
         self.revision = 0
         """The last stream sequence of the bucket applied."""
@@ -114,31 +119,35 @@ class KvFacts:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the watch; returns once its initial values are applied (then follows updates)."""
+        """Start the watches; returns once their initial values are applied (then follows updates)."""
         status = await self._kv.status()
         floor = status.stream_info.state.last_seq
-        watcher = await self._kv.watch(">")
-        self._watcher = watcher
         # The initial values are each entry's latest write only: a revision among them says nothing about
         # the entries written later, so the revision moves once they are all in.
         try:
-            async for entry in watcher:
-                if entry is None:  # nats-py's marker: the initial values are in
-                    break
-                self._apply(entry)
-                floor = max(floor, entry.revision or 0)
+            for key_filter in self._filters:
+                watcher = await self._kv.watch(key_filter)
+                self._watchers.append(watcher)
+                async for entry in watcher:
+                    if entry is None:  # nats-py's marker: the initial values are in
+                        break
+                    self._apply(entry)
+                    floor = max(floor, entry.revision or 0)
         except BaseException:
             await self._close_watch()
             raise
         self._advance(floor)
-        self._task = asyncio.create_task(self._follow(watcher), name="kvfacts-watch")
+        self._tasks = [
+            asyncio.create_task(self._follow(watcher), name=f"kvfacts-watch-{key_filter}")
+            for watcher, key_filter in zip(self._watchers, self._filters, strict=True)
+        ]
 
     async def stop(self) -> None:
         """Stop following the bucket; :meth:`caught_up` waiters get :class:`FactsStopped`."""
         self._stopped = True
         await self._close_watch()
-        if self._task is not None:
-            lingering = await cancel_and_wait([self._task], timeout=2.0)
+        if self._tasks:
+            lingering = await cancel_and_wait(self._tasks, timeout=2.0)
             if lingering:
                 log.warning("the KV watch of the facts did not stop")
         for _, _, waiter in self._waiters:
@@ -147,10 +156,10 @@ class KvFacts:
         self._waiters.clear()
 
     async def _close_watch(self) -> None:
-        if self._watcher is not None:
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
             with contextlib.suppress(Exception):  # a closed connection has nothing left to unsubscribe
-                await cast(Callable[[], Awaitable[None]], self._watcher.stop)()
-            self._watcher = None
+                await cast(Callable[[], Awaitable[None]], watcher.stop)()
 
     async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
         async for entry in watcher:
@@ -165,7 +174,10 @@ class KvFacts:
 
         Raises:
             FactsStopped: :meth:`stop` was called meanwhile.
+            RuntimeError: these facts follow some keys only, with no revision that covers all of them.
         """
+        if self._filters != (">",):
+            raise RuntimeError("facts that follow some keys only cannot wait for a revision of the bucket")
         if revision <= self.revision:
             return
         if self._stopped:

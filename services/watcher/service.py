@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from nats.aio.client import Client
 
+from schema.probes import PROBED_KEYS
 from services.runtime.aio import cancel_and_wait, raise_if_cancelling
 from services.runtime.backoff import retry
 from services.runtime.bus import connect
@@ -182,7 +183,9 @@ class Watcher:
             )
             self._spawn(self._lead(self.election), "watcher-watch")
         else:
-            self.facts = KvFacts(self.buckets.objects)
+            # A prober alone reads only the probed keys' objects; an applier needs every key's.
+            probed = PROBED_KEYS if "apply" not in self.roles else ()
+            self.facts = KvFacts(self.buckets.objects, keys=probed)
             await self.facts.start()
             self._start_stages(self.facts)
 

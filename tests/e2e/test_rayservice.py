@@ -50,7 +50,10 @@ def _no_leaked_tasks() -> Iterator[None]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeline]:
-    async with shared_pipeline(tmp_path_factory.mktemp("rayservice"), extra_crds=[gateway_api_crds()]) as p:
+    # The watcher's roles each in a process of their own, as deploy/ runs them: the prober then follows
+    # only the probed keys of the objects bucket, and every Serve probe must find what it reads there.
+    workdir = tmp_path_factory.mktemp("rayservice")
+    async with shared_pipeline(workdir, extra_crds=[gateway_api_crds()], replicas=1) as p:
         yield p
         # Every sample and upgrade flow of this module ran with the applier authorizing each command.
         assert await p.denials() == []

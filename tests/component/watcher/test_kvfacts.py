@@ -21,7 +21,7 @@ import pytest
 from nats.js.kv import KeyValue
 
 from schema import subjects
-from schema.keys import ReconcileKey
+from schema.keys import KeyKind, ReconcileKey
 from schema.messages import (
     Command,
     CreateObject,
@@ -33,7 +33,16 @@ from schema.messages import (
     SubmitRayJob,
     Transition,
 )
-from schema.probes import RAYJOB_KINDS, SERVE_HEALTH_KINDS, SERVE_KINDS, SOURCE_SERVE_HEALTH, probe_targets
+from schema.probes import (
+    PROBED_KEYS,
+    RAYJOB_KINDS,
+    SERVE_HEALTH_KINDS,
+    SERVE_KINDS,
+    SOURCE_RAYJOB,
+    SOURCE_SERVE,
+    SOURCE_SERVE_HEALTH,
+    probe_targets,
+)
 from schema.ray import conventions
 from services.watcher.authorize import Allowed, Denied, Facts, Gone, Verdict, authorize
 from services.watcher.informer import Batch, Change, Scope, make_change
@@ -200,8 +209,8 @@ async def settle(facts: KvFacts, kv: KeyValue) -> int:
 
 
 @contextlib.asynccontextmanager
-async def following(kv: KeyValue) -> AsyncIterator[KvFacts]:
-    facts = KvFacts(kv)
+async def following(kv: KeyValue, keys: Sequence[KeyKind] = ()) -> AsyncIterator[KvFacts]:
+    facts = KvFacts(kv, keys=keys)
     await facts.start()
     try:
         yield facts
@@ -256,6 +265,27 @@ async def test_kvfacts_answers_as_the_projection_that_wrote_the_bucket(bus: Bus)
     async with following(kv) as late:
         assert verdicts(late) == gone
         assert targets(late) == targets(projection)
+
+
+async def test_a_prober_following_the_probed_keys_only_finds_the_same_targets(bus: Bus) -> None:
+    """The prober alone follows RayJob and RayService keys: what their probes read is stored under them."""
+    kv = bus.buckets.objects
+    projection = Projection(bus.js)
+    plain = obj("RayCluster", "plain", 40)
+    async with following(kv, PROBED_KEYS) as facts:
+        await project(projection, "ADDED", RAYJOB, JOB_CLUSTER, JOB_SERVICE, JOB_HEAD, STRAY, plain)
+        await project(projection, "ADDED", RAYSERVICE, SERVE_CLUSTER, SERVE_HEAD)
+        expected = targets(projection)
+        assert {t.source for t in expected} == {SOURCE_RAYJOB, SOURCE_SERVE, SOURCE_SERVE_HEALTH}
+        await eventually(lambda: targets(facts) == expected, timeout=WAIT, message="the probed keys' targets")
+        # what no probed key holds is not followed
+        assert facts.find("RayCluster", NS, "plain") is None and facts.find("Pod", NS, "stray") is None
+        with pytest.raises(RuntimeError, match="some keys only"):
+            await facts.caught_up(1)
+
+        await project(projection, "DELETED", JOB_HEAD, SERVE_HEAD)
+        expected = targets(projection)
+        await eventually(lambda: targets(facts) == expected, timeout=WAIT, message="the targets after deletions")
 
 
 async def test_an_object_removed_from_one_key_while_another_holds_it_is_not_deleted(bus: Bus) -> None:
