@@ -79,11 +79,10 @@ class _Answer:
         """One message of the answer: an entry (a later sequence replaces an earlier one), or the status
         that ends it (its headers, ``Nats-Last-Read`` set to the answer's highest message sequence)."""
         self.heard_at = now
-        headers = dict(msg.headers or {})
+        headers = msg.headers or {}
         if headers.get("Status"):
-            headers["Nats-Last-Read"] = str(self.last_read)
             if not self.done.done():
-                self.done.set_result(headers)
+                self.done.set_result({**headers, "Nats-Last-Read": str(self.last_read)})
             return
         subject, seq = headers.get("Nats-Subject", ""), headers.get("Nats-Sequence", "")
         if not subject.startswith(self.prefix) or not seq.isdigit():

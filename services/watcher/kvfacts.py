@@ -98,6 +98,7 @@ class KvFacts:
         or with ``keys`` only the entries of the reconcile keys of those kinds (one watch each)."""
         self._kv = kv
         self._filters = tuple(subjects.entries_of_kind(kind) for kind in keys) or (">",)
+        self._every_key = not keys
         self._held: dict[Named, _Held] = {}
         self._by_kind: dict[str, dict[tuple[str, str], _Held]] = {}
         self._entries: dict[str, _Entry] = {}
@@ -176,7 +177,7 @@ class KvFacts:
             FactsStopped: :meth:`stop` was called meanwhile.
             RuntimeError: these facts follow some keys only, with no revision that covers all of them.
         """
-        if self._filters != (">",):
+        if not self._every_key:
             raise RuntimeError("facts that follow some keys only cannot wait for a revision of the bucket")
         if revision <= self.revision:
             return
