@@ -17,11 +17,13 @@ Additions by the core (backward compatible; :class:`PodTerminationStore` spells 
   ``deletionGracePeriodSeconds`` and stays until the kubelet calls
   ``delete(..., grace_period_seconds=0)`` (and its finalizers are gone).
 - ``subscribe()`` registers at call time; the iterator has ``aclose()`` to unregister.
+- ``subscribe(resources)`` delivers only the changes of those resources: each change a subscriber gets
+  is decoded into a copy of its own, so a simulator that wants Jobs does not pay for every Pod and Event.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 
@@ -59,7 +61,7 @@ class Store(Protocol):
         """Create (generateName honoured); raises KeyError-like errors of the core on conflict."""
         ...
 
-    def update(self, gvr: GVR, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+    def update(self, gvr: GVR, obj: dict[str, Any], *, subresource: str | None = None) -> None:
         """Replace the object (or only its status with subresource="status"); last write wins
         when obj carries no metadata.resourceVersion."""
         ...
@@ -68,8 +70,8 @@ class Store(Protocol):
         """Delete as a client would (finalizers and graceful deletion honoured)."""
         ...
 
-    def subscribe(self) -> AsyncIterator[StoreEvent]:
-        """Every change from now on, in order, never dropped."""
+    def subscribe(self, resources: Collection[GVR] | None = None) -> AsyncIterator[StoreEvent]:
+        """Every change (of ``resources``, when given) from now on, in order, never dropped."""
         ...
 
 

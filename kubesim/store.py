@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
 import yaml
@@ -51,6 +51,8 @@ Obj = dict[str, Any]
 ObjKey = tuple[StorageKey, str, str]
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+_STATUS_BODY = frozenset(("apiVersion", "kind", "metadata", "status"))
+"""What a status update reads of the body it is given."""
 _IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
 
 
@@ -538,15 +540,13 @@ class ObjectStore:
         namespace = body.get("metadata", {}).get("namespace")
         return codec.clone(present(info, self.create_object(info, namespace, body)))
 
-    def update(self, gvr: GVR, obj: Obj, *, subresource: str | None = None) -> Obj:
+    def update(self, gvr: GVR, obj: Obj, *, subresource: str | None = None) -> None:
         """Replace (or, with ``subresource="status"``, update the status of) an object."""
         info = self._info(gvr)
-        body = codec.clone(obj)
+        # A status update reads nothing else of the body: the spec, most of a Pod, is not copied.
+        body = codec.clone(obj if subresource != "status" else {k: v for k, v in obj.items() if k in _STATUS_BODY})
         meta = body.get("metadata", {})
-        stored = self.update_object(
-            info, meta.get("namespace"), str(meta.get("name", "")), body, subresource=subresource
-        )
-        return codec.clone(present(info, stored))
+        self.update_object(info, meta.get("namespace"), str(meta.get("name", "")), body, subresource=subresource)
 
     def delete(
         self,
@@ -562,6 +562,6 @@ class ObjectStore:
         options = DeleteOptions(grace_period_seconds=grace_period_seconds, propagation_policy=propagation_policy)
         self.deletion.delete_object(info, namespace or "", name, options)
 
-    def subscribe(self) -> AsyncIterator[StoreEvent]:
-        """Every change from this call on, in order, never dropped."""
-        return Subscription(self.hub)
+    def subscribe(self, resources: Collection[GVR] | None = None) -> AsyncIterator[StoreEvent]:
+        """Every change (of ``resources``, when given) from this call on, in order, never dropped."""
+        return Subscription(self.hub, resources)

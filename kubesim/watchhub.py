@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,16 +93,19 @@ class Watcher:
 
 
 class Subscription:
-    """An in-process subscriber (``Store.subscribe``): every change, each with its own copy."""
+    """An in-process subscriber (``Store.subscribe``): every change of ``resources`` (None: of all), each
+    with its own copy."""
 
-    def __init__(self, hub: WatchHub) -> None:
+    def __init__(self, hub: WatchHub, resources: Collection[GVR] | None = None) -> None:
         self._hub = hub
+        self._resources = None if resources is None else frozenset(resources)
         self._queue: asyncio.Queue[Change] = asyncio.Queue()
         hub.subscriptions.append(self)
 
     def push(self, change: Change) -> None:
-        """Queue a change (called by the hub)."""
-        self._queue.put_nowait(change)
+        """Queue a change (called by the hub) if it is of a resource subscribed to."""
+        if self._resources is None or change.gvr in self._resources:
+            self._queue.put_nowait(change)
 
     def __aiter__(self) -> AsyncIterator[StoreEvent]:
         return self

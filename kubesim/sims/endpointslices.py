@@ -166,7 +166,7 @@ class EndpointSliceController:
         self._store = store
         worker = asyncio.ensure_future(process(self._queue, self._reconcile, what="endpointslice controller"))
         try:
-            await consume(store, self._on_event, initial=[SERVICES])
+            await consume(store, self._on_event, initial=[SERVICES], changes=[PODS])
         finally:
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)

@@ -95,7 +95,7 @@ class GatewayStatusController:
         self._store = store
         worker = asyncio.ensure_future(process(self._queue, self._reconcile, what="gateway status"))
         try:
-            await consume(store, self._on_event, initial=[GATEWAYCLASSES, GATEWAYS, HTTPROUTES])
+            await consume(store, self._on_event, initial=[GATEWAYCLASSES, GATEWAYS, HTTPROUTES], changes=[SERVICES])
         finally:
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)

@@ -96,7 +96,7 @@ class Kubelet:
             if ip:
                 self.ips.reserve(str(ip))
         try:
-            await consume(store, self._on_event, initial=[PODS])
+            await consume(store, self._on_event, initial=[PODS], changes=[SECRETS, CONFIGMAPS])
         finally:
             await self._shutdown(store)
 

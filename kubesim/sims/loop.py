@@ -38,9 +38,13 @@ def safe_get(store: Store, gvr: GVR, namespace: str | None, name: str) -> dict[s
         return None
 
 
-async def consume(store: Store, handle: Callable[[StoreEvent], None], *, initial: Iterable[GVR]) -> None:
-    """Feed ``handle`` the existing objects of ``initial`` (as ADDED), then every change, until cancelled."""
-    events = store.subscribe()
+async def consume(
+    store: Store, handle: Callable[[StoreEvent], None], *, initial: Iterable[GVR], changes: Iterable[GVR] = ()
+) -> None:
+    """Feed ``handle`` the existing objects of ``initial`` (as ADDED), then every change of ``initial`` and
+    ``changes``, until cancelled."""
+    initial = tuple(initial)
+    events = store.subscribe({*initial, *changes})
     try:
         for gvr in initial:
             for obj in safe_list(store, gvr):

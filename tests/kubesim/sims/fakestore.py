@@ -14,7 +14,7 @@ import itertools
 import random
 import string
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from kubesim.hooks import GVR, StoreEvent
@@ -34,8 +34,9 @@ class FakeApiError(Exception):
 class Subscription:
     """Every change after the call, queued (tests may drain ``queue`` directly)."""
 
-    def __init__(self, store: FakeStore) -> None:
+    def __init__(self, store: FakeStore, resources: Collection[GVR] | None) -> None:
         self._store = store
+        self.resources = resources
         self.queue: asyncio.Queue[StoreEvent] = asyncio.Queue()
         store.subscriptions.append(self)
 
@@ -67,7 +68,8 @@ class FakeStore:
 
     def _publish(self, kind: str, gvr: GVR, obj: Obj) -> None:
         for sub in self.subscriptions:
-            sub.queue.put_nowait(StoreEvent(kind, gvr, copy.deepcopy(obj)))  # type: ignore[arg-type]
+            if sub.resources is None or gvr in sub.resources:
+                sub.queue.put_nowait(StoreEvent(kind, gvr, copy.deepcopy(obj)))  # type: ignore[arg-type]
 
     def get(self, gvr: GVR, namespace: str | None, name: str) -> Obj | None:
         obj = self._bucket(gvr).get((namespace or "", name))
@@ -98,7 +100,7 @@ class FakeStore:
         self._publish("ADDED", gvr, obj)
         return copy.deepcopy(obj)
 
-    def update(self, gvr: GVR, obj: Obj, *, subresource: str | None = None) -> Obj:
+    def update(self, gvr: GVR, obj: Obj, *, subresource: str | None = None) -> None:
         meta = obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         bucket = self._bucket(gvr)
@@ -119,7 +121,6 @@ class FakeStore:
         new["metadata"]["resourceVersion"] = str(next(self._rv))
         bucket[key] = new
         self._publish("MODIFIED", gvr, new)
-        return copy.deepcopy(new)
 
     def delete(self, gvr: GVR, namespace: str | None, name: str, *, grace_period_seconds: int | None = None) -> None:
         bucket = self._bucket(gvr)
@@ -150,5 +151,5 @@ class FakeStore:
                 if any(r.get("uid") == uid for r in refs):
                     self.delete(other_gvr, ns, other_name)
 
-    def subscribe(self) -> Subscription:
-        return Subscription(self)
+    def subscribe(self, resources: Collection[GVR] | None = None) -> Subscription:
+        return Subscription(self, resources)
