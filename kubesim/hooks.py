@@ -23,7 +23,7 @@ Additions by the core (backward compatible; :class:`PodTerminationStore` spells 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 
@@ -51,6 +51,11 @@ class Store(Protocol):
 
     def get(self, gvr: GVR, namespace: str | None, name: str) -> dict[str, Any] | None:
         """Return a deep copy of the object, or None."""
+        ...
+
+    def view(self, gvr: GVR, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """The stored object itself, not a copy, or None: for reading only. The store never changes a
+        committed object in place (a write stores a new one), so it stays as it was read."""
         ...
 
     def list(self, gvr: GVR, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any
 
 import yaml
@@ -74,7 +74,11 @@ def _spec_part(obj: Obj, *, has_status: bool) -> Obj:
 
 
 class ObjectStore:
-    """All objects, indexed by resource bucket, namespace and name; implements ``kubesim.hooks.Store``."""
+    """All objects, indexed by resource bucket, namespace and name; implements ``kubesim.hooks.Store``.
+
+    A committed object is never changed in place: every write commits a new one (sharing unchanged parts
+    with the old). The watch history encodes committed objects only when a watcher asks, and ``view``
+    hands them out without a copy; both rely on it."""
 
     def __init__(
         self,
@@ -525,6 +529,12 @@ class ObjectStore:
         info = self._info(gvr)
         obj = self.find(info.storage_key, namespace or "" if info.namespaced else "", name)
         return None if obj is None else codec.clone(present(info, obj))
+
+    def view(self, gvr: GVR, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """The stored object itself (``kubesim.hooks.Store.view``), or None."""
+        info = self._info(gvr)
+        obj = self.find(info.storage_key, namespace or "" if info.namespaced else "", name)
+        return None if obj is None else present(info, obj)
 
     def list(self, gvr: GVR, namespace: str | None = None, label_selector: str | None = None) -> list[Obj]:
         """Copies of matching objects (namespace None = all namespaces)."""

@@ -106,7 +106,7 @@ class PodWorker:
         self.programs: dict[int, asyncio.Task[None]] = {}
         self.dashboard_up = False
         self.crash_looping = False
-        self.last_pod: dict[str, Any] = pod
+        self.last_pod: Mapping[str, Any] = pod
         self.task = asyncio.ensure_future(self._run())
 
     def poke(self) -> None:
@@ -115,8 +115,10 @@ class PodWorker:
 
     # --- store access ------------------------------------------------------------------------
 
-    def _get(self) -> dict[str, Any]:
-        pod = self.node.store.get(PODS, self.namespace, self.name)
+    def _get(self) -> Mapping[str, Any]:
+        # The stored Pod itself, read many times in a Pod's life: a copy of its 4 KB each time was the
+        # largest single cost of a kubelet-heavy burst.
+        pod = self.node.store.view(PODS, self.namespace, self.name)
         if pod is None or uid_of(pod) != self.uid or is_terminating(pod):
             raise _PodGone
         self.last_pod = pod
@@ -128,9 +130,9 @@ class PodWorker:
         status = self.sim.render(now=self.node.clock.time(), previous=previous)
         if status == previous:
             return
-        pod["status"] = status
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"], "status": status}
         try:
-            self.node.store.update(PODS, pod, subresource="status")
+            self.node.store.update(PODS, body, subresource="status")
         except Exception as error:
             if api_error_code(error) == 404:
                 raise _PodGone from error
@@ -198,8 +200,7 @@ class PodWorker:
             self.sim.unschedulable = None
             await asyncio.sleep(self.options.schedule_delay)
             pod = self._get()
-            pod.setdefault("spec", {})["nodeName"] = self.options.node_name
-            self.node.store.update(PODS, pod)
+            self.node.store.update(PODS, {**pod, "spec": {**spec_of(pod), "nodeName": self.options.node_name}})
         self.sim.scheduled = True
         self.sim.host_ip = self.options.host_ip
         self.sim.pod_ip = str(status_of(pod).get("podIP") or self.node.ips.allocate())

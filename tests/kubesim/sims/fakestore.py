@@ -75,6 +75,9 @@ class FakeStore:
         obj = self._bucket(gvr).get((namespace or "", name))
         return copy.deepcopy(obj) if obj is not None else None
 
+    def view(self, gvr: GVR, namespace: str | None, name: str) -> Obj | None:
+        return self.get(gvr, namespace, name)  # a copy: this store changes objects in place
+
     def list(self, gvr: GVR, namespace: str | None = None, label_selector: str | None = None) -> list[Obj]:
         wanted = dict(part.split("=", 1) for part in label_selector.split(",")) if label_selector else {}
         out = []
