@@ -78,3 +78,22 @@ def test_a_status_update_changes_only_the_status(kubesim_server: KubeSimHandle, 
     assert stored["status"]["phase"] == "Running"
     assert stored["spec"]["containers"][0]["image"] == "x"
     assert "labels" not in stored["metadata"]
+
+
+def test_a_view_is_not_a_copy_and_a_later_write_leaves_it_as_it_was(
+    kubesim_server: KubeSimHandle, kubesim_namespace: str
+) -> None:
+    store = kubesim_server.sim.store
+
+    def views() -> tuple[Any, Any, Any]:
+        store.create(PODS, _pod(kubesim_namespace, "p"))
+        before = store.view(PODS, kubesim_namespace, "p")
+        same = store.view(PODS, kubesim_namespace, "p")
+        assert before is not None and same is before
+        store.update(PODS, {**before, "status": {"phase": "Running"}}, subresource="status")
+        return before, store.view(PODS, kubesim_namespace, "p"), store.view(PODS, kubesim_namespace, "missing")
+
+    before, after, missing = kubesim_server.call(views)
+    assert before["status"]["phase"] == "Pending"
+    assert after["status"]["phase"] == "Running"
+    assert missing is None
