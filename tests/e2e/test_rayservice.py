@@ -19,6 +19,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from kubesim.sims.annotations import READY_AFTER_SECONDS
 from schema.keys import ReconcileKey
 from schema.messages import Observation
 from schema.probes import serve_health_significant, serve_significant
@@ -66,6 +67,16 @@ def with_env(cluster_config: dict[str, Any], name: str, value: str) -> dict[str,
     for group in groups:
         for container in group["template"]["spec"]["containers"]:
             container["env"] = [*container.get("env", []), {"name": name, "value": value}]
+    return changed
+
+
+def with_slow_head(cluster_config: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``rayClusterConfig`` whose head Pod turns Ready only ``seconds`` after it started (kubesim's fault
+    annotation): a new cluster of an upgrade stays pending at least that long, long enough for a status
+    poll to see it even on a loaded machine."""
+    changed = copy.deepcopy(cluster_config)
+    metadata = changed["headGroupSpec"]["template"].setdefault("metadata", {})
+    metadata["annotations"] = {**metadata.get("annotations", {}), READY_AFTER_SECONDS: str(seconds)}
     return changed
 
 
@@ -138,7 +149,8 @@ async def test_blue_green_upgrade_never_leaves_the_service_without_endpoints(
     old = active(await rs.wait_ready())
     serve_service = f"{rs.name}-serve-svc"
     async with watching_endpoints(rs, serve_service) as watch:
-        await rs.patch({"spec": {"rayClusterConfig": with_env(body["spec"]["rayClusterConfig"], "UPGRADE", "1")}})
+        upgraded = with_slow_head(with_env(body["spec"]["rayClusterConfig"], "UPGRADE", "1"), 3)
+        await rs.patch({"spec": {"rayClusterConfig": upgraded}})
         upgrading = await rs.wait(lambda s: bool(pending(s)) and active(s) == old, "prepared a pending cluster")
         new = pending(upgrading)
         assert condition(upgrading, "UpgradeInProgress")["status"] == "True"
