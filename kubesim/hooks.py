@@ -17,8 +17,8 @@ Additions by the core (backward compatible; :class:`PodTerminationStore` spells 
   ``deletionGracePeriodSeconds`` and stays until the kubelet calls
   ``delete(..., grace_period_seconds=0)`` (and its finalizers are gone).
 - ``subscribe()`` registers at call time; the iterator has ``aclose()`` to unregister.
-- ``subscribe(resources)`` delivers only the changes of those resources: each change a subscriber gets
-  is decoded into a copy of its own, so a simulator that wants Jobs does not pay for every Pod and Event.
+- ``subscribe(resources)`` delivers only the changes of those resources, so a simulator that wants Jobs
+  does not see every Pod and Event.
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
 class StoreEvent(NamedTuple):
-    """One committed change, in resourceVersion order."""
+    """One committed change, in resourceVersion order; ``object`` is the committed object itself, to read
+    only (a simulator that needs to change it works on ``Store.get``'s copy)."""
 
     type: EventType
     gvr: GVR
-    object: dict[str, Any]
+    object: Mapping[str, Any]
 
 
 class Store(Protocol):

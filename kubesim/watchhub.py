@@ -93,8 +93,8 @@ class Watcher:
 
 
 class Subscription:
-    """An in-process subscriber (``Store.subscribe``): every change of ``resources`` (None: of all), each
-    with its own copy."""
+    """An in-process subscriber (``Store.subscribe``): every change of ``resources`` (None: of all), with
+    the committed object itself (read-only: the store never changes one in place)."""
 
     def __init__(self, hub: WatchHub, resources: Collection[GVR] | None = None) -> None:
         self._hub = hub
@@ -112,8 +112,7 @@ class Subscription:
 
     async def __anext__(self) -> StoreEvent:
         change = await self._queue.get()
-        obj: Obj = codec.decode(change.body(change.obj["apiVersion"]))
-        return StoreEvent(change.type, change.gvr, obj)
+        return StoreEvent(change.type, change.gvr, change.obj)
 
     async def aclose(self) -> None:
         """Stop receiving changes."""

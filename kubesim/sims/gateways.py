@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from kubesim.dashboard import Clock
@@ -71,7 +72,7 @@ def _address(gateway: dict[str, Any]) -> str:
     return f"10.96.{digest[0]}.{digest[1] % 250 + 2}"
 
 
-def _parent_namespace(route: dict[str, Any], ref: dict[str, Any]) -> str:
+def _parent_namespace(route: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
     return str(ref.get("namespace") or namespace_of(route))
 
 

@@ -10,6 +10,7 @@ this simulator does not own (readiness gates set by someone else) are carried ov
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -255,7 +256,7 @@ def qos_class(spec: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def build_pod_sim(pod: dict[str, Any]) -> PodSim:
+def build_pod_sim(pod: Mapping[str, Any]) -> PodSim:
     """A fresh model of a pod (nothing started yet)."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}

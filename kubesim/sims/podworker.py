@@ -95,7 +95,7 @@ class Node:
 class PodWorker:
     """Plays one pod's life; cancelled when the pod is deleted or starts terminating."""
 
-    def __init__(self, node: Node, pod: dict[str, Any]) -> None:
+    def __init__(self, node: Node, pod: Mapping[str, Any]) -> None:
         self.node = node
         self.options = node.options
         self.uid, self.namespace, self.name = uid_of(pod), namespace_of(pod), name_of(pod)

@@ -50,6 +50,8 @@ def _config_map_then_pod(kube: KubeSimHandle, namespace: str) -> Callable[[], No
 def test_a_subscription_to_pods_receives_no_other_change(kubesim_server: KubeSimHandle, kubesim_namespace: str) -> None:
     event = _first_change(kubesim_server, {PODS}, _config_map_then_pod(kubesim_server, kubesim_namespace))
     assert (event.type, event.gvr, event.object["metadata"]["name"]) == ("ADDED", PODS, "p")
+    stored = kubesim_server.call(lambda: kubesim_server.sim.store.view(PODS, kubesim_namespace, "p"))
+    assert event.object is stored  # the committed object itself, not a copy
 
 
 def test_a_subscription_to_everything_receives_every_change(
