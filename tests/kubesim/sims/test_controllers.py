@@ -1,4 +1,4 @@
-"""Job controller, EndpointSlices and the realistic kubelet on the fake store."""
+"""Job controller, EndpointSlices and the realistic kubelet on kubesim's store."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 from kubesim.sims.objects import ENDPOINTSLICES, GATEWAYS, JOBS, PODS, SERVICES
 from kubesim.sims.options import REALISTIC
+from kubesim.store import ObjectStore
 from tests.helpers import eventually
-from tests.kubesim.sims.fakestore import FakeStore
-from tests.kubesim.sims.harness import FAST, condition, phase, pod, simulation
+from tests.kubesim.sims.harness import FAST, condition, object_store, phase, pod, simulation
 
 A = "kubesim.raybus.io/"
 
@@ -22,12 +22,12 @@ def _job(name: str, **spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "default"}, "spec": {"template": template, **spec}}
 
 
-def _job_pods(store: FakeStore, name: str) -> list[dict[str, Any]]:
+def _job_pods(store: ObjectStore, name: str) -> list[dict[str, Any]]:
     return store.list(PODS, "default", label_selector=f"job-name={name}")
 
 
 async def test_job_parallelism_and_completions() -> None:
-    store = FakeStore()
+    store = object_store()
     async with simulation(store, replace(FAST, batch_container_run_seconds=0.02)):
         store.create(JOBS, _job("many", completions=3, parallelism=2))
         job = await eventually(lambda: (j := store.get(JOBS, "default", "many")) and condition(j, "Complete") and j)
@@ -45,7 +45,7 @@ async def test_job_parallelism_and_completions() -> None:
 
 
 async def test_job_backoff_limit() -> None:
-    store = FakeStore()
+    store = object_store()
     template = {
         "metadata": {"annotations": {A + "fail-after-seconds": "0.01"}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "busybox"}]},
@@ -61,7 +61,7 @@ async def test_job_backoff_limit() -> None:
 
 
 async def test_job_deadline_and_suspend() -> None:
-    store = FakeStore()
+    store = object_store()
     forever = {"spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "b", "command": ["sleep"]}]}}
     async with simulation(store, replace(FAST, batch_container_run_seconds=60)):
         store.create(JOBS, _job("slow", activeDeadlineSeconds=0, template=forever))
@@ -78,13 +78,13 @@ async def test_job_deadline_and_suspend() -> None:
         await eventually(lambda: len(_job_pods(store, "paused")) == 1)
 
 
-def _slice_endpoints(store: FakeStore, service: str) -> list[dict[str, Any]] | None:
+def _slice_endpoints(store: ObjectStore, service: str) -> list[dict[str, Any]] | None:
     slices = store.list(ENDPOINTSLICES, "default", label_selector=f"kubernetes.io/service-name={service}")
     return slices[0]["endpoints"] if slices else None
 
 
 async def test_endpoint_slices_publish_not_ready_and_terminating() -> None:
-    store = FakeStore()
+    store = object_store()
     svc = {
         "metadata": {"name": "head", "namespace": "default"},
         "spec": {"selector": {"app": "x"}, "publishNotReadyAddresses": True, "ports": [{"port": 80}]},
@@ -120,30 +120,28 @@ async def test_endpoint_slices_publish_not_ready_and_terminating() -> None:
 
 
 async def test_realistic_mode_shows_every_step() -> None:
-    store = FakeStore()
+    store = object_store()
     options = replace(
         REALISTIC, schedule_delay=0.02, image_pull_delay=0.02, readiness_delay=0.05, termination_delay=0.02
     )
     seen: list[tuple[str | None, str | None, str | None]] = []
-    events = store.subscribe()
+    events = store.subscribe({PODS})
     async with simulation(store, options):
         store.create(PODS, pod("slow", init_containers=[{"name": "init", "image": "busybox"}]))
         await eventually(lambda: condition(store.get(PODS, "default", "slow"), "Ready") == "True")
-    while not events.queue.empty():
-        event = events.queue.get_nowait()
-        if event.gvr == PODS:
-            obj = event.object
-            seen.append((phase(obj), condition(obj, "Initialized"), condition(obj, "Ready")))
-            if condition(obj, "Ready") == "True":
-                break
+    async for event in events:  # every change up to Ready is queued already
+        obj = event.object
+        seen.append((phase(obj), condition(obj, "Initialized"), condition(obj, "Ready")))
+        if condition(obj, "Ready") == "True":
+            break
     assert ("Pending", "False", "False") in seen  # scheduled, init container still running
     assert ("Running", "True", "False") in seen  # started, readiness not yet passed
     assert seen[-1] == ("Running", "True", "True")
 
 
 async def test_gateway_controller_idles_without_crds() -> None:
-    store = FakeStore(known={PODS, SERVICES, JOBS, ENDPOINTSLICES})
-    async with simulation(store):
+    store = object_store()
+    assert store.registry.lookup(*GATEWAYS) is None  # the Gateway API CRDs are not installed
+    async with simulation(store):  # a simulator that raises fails the block
         store.create(PODS, pod("p"))
         await eventually(lambda: condition(store.get(PODS, "default", "p"), "Ready") == "True")
-    assert GATEWAYS not in store.objects

@@ -1,4 +1,4 @@
-"""The kubelet simulator on a fake store: scheduling, readiness, failure annotations, termination."""
+"""The kubelet simulator on kubesim's store: scheduling, readiness, failure annotations, termination."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ from typing import Any
 import aiohttp
 
 from kubesim.sims.objects import PODS, SECRETS, SERVICES
+from kubesim.store import ObjectStore
 from tests.helpers import eventually
-from tests.kubesim.sims.fakestore import FakeStore
-from tests.kubesim.sims.harness import FAST, condition, head_pod, head_service, phase, pod, simulation
+from tests.kubesim.sims.harness import FAST, condition, head_pod, head_service, object_store, phase, pod, simulation
 
 A = "kubesim.raybus.io/"
 
 
-def _get(store: FakeStore, name: str) -> dict[str, Any] | None:
+def _get(store: ObjectStore, name: str) -> dict[str, Any] | None:
     return store.get(PODS, "default", name)
 
 
 async def test_pod_goes_running_and_ready() -> None:
-    store = FakeStore()
+    store = object_store()
     async with simulation(store):
         store.create(PODS, pod("p1", init_containers=[{"name": "init", "image": "busybox"}]))
         store.create(PODS, pod("p2"))
@@ -44,7 +44,7 @@ async def test_pod_goes_running_and_ready() -> None:
 
 
 async def test_stay_pending_and_never_ready() -> None:
-    store = FakeStore()
+    store = object_store()
     async with simulation(store):
         store.create(PODS, pod("pending", annotations={A + "stay-pending": "true"}))
         store.create(PODS, pod("unready", annotations={A + "never-ready": "true"}))
@@ -63,7 +63,7 @@ async def test_stay_pending_and_never_ready() -> None:
 
 
 async def test_fail_after_with_restart_policies() -> None:
-    store = FakeStore()
+    store = object_store()
     fail = {A + "fail-after-seconds": "0.05", A + "exit-code": "3"}
     async with simulation(store):
         store.create(PODS, pod("never", annotations=fail, restart_policy="Never"))
@@ -84,7 +84,7 @@ async def test_fail_after_with_restart_policies() -> None:
 
 
 async def test_crash_loop() -> None:
-    store = FakeStore()
+    store = object_store()
     async with simulation(store, replace(FAST, crash_loop_interval=0.05)):
         store.create(PODS, pod("crash", annotations={A + "crash-loop": "true"}))
         crashed = await eventually(
@@ -98,7 +98,7 @@ async def test_crash_loop() -> None:
 
 
 async def test_missing_secret_blocks_start() -> None:
-    store = FakeStore()
+    store = object_store()
     container = {
         "name": "c",
         "image": "busybox",
@@ -119,7 +119,7 @@ async def test_missing_secret_blocks_start() -> None:
 
 
 async def test_graceful_deletion_is_finished_by_the_kubelet() -> None:
-    store = FakeStore()
+    store = object_store()
     async with simulation(store, replace(FAST, termination_delay=0.05)):
         assert store.handles_pod_termination
         store.create(PODS, pod("doomed"))
@@ -131,7 +131,7 @@ async def test_graceful_deletion_is_finished_by_the_kubelet() -> None:
 
 
 async def test_head_pod_gets_a_dashboard_reachable_by_proxy_resolution() -> None:
-    store = FakeStore()
+    store = object_store()
     async with simulation(store) as sim:
         dashboards = sim.dashboards
         assert dashboards is not None
@@ -161,7 +161,7 @@ async def test_head_pod_gets_a_dashboard_reachable_by_proxy_resolution() -> None
 
 
 async def test_token_auth_from_secret() -> None:
-    store = FakeStore()
+    store = object_store()
     secret = {"metadata": {"name": "rc", "namespace": "default"}, "data": {"auth_token": "dG9rZW4tMTIz"}}
     container = {
         "name": "ray-head",
@@ -183,7 +183,7 @@ async def test_token_auth_from_secret() -> None:
 
 
 async def test_worker_init_waits_for_the_head() -> None:
-    store = FakeStore()
+    store = object_store()
     labels = {"ray.io/cluster": "rc", "ray.io/node-type": "worker"}
     init = [{"name": "wait-gcs-ready", "image": "rayproject/ray:2.52.0"}]
     async with simulation(store):
