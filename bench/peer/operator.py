@@ -3,7 +3,8 @@
 Per RayCluster: a head Service, a head Pod and ``replicas`` worker Pods of the first worker group (fixed
 names, so a create that already happened is a 409 and nothing more), and a status with the count of
 running workers and ``state: ready`` once every Pod runs. No Events, no validation, no deletion logic
-beyond owner references. Pods are known from a Kopf index fed by one Pod watch (no list per change).
+beyond owner references. Pods are known from a Kopf index fed by one Pod watch (no list per change); the
+status is derived from it on every Pod event and again on every RayCluster event.
 
 Run (its own virtualenv: ``pip install -r bench/peer/requirements.txt``):
 ``KUBECONFIG=... kopf run --standalone --all-namespaces bench/peer/operator.py``.
@@ -82,7 +83,17 @@ def clusters(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, **
 
 @kopf.on.event("pods", labels={CLUSTER: kopf.PRESENT})
 def count(labels: dict[str, str], namespace: str, pods: kopf.Index, clusters: kopf.Index, **_: Any) -> None:
-    name = labels[CLUSTER]
+    _write_status(namespace, labels[CLUSTER], pods, clusters)
+
+
+@kopf.on.event("ray.io", "v1", "rayclusters")
+def recount(name: str, namespace: str, pods: kopf.Index, clusters: kopf.Index, **_: Any) -> None:
+    # Kopf runs the Pod handlers of one cluster side by side in threads, so a count made from an older
+    # view of the Pods can land after a newer one; the status write's own event puts it right.
+    _write_status(namespace, name, pods, clusters)
+
+
+def _write_status(namespace: str, name: str, pods: kopf.Index, clusters: kopf.Index) -> None:
     for desired, current in clusters.get((namespace, name), []):
         running = [pod_name for pod_name, phase in pods.get((namespace, name), []) if phase == "Running"]
         ready = sum(1 for pod_name in running if "-worker-" in pod_name)
