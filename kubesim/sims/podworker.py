@@ -130,7 +130,7 @@ class PodWorker:
         status = self.sim.render(now=self.node.clock.time(), previous=previous)
         if status == previous:
             return
-        body = {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"], "status": status}
+        body = {"metadata": pod["metadata"], "status": status}
         try:
             self.node.store.update(PODS, body, subresource="status")
         except Exception as error:

@@ -11,21 +11,17 @@ from typing import Any
 
 from kubesim.dashboard import SystemClock
 from kubesim.hooks import Controller, Store
-from kubesim.resources import Registry
+from kubesim.server import KubeSim
 from kubesim.sims import INSTANT, SimOptions, Simulation, build_simulation
 from kubesim.store import ObjectStore
-from kubesim.watchhub import WatchHub
 
 FAST = replace(INSTANT, job_run_seconds=0.05, serve_deploy_seconds=0.05, submitter_poll_interval=0.02)
 
 
 def object_store() -> ObjectStore:
-    """kubesim's store as its server has it, with the ``default`` namespace and no CRDs (so no Gateway API)."""
-    store = ObjectStore(registry=Registry(), hub=WatchHub(window=10_000))
-    namespaces = store.registry.lookup("", "v1", "namespaces")
-    assert namespaces is not None
-    store.create_object(namespaces, None, {"metadata": {"name": "default"}})
-    return store
+    """kubesim's store as its server builds it (the namespaces it boots with, no CRDs, so no Gateway API);
+    the server itself never listens."""
+    return KubeSim().store
 
 
 @contextlib.asynccontextmanager
