@@ -404,7 +404,8 @@ async def test_a_backstop_tick_reaching_the_worker_that_holds_the_wake_up_is_ans
     try:
         await put_cr(client, key(1))
         await eventually(lambda: len(seen) == 1, timeout=30)
-        armed = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1)))
+        # The backstop is published after the decision: on a loaded machine it may not be there yet.
+        armed = await eventually(lambda: js.get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1))))
         assert decode_input(armed.data).reason == BACKSTOP  # type: ignore[union-attr]
         # The backstop fires now rather than in a minute: the same schedule, due at once.
         due = datetime.now(UTC)
