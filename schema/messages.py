@@ -227,10 +227,10 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
     Every reconcile publishes one, even with no commands, so the commands stream is also the decision
     log ``raybus replay`` reads: ``inputs`` are the events-stream sequences coalesced into it,
     ``issued_at`` is the ``now`` it was given, ``snapshot_revision`` the KV revision its snapshot
-    reflected. ``id`` is a digest of the key, the input sequences and the commands, so a redelivered
-    input that yields the same decision is de-duplicated by JetStream (Nats-Msg-Id). ``suppressed`` lists,
-    for each command the decision contained but the worker withheld because an identical command of the
-    same key is still in flight, the id of that in-flight twin (a command of an earlier batch, or kept
+    reflected. ``id`` is a digest of the key, the input sequences and the snapshot revision, so a
+    redelivered input that yields the same decision is de-duplicated by JetStream (Nats-Msg-Id).
+    ``suppressed`` lists, for each command the decision contained but the worker withheld because the same
+    command of the same key is still in flight, the id of that in-flight twin (a command of an earlier batch, or kept
     earlier in this one; see ``services/reconciler/worker/inflight.py``); the decision itself is
     ``commands`` plus those. Command ids are ``decide``'s (``services/reconciler/worker/decide.py``).
 

@@ -220,6 +220,7 @@ def _create_workers(
             slot += 1
             name = names.worker_pod_name(view.name, view.uid, g, slot)
         used_names.add(name)
+        slot += 1
         extra: dict[str, str] = {}
         if config.gates.ray_multi_host_indexing:
             extra[conventions.LABEL_REPLICA_INDEX] = str(next(free))

@@ -39,7 +39,7 @@ from schema.keys import KeyKind, ReconcileKey
 from schema.messages import BusInput, TimerTick, is_backstop
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
-from services.reconciler.worker.decide import decide, decision_time, min_revision
+from services.reconciler.worker.decide import decision_time, draft, min_revision
 from services.reconciler.worker.inflight import InFlight, Recalled
 from services.reconciler.worker.publishing import publish_decision
 from services.reconciler.worker.reports import identity_only, owner_uid, report_failure
@@ -322,7 +322,7 @@ class PartitionConsumer:
         holds this decision as pending, and its parts are de-duplicated by their message ids."""
         inputs = [item.message for item in items]
         snapshot = await self._reader.read(key, min_revision=min_revision(inputs))
-        outcome = decide(
+        drafted = draft(
             reconcilers=self._reconcilers,
             snapshot=snapshot,
             now=decision_time(inputs),
@@ -338,15 +338,13 @@ class PartitionConsumer:
             log.warning("partition %d: lease lapsed while reconciling %s; returning its inputs", self.partition, key)
             span.set_attribute("raybus.fenced", True)
             return None
-        batch = self._inflight.filter(
-            outcome.batch, applied_floor=floor, entries=snapshot.entries, contents=outcome.contents
-        )
-        span.set_attribute("raybus.rules", list(outcome.decision.rules))
+        batch = self._inflight.filter(drafted.batch, applied_floor=floor, entries=snapshot.entries, ids=drafted.ids())
+        span.set_attribute("raybus.rules", list(drafted.decision.rules))
         span.set_attribute("raybus.commands", len(batch.commands))
         span.set_attribute("raybus.suppressed", len(batch.suppressed))
         last_seq = await publish_decision(self._js, batch, budget=self._part_budget)
         self._inflight.published(key, last_seq)
-        return _Decided(wake_at=outcome.decision.wake_at, applied_floor=floor)
+        return _Decided(wake_at=drafted.decision.wake_at, applied_floor=floor)
 
     async def _schedule(self, key: ReconcileKey, inputs: list[BusInput], decided: _Decided) -> None:
         """Set the key's durable timer after its decision is stored: its wake-up, or a backstop behind what

@@ -5,12 +5,16 @@ Every decision becomes a batch, with or without commands: the commands stream is
 It calls the kind's pure ``reconcile`` and turns the Decision into the message that goes on the bus,
 with deterministic ids. The command-id rule lives here and only here (every kind's reconcile leaves
 ``id`` empty): a command's id is a digest of the snapshot revision it was decided on, its content, and
-how many identical commands precede it in the decision (:func:`with_ids`). So the same decision made
+how many identical commands precede it in the decision (:class:`Ids`). So the same decision made
 again on the same snapshot (a redelivered input after a worker died) gets the same ids, and its batch,
-whose id is a digest of the key, the input sequences and the command ids, is de-duplicated by JetStream;
-a command decided again on a later snapshot is a new command (its Event a new Event), never taken for
-the one applied before; and no two commands of one decision share an id. What the worker withholds as
-in flight is matched on content (``inflight.in_flight_key``), not on ids.
+whose id is a digest of the key, the input sequences and the snapshot revision (:func:`batch_id`), is
+de-duplicated by JetStream; a command decided again on a later snapshot is a new command (its Event a new
+Event), never taken for the one applied before; and no two commands of one decision share an id. What the
+worker withholds as in flight is matched on content or target (``inflight.in_flight_key``), not on ids.
+
+The worker gives ids only to what it publishes (:class:`Draft`): a 5,000-worker scale-up decides the
+thousands of creates still in flight again in each decision, and encoding each Pod body to digest it
+was half of that decision's cost.
 
 A custom resource whose shape no check anticipated must not crash anything, nor be retried until it is
 dead-lettered: :func:`guarded` turns what such an object makes a reconcile raise into a Warning Event on
@@ -20,7 +24,6 @@ the object (``Invalid<Kind>Spec``, rule ``<section>/malformed``), for every kind
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -78,6 +81,63 @@ class Outcome:
     contents: tuple[str, ...] = ()
 
 
+class Ids:
+    """The command-id rule for one decision: :meth:`give` each command its id, in the decision's order.
+
+    A command may be skipped (never given an id) when it is withheld as in flight by a key that only
+    depends on its content (``inflight.in_flight_key``): every later command of the decision with the same
+    content is then withheld as well, so each command given an id counts the same identical commands
+    before it as if all had been given one. (Not so for a decision that would create an object, delete it
+    and create it again alike: a delete ends a create's flight, ``inflight._forget_create``; no reconcile
+    decides that.)"""
+
+    def __init__(self, snapshot_revision: int) -> None:
+        self._revision = snapshot_revision
+        self._seen: dict[str, int] = {}
+
+    def count(self, command: Command) -> tuple[str, int]:
+        """``command``'s content digest and how many identical commands were counted before it; counts it."""
+        content = content_digest(command)
+        count = self._seen.get(content, 0)
+        self._seen[content] = count + 1
+        return content, count
+
+    def name(self, command: Command, content: str, count: int) -> Command:
+        """``command`` with the id of what :meth:`count` returned for it (whatever id reconcile left is
+        replaced): a command withheld as in flight after being counted needs no id."""
+        seed = f"{self._revision}/{content}/{count}"
+        return msgspec.structs.replace(command, id=hashlib.blake2b(seed.encode(), digest_size=12).hexdigest())
+
+    def give(self, command: Command) -> tuple[Command, str]:
+        """``command`` with its id, and its content digest."""
+        content, count = self.count(command)
+        return self.name(command, content, count), content
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A decision before its commands have ids: ``batch`` is its record with reconcile's commands as they
+    are (the worker gives ids only to the commands it publishes)."""
+
+    decision: Decision
+    batch: CommandBatch
+
+    def ids(self) -> Ids:
+        """A fresh id rule for this decision's commands."""
+        return Ids(self.batch.snapshot_revision)
+
+    def outcome(self) -> Outcome:
+        """The decision with every command identified."""
+        ids = self.ids()
+        given = [ids.give(command) for command in self.decision.commands]
+        commands = tuple(command for command, _ in given)
+        return Outcome(
+            decision=msgspec.structs.replace(self.decision, commands=commands),
+            batch=msgspec.structs.replace(self.batch, commands=commands),
+            contents=tuple(content for _, content in given),
+        )
+
+
 def input_time(message: BusInput) -> datetime:
     """The time an input happened: ``now`` for the reconcile it triggers."""
     match message:
@@ -99,38 +159,23 @@ def min_revision(inputs: Sequence[BusInput]) -> int:
 
 def content_digest(command: Command) -> str:
     """Digest of a command's content, its ``id`` field excluded."""
-    body = _encoder.encode(msgspec.structs.replace(command, id=""))
+    body = _encoder.encode(msgspec.structs.replace(command, id="") if command.id else command)
     return hashlib.blake2b(body, digest_size=12).hexdigest()
 
 
 def with_ids(commands: Sequence[Command], snapshot_revision: int) -> tuple[Command, ...]:
-    """The commands of one decision with their ids: a digest of ``snapshot_revision``, the content and the
-    number of identical commands before it (whatever id reconcile left is replaced)."""
-    return _identified(commands, snapshot_revision)[0]
+    """The commands of one decision with their ids (:class:`Ids`)."""
+    ids = Ids(snapshot_revision)
+    return tuple(ids.give(command)[0] for command in commands)
 
 
-def _identified(commands: Sequence[Command], snapshot_revision: int) -> tuple[tuple[Command, ...], tuple[str, ...]]:
-    """:func:`with_ids`, and each command's content digest (encoding a Pod body is the costly part: a
-    5,000-worker decision has 10,000 commands, so it is done once per command)."""
-    seen: Counter[str] = Counter()
-    out: list[Command] = []
-    contents: list[str] = []
-    for command in commands:
-        content = content_digest(command)
-        seed = f"{snapshot_revision}/{content}/{seen[content]}"
-        seen[content] += 1
-        out.append(msgspec.structs.replace(command, id=hashlib.blake2b(seed.encode(), digest_size=12).hexdigest()))
-        contents.append(content)
-    return tuple(out), tuple(contents)
-
-
-def batch_id(key_token: str, sequences: Sequence[int], commands: Sequence[Command]) -> str:
-    """Digest of key, input sequences and command ids."""
+def batch_id(key_token: str, sequences: Sequence[int], snapshot_revision: int) -> str:
+    """Digest of key, input sequences and snapshot revision: what determines a decision (``reconcile`` is
+    pure), so a decision made again on the same inputs and snapshot is stored once."""
     h = hashlib.blake2b(digest_size=16)
     h.update(key_token.encode())
     h.update(",".join(map(str, sorted(sequences))).encode())
-    for command in commands:
-        h.update(command.id.encode())
+    h.update(f"@{snapshot_revision}".encode())
     return h.hexdigest()
 
 
@@ -167,6 +212,34 @@ def guarded(reconcile: ReconcileFn) -> ReconcileFn:
     return run
 
 
+def draft(
+    *,
+    reconcilers: Mapping[KeyKind, ReconcileFn],
+    snapshot: Snapshot,
+    now: datetime,
+    config: OperatorConfig,
+    sequences: Sequence[int] = (),
+) -> Draft:
+    """Run the kind's reconcile; its commands get their ids from the draft's ``ids``.
+
+    Raises:
+        KeyError: no reconcile is registered for the key's kind.
+    """
+    decision = guarded(reconcilers[snapshot.key.kind])(snapshot, now, config)
+    batch = CommandBatch(
+        id=batch_id(snapshot.key.token(), sequences, snapshot.revision),
+        key=snapshot.key,
+        issued_at=now,
+        commands=decision.commands,
+        inputs=tuple(sequences),
+        logic_version=LOGIC_VERSION,
+        snapshot_revision=snapshot.revision,
+        wake_at=decision.wake_at,
+        rules=decision.rules,
+    )
+    return Draft(decision=decision, batch=batch)
+
+
 def decide(
     *,
     reconcilers: Mapping[KeyKind, ReconcileFn],
@@ -175,22 +248,9 @@ def decide(
     config: OperatorConfig,
     sequences: Sequence[int] = (),
 ) -> Outcome:
-    """Run the kind's reconcile and build the batch.
+    """Run the kind's reconcile and build the batch, every command with its id.
 
     Raises:
         KeyError: no reconcile is registered for the key's kind.
     """
-    decision = guarded(reconcilers[snapshot.key.kind])(snapshot, now, config)
-    commands, contents = _identified(decision.commands, snapshot.revision)
-    batch = CommandBatch(
-        id=batch_id(snapshot.key.token(), sequences, commands),
-        key=snapshot.key,
-        issued_at=now,
-        commands=commands,
-        inputs=tuple(sequences),
-        logic_version=LOGIC_VERSION,
-        snapshot_revision=snapshot.revision,
-        wake_at=decision.wake_at,
-        rules=decision.rules,
-    )
-    return Outcome(decision=msgspec.structs.replace(decision, commands=commands), batch=batch, contents=contents)
+    return draft(reconcilers=reconcilers, snapshot=snapshot, now=now, config=config, sequences=sequences).outcome()

@@ -5,11 +5,11 @@ other event of the key is reconciled on a snapshot that does not show the effect
 decides the same create, status patch or Event again. That is harmless (commands are idempotent) but
 costly: under load each repeat adds applier work, which adds lag, which adds repeats. KubeRay avoids it
 with in-memory expectations that skip a worker group until its cache caught up; raybus keeps
-``reconcile`` pure and lets the worker remember, per key, what it published and withhold an identical
-command (:func:`in_flight_key`) while the first is still in flight. A command's id names it in one
-decision only (``decide.with_ids``), so what a batch records as withheld (``suppressed``) is the id of
-the in-flight twin that stands for it: the applier then knows which of an older batch's commands a newer
-decision still wants (``services/watcher/staleness.py``).
+``reconcile`` pure and lets the worker remember, per key, what it published and withhold the same
+command (:func:`in_flight_key`: a create of the same object, else an identical one) while the first is
+still in flight. A command's id names it in one decision only (``decide.Ids``), so what a batch records
+as withheld (``suppressed``) is the id of the in-flight twin that stands for it: the applier then knows
+which of an older batch's commands a newer decision still wants (``services/watcher/staleness.py``).
 
 "In flight" means: the applier has not yet reported the command's outcome (:meth:`InFlight.reported`, from
 the result it publishes) nor acknowledged the batch that carries it (the applier consumer's ack floor is
@@ -74,7 +74,7 @@ from schema.messages import (
     command_verb,
 )
 from schema.probes import job_known
-from services.reconciler.worker.decide import content_digest
+from services.reconciler.worker.decide import Ids, content_digest
 
 _NEVER_SEQ: Final = 2**63
 """Above every stream sequence: no command of the key waits for the applier."""
@@ -83,16 +83,44 @@ Monotonic = Callable[[], float]
 """Seconds on a monotonic clock (``time.monotonic``): elapsed time, never a date."""
 
 
-def in_flight_key(command: Command, content: str | None = None) -> str:
-    """What makes two commands "the same" while one is in flight.
+def target_key(command: Command) -> str | None:
+    """:func:`in_flight_key` of a command that is "the same" as another by its target alone, else None.
 
-    Normally the whole content (``content``: its ``content_digest`` when already known). A patch with a
-    resourceVersion precondition is different: only one patch per object version can succeed (the rest
-    get 409 Conflict), and the object's next watch event brings a fresh decision anyway, so any second
-    patch of the same version is withheld.
-    """
+    A create: the object it names either exists or not, whatever the body; a second create of it while
+    the first is in flight is an AlreadyExists at best. A patch with a resourceVersion precondition: only
+    one patch per object version can succeed (the rest get 409 Conflict), and the object's next watch event
+    brings a fresh decision anyway. Neither needs its content encoded to be matched, which keeps a
+    5,000-worker scale-up from digesting every Pod still in flight in each decision."""
+    if isinstance(command, CreateObject):
+        return _create_key(command_target(command))
     if isinstance(command, PatchStatus | PatchObject) and command.resource_version:
         return f"{command_verb(command)}/{command_target(command)}@{command.resource_version}"
+    return None
+
+
+def _create_key(target: str) -> str:
+    return f"create/{target}"
+
+
+def _forget_create(live: dict[str, Any], command: Command) -> None:
+    """A delete decided after a create of the same object ends that create's flight: once it is deleted, a
+    create of the same name is a new object (a RayJob's retry submits a new Job of the same name). A
+    collection delete ends the flight of every create of its kind in its namespace (forgetting one too
+    many costs at most an AlreadyExists)."""
+    if isinstance(command, DeleteObject):
+        live.pop(_create_key(command_target(command)), None)
+    elif isinstance(command, DeleteCollection):
+        prefix = _create_key(f"{command.kind} {command.namespace}/")
+        for key in [key for key in live if key.startswith(prefix)]:
+            del live[key]
+
+
+def in_flight_key(command: Command, content: str | None = None) -> str:
+    """What makes two commands "the same" while one is in flight: the target (:func:`target_key`), else the
+    whole content (``content``: its ``content_digest`` when already known)."""
+    key = target_key(command)
+    if key is not None:
+        return key
     return content_digest(command) if content is None else content
 
 
@@ -176,15 +204,15 @@ class InFlight:
         *,
         applied_floor: int,
         entries: Mapping[str, Mapping[str, Any]] | None = None,
-        contents: Sequence[str] = (),
+        ids: Ids | None = None,
     ) -> CommandBatch:
-        """``batch`` without the commands identical to ones of its key still in flight (or to one earlier
-        in the batch); each withheld command is recorded in ``suppressed`` by the id of that twin.
+        """``batch`` without the commands the same as ones of its key still in flight (or as one earlier in
+        the batch); each withheld command is recorded in ``suppressed`` by the id of that twin.
 
         ``applied_floor`` is the applier's ack floor on RAYBUS_COMMANDS: every batch at or below it
         has been applied. ``entries`` is the snapshot the batch was decided on: what it shows of the
-        key's earlier creates has landed. ``contents``, when given, is each command's content digest
-        (``decide.Outcome.contents``).
+        key's earlier creates has landed. ``ids``, when given, is the id rule of ``batch``'s commands,
+        which have none yet (``decide.Draft``): only those kept are given theirs.
         """
         # The latest decision of a key says what it still wants.
         self._looks.pop(batch.key, None)
@@ -192,30 +220,44 @@ class InFlight:
         self._changed(batch.key)
         if entries is not None:
             self._seen(batch.key, entries)
-        if self._max_age <= 0 or not batch.commands:
+        if not batch.commands:
             return batch
+        if self._max_age <= 0:
+            if ids is None:
+                return batch
+            return msgspec.structs.replace(batch, commands=tuple(ids.give(command)[0] for command in batch.commands))
         sent = self._live(batch.key, applied_floor)
         kept: list[Command] = []
         withheld: list[str] = []
         fresh: dict[str, str] = {}
         look: set[str] = set()
         starts: set[Target] = set()
-        for index, command in enumerate(batch.commands):
-            key = in_flight_key(command, contents[index] if contents else None)
+        for command in batch.commands:
+            key = target_key(command)
+            counted: int | None = None
+            if key is None:
+                if ids is None:
+                    key = content_digest(command)
+                else:
+                    key, counted = ids.count(command)
             twin = sent[key].command_id if key in sent else fresh.get(key)
             if twin is not None:
                 withheld.append(twin)
                 if isinstance(command, CreateObject | DeleteObject | DeleteCollection):
                     look.add(key)
-            else:
-                kept.append(command)
-                fresh[key] = command.id
-                if (target := _target(command)) is not None:
-                    starts.add(target)
+                continue
+            if ids is not None:
+                command = ids.give(command)[0] if counted is None else ids.name(command, key, counted)
+            kept.append(command)
+            fresh[key] = command.id
+            _forget_create(sent, command)
+            _forget_create(fresh, command)
+            if (target := _target(command)) is not None:
+                starts.add(target)
         self._pending[batch.key] = (fresh, starts)
         if look:
             self._looks[batch.key] = look
-        if not withheld:
+        if not withheld and ids is None:
             return batch
         return msgspec.structs.replace(batch, commands=tuple(kept), suppressed=tuple(withheld))
 
@@ -230,6 +272,7 @@ class InFlight:
             seq = last_part[r.batch.id]
             for command in r.batch.commands:
                 sent[in_flight_key(command)] = _Sent(command_id=command.id, batch_seq=seq, sent_at=now - r.age)
+                _forget_create(sent, command)
             starts = {t for t in map(_target, r.batch.commands) if t is not None}
             if starts and self._create_hold > 0:
                 self._unseen.setdefault(key, {}).setdefault(seq, set()).update(starts)

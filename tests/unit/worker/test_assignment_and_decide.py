@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import msgspec
@@ -21,7 +22,7 @@ from schema.messages import (
     TimerTick,
     WatchEvent,
 )
-from services.reconciler.worker.decide import decide, decision_time
+from services.reconciler.worker.decide import Ids, decide, decision_time, draft
 from services.reconciler.worker.timers import schedule_header
 from services.runtime.assignment import owner_of, partitions_of
 
@@ -135,7 +136,7 @@ def test_in_flight_commands_are_withheld_until_applied_and_recorded() -> None:
     assert inflight.filter(first.batch, applied_floor=0).commands == first.batch.commands
     inflight.published(KEY, batch_seq=10)
     clock[0] = 30.0  # long after publishing, but not applied yet: still in flight
-    withheld = inflight.filter(again.batch, applied_floor=9, contents=again.contents)
+    withheld = inflight.filter(again.batch, applied_floor=9)
     assert withheld.commands == ()
     assert withheld.suppressed == (first.batch.commands[0].id,)  # named by its in-flight twin
     assert withheld.id == again.batch.id
@@ -151,6 +152,104 @@ def test_decide_gives_each_commands_content_digest() -> None:
     snap = Snapshot(key=KEY, entries={}, revision=1)
     outcome = decide(reconcilers={"RayCluster": _twice}, snapshot=snap, now=T0, config=OperatorConfig())
     assert outcome.contents == tuple(map(content_digest, outcome.batch.commands))
+
+
+def _scale(workers: int) -> Callable[[Snapshot, datetime, OperatorConfig], Decision]:
+    def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        commands: list[Command] = []
+        for i in range(workers):
+            ref = ObjectRef(api_version="v1", kind="Pod", namespace="ns", name=f"w{i}")
+            commands.append(CreateObject(target=ref, body={"spec": {"image": "ray"}}))
+            commands.append(EmitEvent(regarding=ref, event_type="Normal", reason="Created", message=f"w{i}"))
+        cluster = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace="ns", name="c")
+        scaled = EmitEvent(regarding=cluster, event_type="Normal", reason="Scaled", message="up")
+        commands.extend((scaled, scaled))
+        return Decision(commands=tuple(commands))
+
+    return reconcile
+
+
+class _CountedIds(Ids):
+    """The id rule, counting the commands it encodes."""
+
+    encoded = 0
+
+    def count(self, command: Command) -> tuple[str, int]:
+        type(self).encoded += 1
+        return super().count(command)
+
+
+def test_the_worker_gives_ids_only_to_what_it_publishes_and_they_are_decides() -> None:
+    """A decision filtered before its commands have ids keeps exactly the ids the whole decision gives
+    them; the creates it withholds as in flight are never encoded."""
+    from services.reconciler.worker.inflight import InFlight
+
+    inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: 0.0)
+    config = OperatorConfig()
+    first = draft(
+        reconcilers={"RayCluster": _scale(3)}, snapshot=Snapshot(key=KEY, entries={}, revision=1), now=T0, config=config
+    )
+    published = inflight.filter(first.batch, applied_floor=0, ids=first.ids())
+    whole = first.outcome().batch
+    assert published.commands == whole.commands[:-1] and published.id == whole.id
+    assert published.suppressed == (whole.commands[-2].id,)  # the second "Scaled up" is the first's twin
+    inflight.published(KEY, batch_seq=10)
+
+    later = draft(
+        reconcilers={"RayCluster": _scale(5)}, snapshot=Snapshot(key=KEY, entries={}, revision=2), now=T0, config=config
+    )
+    _CountedIds.encoded = 0
+    kept = inflight.filter(later.batch, applied_floor=0, ids=_CountedIds(2))
+    decided = later.outcome().batch.commands
+    assert kept.commands == decided[6:10]  # w3 and w4, each a create and its Event, with the whole's ids
+    assert _CountedIds.encoded == len(decided) - 3  # every command but the three creates still in flight
+    assert len(kept.suppressed) == 3 + 3 + 2  # creates and Events of w0..w2, and both "Scaled up"
+
+
+def test_a_create_is_the_same_as_one_in_flight_by_its_target_alone() -> None:
+    from services.reconciler.worker.inflight import in_flight_key
+
+    ref = ObjectRef(api_version="v1", kind="Pod", namespace="ns", name="p")
+    other = ObjectRef(api_version="v1", kind="Pod", namespace="ns", name="q")
+    a = CreateObject(target=ref, body={"spec": {"image": "ray:1"}})
+    b = CreateObject(target=ref, body={"spec": {"image": "ray:2"}})
+    assert in_flight_key(a) == in_flight_key(b) != in_flight_key(CreateObject(target=other, body={}))
+
+
+def test_a_create_after_a_delete_of_the_same_object_is_a_new_create() -> None:
+    """A RayJob's retry deletes its submitter Job and creates one of the same name: the first create, still
+    remembered, is no twin of the second once the delete was decided."""
+    from schema.messages import DeleteCollection, DeleteObject
+    from services.reconciler.worker.inflight import InFlight
+
+    inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: 0.0)
+    ref = ObjectRef(api_version="batch/v1", kind="Job", namespace="ns", name="submitter")
+    first = CreateObject(target=ref, body={"spec": {"cluster": "a"}})
+    retried = CreateObject(target=ref, body={"spec": {"cluster": "b"}})
+
+    def filtered(*commands: Command, seq: int) -> CommandBatch:
+        decided = draft(
+            reconcilers={"RayJob": lambda s, n, c: Decision(commands=commands)},
+            snapshot=Snapshot(key=ReconcileKey(kind="RayJob", namespace="ns", name="j"), entries={}, revision=seq),
+            now=T0,
+            config=OperatorConfig(),
+        )
+        batch = inflight.filter(decided.batch, applied_floor=0, ids=decided.ids())
+        inflight.published(batch.key, batch_seq=seq)
+        return batch
+
+    filtered(first, seq=1)
+    assert filtered(retried, seq=2).commands == ()  # the same object while the first is in flight
+    filtered(DeleteObject(target=ref), seq=3)
+    assert [c.body for c in filtered(retried, seq=4).commands if isinstance(c, CreateObject)] == [retried.body]
+    other = msgspec.structs.replace(ref, name="other")
+    filtered(msgspec.structs.replace(first, target=other), seq=5)
+    again = filtered(DeleteObject(target=other), msgspec.structs.replace(retried, target=other), seq=6)
+    assert [type(c) for c in again.commands] == [DeleteObject, CreateObject]  # one decision: delete, create anew
+    filtered(msgspec.structs.replace(first, target=other), seq=7)
+    suspended = DeleteCollection(api_version="batch/v1", kind="Job", namespace="ns", label_selector="a=b")
+    resumed = filtered(suspended, msgspec.structs.replace(retried, target=other), seq=8)
+    assert [type(c) for c in resumed.commands] == [DeleteCollection, CreateObject]
 
 
 def test_in_flight_memory_expires_when_the_applier_is_stuck() -> None:
