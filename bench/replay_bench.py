@@ -41,7 +41,7 @@ from schema import subjects  # noqa: E402
 from schema.config import OperatorConfig  # noqa: E402
 from schema.decision import Snapshot  # noqa: E402
 from services.reconciler.registry import default_reconcilers  # noqa: E402
-from services.reconciler.worker.decide import decide  # noqa: E402
+from services.reconciler.worker.decide import draft  # noqa: E402
 from services.replay.archive import read_history_file, to_file, write_history  # noqa: E402
 from services.replay.history import KeyHistory, entry_of  # noqa: E402
 from services.replay.rebuild import SnapshotTimeline  # noqa: E402
@@ -152,13 +152,13 @@ def main() -> int:
 
     def decide_all() -> None:
         for recorded, snapshot in zip(history.decisions, snapshots, strict=True):
-            decide(
+            draft(
                 reconcilers=reconcilers,
                 snapshot=snapshot,
                 now=recorded.batch.issued_at,
                 config=config,
                 sequences=recorded.batch.inputs,
-            )
+            ).outcome()
 
     decide_s = best(args.repeat, decide_all)
     incremental_s = best(args.repeat, lambda: rebuild_incremental(history))

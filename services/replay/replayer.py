@@ -1,7 +1,7 @@
 """The replayer: a recorded history through today's ``decide`` (the production code path).
 
 Per recorded decision (a ``CommandBatch``, in commands-stream order) it rebuilds the snapshot the
-reconciler read (``rebuild``), calls ``services.reconciler.worker.decide.decide`` with the recorded
+reconciler read (``rebuild``), calls ``services.reconciler.worker.decide.draft`` with the recorded
 ``now`` (``issued_at``) and input sequences, and compares: the commands (ids and contents) in order
 and ``wake_at``. The worker may have withheld some of the decision's commands as still in flight
 (the batch's ``suppressed`` names their in-flight twins): today's decision is split the same way, the
@@ -40,7 +40,7 @@ from schema.keys import KeyKind, ReconcileKey
 from schema.messages import Command, CommandBatch, is_backstop
 from schema.times import format_time_ms
 from services.reconciler.registry import default_reconcilers
-from services.reconciler.worker.decide import LOGIC_VERSION, decide
+from services.reconciler.worker.decide import LOGIC_VERSION, draft
 from services.replay.compare import Published, command_diff, describe, split_withheld, wake_diff
 from services.replay.history import HistoryWindow, KeyHistory, RecordedInput, collector_paused, incarnations
 from services.replay.rebuild import SnapshotTimeline
@@ -213,13 +213,13 @@ class Replayer:
         contents: tuple[str, ...] = ()
         error = ""
         try:
-            outcome = decide(
+            outcome = draft(
                 reconcilers=self.reconcilers,
                 snapshot=snapshot,
                 now=batch.issued_at,
                 config=self.config,
                 sequences=batch.inputs,
-            )
+            ).outcome()
             replayed, decision, contents = outcome.batch, outcome.decision, outcome.contents
         except Exception as exc:  # a crash of today's reconcile is a finding, not the replayer's failure
             error = f"{type(exc).__name__}: {exc}"

@@ -220,7 +220,8 @@ def draft(
     config: OperatorConfig,
     sequences: Sequence[int] = (),
 ) -> Draft:
-    """Run the kind's reconcile; its commands get their ids from the draft's ``ids``.
+    """Run the kind's reconcile; its commands get their ids from the draft's ``ids`` (all of them:
+    :meth:`Draft.outcome`).
 
     Raises:
         KeyError: no reconcile is registered for the key's kind.
@@ -238,19 +239,3 @@ def draft(
         rules=decision.rules,
     )
     return Draft(decision=decision, batch=batch)
-
-
-def decide(
-    *,
-    reconcilers: Mapping[KeyKind, ReconcileFn],
-    snapshot: Snapshot,
-    now: datetime,
-    config: OperatorConfig,
-    sequences: Sequence[int] = (),
-) -> Outcome:
-    """Run the kind's reconcile and build the batch, every command with its id.
-
-    Raises:
-        KeyError: no reconcile is registered for the key's kind.
-    """
-    return draft(reconcilers=reconcilers, snapshot=snapshot, now=now, config=config, sequences=sequences).outcome()

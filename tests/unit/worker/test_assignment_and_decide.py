@@ -22,7 +22,7 @@ from schema.messages import (
     TimerTick,
     WatchEvent,
 )
-from services.reconciler.worker.decide import Ids, decide, decision_time, draft
+from services.reconciler.worker.decide import Ids, decision_time, draft
 from services.reconciler.worker.timers import schedule_header
 from services.runtime.assignment import owner_of, partitions_of
 
@@ -50,9 +50,15 @@ def _create(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decisi
 
 def test_decide_is_deterministic_and_fills_ids() -> None:
     snap = Snapshot(key=KEY, entries={})
-    one = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[3])
-    two = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[3])
-    other = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[4])
+    one = draft(
+        reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[3]
+    ).outcome()
+    two = draft(
+        reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[3]
+    ).outcome()
+    other = draft(
+        reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[4]
+    ).outcome()
     assert one.batch == two.batch
     assert one.batch.commands[0].id
     assert other.batch.id != one.batch.id
@@ -77,7 +83,11 @@ def test_command_ids_are_decides_for_every_kind(kind: str) -> None:
     def run(revision: int, sequence: int) -> CommandBatch:
         snap = Snapshot(key=key, entries={}, revision=revision)
         config = OperatorConfig()
-        return decide(reconcilers={kind: _twice}, snapshot=snap, now=T0, config=config, sequences=[sequence]).batch
+        return (
+            draft(reconcilers={kind: _twice}, snapshot=snap, now=T0, config=config, sequences=[sequence])
+            .outcome()
+            .batch
+        )
 
     first, redelivered, later = run(7, 1), run(7, 1), run(8, 2)
     assert [c.id for c in first.commands] == [c.id for c in redelivered.commands] and first.id == redelivered.id
@@ -110,13 +120,13 @@ def test_schedule_header_rounds_up(due: datetime, header: str) -> None:
 
 def test_a_decision_without_commands_is_still_recorded() -> None:
     snap = Snapshot(key=KEY, entries={}, revision=42)
-    nothing = decide(
+    nothing = draft(
         reconcilers={"RayCluster": lambda s, n, c: Decision(rules=("noop",))},
         snapshot=snap,
         now=T0,
         config=OperatorConfig(),
         sequences=[7],
-    )
+    ).outcome()
     assert nothing.batch.commands == ()
     assert nothing.batch.snapshot_revision == 42
     assert nothing.batch.rules == ("noop",)
@@ -129,9 +139,13 @@ def test_in_flight_commands_are_withheld_until_applied_and_recorded() -> None:
     clock = [0.0]
     inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
     snap = Snapshot(key=KEY, entries={}, revision=1)
-    first = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[1])
+    first = draft(
+        reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig(), sequences=[1]
+    ).outcome()
     later = msgspec.structs.replace(snap, revision=2)
-    again = decide(reconcilers={"RayCluster": _create}, snapshot=later, now=T0, config=OperatorConfig(), sequences=[2])
+    again = draft(
+        reconcilers={"RayCluster": _create}, snapshot=later, now=T0, config=OperatorConfig(), sequences=[2]
+    ).outcome()
     assert again.batch.commands[0].id != first.batch.commands[0].id
     assert inflight.filter(first.batch, applied_floor=0).commands == first.batch.commands
     inflight.published(KEY, batch_seq=10)
@@ -150,7 +164,7 @@ def test_decide_gives_each_commands_content_digest() -> None:
     from services.reconciler.worker.decide import content_digest
 
     snap = Snapshot(key=KEY, entries={}, revision=1)
-    outcome = decide(reconcilers={"RayCluster": _twice}, snapshot=snap, now=T0, config=OperatorConfig())
+    outcome = draft(reconcilers={"RayCluster": _twice}, snapshot=snap, now=T0, config=OperatorConfig()).outcome()
     assert outcome.contents == tuple(map(content_digest, outcome.batch.commands))
 
 
@@ -258,7 +272,7 @@ def test_in_flight_memory_expires_when_the_applier_is_stuck() -> None:
     clock = [0.0]
     inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
     snap = Snapshot(key=KEY, entries={})
-    batch = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).batch
+    batch = draft(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).outcome().batch
     inflight.filter(batch, applied_floor=0)
     inflight.published(KEY, batch_seq=5)
     clock[0] = 61.0
@@ -271,7 +285,7 @@ def test_in_flight_memory_does_not_expire_while_the_applier_works_through_its_qu
     clock = [0.0]
     inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
     snap = Snapshot(key=KEY, entries={})
-    batch = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).batch
+    batch = draft(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).outcome().batch
     inflight.filter(batch, applied_floor=0)
     inflight.published(KEY, batch_seq=500)
     for floor in range(50, 500, 50):  # the applier acks older batches the whole time
@@ -287,7 +301,7 @@ def test_a_reported_outcome_lands_a_command_while_the_floor_stands_still() -> No
     clock = [0.0]
     inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
     snap = Snapshot(key=KEY, entries={})
-    batch = decide(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).batch
+    batch = draft(reconcilers={"RayCluster": _create}, snapshot=snap, now=T0, config=OperatorConfig()).outcome().batch
     other = ReconcileKey(kind="RayCluster", namespace="ns", name="other")
     inflight.reported(other, "unknown")  # nothing of that key was published here: not remembered
     assert not inflight.tracks(other)
@@ -329,13 +343,17 @@ def test_a_withheld_create_is_looked_at_again_once_its_memory_expires() -> None:
     event = EmitEvent(id="e", regarding=ref, event_type="Warning", reason="Invalid", message="bad")
 
     def decided(*commands: Command, seq: int) -> CommandBatch:
-        return decide(
-            reconcilers={"RayCluster": lambda s, n, c: Decision(commands=commands)},
-            snapshot=Snapshot(key=KEY, entries={}),
-            now=T0,
-            config=OperatorConfig(),
-            sequences=[seq],
-        ).batch
+        return (
+            draft(
+                reconcilers={"RayCluster": lambda s, n, c: Decision(commands=commands)},
+                snapshot=Snapshot(key=KEY, entries={}),
+                now=T0,
+                config=OperatorConfig(),
+                sequences=[seq],
+            )
+            .outcome()
+            .batch
+        )
 
     inflight.filter(decided(create, event, seq=1), applied_floor=0)
     inflight.published(KEY, batch_seq=10)
@@ -363,9 +381,13 @@ def test_a_wake_up_waits_for_the_keys_commands_to_land() -> None:
     clock = [0.0]
     inflight = InFlight(grace=2.0, max_age=60.0, clock=lambda: clock[0])
     wake = T0.replace(second=2)
-    batch = decide(
-        reconcilers={"RayCluster": _create}, snapshot=Snapshot(key=KEY, entries={}), now=T0, config=OperatorConfig()
-    ).batch
+    batch = (
+        draft(
+            reconcilers={"RayCluster": _create}, snapshot=Snapshot(key=KEY, entries={}), now=T0, config=OperatorConfig()
+        )
+        .outcome()
+        .batch
+    )
     assert not inflight.defer(KEY, wake, applied_floor=0)  # nothing in flight: schedule it now
     inflight.filter(batch, applied_floor=0)
     inflight.published(KEY, batch_seq=3)
@@ -402,9 +424,13 @@ def test_a_create_stays_in_flight_until_the_snapshot_shows_it() -> None:
 
     clock = [0.0]
     inflight = InFlight(grace=2.0, max_age=60.0, create_hold=10.0, clock=lambda: clock[0])
-    batch = decide(
-        reconcilers={"RayCluster": _create}, snapshot=Snapshot(key=KEY, entries={}), now=T0, config=OperatorConfig()
-    ).batch
+    batch = (
+        draft(
+            reconcilers={"RayCluster": _create}, snapshot=Snapshot(key=KEY, entries={}), now=T0, config=OperatorConfig()
+        )
+        .outcome()
+        .batch
+    )
     created = batch.commands[0]
     assert isinstance(created, CreateObject)
     inflight.filter(batch, applied_floor=0, entries={})
@@ -432,12 +458,16 @@ def test_a_submitted_job_stays_in_flight_until_the_dashboard_is_seen_to_know_it(
     job = ReconcileKey(kind="RayJob", namespace="ns", name="j")
     dashboard = DashboardRef(namespace="ns", service="c-head-svc", port=8265, cluster="c")
     submit = SubmitRayJob(dashboard=dashboard, request={"submission_id": "j-1", "entrypoint": "python x.py"})
-    batch = decide(
-        reconcilers={"RayJob": lambda s, n, c: Decision(commands=(submit,))},
-        snapshot=Snapshot(key=job, entries={}),
-        now=T0,
-        config=OperatorConfig(),
-    ).batch
+    batch = (
+        draft(
+            reconcilers={"RayJob": lambda s, n, c: Decision(commands=(submit,))},
+            snapshot=Snapshot(key=job, entries={}),
+            now=T0,
+            config=OperatorConfig(),
+        )
+        .outcome()
+        .batch
+    )
     not_found = {OBS_RAY_JOB: {"j-1": {"http_status": 404, "error": "not found"}}}
     clock = [0.0]
     inflight = InFlight(grace=2.0, max_age=60.0, create_hold=10.0, clock=lambda: clock[0])
@@ -479,12 +509,12 @@ def test_a_malformed_custom_resource_of_any_kind_becomes_a_warning_event(kind: s
     key = ReconcileKey(kind=kind, namespace="ns", name="x")  # type: ignore[arg-type]
     obj = {"kind": kind, "metadata": {"name": "x", "namespace": "ns", "uid": "u1"}, "spec": 7}
     snapshot = Snapshot(key=key, entries={kind: {"x": obj}}, revision=3)
-    outcome = decide(
+    outcome = draft(
         reconcilers={key.kind: _trips_on_shape},
         snapshot=snapshot,
         now=datetime(2026, 1, 1, tzinfo=UTC),
         config=OperatorConfig(),
-    )
+    ).outcome()
     assert outcome.batch.rules == (rule,)
     (event,) = outcome.batch.commands
     assert isinstance(event, EmitEvent) and event.event_type == "Warning" and event.reason == reason
@@ -496,12 +526,12 @@ def test_a_bug_is_not_taken_for_a_malformed_object() -> None:
     key = ReconcileKey(kind="RayJob", namespace="ns", name="x")
     snapshot = Snapshot(key=key, entries={"RayJob": {"x": {"metadata": {"name": "x"}}}})
     with pytest.raises(ZeroDivisionError):
-        decide(
+        draft(
             reconcilers={"RayJob": _has_a_bug},
             snapshot=snapshot,
             now=datetime(2026, 1, 1, tzinfo=UTC),
             config=OperatorConfig(),
-        )
+        ).outcome()
 
 
 def test_an_input_is_held_with_only_the_identity_of_its_object() -> None:

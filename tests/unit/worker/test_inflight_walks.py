@@ -16,7 +16,7 @@ from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.keys import ReconcileKey
 from schema.messages import Command, CommandBatch, CreateObject, EmitEvent, ObjectRef
-from services.reconciler.worker.decide import decide
+from services.reconciler.worker.decide import draft
 from services.reconciler.worker.inflight import InFlight
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -84,12 +84,16 @@ def batch(step: Decided) -> CommandBatch:
         *(CreateObject(target=PODS[i], body={}) for i in step.pods),
         *(EmitEvent(regarding=PODS[i], event_type="Normal", reason="Created", message=f"p{i}") for i in step.events),
     )
-    return decide(
-        reconcilers={"RayCluster": lambda s, n, c: Decision(commands=commands)},
-        snapshot=Snapshot(key=KEYS[step.key], entries={}),
-        now=T0,
-        config=OperatorConfig(),
-    ).batch
+    return (
+        draft(
+            reconcilers={"RayCluster": lambda s, n, c: Decision(commands=commands)},
+            snapshot=Snapshot(key=KEYS[step.key], entries={}),
+            now=T0,
+            config=OperatorConfig(),
+        )
+        .outcome()
+        .batch
+    )
 
 
 indexes = st.lists(st.integers(0, 2), max_size=3, unique=True)
