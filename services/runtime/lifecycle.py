@@ -20,6 +20,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from services.runtime.collector import tune_collector
 from services.runtime.health import HealthServer
 from services.runtime.logs import setup_logging
 from services.runtime.metrics import setup_metrics
@@ -45,6 +46,7 @@ async def run_service(name: str, settings: RaybusSettings, main: ServiceMain, *,
     setup_logging(settings.telemetry.log_level)
     setup_tracing(f"raybus-{name}")
     setup_metrics(f"raybus-{name}")
+    tune_collector()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
