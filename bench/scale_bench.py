@@ -22,6 +22,9 @@ Every component runs as its own process (``pipeline_bench.stack``), the watcher 
 the figures to compare across runs on a shared machine; wall-clock times move with the machine's load.
 ``--qps`` (default 0: unlimited) is the appliers' API budget in every mode.
 
+After (a)'s figures are taken, the cluster is patched down to 0 workers: seconds until no worker Pod is
+left, and the outcomes of the commands that took.
+
 Run: ``.venv/bin/python bench/scale_bench.py [--workers 2000] [--clusters 0] [--rayjobs 0] [--scale-out 0]``,
 e.g. ``--workers 0 --clusters 10000`` or ``--workers 0 --scale-out 1000``.
 """
@@ -81,8 +84,35 @@ def ready_workers(custom: client.CustomObjectsApi, name: str) -> int:
     return int((cluster.get("status") or {}).get("readyWorkerReplicas") or 0)
 
 
+def worker_pods(core: client.CoreV1Api, name: str) -> int:
+    """Worker Pods of cluster ``name`` that still exist, in any phase."""
+    response = core.list_namespaced_pod(
+        "default", label_selector=f"ray.io/cluster={name},ray.io/node-type=worker", _preload_content=False
+    )
+    return len(msgspec.json.decode(response.read())["items"])  # type: ignore[attr-defined]  # raw response
+
+
+def scale_to_zero(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api, group: dict[str, Any], timeout: float
+) -> tuple[float, int]:
+    """Patch cluster ``scale`` down to 0 workers; seconds until none is left (0.0 if some are at the
+    timeout), and how many are left."""
+    started = time.perf_counter()
+    patch = {"spec": {"workerGroupSpecs": [{**group, "replicas": 0}]}}
+    custom.patch_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", "scale", patch)
+    left = -1
+    while time.perf_counter() - started < timeout:
+        # Listing thousands of Pods is costly: the status says first when none is counted ready any more.
+        if ready_workers(custom, "scale") == 0:
+            left = worker_pods(core, "scale")
+            if left == 0:
+                return time.perf_counter() - started, 0
+        time.sleep(0.5)
+    return 0.0, left if left >= 0 else worker_pods(core, "scale")
+
+
 def run_scale(workers: int, timeout: float, qps: float, layout: Layout) -> dict[str, Any]:
-    """(a): one cluster, 1 → ``workers`` workers."""
+    """(a): one cluster, 1 → ``workers`` workers, then → 0 (its figures measured apart)."""
     with (
         stack_dir("scale-bench-") as tmp,
         stack(tmp, 1, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
@@ -112,13 +142,20 @@ def run_scale(workers: int, timeout: float, qps: float, layout: Layout) -> dict[
                     break
             time.sleep(0.2)
         usage = {p.name: p.usage() for p in s.procs}
-        api.close()
         figures = asyncio.run(stream_figures(nats_url))
         sizes = asyncio.run(message_sizes(nats_url))
+        down_in, left = scale_to_zero(custom, core, group, timeout)
+        down = asyncio.run(stream_figures(nats_url))["outcomes"]
+        api.close()
         return {
             "workers": workers,
             "running_in_s": running_in,
             "ready_in_s": ready_in,
+            "down_in_s": down_in,
+            "workers_left": left,
+            "down_outcomes": {
+                k: n - figures["outcomes"].get(k, 0) for k, n in down.items() if n > figures["outcomes"].get(k, 0)
+            },
             **figures,
             **sizes,
             "processes": {
@@ -166,6 +203,10 @@ def main() -> int:
         floor = calls / ceiling
         print(f"(a) 1 → {r['workers']} workers at --qps {args.qps:g}")
         print(f"  counted ready in {r['ready_in_s']:.1f} s, every worker Pod Running at {r['running_in_s']:.1f} s")
+        print(
+            f"  then → 0: every worker Pod gone in {r['down_in_s']:.1f} s ({r['workers_left']} left); "
+            f"outcomes {r['down_outcomes']}"
+        )
         print(f"  {r['decisions']} decisions, {r['commands']} commands, {calls} API calls; outcomes {r['outcomes']}")
         print(
             f"  {r['decisions_in_parts']} decision(s) in {r['parts']} parts; largest message "
