@@ -36,6 +36,7 @@ import asyncio
 import platform
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
@@ -71,25 +72,18 @@ async def message_sizes(nats_url: str) -> dict[str, int]:
         await nc.close()
 
 
-def running_workers(core: client.CoreV1Api, name: str) -> int:
+def worker_phases(core: client.CoreV1Api, name: str) -> list[str]:
+    """The phase of each worker Pod of cluster ``name`` that exists."""
     response = core.list_namespaced_pod(
         "default", label_selector=f"ray.io/cluster={name},ray.io/node-type=worker", _preload_content=False
     )
     pods = msgspec.json.decode(response.read())["items"]  # type: ignore[attr-defined]  # raw response
-    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+    return [str((p.get("status") or {}).get("phase", "")) for p in pods]
 
 
 def ready_workers(custom: client.CustomObjectsApi, name: str) -> int:
     cluster = cast(dict[str, Any], custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", name))
     return int((cluster.get("status") or {}).get("readyWorkerReplicas") or 0)
-
-
-def worker_pods(core: client.CoreV1Api, name: str) -> int:
-    """Worker Pods of cluster ``name`` that still exist, in any phase."""
-    response = core.list_namespaced_pod(
-        "default", label_selector=f"ray.io/cluster={name},ray.io/node-type=worker", _preload_content=False
-    )
-    return len(msgspec.json.decode(response.read())["items"])  # type: ignore[attr-defined]  # raw response
 
 
 def scale_to_zero(
@@ -100,15 +94,12 @@ def scale_to_zero(
     started = time.perf_counter()
     patch = {"spec": {"workerGroupSpecs": [{**group, "replicas": 0}]}}
     custom.patch_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", "scale", patch)
-    left = -1
     while time.perf_counter() - started < timeout:
         # Listing thousands of Pods is costly: the status says first when none is counted ready any more.
-        if ready_workers(custom, "scale") == 0:
-            left = worker_pods(core, "scale")
-            if left == 0:
-                return time.perf_counter() - started, 0
+        if ready_workers(custom, "scale") == 0 and not worker_phases(core, "scale"):
+            return time.perf_counter() - started, 0
         time.sleep(0.5)
-    return 0.0, left if left >= 0 else worker_pods(core, "scale")
+    return 0.0, len(worker_phases(core, "scale"))
 
 
 def run_scale(workers: int, timeout: float, qps: float, layout: Layout) -> dict[str, Any]:
@@ -137,7 +128,7 @@ def run_scale(workers: int, timeout: float, qps: float, layout: Layout) -> dict[
         while time.perf_counter() - started < timeout:
             if ready_workers(custom, "scale") >= workers:
                 ready_in = time.perf_counter() - started
-                if running_workers(core, "scale") >= workers:
+                if worker_phases(core, "scale").count("Running") >= workers:
                     running_in = time.perf_counter() - started
                     break
             time.sleep(0.2)
@@ -153,9 +144,7 @@ def run_scale(workers: int, timeout: float, qps: float, layout: Layout) -> dict[
             "ready_in_s": ready_in,
             "down_in_s": down_in,
             "workers_left": left,
-            "down_outcomes": {
-                k: n - figures["outcomes"].get(k, 0) for k, n in down.items() if n > figures["outcomes"].get(k, 0)
-            },
+            "down_outcomes": dict(Counter(down) - Counter(figures["outcomes"])),
             **figures,
             **sizes,
             "processes": {
