@@ -503,10 +503,13 @@ class Informer:
         finally:
             with self._lock:
                 self._response = None
-            with contextlib.suppress(Exception):
-                response.release_conn()
+            # Closed before it is released: a stream cut short (``stop`` shuts its socket down) is no
+            # connection to reuse, and one released first would go back to the pool open, where nothing
+            # closes it once the client has been closed meanwhile.
             with contextlib.suppress(Exception):
                 response.close()
+            with contextlib.suppress(Exception):
+                response.release_conn()
 
 
 class Handoff:
