@@ -262,6 +262,9 @@ Outcome = Literal["applied", "already_done", "dropped", "failed", "superseded", 
 decision of the key exists, or the owner of what it creates is deleted); ``error`` says which.
 ``denied``: outside its key's authority (the watcher's ``authorize``), never executed; ``error`` says why."""
 
+TAKEN_EFFECT: Final[frozenset[Outcome]] = frozenset({"applied", "already_done"})
+"""Outcomes after which what the command asks for holds; after the others the target is as it was."""
+
 
 class CommandResult(msgspec.Struct, tag_field="type", tag="command_result", frozen=True, kw_only=True):
     """What the applier did with one command; published whether it succeeded or not."""

@@ -12,7 +12,7 @@ from schema import subjects
 from services.runtime.topology import stream_configs
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
-from tests.e2e.test_pipeline import apply_cluster, get_cluster
+from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, apply_cluster, get_cluster, pods_of
 from tests.helpers import eventually
 
 
@@ -44,6 +44,20 @@ async def test_failures_after_retries_show_on_the_custom_resource(tmp_path: Path
 
         condition = await eventually(replica_failure, timeout=60, message="no ReplicaFailure condition")
         assert condition["reason"] == "FailedCreateWorkerPod"
+
+        # The template corrected, the worker Pod is created with it.
+        template["metadata"]["labels"]["team"] = "valid"
+        patch = {"spec": {"workerGroupSpecs": body["spec"]["workerGroupSpecs"]}}
+        await asyncio.to_thread(
+            p.custom().patch_namespaced_custom_object, GROUP, VERSION, "default", PLURAL, "refused", patch
+        )
+
+        async def corrected_worker() -> list[Any]:
+            p.check()
+            pods = await asyncio.to_thread(pods_of, p, "refused", "default", "worker")
+            return [pod for pod in pods if (pod.metadata.labels or {}).get("team") == "valid"]
+
+        await eventually(corrected_worker, timeout=60, message="no worker Pod after the template was corrected")
 
         # A decision the bus refuses: the commands stream takes no message larger than 2 KB from now on.
         nc = await p.nc()

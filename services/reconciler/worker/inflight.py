@@ -124,12 +124,35 @@ def in_flight_key(command: Command, content: str | None = None) -> str:
     return content_digest(command) if content is None else content
 
 
+@dataclass(slots=True)
+class _Kept:
+    command_id: str
+    content: str = ""
+    """A create's content digest ("" when not known): what tells a corrected create from a repeat."""
+
+
 @dataclass
 class _Sent:
     command_id: str
     batch_seq: int
     sent_at: float
+    content: str = ""
     applied_at: float | None = None
+    took_effect: bool = True
+    """False once its outcome said the target is as it was (the create failed or was refused)."""
+
+
+def _retried_otherwise(sent: _Sent | None, command: Command) -> bool:
+    """Whether ``command`` is a create that its target's in-flight twin does not stand for: that create was
+    not made, and this one has another body (its template was corrected after the failure). The same
+    body again waits out the twin's memory, so a create that keeps failing is not sent at every decision."""
+    return (
+        sent is not None
+        and not sent.took_effect
+        and bool(sent.content)
+        and isinstance(command, CreateObject)
+        and content_digest(command) != sent.content
+    )
 
 
 @dataclass(frozen=True)
@@ -174,7 +197,7 @@ class InFlight:
         self._create_hold = create_hold
         self._clock = clock
         self._sent: dict[ReconcileKey, dict[str, _Sent]] = {}
-        self._pending: dict[ReconcileKey, tuple[dict[str, str], set[Target]]] = {}
+        self._pending: dict[ReconcileKey, tuple[dict[str, _Kept], set[Target]]] = {}
         self._unseen: dict[ReconcileKey, dict[int, set[Target]]] = {}
         self._looks: dict[ReconcileKey, set[str]] = {}
         self._wakes: dict[ReconcileKey, datetime] = {}
@@ -192,9 +215,9 @@ class InFlight:
         self._recheck_due: set[ReconcileKey] = set()
         self._recheck_prune: set[ReconcileKey] = set()
         """Keys whose live commands may have changed since :meth:`due` / :meth:`prune` last asked."""
-        self._reported: dict[ReconcileKey, dict[str, float]] = {}
-        """Key → ids of its commands whose outcome the applier published, and when that was seen; read (and
-        forgotten) at the key's next walk."""
+        self._reported: dict[ReconcileKey, dict[str, tuple[float, bool]]] = {}
+        """Key → ids of its commands whose outcome the applier published, when that was seen and whether the
+        command took effect; read (and forgotten) at the key's next walk."""
         self._floor = 0
         self._floor_rose_at = float("-inf")
 
@@ -229,7 +252,7 @@ class InFlight:
         sent = self._live(batch.key, applied_floor)
         kept: list[Command] = []
         withheld: list[str] = []
-        fresh: dict[str, str] = {}
+        fresh: dict[str, _Kept] = {}
         look: set[str] = set()
         starts: set[Target] = set()
         for command in batch.commands:
@@ -240,16 +263,20 @@ class InFlight:
                     key = content_digest(command)
                 else:
                     key, counted = ids.count(command)
-            twin = sent[key].command_id if key in sent else fresh.get(key)
+            twin = fresh.get(key) if _retried_otherwise(sent.get(key), command) else sent.get(key) or fresh.get(key)
             if twin is not None:
-                withheld.append(twin)
+                withheld.append(twin.command_id)
                 if isinstance(command, CreateObject | DeleteObject | DeleteCollection):
                     look.add(key)
                 continue
+            content = ""
             if ids is not None:
-                command = ids.give(command)[0] if counted is None else ids.name(command, key, counted)
+                if counted is None:
+                    command, content = ids.give(command)
+                else:
+                    command = ids.name(command, key, counted)
             kept.append(command)
-            fresh[key] = command.id
+            fresh[key] = _Kept(command.id, content if isinstance(command, CreateObject) else "")
             _forget_create(sent, command)
             _forget_create(fresh, command)
             if (target := _target(command)) is not None:
@@ -283,8 +310,8 @@ class InFlight:
         sent = self._sent.setdefault(key, {})
         self._changed(key)
         fresh, starts = self._pending.pop(key, ({}, set()))
-        for command_key, command_id in fresh.items():
-            sent[command_key] = _Sent(command_id=command_id, batch_seq=batch_seq, sent_at=now)
+        for command_key, kept in fresh.items():
+            sent[command_key] = _Sent(kept.command_id, batch_seq, now, kept.content)
         if starts and self._create_hold > 0:
             self._unseen.setdefault(key, {})[batch_seq] = starts
 
@@ -292,16 +319,18 @@ class InFlight:
         """Whether commands of ``key`` published (or being published) here may still be in flight."""
         return key in self._sent or key in self._pending
 
-    def reported(self, key: ReconcileKey, command_id: str) -> None:
+    def reported(self, key: ReconcileKey, command_id: str, *, took_effect: bool = True) -> None:
         """The applier published the outcome of ``command_id`` of ``key``: the command is applied, whatever the
         outcome (a failed call was retried by the applier already; a superseded one is not made at all).
+        ``took_effect`` False (``schema.messages.TAKEN_EFFECT``): a create of the same object with another
+        body is no longer withheld as its twin.
 
         Outcomes of keys with nothing in flight here are ignored (the memory stays bounded by what this
         worker published); one that arrives before :meth:`published` recorded its command, or is never
         seen, leaves the command to the ack floor."""
         if not self.tracks(key):
             return
-        self._reported.setdefault(key, {})[command_id] = self._clock()
+        self._reported.setdefault(key, {})[command_id] = (self._clock(), took_effect)
         self._changed(key)
 
     def _seen(self, key: ReconcileKey, entries: Mapping[str, Mapping[str, Any]]) -> None:
@@ -354,7 +383,7 @@ class InFlight:
         for command_key, sent in self._sent.get(key, {}).items():
             if sent.applied_at is None:
                 if sent.command_id in reported:
-                    sent.applied_at = reported[sent.command_id]
+                    sent.applied_at, sent.took_effect = reported[sent.command_id]
                 elif sent.batch_seq <= applied_floor:
                     sent.applied_at = now
             applied_for = None if sent.applied_at is None else now - sent.applied_at

@@ -20,6 +20,7 @@ from nats.aio.subscription import Subscription
 from schema import subjects
 from schema.codec import decode_result
 from schema.keys import ReconcileKey
+from schema.messages import TAKEN_EFFECT
 from services.reconciler.worker.inflight import InFlight
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,8 @@ partition."""
 
 
 async def follow_results(nc: Client, memory_of: MemoryOf) -> Subscription:
-    """Subscribe to every command outcome; each one of a key held here marks its command applied."""
+    """Subscribe to every command outcome; each one of a key held here marks its command applied (and says
+    whether it took effect)."""
 
     async def on_result(msg: Msg) -> None:
         try:
@@ -46,6 +48,6 @@ async def follow_results(nc: Client, memory_of: MemoryOf) -> Subscription:
             log.debug("skipping an undecodable result on %s: %s", msg.subject, exc)
             return
         if result.key == key:
-            memory.reported(key, result.command_id)
+            memory.reported(key, result.command_id, took_effect=result.outcome in TAKEN_EFFECT)
 
     return await nc.subscribe(subjects.RESULTS_WILDCARD, cb=on_result)

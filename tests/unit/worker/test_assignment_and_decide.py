@@ -266,6 +266,39 @@ def test_a_create_after_a_delete_of_the_same_object_is_a_new_create() -> None:
     assert [type(c) for c in resumed.commands] == [DeleteCollection, CreateObject]
 
 
+def test_a_corrected_create_goes_out_once_the_first_did_not_take_effect() -> None:
+    """A create the API server refused (an invalid label in the worker template) will never show: once its
+    outcome says so, a create of the same Pod with the corrected body is sent at once, while the same body
+    again still waits out the first one's memory (a create that keeps failing is not sent every decision)."""
+    from services.reconciler.worker.inflight import InFlight
+
+    clock = [0.0]
+    inflight = InFlight(grace=2.0, max_age=60.0, create_hold=10.0, clock=lambda: clock[0])
+    ref = ObjectRef(api_version="v1", kind="Pod", namespace="ns", name="c-worker-x")
+    refused = CreateObject(target=ref, body={"metadata": {"labels": {"team": "not valid!"}}})
+    corrected = CreateObject(target=ref, body={"metadata": {"labels": {"team": "valid"}}})
+
+    def filtered(command: Command, seq: int) -> CommandBatch:
+        decided = draft(
+            reconcilers={"RayCluster": lambda s, n, c: Decision(commands=(command,))},
+            snapshot=Snapshot(key=KEY, entries={}, revision=seq),
+            now=T0,
+            config=OperatorConfig(),
+        )
+        batch = inflight.filter(decided.batch, applied_floor=0, entries={}, ids=decided.ids())
+        inflight.published(KEY, batch_seq=seq)
+        return batch
+
+    (first,) = filtered(refused, seq=1).commands
+    assert filtered(corrected, seq=2).commands == ()  # no outcome yet: the Pod may still be created
+    inflight.reported(KEY, first.id, took_effect=False)
+    clock[0] = 1.0
+    assert filtered(refused, seq=3).commands == ()  # the same body again waits
+    (sent,) = filtered(corrected, seq=4).commands
+    assert isinstance(sent, CreateObject) and sent.body == corrected.body
+    assert filtered(corrected, seq=5).commands == ()  # and is in flight itself now
+
+
 def test_in_flight_memory_expires_when_the_applier_is_stuck() -> None:
     from services.reconciler.worker.inflight import InFlight
 
