@@ -3,7 +3,7 @@
 Role: for every change and every reconcile key it maps to (``keymap``), write the object to KV at
 ``entry_key(key, kind, name)`` (or delete it), then publish a :class:`WatchEvent` carrying that write's
 revision on ``events_subject(key)``; finally advance the scope's resume point. The projection keeps a
-cache of every object it placed and under which keys, so it can (a) move an object between keys when
+cache of every object it placed (its JSON packed, ``packing``) and under which keys, so it can (a) move an object between keys when
 its labels/owners or a relation changes (a RayJob starts selecting a cluster; a Service gains keys and
 its EndpointSlices follow), (b) answer a relist with synthetic DELETED events for vanished objects, and
 (c) rebuild itself from the KV at start, which is what lets a restarted watcher resume its watches
@@ -66,6 +66,7 @@ from services.watcher.calls import ApiError
 from services.watcher.informer import Batch, Bookmark, Change, Handoff, Listing, Scope
 from services.watcher.keymap import dependencies, keys_for
 from services.watcher.owners import OwnerReader, deleting, owners_of_going
+from services.watcher.packing import Packer
 from services.watcher.podfacts import POD, slim_pod
 from services.watcher.relations import ObjectId, Relations
 from services.watcher.resources import ResourceType, by_kind
@@ -110,11 +111,13 @@ def _parse_time(value: object, default: datetime) -> datetime:
 
 @dataclass(slots=True)
 class Placed:
-    """An object the projection holds and the keys it is stored under."""
+    """An object the projection holds and the keys it is stored under. Once held (``Projection._hold``),
+    ``change`` has no ``raw`` bytes: they are ``packed`` (``packing``)."""
 
     resource: ResourceType
     change: Change
     keys: tuple[ReconcileKey, ...]
+    packed: bytes = b""
 
 
 @dataclass(slots=True)
@@ -160,6 +163,7 @@ class Projection:
         self._tracer = tracer or _tracer
         self._relations = Relations()
         self._objects: dict[ObjectId, Placed] = {}
+        self._packer = Packer()
         self._by_kind: dict[str, dict[str, Placed]] = {}
         # The applier's facts (services/watcher/authorize.Facts): objects by name, recent deletions.
         self._by_name: dict[tuple[str, str, str], Placed] = {}
@@ -282,13 +286,21 @@ class Projection:
         return len(found)
 
     def _hold(self, oid: ObjectId, placed: Placed) -> None:
-        if oid[0] == POD:  # kept slim: the bytes go to KV whole, the rest of the watch side reads little
-            placed = Placed(placed.resource, replace(placed.change, obj=slim_pod(placed.change.obj)), placed.keys)
+        change, kind = placed.change, placed.resource.kind
+        # A Pod is kept slim: its bytes go to KV whole, the rest of the watch side reads little of it.
+        obj = slim_pod(change.obj) if oid[0] == POD else change.obj
+        placed = Placed(
+            placed.resource, replace(change, obj=obj, raw=b""), placed.keys, self._packer.pack(kind, change.raw)
+        )
         self._objects[oid] = placed
         self._by_kind.setdefault(oid[0], {})[oid[1]] = placed
         named = (oid[0], placed.change.namespace, placed.change.name)
         self._by_name[named] = placed
         self._deleted.pop(named, None)
+
+    def _whole(self, placed: Placed) -> Change:
+        """A held object with its JSON, to be written again."""
+        return replace(placed.change, raw=self._packer.unpack(placed.resource.kind, placed.packed))
 
     def _drop(self, oid: ObjectId) -> None:
         placed = self._objects.pop(oid, None)
@@ -373,7 +385,7 @@ class Projection:
                 keys = keys_for(placed.resource.kind, placed.change.obj, self._relations.index)
                 if keys == placed.keys:
                     continue
-                change = placed.change
+                change = self._whole(placed)
                 for key in keys:
                     if key not in placed.keys:
                         ops.append(
@@ -402,7 +414,7 @@ class Projection:
                 or (scope.namespace and placed.change.namespace != scope.namespace)
             ):
                 continue
-            gone = replace(placed.change, type="DELETED")
+            gone = replace(self._whole(placed), type="DELETED")
             ops.extend(self._plan_change(resource, gone))
         for uid, change in listed.items():
             known = held.get(uid)
@@ -477,7 +489,7 @@ class Projection:
                 self._alive_at[owner.uid] = _rv(current.resource_version)
                 continue
             if found is None or found.uid != owner.uid:
-                ops = self._plan_change(placed.resource, replace(placed.change, type="DELETED"))
+                ops = self._plan_change(placed.resource, replace(self._whole(placed), type="DELETED"))
             else:
                 ops = self._plan_change(placed.resource, replace(found, type="MODIFIED"))
                 self._read_at[owner.uid] = _rv(found.resource_version)

@@ -109,6 +109,7 @@ def test_a_cluster_that_turns_out_to_belong_to_a_rayjob_pulls_its_pods_along() -
     remap = ops[-1]
     assert isinstance(remap, _Write)
     assert remap.msg_id == f"uid-c-head/1/ADDED/RayJob.{NS}.rj/uid-rj-abcde/1"
+    assert remap.change.raw == pod.raw  # written whole under the new key, from the packed bytes it was held as
     held = p.get("Pod", "uid-c-head")
     assert held is not None and held.keys == (key("RayCluster", "rj-abcde"), key("RayJob", "rj"))
 
@@ -188,6 +189,7 @@ def test_listing_diff_deletes_vanished_objects_and_skips_unchanged_ones() -> Non
     ]
     assert isinstance(ops[0], _Write)
     assert ops[0].msg_id == f"uid-vanish/1/DELETED/RayCluster.{NS}.c"
+    assert ops[0].change.raw == change("Pod", "vanish", labels={"ray.io/cluster": "c"}).raw
     assert sorted(placed.change.name for placed in p.objects_of("Pod")) == ["change", "keep", "new"]
 
 
