@@ -3,11 +3,11 @@
 Role: for every change and every reconcile key it maps to (``keymap``), write the object to KV at
 ``entry_key(key, kind, name)`` (or delete it), then publish a :class:`WatchEvent` carrying that write's
 revision on ``events_subject(key)``; finally advance the scope's resume point. The projection keeps a
-cache of every object it placed (its JSON packed, ``packing``) and under which keys, so it can (a) move an object between keys when
-its labels/owners or a relation changes (a RayJob starts selecting a cluster; a Service gains keys and
-its EndpointSlices follow), (b) answer a relist with synthetic DELETED events for vanished objects, and
-(c) rebuild itself from the KV at start, which is what lets a restarted watcher resume its watches
-instead of relisting.
+cache of every object it placed (its JSON packed, ``packing``) and under which keys, so it can (a) move
+an object between keys when its labels/owners or a relation changes (a RayJob starts selecting a
+cluster; a Service gains keys and its EndpointSlices follow), (b) answer a relist with synthetic DELETED
+events for vanished objects, and (c) rebuild itself from the KV at start, which is what lets a restarted
+watcher resume its watches instead of relisting.
 
 Lifecycle facts: the first sight of a RayCluster/RayJob/RayService/RayCronJob and its deletion are
 published as ``CommandResult(verb="observe")`` with a ``lifecycle`` transition on the key's results
