@@ -37,3 +37,11 @@ def test_each_kind_keeps_the_dictionary_it_started_with() -> None:
     assert packer.unpack("Service", packed_service) == service
     assert [packer.unpack("Pod", value) for value in packed_pods] == [pod(f"w{i}", f"10.0.0.{i}") for i in range(3)]
     assert packer.pack("Pod", b"") == b"" and packer.unpack("Pod", b"") == b""
+
+
+def test_a_first_object_larger_than_deflates_window_serves_as_the_dictionary() -> None:
+    packer = Packer()
+    large = msgspec.json.encode({"kind": "ConfigMap", "data": {f"k{i}": "v" * 100 for i in range(2000)}})
+    assert packer.unpack("ConfigMap", packer.pack("ConfigMap", large)) == large
+    other = msgspec.json.encode({"kind": "ConfigMap", "data": {"k1": "v" * 100}})
+    assert packer.unpack("ConfigMap", packer.pack("ConfigMap", other)) == other
