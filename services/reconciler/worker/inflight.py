@@ -142,13 +142,12 @@ class _Sent:
     """False once its outcome said the target is as it was (the create failed or was refused)."""
 
 
-def _retried_otherwise(sent: _Sent | None, command: Command) -> bool:
+def _retried_otherwise(sent: _Sent, command: Command) -> bool:
     """Whether ``command`` is a create that its target's in-flight twin does not stand for: that create was
     not made, and this one has another body (its template was corrected after the failure). The same
     body again waits out the twin's memory, so a create that keeps failing is not sent at every decision."""
     return (
-        sent is not None
-        and not sent.took_effect
+        not sent.took_effect
         and bool(sent.content)
         and isinstance(command, CreateObject)
         and content_digest(command) != sent.content
@@ -263,7 +262,10 @@ class InFlight:
                     key = content_digest(command)
                 else:
                     key, counted = ids.count(command)
-            twin = fresh.get(key) if _retried_otherwise(sent.get(key), command) else sent.get(key) or fresh.get(key)
+            in_flight = sent.get(key)
+            if in_flight is not None and _retried_otherwise(in_flight, command):
+                in_flight = None
+            twin = in_flight or fresh.get(key)
             if twin is not None:
                 withheld.append(twin.command_id)
                 if isinstance(command, CreateObject | DeleteObject | DeleteCollection):
