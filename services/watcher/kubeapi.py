@@ -128,6 +128,8 @@ class KubeApi:
         self._clock = clock
         self._auth: tuple[float, dict[str, str]] | None = None
         """When the auth headers were last asked for, and what they were."""
+        self._closed = False
+        """Set by :meth:`close`: a request after it would open a connection pool (or session) nothing closes."""
 
     @property
     def host(self) -> str:
@@ -135,7 +137,8 @@ class KubeApi:
         return str(self.configuration.host).rstrip("/")
 
     async def close(self) -> None:
-        """Release connections."""
+        """Release connections; every request after this fails (status 0)."""
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -159,6 +162,8 @@ class KubeApi:
         # The official client builds the URL and the auth headers (:meth:`auth_headers`); the body is
         # encoded here in one msgspec call: its own path walks every node of the body in Python first
         # (sanitize_for_serialization) and then encodes it again with json, a large share of a Pod create.
+        if self._closed:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: the client is closed")
         headers = {"Accept": JSON, **self.auth_headers()}
         if body is not None:
             headers["Content-Type"] = content_type

@@ -57,6 +57,24 @@ async def test_the_async_side_sends_the_same_request_and_reads_the_same_errors(k
     await kube_api.arequest("DELETE", f"{path}/kubeapi-async")
 
 
+async def test_a_closed_adapter_sends_nothing_and_opens_no_connection(kube_api: KubeApi) -> None:
+    """A request after ``close`` (a thread or task that outlived the watcher's stop) fails at once: it would
+    open a connection pool or session that nothing closes any more."""
+    path = "/api/v1/namespaces/default/configmaps"
+    kube_api.request("GET", path)
+    await kube_api.close()
+    with pytest.raises(ApiError) as blocking:
+        kube_api.request("GET", path)
+    with pytest.raises(ApiError) as streaming:
+        kube_api.open_stream(path, query=[("watch", "true")], connect_timeout=1.0, read_timeout=1.0)
+    with pytest.raises(ApiError) as asynchronous:
+        await kube_api.arequest("GET", path)
+    for failed in (blocking, streaming, asynchronous):
+        assert failed.value.status == 0 and "the client is closed" in str(failed.value)
+    pool_manager = kube_api._client.rest_client.pool_manager
+    assert len(pool_manager.pools) == 0 and kube_api._session is None
+
+
 async def test_no_answer_is_an_error_of_status_zero() -> None:
     quiet = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers
     closed = socket.create_server(("127.0.0.1", 0))
