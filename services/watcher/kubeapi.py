@@ -159,11 +159,11 @@ class KubeApi:
         body: Any,
         content_type: str,
     ) -> tuple[str, str, dict[str, str], bytes | None]:
+        if self._closed:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: the client is closed")
         # The official client builds the URL and the auth headers (:meth:`auth_headers`); the body is
         # encoded here in one msgspec call: its own path walks every node of the body in Python first
         # (sanitize_for_serialization) and then encodes it again with json, a large share of a Pod create.
-        if self._closed:
-            raise ApiError(0, "ConnectionError", f"{method} {path}: the client is closed")
         headers = {"Accept": JSON, **self.auth_headers()}
         if body is not None:
             headers["Content-Type"] = content_type

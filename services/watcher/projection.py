@@ -288,7 +288,7 @@ class Projection:
     def _hold(self, oid: ObjectId, placed: Placed) -> None:
         change, kind = placed.change, placed.resource.kind
         # A Pod is kept slim: its bytes go to KV whole, the rest of the watch side reads little of it.
-        obj = slim_pod(change.obj) if oid[0] == POD else change.obj
+        obj = slim_pod(change.obj) if kind == POD else change.obj
         placed = Placed(
             placed.resource, replace(change, obj=obj, raw=b""), placed.keys, self._packer.pack(kind, change.raw)
         )
