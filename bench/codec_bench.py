@@ -4,7 +4,9 @@ Figures, each the best of ``--repeat`` timed loops: ``check_bounds`` alone, msgs
 ``schema.codec.decode_input`` (check + decode) on a WatchEvent carrying a Pod the watcher projects for a
 RayCluster head (``tests/golden`` sample's head pod, ~5 KB); the time to refuse 10 KB nested 2000 deep; and
 what the KV-fed facts of the applier and prober pay per Pod write: the same Pod's JSON decoded whole and
-slimmed (``podfacts.slim_pod``), against decoding only the slim part (``podfacts.decode_slim_pod``).
+slimmed (``podfacts.slim_pod``), against decoding only the slim part (``podfacts.decode_slim_pod``); and
+what the projection pays to hold a Pod (``watcher.packing``): that head pod under another name, uid and IP
+packed against the first Pod of the kind, its size and the time to pack and unpack it.
 
 Run: ``.venv/bin/python bench/codec_bench.py [--seconds 1] [--repeat 3]``.
 """
@@ -30,6 +32,7 @@ from schema.bounds import TooComplex, check_bounds  # noqa: E402
 from schema.codec import _input_decoder, decode_input, encode  # noqa: E402
 from schema.keys import ReconcileKey  # noqa: E402
 from schema.messages import WatchEvent  # noqa: E402
+from services.watcher.packing import Packer  # noqa: E402
 from services.watcher.podfacts import decode_slim_pod, slim_pod  # noqa: E402
 
 GOLDEN = REPO / "tests" / "golden" / "raycluster" / "ray-cluster.complete.yaml"
@@ -46,6 +49,15 @@ def head_pod_event() -> bytes:
     now = datetime(2025, 3, 1, tzinfo=UTC)
     event = WatchEvent(key=key, event_type="ADDED", entry_kind="Pod", object=pod, resource_version="1", observed_at=now)
     return encode(event)
+
+
+def another_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as a sibling of it would read: another name, uid and IP."""
+    other: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(pod), type=dict[str, Any])
+    metadata = other.setdefault("metadata", {})
+    metadata.update(name=f"{metadata.get('name', 'pod')}-2", uid="0b6f3c2e-9d41-4c7a-8e55-2f1d9a6b7c80")
+    other.setdefault("status", {})["podIP"] = "10.0.7.23"
+    return other
 
 
 def _walk(value: object) -> list[dict[str, object]]:
@@ -86,8 +98,13 @@ def main() -> int:
     deep = b'{"a":' * 2000 + b"1" + b"}" * 2000
     pod = msgspec.json.encode(head_pod())
     whole: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
+    packer = Packer()
+    packer.pack("Pod", pod)  # the first Pod of the kind: the dictionary
+    sibling = msgspec.json.encode(another_pod(head_pod()))
+    packed = packer.pack("Pod", sibling)
     print(f"{platform.platform()}, python {platform.python_version()}, msgspec {msgspec.__version__}")
     print(f"watch event of a head pod: {len(event)} bytes")
+    print(f"a sibling Pod packed against the first: {len(sibling)} -> {len(packed)} bytes")
     for name, fn in [
         ("check_bounds", lambda: check_bounds(event)),
         ("msgspec decode", lambda: _input_decoder.decode(event)),
@@ -95,6 +112,8 @@ def main() -> int:
         ("refuse 10 KB nested 2000 deep", lambda: refuse(deep)),
         (f"Pod ({len(pod)} B): whole + slim_pod", lambda: slim_pod(whole.decode(pod))),
         ("Pod: decode_slim_pod", lambda: decode_slim_pod(pod)),
+        ("Pod: Packer.pack", lambda: packer.pack("Pod", sibling)),
+        ("Pod: Packer.unpack", lambda: packer.unpack("Pod", packed)),
     ]:
         print(f"  {name:<30} {per_call(fn, args.seconds, args.repeat) * 1e6:8.1f} µs")
     return 0

@@ -5,7 +5,7 @@ when a relation changed (a RayJob starts selecting a cluster), or as its deletio
 lists it. Those writes are rare; holding the bytes is not: 4 to 6 KB per Pod, some 200 MB at 40,000 Pods.
 Objects of one kind share most of their bytes (a RayCluster's worker Pods differ in a few names, IPs and
 times), so deflate with a preset dictionary (zlib's ``zdict``), the first object of the kind this process
-packed, keeps a worker Pod in a few hundred bytes for about 20 µs per change.
+packed, keeps a Pod in a few hundred bytes or less for about 10 µs per change (``bench/codec_bench.py``).
 
 Invariants: ``unpack(kind, pack(kind, raw)) == raw``; a kind's dictionary is set once and never changes
 (every packed value of the kind depends on it); empty bytes pack to empty bytes.

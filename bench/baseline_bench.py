@@ -1,0 +1,49 @@
+"""What each raybus process holds before any object: the peak RSS of a fresh interpreter after importing
+what the process runs.
+
+Each module is imported in an interpreter of its own (``python -c``), so nothing is shared between rows:
+the bare interpreter, nats-py (which imports aiohttp for its websocket transport), the services' runtime
+(``services.runtime.lifecycle``), the official ``kubernetes`` client alone, and each service's entry module.
+Five services with different powers are five such interpreters (``docs/architecture.md``, "Memory").
+
+Run: ``.venv/bin/python bench/baseline_bench.py``.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+MODULES = (
+    ("bare interpreter", ""),
+    ("nats-py", "nats"),
+    ("services' runtime", "services.runtime.lifecycle"),
+    ("official kubernetes client", "kubernetes"),
+    ("reconciler", "services.reconciler.worker.service"),
+    ("status service", "services.status.service"),
+    ("watcher (any role)", "services.watcher.service"),
+)
+
+PROBE = "import resource, sys\n{imports}\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+
+
+def peak_rss_mb(module: str) -> float:
+    """Peak RSS, in MB, of a fresh interpreter that imported ``module`` (nothing when empty)."""
+    code = PROBE.format(imports=f"import {module}" if module else "")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    return int(done.stdout.strip()) / 1024
+
+
+def main() -> int:
+    print(f"{platform.platform()}, python {platform.python_version()}")
+    for name, module in MODULES:
+        print(f"  {name:<28} {peak_rss_mb(module):6.1f} MB   ({module or 'nothing imported'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
