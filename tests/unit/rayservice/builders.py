@@ -33,7 +33,7 @@ applications:
 def load_sample(name: str) -> dict[str, Any]:
     """A KubeRay sample (``samples/<name>.yaml``); its first RayService document."""
     path = SAMPLES / f"{name}.yaml"
-    assert path.exists(), f"KubeRay sample missing: {path} (the conformance inputs are in tests/data)"
+    assert path.exists(), f"KubeRay sample missing: {path}"
     for document in yaml.safe_load_all(path.read_text()):
         if isinstance(document, dict) and document.get("kind") == "RayService":
             document["metadata"].setdefault("namespace", NAMESPACE)
