@@ -13,6 +13,7 @@ batch saves work everywhere and brings the burst's end sooner. Measured in ``ben
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # settings read the default window without importing the client
@@ -30,10 +31,16 @@ LINGER_FETCH_TIMEOUT = 0.01
 
 
 async def fetch_lingering(
-    sub: JetStreamContext.PullSubscription, batch: int, *, timeout: float, window: float
+    sub: JetStreamContext.PullSubscription,
+    batch: int,
+    *,
+    timeout: float,
+    window: float,
+    linger: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> list[Msg]:
     """Up to ``batch`` messages: those of one fetch (waiting at most ``timeout`` for the first), and, when it
-    brought several and left room, what arrived in the ``window`` seconds after it.
+    brought several and left room, what arrived in the ``window`` seconds after it (``linger(window)`` is
+    how the window passes; a test ends it when it has published what should join).
 
     Raises:
         TimeoutError: nothing arrived within ``timeout``.
@@ -44,7 +51,7 @@ async def fetch_lingering(
     room = batch - len(msgs)
     if window <= 0 or room <= 0 or len(msgs) < 2:
         return msgs
-    await asyncio.sleep(window)
+    await linger(window)
     try:
         msgs += await sub.fetch(room, timeout=LINGER_FETCH_TIMEOUT)
     except TimeoutError:  # nats-py raises its own subclass or the builtin
