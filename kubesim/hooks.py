@@ -6,7 +6,7 @@ resourceVersion, reaches watchers and goes through the same admission as a clien
 The service/pod proxy and the pod port-forward ask :class:`ProxyResolver` objects where a Service or Pod
 port really listens.
 
-Additions by the core (backward compatible; :class:`PodTerminationStore` spells them out):
+What the core's store (``kubesim.store.ObjectStore``) offers beyond :class:`Store` (backward compatible):
 
 - Store errors are ``kubesim.errors.ApiError`` with the HTTP ``code`` (404, 409, 422, ...), ``reason``
   and ``status()`` (the ``Status`` body a client would get).
@@ -107,23 +107,4 @@ class RequestAdapter(Protocol):
 
     def adapt_request(self, base_url: str, method: str, path: str, body: bytes) -> bytes:
         """The body to forward to ``base_url`` (``path`` is the path after ``/proxy``)."""
-        ...
-
-
-class PodTerminationStore(Store, Protocol):
-    """What the core's store (``kubesim.store.ObjectStore``) offers beyond :class:`Store`."""
-
-    handles_pod_termination: bool
-    """True when a kubelet simulator finishes graceful Pod deletion (else Pods go at once)."""
-
-    def delete(
-        self,
-        gvr: GVR,
-        namespace: str | None,
-        name: str,
-        *,
-        grace_period_seconds: int | None = None,
-        propagation_policy: str | None = None,
-    ) -> None:
-        """Delete as a client would; ``grace_period_seconds=0`` finishes a terminating Pod."""
         ...

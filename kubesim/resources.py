@@ -135,10 +135,6 @@ class Registry:
         """The resource at ``/apis/<group>/<version>/<plural>``, if served."""
         return self._by_gvr.get((group, version, plural))
 
-    def versions_of(self, key: StorageKey) -> list[ResourceInfo]:
-        """Every served version of one resource."""
-        return [info for info in self._by_gvr.values() if info.storage_key == key]
-
     def all(self) -> list[ResourceInfo]:
         """Every served resource/version, in registration order."""
         return list(self._by_gvr.values())

@@ -165,7 +165,3 @@ class WatchHub:
         watchers = self._watchers.get(watcher.key)
         if watchers is not None:
             watchers.discard(watcher)
-
-    def watcher_count(self) -> int:
-        """Open watches (for tests and diagnostics)."""
-        return sum(len(ws) for ws in self._watchers.values())

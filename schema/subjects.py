@@ -191,7 +191,6 @@ def entries_of_kind(kind: KeyKind) -> str:
 
 LeaseGroup = Literal["reconcile", "apply", "probe"]
 """Replicas that share the partitions among themselves: reconcilers, appliers, probers."""
-LEASE_GROUPS: Final[tuple[LeaseGroup, ...]] = ("reconcile", "apply", "probe")
 
 
 def lease_key(group: LeaseGroup, partition: int) -> str:

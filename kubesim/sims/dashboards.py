@@ -205,11 +205,6 @@ class RayDashboards:
             await head.stop()
             raise
 
-    def real_head(self, namespace: str, cluster: str) -> RealRayHead | None:
-        """The real Ray head of a cluster (``SimOptions.real_ray``), or None."""
-        head = self._heads.get((namespace, cluster))
-        return head.real if head is not None else None
-
     def adapt_request(self, base_url: str, method: str, path: str, body: bytes) -> bytes:
         """The body to forward to ``base_url``: real heads get their own Serve port in Serve config PUTs."""
         if not self._options.real_ray:
@@ -255,10 +250,6 @@ class RayDashboards:
         return env.get("RAY_AUTH_TOKEN") or None
 
     # --- lookups for tests and the submitter ---------------------------------------------------
-
-    def has_dashboard(self, namespace: str, cluster: str) -> bool:
-        """True while the cluster's head dashboard runs."""
-        return (namespace, cluster) in self._heads
 
     def gcs_ready(self, namespace: str, cluster: str) -> bool:
         """What ``ray health-check`` would say: the head runs and its GCS is healthy."""

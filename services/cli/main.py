@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from services.cli import flags
 from services.runtime.settings import RaybusSettings
 
-SERVICES = ("watcher", "reconciler", "status")
 PASSTHROUGH = {
     "kubesim": ("kubesim.cli", "run the embedded Kubernetes API server emulator (a simulator)"),
     "crds": ("schema.crd", "generate the ray.io CRDs from schema/ (raybus crds --out deploy/crds)"),
@@ -99,10 +98,6 @@ async def _serve(args: argparse.Namespace) -> int:
     return await run_service("status", settings, lambda stop, health: run_status(settings, stop, health))
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 async def _topology(settings: RaybusSettings, replicas: int | None) -> int:
     """``raybus topology``: what the admin Job of deploy/ runs before the services start."""
     import dataclasses
@@ -118,3 +113,7 @@ async def _topology(settings: RaybusSettings, replicas: int | None) -> int:
         await nc.close()
     print(f"topology ready: {bus.partitions} partitions, {bus.replicas} replica(s)")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

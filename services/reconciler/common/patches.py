@@ -41,11 +41,6 @@ def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
     return patch
 
 
-def escape_pointer(token: str) -> str:
-    """Escape one JSON-pointer token (RFC 6901)."""
-    return token.replace("~", "~0").replace("/", "~1")
-
-
 def add_finalizer_patch(finalizers: list[str], finalizer: str) -> list[dict[str, Any]]:
     """JSON patch appending ``finalizer`` (creating the list when absent)."""
     if not finalizers:

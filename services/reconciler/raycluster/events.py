@@ -27,12 +27,9 @@ FAILED_TO_CREATE_INGRESS: Final = "FailedToCreateIngress"
 CREATED_SERVICE_ACCOUNT: Final = "CreatedServiceAccount"
 CREATED_ROLE: Final = "CreatedRole"
 CREATED_ROLE_BINDING: Final = "CreatedRoleBinding"
-CREATED_SECRET: Final = "CreatedSecret"
-CREATED_PVC: Final = "CreatedPersistentVolumeClaim"
 INVALID_SPEC: Final = "InvalidRayClusterSpec"
 INVALID_METADATA: Final = "InvalidRayClusterMetadata"
 INVALID_STATUS: Final = "InvalidRayClusterStatus"
-UPDATED_HEAD_POD: Final = "UpdatedHeadPod"
 
 
 def created_head_pod(plan: Plan, name: str) -> None:

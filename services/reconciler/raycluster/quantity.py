@@ -171,11 +171,3 @@ def format_quantity(quantity: Quantity) -> str:
     if exponent < -9:
         return f"{mantissa}e{exponent}"
     return f"{mantissa}{_DECIMAL_SUFFIX[exponent]}"
-
-
-def sum_quantities(quantities: list[Quantity]) -> Quantity:
-    """Sum in order (the first non-zero term decides the format)."""
-    total = ZERO
-    for quantity in quantities:
-        total = total.add(quantity)
-    return total
