@@ -129,6 +129,11 @@ class CreateObject(_Command, tag="create_object", frozen=True, kw_only=True):
     body: dict[str, Any]
 
 
+GENERATE_ANNOTATION: Final = "raybus.io/generate"
+"""On the body of a Secret to create: the data keys the applier fills with fresh random values at create
+time (``reconcile`` draws no randomness). The one key it knows is ``conventions.AUTH_TOKEN_SECRET_KEY``."""
+
+
 PatchType = Literal["merge", "json", "strategic"]
 
 

@@ -67,6 +67,9 @@ FINALIZER_GCS_FT: Final = "ray.io/gcs-ft-redis-cleanup-finalizer"
 FINALIZER_RAYJOB: Final = "ray.io/rayjob-finalizer"
 FINALIZER_RAYSERVICE: Final = "ray.io/rayservice-finalizer"
 
+# The key of the auth token in a token-auth Secret (docs/behaviour.md#4.1).
+AUTH_TOKEN_SECRET_KEY: Final = "auth_token"
+
 # spec.managedBy values.
 MANAGED_BY_KUBERAY: Final = "ray.io/kuberay-operator"
 MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"

@@ -1,7 +1,7 @@
-"""The wall clock of a service: one type and one default, injected wherever a service stamps a time.
+"""The clocks of a service, injected so tests can fix time without patching: the wall clock (one type and
+one default) wherever a service stamps a time, and the monotonic clock wherever it measures elapsed time.
 
-Reconcile code never reads it (time comes in as ``now``); services take a ``clock`` argument so tests can
-fix time without patching. Elapsed-time measurements use ``time.monotonic`` instead, a different thing.
+Reconcile code reads neither (time comes in as ``now``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from datetime import UTC, datetime
 
 Clock = Callable[[], datetime]
 """Returns the current time, timezone-aware UTC."""
+
+Monotonic = Callable[[], float]
+"""Seconds on a monotonic clock (``time.monotonic``): elapsed time, never a date."""
 
 
 def utc_now() -> datetime:

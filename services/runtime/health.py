@@ -14,6 +14,7 @@ from typing import Final
 
 from aiohttp import web
 
+from services.runtime.clock import Monotonic
 from services.runtime.listen import serve_app
 from services.runtime.metrics import render_prometheus
 
@@ -29,7 +30,7 @@ class Progress:
     """Whether a stage is moving: it is stuck while a unit of work has been running for longer than
     ``stall_after`` seconds. Idle is not stuck; a finished unit is forgotten."""
 
-    def __init__(self, name: str, *, stall_after: float = STALL_AFTER, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, name: str, *, stall_after: float = STALL_AFTER, clock: Monotonic = time.monotonic):
         self._name = name
         self._stall_after = stall_after
         self._clock = clock

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,6 +36,7 @@ from schema import subjects
 from schema.decision import Snapshot
 from schema.keys import ReconcileKey, decode_token
 from services.runtime.backoff import Backoff, retry
+from services.runtime.clock import Monotonic
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import KvEntries, KvReader
 
@@ -110,7 +110,7 @@ class SnapshotReader:
         nc: Client,
         *,
         timeout: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Monotonic = time.monotonic,
         held_from: int = HELD_FROM,
         held_entries: int = HELD_ENTRIES,
     ) -> None:

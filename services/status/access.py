@@ -22,7 +22,7 @@ import os
 import ssl
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -32,6 +32,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from services.runtime.clock import Monotonic
 from services.runtime.settings import StatusAuthSettings
 from services.status.api import ApiError
 from services.status.openapi import Handler
@@ -93,7 +94,7 @@ def in_cluster_url(env: Mapping[str, str]) -> str:
 class _Cache:
     """Answers by key for ``ttl`` seconds, at most :data:`CACHE_SIZE` of them."""
 
-    def __init__(self, ttl: float, clock: Callable[[], float]) -> None:
+    def __init__(self, ttl: float, clock: Monotonic) -> None:
         self._ttl = ttl
         self._clock = clock
         self._items: OrderedDict[tuple[str, ...], tuple[float, Any]] = OrderedDict()
@@ -115,7 +116,7 @@ class _Cache:
 class AccessReviewer:
     """Reviews callers' tokens with the API server; one per status service."""
 
-    def __init__(self, settings: StatusAuthSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: StatusAuthSettings, *, clock: Monotonic = time.monotonic) -> None:
         self._settings = settings
         self._url = (settings.api_url or in_cluster_url(os.environ)).rstrip("/")
         self._tokens = _Cache(settings.cache_ttl, clock)

@@ -32,6 +32,7 @@ from typing import Any, Final, assert_never
 from urllib.parse import quote
 
 from schema.messages import (
+    GENERATE_ANNOTATION,
     Command,
     CreateObject,
     DeleteCollection,
@@ -52,9 +53,6 @@ from services.runtime.backoff import Backoff
 from services.runtime.errors import PermanentError, RaybusError
 from services.watcher.resources import ResourceType, by_api_version_kind, by_kind
 
-GENERATE_ANNOTATION: Final = "raybus.io/generate"
-"""On a Secret to create: ``auth_token`` asks the applier to fill ``data.auth_token`` with a fresh token."""
-GENERATE_AUTH_TOKEN: Final = "auth_token"
 EVENT_COMPONENT: Final = "raybus"
 
 JSON: Final = "application/json"
@@ -66,7 +64,7 @@ PATCH_CONTENT_TYPES: Final[Mapping[PatchType, str]] = {
 _CUSTOM_GROUPS: Final = frozenset({conventions.GROUP, conventions.GATEWAY_GROUP})
 
 TokenGenerator = Callable[[str], str]
-"""Makes the value of a ``raybus.io/generate`` Secret key (``"auth_token"`` → a fresh token)."""
+"""Makes the value of a ``raybus.io/generate`` Secret key (the auth token key → a fresh token)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,14 +199,14 @@ def _create_body(command: CreateObject, resource: ResourceType, generate: TokenG
     annotations = metadata.get("annotations") or {}
     wanted = annotations.get(GENERATE_ANNOTATION) if isinstance(annotations, dict) else None
     if resource.kind == "Secret" and wanted:
-        if wanted != GENERATE_AUTH_TOKEN:
+        if wanted != conventions.AUTH_TOKEN_SECRET_KEY:
             raise PermanentError(f"unknown {GENERATE_ANNOTATION} value {wanted!r}")
         if generate is None:
             raise PermanentError("a generated Secret needs a token generator")
         # Written as ``data`` (base64 of the token), which is what the API server stores for
         # ``stringData``: the same object on a real server, and it needs no folding by the server.
         token = base64.b64encode(generate(wanted).encode()).decode()
-        body["data"] = {**(body.get("data") or {}), GENERATE_AUTH_TOKEN: token}
+        body["data"] = {**(body.get("data") or {}), conventions.AUTH_TOKEN_SECRET_KEY: token}
     return body
 
 

@@ -44,7 +44,8 @@ import msgspec
 from schema.bounds import TooComplex, check_bounds
 from schema.keys import is_dns1123_label, is_dns1123_subdomain
 from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
-from schema.probes import PodEndpoint
+from schema.probes import SERVE_APPLICATIONS_PATH, PodEndpoint
+from schema.ray.conventions import AUTH_TOKEN_SECRET_KEY
 from services.runtime.aio import raise_if_cancelling
 from services.runtime.errors import PermanentError
 from services.watcher.calls import ApiError
@@ -55,13 +56,11 @@ log = logging.getLogger(__name__)
 DIRECT_TIMEOUT: Final = 2.0
 PROXY_TIMEOUT: Final = 10.0
 TOKEN_HEADER: Final = "x-ray-authorization"
-TOKEN_KEY: Final = "auth_token"
 SERVE_PUT_TIMEOUT: Final = 30.0
 """Seconds a Serve config PUT may take (starting Serve on a busy head takes several seconds)."""
 PUT_CONFIRM_WINDOW: Final = 30.0
 """After a timed-out Serve config PUT: how long to look for the config among the head's applications."""
 PUT_CONFIRM_INTERVAL: Final = 1.0
-SERVE_APPLICATIONS_PATH: Final = "/api/serve/applications/?api_type=declarative"
 TOKEN_REJECTED: Final = frozenset({401, 403})
 """Answers to a token the dashboard does not accept (the simulator's 401, real Ray's 403)."""
 TOKEN_TTL: Final = 60.0
@@ -232,13 +231,13 @@ def decode_token(secret: dict[str, Any]) -> str:
         PermanentError: the Secret has no usable token.
     """
     data = secret.get("data") or {}
-    raw = data.get(TOKEN_KEY) if isinstance(data, dict) else None
+    raw = data.get(AUTH_TOKEN_SECRET_KEY) if isinstance(data, dict) else None
     if not isinstance(raw, str) or not raw:
-        raise PermanentError(f"the auth Secret has no {TOKEN_KEY}")
+        raise PermanentError(f"the auth Secret has no {AUTH_TOKEN_SECRET_KEY}")
     try:
         return base64.b64decode(raw, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError) as exc:
-        raise PermanentError(f"the auth Secret's {TOKEN_KEY} is not base64") from exc
+        raise PermanentError(f"the auth Secret's {AUTH_TOKEN_SECRET_KEY} is not base64") from exc
 
 
 class DashboardClient:

@@ -33,6 +33,7 @@ import yarl
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from services.runtime.clock import Monotonic
 from services.runtime.errors import PermanentError
 from services.watcher.calls import JSON, ApiCall, ApiError
 
@@ -112,7 +113,7 @@ class KubeApi:
         *,
         concurrency: int = 16,
         watches: int = 32,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Monotonic = time.monotonic,
     ) -> None:
         # The blocking side (informers' lists and watches, each on a thread of its own) keeps one pooled
         # connection per watch and a few for lists; urllib3 would otherwise open and discard extra

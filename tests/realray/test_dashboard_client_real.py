@@ -14,7 +14,8 @@ import pytest_asyncio
 from kubernetes import client
 
 from schema.messages import DashboardRef, PutServeConfig
-from services.watcher.dashboard import SERVE_APPLICATIONS_PATH, DashboardClient
+from schema.probes import SERVE_APPLICATIONS_PATH
+from services.watcher.dashboard import DashboardClient
 from services.watcher.kubeapi import KubeApi, load_configuration
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, start_kubesim
 from tests.realray.heads import Head, create_head

@@ -15,15 +15,12 @@ Not here: user-provided Secrets (``secretName``) and K8s token auth, which need 
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
+from schema.messages import GENERATE_ANNOTATION
 from schema.ray import conventions
 from services.reconciler.raycluster import model, names, pod_bodies
 from services.reconciler.raycluster.model import ClusterView
-
-GENERATE_ANNOTATION: Final = "raybus.io/generate"
-"""Annotation asking the applier to generate secret data; its value lists the keys (comma separated)."""
-TOKEN_KEY: Final = "auth_token"
 
 
 def needs_auth_secret(view: ClusterView) -> bool:
@@ -47,7 +44,7 @@ def auth_secret(view: ClusterView) -> dict[str, Any]:
             "name": names.auth_secret_name(view.name),
             "namespace": view.namespace,
             "labels": {conventions.LABEL_CLUSTER: view.name},
-            "annotations": {GENERATE_ANNOTATION: TOKEN_KEY},
+            "annotations": {GENERATE_ANNOTATION: conventions.AUTH_TOKEN_SECRET_KEY},
             "ownerReferences": [pod_bodies.owner_reference_of(view)],
         },
     }

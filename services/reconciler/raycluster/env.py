@@ -78,7 +78,9 @@ def add_feature_env(view: ClusterView, env: list[dict[str, Any]], *, head: bool,
             env.append(
                 {
                     "name": "RAY_AUTH_TOKEN",
-                    "valueFrom": {"secretKeyRef": {"name": model.auth_secret(view), "key": "auth_token"}},
+                    "valueFrom": {
+                        "secretKeyRef": {"name": model.auth_secret(view), "key": conventions.AUTH_TOKEN_SECRET_KEY}
+                    },
                 }
             )
 

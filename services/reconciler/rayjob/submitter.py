@@ -221,7 +221,10 @@ def configure_submitter_container(
         _append_env_if_absent(
             out,
             name="RAY_AUTH_TOKEN",
-            entry={"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": "auth_token"}}},
+            entry={
+                "name": "RAY_AUTH_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": conventions.AUTH_TOKEN_SECRET_KEY}},
+            },
         )
     if restartable:
         out["restartPolicy"] = "OnFailure"

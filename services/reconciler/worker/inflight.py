@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -75,12 +75,10 @@ from schema.messages import (
 )
 from schema.probes import job_known
 from services.reconciler.worker.decide import Ids, content_digest
+from services.runtime.clock import Monotonic
 
 _NEVER_SEQ: Final = 2**63
 """Above every stream sequence: no command of the key waits for the applier."""
-
-Monotonic = Callable[[], float]
-"""Seconds on a monotonic clock (``time.monotonic``): elapsed time, never a date."""
 
 
 def target_key(command: Command) -> str | None:

@@ -9,8 +9,7 @@ import pytest
 
 from schema.config import FeatureGates
 from schema.decision import Decision
-from schema.messages import CreateObject, DeleteCollection, PatchObject, PatchStatus
-from services.reconciler.raycluster.auth import GENERATE_ANNOTATION
+from schema.messages import GENERATE_ANNOTATION, CreateObject, DeleteCollection, PatchObject, PatchStatus
 from tests.unit.raycluster import builders
 from tests.unit.raycluster.sim import World
 
