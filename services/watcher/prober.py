@@ -7,11 +7,10 @@ path, and when the significant part of the answer differs from what is projected
 KV (entry kind ``OBS_RAY_JOB``, entry name = job id) and publishes an :class:`Observation` carrying that
 write's revision on the key's events subject.
 
-Probe kinds are data (:class:`ProbeKind`: which projected kinds its rule reads, how to find targets,
+Probe kinds are data (``probekinds``: which projected kinds each rule reads, how to find targets,
 how an answer becomes observation data, which fields matter). The rules themselves (what to poll for
 which key, and what counts as a change) are the contract in ``schema.probes``, which reconcile uses too.
-A target is a dashboard path or a pod's port (the RayService head's Serve proxy). The RayService rows
-(``serveprobes``) are added by the watcher service: :data:`PROBES` holds the RayJob row only.
+A target is a dashboard path or a pod's port (the RayService head's Serve proxy).
 
 Scaling out: the prober replicas share the partitions through leases (group ``probe``,
 ``services.runtime.leases``); each polls the targets whose key is in a partition it holds
@@ -32,7 +31,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -44,9 +43,8 @@ from nats.js.kv import KeyValue
 from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
-from schema.bounds import TooComplex
 from schema.messages import Observation
-from schema.probes import RAYJOB_KINDS, ProbeTarget, job_significant, rayjob_targets
+from schema.probes import ProbeTarget
 from services.runtime.aio import raise_if_cancelling
 from services.runtime.bus import publish
 from services.runtime.clock import Clock, utc_now
@@ -55,52 +53,13 @@ from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.tracing import tracer
 from services.watcher import pipeline_metrics
 from services.watcher.dashboard import DashboardAnswer, DashboardClient
+from services.watcher.probekinds import PROBE_KINDS, ProbeKind
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
 
 PROBE_CONCURRENCY: Final = 16
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
-
-
-def answer_data(answer: DashboardAnswer) -> dict[str, Any]:
-    """The observation data of a dashboard answer."""
-    if 200 <= answer.status <= 299:
-        try:
-            decoded = answer.json_or_error()
-        except TooComplex as exc:
-            return {"http_status": answer.status, "error": f"the dashboard's answer is refused: {exc}"}
-        except msgspec.DecodeError:
-            decoded = None
-        if decoded is not None:
-            return decoded
-        return {"http_status": answer.status, "error": "the dashboard's answer is not a JSON object"}
-    if answer.status == 0:
-        return {"http_status": 0, "error": answer.error[:500]}
-    text = answer.data[:500].decode("utf-8", "replace") if answer.data else ""
-    return {"http_status": answer.status, "error": text or f"HTTP {answer.status}"}
-
-
-def dashboard_data(_target: ProbeTarget, answer: DashboardAnswer) -> dict[str, Any]:
-    """The default :attr:`ProbeKind.observe`: the JSON body, or the error (:func:`answer_data`)."""
-    return answer_data(answer)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeKind:
-    """A family of probes: the projected kinds its rule reads, how targets are found (a rule of
-    ``schema.probes``), how an answer becomes observation data and which fields of that data matter."""
-
-    name: str
-    targets: Callable[[Mapping[str, list[dict[str, Any]]]], Iterable[ProbeTarget]]
-    significant: Callable[[dict[str, Any]], Any]
-    kinds: tuple[str, ...]
-    observe: Callable[[ProbeTarget, DashboardAnswer], dict[str, Any]] = dashboard_data
-
-
-PROBES: Final[tuple[ProbeKind, ...]] = (
-    ProbeKind(name="rayjob", targets=rayjob_targets, significant=job_significant, kinds=RAYJOB_KINDS),
-)
 
 
 def observation_id(target: ProbeTarget, significant: Any, base: int) -> str:
@@ -165,7 +124,7 @@ class Prober:
         membership: Membership,
         interval: float,
         objects: KeyValue | None = None,
-        probes: tuple[ProbeKind, ...] = PROBES,
+        probes: tuple[ProbeKind, ...] = PROBE_KINDS,
         clock: Clock = utc_now,
         tracer: Tracer | None = None,
     ) -> None:

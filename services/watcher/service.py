@@ -53,11 +53,11 @@ from services.watcher.informer import RECONNECT_BACKOFF, Handoff, Informer, scop
 from services.watcher.kubeapi import KubeApi, load_configuration
 from services.watcher.kvfacts import KvFacts
 from services.watcher.owners import api_owner_reader
+from services.watcher.probekinds import PROBE_KINDS
 from services.watcher.prober import Prober
 from services.watcher.projection import Projection
 from services.watcher.resources import ResourceType, select_served
 from services.watcher.resume import load_resume_points
-from services.watcher.serveprobes import WATCHER_PROBES
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ class Watcher:
                 membership=self._membership,
                 interval=settings.kube.dashboard_poll_interval,
                 objects=self.buckets.objects,
-                probes=WATCHER_PROBES,
+                probes=PROBE_KINDS,
             )
             self._spawn(self.prober.run(self._prober_stop), "watcher-prober")
 

@@ -16,7 +16,7 @@ from schema.keys import ReconcileKey
 from schema.messages import StopRayJob
 from schema.probes import ProbeTarget, snapshot_targets
 from services.reconciler import raycronjob, rayjob
-from services.watcher.serveprobes import WATCHER_PROBES
+from services.watcher.probekinds import PROBE_KINDS
 from tests.unit.apiserver import NAMESPACE, ApiServer
 from tests.unit.rayjob.builders import cluster_spec, make_cluster_ready
 from tests.unit.rayjob.builders import rayjob as rayjob_object
@@ -38,7 +38,7 @@ def watcher_targets(world: ApiServer) -> list[ProbeTarget]:
     objects: dict[str, list[dict[str, Any]]] = {}
     for (kind, _), obj in sorted(world.objects.items()):
         objects.setdefault(kind, []).append(obj)
-    return [target for row in WATCHER_PROBES for target in row.targets({k: objects.get(k, []) for k in row.kinds})]
+    return [target for row in PROBE_KINDS for target in row.targets({k: objects.get(k, []) for k in row.kinds})]
 
 
 def snapshot(world: ApiServer, key: ReconcileKey) -> Snapshot:

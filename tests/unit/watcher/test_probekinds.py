@@ -1,5 +1,5 @@
-"""The watcher's RayService probe rows: what they read, their observation data, and the significance rules
-of ``schema.probes`` they publish on."""
+"""The watcher's probe kinds: what they read, their observation data, and the significance rules of
+``schema.probes`` they publish on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from schema.keys import ReconcileKey
 from schema.probes import PodEndpoint, ProbeTarget, serve_significant
 from schema.probes import serve_health_significant as health_significant
 from services.watcher.dashboard import DashboardAnswer, pod_base_url
-from services.watcher.serveprobes import SERVE_PROBES, health_data
+from services.watcher.probekinds import PROBE_KINDS, health_data
 
 
 def _target() -> ProbeTarget:
@@ -27,7 +27,8 @@ def _target() -> ProbeTarget:
 
 
 def test_probe_kinds_read_what_their_rules_need() -> None:
-    assert {k.name: set(k.kinds) for k in SERVE_PROBES} == {
+    assert {k.name: set(k.kinds) for k in PROBE_KINDS} == {
+        "rayjob": {"RayJob", "RayCluster", "Service"},
         "serve": {"RayService", "RayCluster", "Service"},
         "servehealth": {"RayService", "RayCluster", "Pod"},
     }
