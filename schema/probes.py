@@ -62,6 +62,7 @@ from schema.objects import (
     text,
 )
 from schema.ray import conventions
+from schema.ray.rayjob import JOB_DEPLOYMENT_RUNNING
 
 SOURCE_RAYJOB: Final = "rayjob"
 SOURCE_SERVE: Final = "serve"
@@ -225,7 +226,7 @@ def rayjob_targets(objects: Objects) -> list[ProbeTarget]:
         status = mapping(rayjob.get("status"))
         namespace, name = namespace_of(rayjob), name_of(rayjob)
         job_id, cluster_name = text(status.get("jobId")), text(status.get("rayClusterName"))
-        if status.get("jobDeploymentStatus") != "Running" or being_deleted(rayjob):
+        if status.get("jobDeploymentStatus") != JOB_DEPLOYMENT_RUNNING or being_deleted(rayjob):
             continue
         if not namespace or not name or not job_id or not cluster_name:
             continue

@@ -12,7 +12,7 @@ Not here: the job state machine (``services/reconciler/rayjob``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, NewType
 
 import msgspec
 from msgspec import Meta
@@ -140,23 +140,27 @@ class RayJobSpec(RayStruct, frozen=True, kw_only=True):
     pre_running_deadline_seconds: Annotated[Int32, Meta(ge=1)] | None = None
 
 
-# JobDeploymentStatus values (docs/behaviour.md#1.4); "" is New.
-JOB_DEPLOYMENT_INITIALIZING: Final = "Initializing"
-JOB_DEPLOYMENT_RUNNING: Final = "Running"
-JOB_DEPLOYMENT_COMPLETE: Final = "Complete"
-JOB_DEPLOYMENT_FAILED: Final = "Failed"
-JOB_DEPLOYMENT_VALIDATION_FAILED: Final = "ValidationFailed"
-JOB_DEPLOYMENT_SUSPENDING: Final = "Suspending"
-JOB_DEPLOYMENT_SUSPENDED: Final = "Suspended"
-JOB_DEPLOYMENT_RETRYING: Final = "Retrying"
-JOB_DEPLOYMENT_WAITING: Final = "Waiting"
+JobDeploymentStatus = NewType("JobDeploymentStatus", str)
+"""``status.jobDeploymentStatus``: where the operator is with the job (docs/behaviour.md#1.4); "" is New.
+A status is written only through these constants, so a misspelt state fails the type check."""
+JOB_DEPLOYMENT_NEW: Final = JobDeploymentStatus("")
+JOB_DEPLOYMENT_INITIALIZING: Final = JobDeploymentStatus("Initializing")
+JOB_DEPLOYMENT_RUNNING: Final = JobDeploymentStatus("Running")
+JOB_DEPLOYMENT_COMPLETE: Final = JobDeploymentStatus("Complete")
+JOB_DEPLOYMENT_FAILED: Final = JobDeploymentStatus("Failed")
+JOB_DEPLOYMENT_VALIDATION_FAILED: Final = JobDeploymentStatus("ValidationFailed")
+JOB_DEPLOYMENT_SUSPENDING: Final = JobDeploymentStatus("Suspending")
+JOB_DEPLOYMENT_SUSPENDED: Final = JobDeploymentStatus("Suspended")
+JOB_DEPLOYMENT_RETRYING: Final = JobDeploymentStatus("Retrying")
+JOB_DEPLOYMENT_WAITING: Final = JobDeploymentStatus("Waiting")
 
-# JobStatus values reported by Ray (docs/behaviour.md#1.4); "" is New.
-JOB_STATUS_PENDING: Final = "PENDING"
-JOB_STATUS_RUNNING: Final = "RUNNING"
-JOB_STATUS_STOPPED: Final = "STOPPED"
-JOB_STATUS_SUCCEEDED: Final = "SUCCEEDED"
-JOB_STATUS_FAILED: Final = "FAILED"
+JobStatus = NewType("JobStatus", str)
+"""``status.jobStatus``: the Ray job's status as Ray reports it (docs/behaviour.md#1.4): "" (New), PENDING,
+RUNNING, or one of the terminal states below, which are the ones the operator acts on."""
+JOB_STATUS_NEW: Final = JobStatus("")
+JOB_STATUS_STOPPED: Final = JobStatus("STOPPED")
+JOB_STATUS_SUCCEEDED: Final = JobStatus("SUCCEEDED")
+JOB_STATUS_FAILED: Final = JobStatus("FAILED")
 
 
 class RayJobInfo(RayStruct, frozen=True, kw_only=True):

@@ -39,13 +39,14 @@ from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, Obje
 from schema.ray import conventions
 from schema.ray.conventions import API_VERSION
 from schema.ray.raycronjob import RayCronJobSpec
+from schema.ray.rayjob import JOB_DEPLOYMENT_COMPLETE, JOB_DEPLOYMENT_FAILED, JOB_DEPLOYMENT_VALIDATION_FAILED
 from schema.times import format_time, parse_time, truncate
 from services.reconciler.common.owners import owner_reference
 from services.reconciler.raycronjob.schedule import latest_tick, next_tick, parse_schedule
 from services.reconciler.raycronjob.validation import validate_raycronjob
 
-_FINISHED_SUCCESS: Final = frozenset({"Complete"})
-_FINISHED_FAILURE: Final = frozenset({"Failed", "ValidationFailed"})
+_FINISHED_SUCCESS: Final = frozenset({JOB_DEPLOYMENT_COMPLETE})
+_FINISHED_FAILURE: Final = frozenset({JOB_DEPLOYMENT_FAILED, JOB_DEPLOYMENT_VALIDATION_FAILED})
 
 
 def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:

@@ -24,7 +24,7 @@ from typing import Any, Final
 from schema.config import OperatorConfig
 from schema.messages import Command, DeleteObject, EmitEvent, ObjectRef, PatchObject
 from schema.ray.conventions import API_VERSION
-from schema.ray.rayjob import DeletionRule, RayJobSpec
+from schema.ray.rayjob import JOB_STATUS_FAILED, JOB_STATUS_SUCCEEDED, DeletionRule, JobStatus, RayJobSpec
 from schema.times import after_seconds
 from services.reconciler.rayjob.cluster import being_deleted, mapping, text
 
@@ -182,10 +182,8 @@ def _legacy(
 ) -> None:
     strategy = spec.deletion_strategy
     assert strategy is not None
-    job_status = status.get("jobStatus")
-    holder = (
-        strategy.on_success if job_status == "SUCCEEDED" else strategy.on_failure if job_status == "FAILED" else None
-    )
+    by_outcome = {JOB_STATUS_SUCCEEDED: strategy.on_success, JOB_STATUS_FAILED: strategy.on_failure}
+    holder = by_outcome.get(JobStatus(text(status.get("jobStatus"))))
     policy = holder.policy if holder is not None else None
     if policy is None or policy == "DeleteNone":
         plan.rules.append("5.6/legacy-nothing")

@@ -20,7 +20,7 @@ from typing import Any
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, EventKind, ObjectRef, Propagation
-from schema.ray.rayjob import RayJobSpec
+from schema.ray.rayjob import JOB_DEPLOYMENT_INITIALIZING, JOB_DEPLOYMENT_RUNNING, JOB_DEPLOYMENT_WAITING, RayJobSpec
 from schema.times import after_seconds, parse_time
 from services.reconciler.rayjob.cluster import mapping, text
 from services.reconciler.rayjob.status import TERMINAL_JOB_STATUSES, StatusDraft
@@ -109,11 +109,19 @@ class Pass:
         state = status.deployment
         start = parse_time(status.get("startTime"))
         found: list[datetime | None] = []
-        if state in ("Initializing", "Running") and start is not None and spec.active_deadline_seconds is not None:
+        if (
+            state in (JOB_DEPLOYMENT_INITIALIZING, JOB_DEPLOYMENT_RUNNING)
+            and start is not None
+            and spec.active_deadline_seconds is not None
+        ):
             found.append(after_seconds(start, spec.active_deadline_seconds))
-        if state in ("Initializing", "Waiting") and start is not None and spec.pre_running_deadline_seconds is not None:
+        if (
+            state in (JOB_DEPLOYMENT_INITIALIZING, JOB_DEPLOYMENT_WAITING)
+            and start is not None
+            and spec.pre_running_deadline_seconds is not None
+        ):
             found.append(after_seconds(start, spec.pre_running_deadline_seconds))
-        if state == "Running":
+        if state == JOB_DEPLOYMENT_RUNNING:
             info = mapping(status.current.get("rayJobInfo"))
             ended = parse_time(info.get("endTime"))
             if status.job_status in TERMINAL_JOB_STATUSES and ended is not None:

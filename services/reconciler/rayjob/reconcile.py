@@ -36,7 +36,22 @@ from schema.messages import EmitEvent, ObjectRef, PatchObject, PatchStatus, Stop
 from schema.probes import snapshot_dashboard
 from schema.ray import conventions
 from schema.ray.conventions import API_VERSION, MANAGED_BY_KUBERAY
-from schema.ray.rayjob import INTERACTIVE_MODE, K8S_JOB_MODE
+from schema.ray.rayjob import (
+    INTERACTIVE_MODE,
+    JOB_DEPLOYMENT_COMPLETE,
+    JOB_DEPLOYMENT_FAILED,
+    JOB_DEPLOYMENT_INITIALIZING,
+    JOB_DEPLOYMENT_NEW,
+    JOB_DEPLOYMENT_RETRYING,
+    JOB_DEPLOYMENT_RUNNING,
+    JOB_DEPLOYMENT_SUSPENDED,
+    JOB_DEPLOYMENT_SUSPENDING,
+    JOB_DEPLOYMENT_VALIDATION_FAILED,
+    JOB_DEPLOYMENT_WAITING,
+    JOB_STATUS_NEW,
+    JOB_STATUS_SUCCEEDED,
+    K8S_JOB_MODE,
+)
 from schema.times import format_time, parse_time
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
@@ -100,15 +115,15 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
             )
             return Decision(commands=(patch,), rules=("5.2/new-add-finalizer",))
         _new(job)
-    elif deployment == "Initializing":
+    elif deployment == JOB_DEPLOYMENT_INITIALIZING:
         _initializing(job)
-    elif deployment == "Waiting":
+    elif deployment == JOB_DEPLOYMENT_WAITING:
         _waiting(job)
-    elif deployment == "Running":
+    elif deployment == JOB_DEPLOYMENT_RUNNING:
         running.run(job)
-    elif deployment in ("Suspending", "Retrying"):
+    elif deployment in (JOB_DEPLOYMENT_SUSPENDING, JOB_DEPLOYMENT_RETRYING):
         _release(job)
-    elif deployment == "Suspended":
+    elif deployment == JOB_DEPLOYMENT_SUSPENDED:
         _suspended(job)
     elif deployment in TERMINAL_DEPLOYMENT_STATUSES:
         return _finished(job)
@@ -152,7 +167,7 @@ def _on_invalid(rayjob: Mapping[str, Any], ref: ObjectRef, *, reason: str, messa
     metadata = mapping(rayjob.get("metadata"))
     status = mapping(rayjob.get("status"))
     commands: list[Any] = []
-    already = status.get("jobDeploymentStatus") == "ValidationFailed"
+    already = status.get("jobDeploymentStatus") == JOB_DEPLOYMENT_VALIDATION_FAILED
     if not (already and status.get("message") == message):
         # KubeRay re-emits on every pass; raybus skips the repeat its own status write would trigger.
         commands.append(
@@ -165,7 +180,7 @@ def _on_invalid(rayjob: Mapping[str, Any], ref: ObjectRef, *, reason: str, messa
         )
     if not already:
         draft = StatusDraft(status)
-        draft.move("ValidationFailed", reason="ValidationFailed", message=message)
+        draft.move(JOB_DEPLOYMENT_VALIDATION_FAILED, reason="ValidationFailed", message=message)
         draft.set("reason", "ValidationFailed")
         draft.set("message", message)
         generation = metadata.get("generation")
@@ -199,7 +214,11 @@ def _new(job: Pass) -> None:
             selected or f"{job.ref.name}-{attempt_suffix(uid=job.ref.uid, purpose='cluster', attempt=attempt)}"
         )
         status.set("rayClusterName", cluster_name)
-    status.move("Initializing", reason="RayJobInitialized", message="Initialized the job id and the RayCluster name")
+    status.move(
+        JOB_DEPLOYMENT_INITIALIZING,
+        reason="RayJobInitialized",
+        message="Initialized the job id and the RayCluster name",
+    )
     status.set("startTime", format_time(job.now))
     job.rule("5.2/new-initialize")
 
@@ -235,7 +254,7 @@ def _initializing(job: Pass) -> None:
             return
         status.set("dashboardURL", url)
     if spec.submission_mode == INTERACTIVE_MODE:
-        status.move("Waiting", reason="ClusterReady", message="waiting for spec.jobId (InteractiveMode)")
+        status.move(JOB_DEPLOYMENT_WAITING, reason="ClusterReady", message="waiting for spec.jobId (InteractiveMode)")
         job.rule("5.2/interactive-waiting")
         return
     if spec.submission_mode == K8S_JOB_MODE and job.snapshot.get("Job", job.ref.name) is None:
@@ -267,7 +286,9 @@ def _initializing(job: Pass) -> None:
             message=f"Created Kubernetes Job {job.ref.namespace}/{job.ref.name}",
         )
         job.rule("5.3/create-submitter-job")
-    status.move("Running", reason="ClusterReady", message=f"RayCluster {status.get('rayClusterName')} is ready")
+    status.move(
+        JOB_DEPLOYMENT_RUNNING, reason="ClusterReady", message=f"RayCluster {status.get('rayClusterName')} is ready"
+    )
     job.rule("5.2/initializing-to-running")
 
 
@@ -278,7 +299,7 @@ def _waiting(job: Pass) -> None:
         job.rule("5.2/waiting-for-job-id")
         return
     job.status.set("jobId", job.spec.job_id)
-    job.status.move("Running", reason="JobIdSet", message="spec.jobId was set (InteractiveMode)")
+    job.status.move(JOB_DEPLOYMENT_RUNNING, reason="JobIdSet", message="spec.jobId was set (InteractiveMode)")
     job.rule("5.2/waiting-to-running")
 
 
@@ -314,12 +335,14 @@ def _release(job: Pass) -> None:
     for field in ("rayClusterStatus", "rayClusterName", "dashboardURL", "jobId", "message", "reason", "rayJobInfo"):
         status.set(field, None)
     status.set("jobStatusCheckFailureStartTime", None)
-    status.set_job_status("")
-    if status.deployment == "Suspending":
-        status.move("Suspended", reason="ResourcesReleased", message="the RayCluster and the submitter are gone")
+    status.set_job_status(JOB_STATUS_NEW)
+    if status.deployment == JOB_DEPLOYMENT_SUSPENDING:
+        status.move(
+            JOB_DEPLOYMENT_SUSPENDED, reason="ResourcesReleased", message="the RayCluster and the submitter are gone"
+        )
         job.rule("5.2/suspended")
     else:
-        status.move("", reason="Retry", message="retrying with a new RayCluster and job id")
+        status.move(JOB_DEPLOYMENT_NEW, reason="Retry", message="retrying with a new RayCluster and job id")
         job.rule("5.2/retry-new")
 
 
@@ -327,8 +350,8 @@ def _suspended(job: Pass) -> None:
     if job.spec.suspend:
         job.rule("5.2/stay-suspended")
         return
-    job.status.set_job_status("")
-    job.status.move("", reason="Resumed", message="spec.suspend is false")
+    job.status.set_job_status(JOB_STATUS_NEW)
+    job.status.move(JOB_DEPLOYMENT_NEW, reason="Resumed", message="spec.suspend is false")
     job.rule("5.2/resume")
 
 
@@ -336,19 +359,19 @@ def _check_backoff_limit(job: Pass) -> None:
     """docs/behaviour.md#5.5: count the attempt that just ended; Failed and attempts left → Retrying."""
     status, spec = job.status, job.spec
     failed, succeeded = status.count("failed"), status.count("succeeded")
-    if status.deployment == "Failed":
+    if status.deployment == JOB_DEPLOYMENT_FAILED:
         failed += 1
-    if status.deployment == "Complete" and status.job_status == "SUCCEEDED":
+    if status.deployment == JOB_DEPLOYMENT_COMPLETE and status.job_status == JOB_STATUS_SUCCEEDED:
         succeeded += 1
     status.set("failed", failed)
     status.set("succeeded", succeeded)
     if (
-        status.deployment == "Failed"
+        status.deployment == JOB_DEPLOYMENT_FAILED
         and failed < spec.backoff_limit + 1
         and status.get("reason") not in ("DeadlineExceeded", "JobStatusCheckTimeoutExceeded")
     ):
         status.move(
-            "Retrying",
+            JOB_DEPLOYMENT_RETRYING,
             reason="BackoffLimitNotReached",
             message=f"attempt {failed} of {spec.backoff_limit + 1} failed",
         )

@@ -25,7 +25,16 @@ from schema.decision import OBS_RAY_JOB
 from schema.messages import ObjectRef, PatchObject, SubmitRayJob
 from schema.probes import snapshot_dashboard
 from schema.ray import conventions
-from schema.ray.rayjob import HTTP_MODE, K8S_JOB_MODE, SIDECAR_MODE
+from schema.ray.rayjob import (
+    HTTP_MODE,
+    JOB_DEPLOYMENT_COMPLETE,
+    JOB_DEPLOYMENT_FAILED,
+    JOB_STATUS_FAILED,
+    JOB_STATUS_SUCCEEDED,
+    K8S_JOB_MODE,
+    SIDECAR_MODE,
+    JobStatus,
+)
 from schema.times import after_seconds, format_time, from_epoch_millis, parse_time
 from services.reconciler.rayjob.cluster import (
     head_pod,
@@ -86,7 +95,11 @@ def _grace_period_exceeded(job: Pass) -> bool:
         "JobStatus reaches a terminal state."
     )
     reason = "JobDeploymentStatusTransitionGracePeriodExceeded"
-    status.move("Failed" if status.job_status == "FAILED" else "Complete", reason=reason, message=message)
+    status.move(
+        JOB_DEPLOYMENT_FAILED if status.job_status == JOB_STATUS_FAILED else JOB_DEPLOYMENT_COMPLETE,
+        reason=reason,
+        message=message,
+    )
     status.set("reason", reason)
     status.set("message", message)
     job.rule("5.2/transition-grace-period-exceeded")
@@ -167,7 +180,7 @@ def _check_submitter(job: Pass) -> tuple[bool, datetime | None] | None:
         finished_at = parse_time(finished.get("lastTransitionTime")) if finished is not None else None
         if failed_condition is None:
             return False, finished_at
-        if status.job_status == "FAILED":
+        if status.job_status == JOB_STATUS_FAILED:
             status.fail("AppFailed", status.get("message"))
         else:
             status.fail(
@@ -198,7 +211,7 @@ def _check_submitter(job: Pass) -> tuple[bool, datetime | None] | None:
         detail = f"terminated with exit code {exit_code}: {text(terminated.get('reason'))}"
     if not failed:
         return False, finished_at
-    if status.job_status == "FAILED":
+    if status.job_status == JOB_STATUS_FAILED:
         status.fail("AppFailed", status.get("message"))
     else:
         status.fail("SubmissionFailed", f"Ray head pod container {SUBMITTER_CONTAINER} {detail}")
@@ -247,7 +260,7 @@ def _submitter_finished_timeout(job: Pass, finished_at: datetime | None) -> bool
     if answer.get("status") in TERMINAL_JOB_STATUSES:
         return False
     reason = "JobDeploymentStatusTransitionGracePeriodExceeded"
-    job.status.set_job_status("FAILED", reason=reason)
+    job.status.set_job_status(JOB_STATUS_FAILED, reason=reason)
     job.status.fail(
         reason,
         f"The RayJob submitter finished at {finished_at.strftime('%Y-%m-%d %H:%M:%S')} but the ray job did not "
@@ -304,7 +317,7 @@ def _observe(job: Pass, *, cluster: Mapping[str, Any], finished_at: datetime | N
         terminal = terminal and finished_at is not None
     message = text(observation.get("message"))
     status.set("rayClusterStatus", dict(mapping(cluster.get("status"))))
-    status.set_job_status(ray_status, reason="DashboardReported", message=message)
+    status.set_job_status(JobStatus(ray_status), reason="DashboardReported", message=message)
     info = dict(mapping(status.current.get("rayJobInfo")))
     started, ended = from_epoch_millis(observation.get("start_time")), from_epoch_millis(observation.get("end_time"))
     if started is not None:
@@ -312,12 +325,16 @@ def _observe(job: Pass, *, cluster: Mapping[str, Any], finished_at: datetime | N
     if ended is not None:
         info["endTime"] = format_time(ended)
     status.set("rayJobInfo", info or None)
-    if terminal and ray_status == "FAILED":
-        status.move("Failed", reason="AppFailed", message=message)
+    if terminal and ray_status == JOB_STATUS_FAILED:
+        status.move(JOB_DEPLOYMENT_FAILED, reason="AppFailed", message=message)
         status.set("reason", "AppFailed")
         job.rule("5.4/job-failed")
     elif terminal:
-        status.move("Complete", reason="JobSucceeded" if ray_status == "SUCCEEDED" else "JobStopped", message=message)
+        status.move(
+            JOB_DEPLOYMENT_COMPLETE,
+            reason="JobSucceeded" if ray_status == JOB_STATUS_SUCCEEDED else "JobStopped",
+            message=message,
+        )
         status.set("reason", None)
         job.rule("5.4/job-complete")
     else:

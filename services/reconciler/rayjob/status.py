@@ -19,12 +19,21 @@ from datetime import datetime
 from typing import Any, Final
 
 from schema.messages import ObjectRef, PatchStatus
+from schema.ray.rayjob import (
+    JOB_DEPLOYMENT_COMPLETE,
+    JOB_DEPLOYMENT_FAILED,
+    JOB_STATUS_FAILED,
+    JOB_STATUS_STOPPED,
+    JOB_STATUS_SUCCEEDED,
+    JobDeploymentStatus,
+    JobStatus,
+)
 from schema.times import format_time
 from services.reconciler.common.patches import compact, is_empty, merge_diff
 from services.reconciler.common.transitions import Step, build_transitions
 
-TERMINAL_JOB_STATUSES: Final = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
-TERMINAL_DEPLOYMENT_STATUSES: Final = frozenset({"Complete", "Failed"})
+TERMINAL_JOB_STATUSES: Final = frozenset({JOB_STATUS_STOPPED, JOB_STATUS_SUCCEEDED, JOB_STATUS_FAILED})
+TERMINAL_DEPLOYMENT_STATUSES: Final = frozenset({JOB_DEPLOYMENT_COMPLETE, JOB_DEPLOYMENT_FAILED})
 
 _CLUSTER_STATUS_FIELDS: Final = (
     "state",
@@ -90,7 +99,7 @@ class StatusDraft:
         """``jobStatus`` ("" is New)."""
         return self.get("jobStatus")
 
-    def move(self, to: str, *, reason: str, message: str = "") -> None:
+    def move(self, to: JobDeploymentStatus, *, reason: str, message: str = "") -> None:
         """Change jobDeploymentStatus, remembering the step for the transition history."""
         before = self.deployment
         if before == to:
@@ -102,11 +111,11 @@ class StatusDraft:
 
     def fail(self, reason: str, message: str) -> None:
         """→ Failed with a JobFailedReason and message."""
-        self.move("Failed", reason=reason, message=message)
+        self.move(JOB_DEPLOYMENT_FAILED, reason=reason, message=message)
         self.set("reason", reason)
         self.set("message", message)
 
-    def set_job_status(self, value: str, *, reason: str = "", message: str = "") -> None:
+    def set_job_status(self, value: JobStatus, *, reason: str = "", message: str = "") -> None:
         """Change jobStatus (the Ray job's status), remembering the step."""
         before = self.job_status
         if before == value:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from schema.ray.conventions import API_VERSION
+from schema.ray.rayjob import JOB_DEPLOYMENT_SUSPENDING
 from schema.times import after_seconds, go_time_string, parse_time
 from services.reconciler.rayjob.cluster import build_cluster
 from services.reconciler.rayjob.passes import Pass
@@ -29,7 +30,7 @@ def preflight(job: Pass, *, pre_running: bool) -> bool:
     """
     status, spec = job.status, job.spec
     if spec.suspend:
-        status.move("Suspending", reason="SuspendRequested", message="spec.suspend is true")
+        status.move(JOB_DEPLOYMENT_SUSPENDING, reason="SuspendRequested", message="spec.suspend is true")
         job.rule("5.2/suspend")
         return True
     start = parse_time(status.get("startTime"))
