@@ -95,7 +95,7 @@ class Deletion:
             self._orphan_dependents(meta["uid"])
         grace = self._pod_grace(obj, options) if key == POD_KEY else 0
         finalizers = list(meta.get("finalizers") or ())
-        foreground = policy == "Foreground" and bool(store.dependents.get(meta["uid"]))
+        foreground = policy == "Foreground" and bool(store.dependents_of(meta["uid"]))
         if foreground:
             finalizers.append(FOREGROUND)
         if not finalizers and grace == 0:
@@ -148,7 +148,7 @@ class Deletion:
         store.commit(key, "DELETED", final, old)
         meta = final["metadata"]
         uid = meta["uid"]
-        if store.dependents.get(uid):
+        if store.dependents_of(uid):
             self._delete_dependents(uid, "Background")
         for ref in meta.get("ownerReferences") or ():
             self._check_foreground(str(ref.get("uid")))
@@ -185,12 +185,12 @@ class Deletion:
     # -- garbage collection --------------------------------------------------------------------
 
     def _live(self, uid: str) -> Obj | None:
-        where = self._store.uids.get(uid)
-        return None if where is None else self._store.find(*where)
+        found = self._store.by_uid(uid)
+        return None if found is None else found[1]
 
     def _delete_dependents(self, owner_uid: str, policy: str) -> None:
         store = self._store
-        for key, ns, name in sorted(store.dependents.get(owner_uid, ())):
+        for key, ns, name in store.dependents_of(owner_uid):
             dep = store.find(key, ns, name)
             if dep is None or dep["metadata"].get("deletionTimestamp"):
                 continue
@@ -224,7 +224,7 @@ class Deletion:
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         store = self._store
-        for key, ns, name in sorted(store.dependents.get(owner_uid, ())):
+        for key, ns, name in store.dependents_of(owner_uid):
             dep = store.find(key, ns, name)
             if dep is None:
                 continue
@@ -236,14 +236,14 @@ class Deletion:
 
     def _check_foreground(self, owner_uid: str) -> None:
         store = self._store
-        where = store.uids.get(owner_uid)
-        owner = None if where is None else store.find(*where)
-        if where is None or owner is None:
+        found = store.by_uid(owner_uid)
+        if found is None:
             return
+        owner_key, owner = found
         meta = owner["metadata"]
         if FOREGROUND not in (meta.get("finalizers") or ()):
             return
-        for dep_key in store.dependents.get(owner_uid, ()):
+        for dep_key in store.dependents_of(owner_uid):
             dep = store.find(*dep_key)
             if dep is None:
                 continue
@@ -255,10 +255,10 @@ class Deletion:
         if not finalizers:
             del new_meta["finalizers"]
         new = {**owner, "metadata": new_meta}
-        if self.may_finish(where[0], new):
-            self.remove(where[0], new, owner)
+        if self.may_finish(owner_key, new):
+            self.remove(owner_key, new, owner)
         else:
-            store.commit(where[0], "MODIFIED", new, owner)
+            store.commit(owner_key, "MODIFIED", new, owner)
 
     # -- namespaces and CRDs -------------------------------------------------------------------
 

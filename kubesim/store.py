@@ -94,8 +94,9 @@ class ObjectStore:
         self._rng = rng or random.Random()
         self._buckets: dict[StorageKey, dict[str, dict[str, Obj]]] = {}
         self._storage: dict[StorageKey, ResourceInfo] = {info.storage_key: info for info in registry.all()}
-        self.uids: dict[str, ObjKey] = {}
-        self.dependents: dict[str, set[ObjKey]] = {}
+        self._uids: dict[str, ObjKey] = {}
+        self._dependents: dict[str, set[ObjKey]] = {}
+        """The objects whose ownerReferences name a uid, by that uid."""
         self._ns_count: dict[str, int] = {}
         self._by_label: dict[tuple[StorageKey, str, str, str], set[str]] = {}
         """Names of the objects of a bucket and namespace carrying a label value (for ``k=v`` selectors)."""
@@ -114,6 +115,16 @@ class ObjectStore:
     def find(self, key: StorageKey, namespace: str, name: str) -> Obj | None:
         """The stored object (not a copy: never mutate it)."""
         return self._buckets.get(key, {}).get(namespace, {}).get(name)
+
+    def by_uid(self, uid: str) -> tuple[StorageKey, Obj] | None:
+        """The stored object with ``uid`` and where it is stored (not a copy: never mutate it), or None."""
+        where = self._uids.get(uid)
+        obj = None if where is None else self.find(*where)
+        return None if where is None or obj is None else (where[0], obj)
+
+    def dependents_of(self, owner_uid: str) -> list[ObjKey]:
+        """Where the objects whose ownerReferences name ``owner_uid`` are stored, sorted."""
+        return sorted(self._dependents.get(owner_uid, ()))
 
     def require(self, info: ResourceInfo, namespace: str, name: str) -> Obj:
         """The stored object or a 404."""
@@ -170,17 +181,17 @@ class ObjectStore:
         old_owners = {r.get("uid") for r in (old or {}).get("metadata", {}).get("ownerReferences") or ()}
         new_owners = {r.get("uid") for r in (obj or {}).get("metadata", {}).get("ownerReferences") or ()}
         for uid in old_owners - new_owners:
-            deps = self.dependents.get(str(uid))
+            deps = self._dependents.get(str(uid))
             if deps is not None:
                 deps.discard(ident)
                 if not deps:
-                    del self.dependents[str(uid)]
+                    del self._dependents[str(uid)]
         for uid in new_owners - old_owners:
-            self.dependents.setdefault(str(uid), set()).add(ident)
+            self._dependents.setdefault(str(uid), set()).add(ident)
         if obj is None:
-            self.uids.pop(meta["uid"], None)
+            self._uids.pop(meta["uid"], None)
         elif old is None:
-            self.uids[meta["uid"]] = ident
+            self._uids[meta["uid"]] = ident
 
     def _index_labels(self, ident: ObjKey, obj: Obj | None, old: Obj | None) -> None:
         key, ns, name = ident
