@@ -139,86 +139,16 @@ def compute_status(
     Raises:
         StatusError: the head Service is missing or duplicated, or there are several head pods.
     """
-    old = view.status
+    old, spec = view.status, view.spec
     stamp = format_time(now)
-    spec = view.spec
-    gate = config.gates.ray_cluster_status_conditions
+    desired = sum(desired_pods(g) for g in spec.worker_group_specs or ())
+    head = _single_head(view, census)
     conditions = list(old.conditions or ())
-    groups = spec.worker_group_specs or ()
-    active = [g for g in groups if not g.suspend]
-    desired = sum(desired_pods(g) for g in groups)
-    if gate and not error and (len(census.pods) == desired + 1 or spec.suspend):
-        # The applier sets ReplicaFailure when a Pod create or delete failed after its retries; reconcile
-        # cannot see that failure, only its end: the Pods are as desired (or being suspended away).
-        conditions = [c for c in conditions if c.type != REPLICA_FAILURE]
-    minimum = sum(g.min_replicas * max(g.num_of_hosts, 1) for g in active)
-    maximum = min(sum(g.max_replicas * max(g.num_of_hosts, 1) for g in active), MAX_INT32)
-    state, reason = old.state, old.reason
-    if not error and len(census.pods) == desired + 1 and census.all_running_and_ready:
-        state, reason = "ready", ""
-    if len(census.heads) > 1:
-        raise StatusError(f"{len(census.heads)} head Pods found for RayCluster {view.namespace}/{view.name}")
-    head = census.heads[0] if census.heads else None
-    if gate:
-        value, why, message = head_pod_ready_condition(head)
-        set_condition(conditions, type_=HEAD_POD_READY, status=value, reason=why, message=message, now=stamp)
-        suspended = _is_true(conditions, SUSPENDED)
-        suspending = _is_true(conditions, SUSPENDING)
-        if not _is_true(conditions, PROVISIONED) and not suspended:
-            if census.all_running_and_ready:
-                set_condition(
-                    conditions,
-                    type_=PROVISIONED,
-                    status="True",
-                    reason="AllPodRunningAndReadyFirstTime",
-                    message="All Ray Pods are ready for the first time",
-                    now=stamp,
-                )
-            else:
-                set_condition(
-                    conditions,
-                    type_=PROVISIONED,
-                    status="False",
-                    reason="RayClusterPodsProvisioning",
-                    message="RayCluster Pods are being provisioned for first time",
-                    now=stamp,
-                )
-        if suspending:
-            if not census.pods:
-                set_condition(
-                    conditions,
-                    type_=PROVISIONED,
-                    status="False",
-                    reason="RayClusterPodsProvisioning",
-                    message="RayCluster has been suspended",
-                    now=stamp,
-                )
-                set_condition(conditions, type_=SUSPENDING, status="False", reason=SUSPENDING, message="", now=stamp)
-                set_condition(conditions, type_=SUSPENDED, status="True", reason=SUSPENDED, message="", now=stamp)
-        elif suspended:
-            if not spec.suspend:
-                set_condition(conditions, type_=SUSPENDED, status="False", reason=SUSPENDED, message="", now=stamp)
-        else:
-            set_condition(conditions, type_=SUSPENDED, status="False", reason=SUSPENDED, message="", now=stamp)
-            set_condition(
-                conditions,
-                type_=SUSPENDING,
-                status="True" if spec.suspend else "False",
-                reason=SUSPENDING,
-                message="",
-                now=stamp,
-            )
-    if spec.suspend and not census.pods:
-        state = "suspended"
-    head_services = find_head_services(view, services)
-    if len(head_services) != 1:
-        raise StatusError(
-            f"{'no' if not head_services else len(head_services)} head Services found for RayCluster "
-            f"{view.namespace}/{view.name}; expected exactly one"
-        )
-    service = head_services[0]
-    cluster_ip = str((service.get("spec") or {}).get("clusterIP") or "")
-    pod_ip = str(((head.obj.get("status") or {}).get("podIP") or "") if head is not None else "")
+    if config.gates.ray_cluster_status_conditions:
+        conditions = _conditions(view, census, head, desired=desired, error=error, stamp=stamp)
+    state, reason = _state(view, census, desired=desired, error=error)
+    service = _single_head_service(view, services)
+    minimum, maximum = _worker_bounds(view)
     resources = desired_resources(spec)
     transitions = dict(old.state_transition_times or {})
     if state != old.state:
@@ -234,12 +164,7 @@ def compute_status(
         last_update_time=stamp,
         state_transition_times=transitions or None,
         endpoints=endpoints or None,
-        head=HeadInfo(
-            pod_ip=pod_ip,
-            pod_name=head.name if head is not None else "",
-            service_ip=pod_ip if cluster_ip == "None" else cluster_ip,
-            service_name=str((service.get("metadata") or {}).get("name") or ""),
-        ),
+        head=_head_info(service, head),
         conditions=tuple(conditions) or None,
         ready_worker_replicas=census.ready_workers,
         available_worker_replicas=census.available_workers,
@@ -247,6 +172,129 @@ def compute_status(
         min_worker_replicas=minimum,
         max_worker_replicas=maximum,
         observed_generation=view.generation,
+    )
+
+
+def _single_head(view: ClusterView, census: PodCensus) -> PodInfo | None:
+    """The head pod, or None; several are an error."""
+    if len(census.heads) > 1:
+        raise StatusError(f"{len(census.heads)} head Pods found for RayCluster {view.namespace}/{view.name}")
+    return census.heads[0] if census.heads else None
+
+
+def _single_head_service(view: ClusterView, services: list[dict[str, Any]]) -> dict[str, Any]:
+    """The head Service; none or several are an error."""
+    head_services = find_head_services(view, services)
+    if len(head_services) != 1:
+        raise StatusError(
+            f"{'no' if not head_services else len(head_services)} head Services found for RayCluster "
+            f"{view.namespace}/{view.name}; expected exactly one"
+        )
+    return head_services[0]
+
+
+def _state(view: ClusterView, census: PodCensus, *, desired: int, error: str) -> tuple[str, str]:
+    """``state`` and ``reason``: ready once every desired pod runs and is ready (sticky), suspended once a
+    suspended cluster has no pods left, else unchanged."""
+    state, reason = view.status.state, view.status.reason
+    if not error and len(census.pods) == desired + 1 and census.all_running_and_ready:
+        state, reason = "ready", ""
+    if view.spec.suspend and not census.pods:
+        state = "suspended"
+    return state, reason
+
+
+def _conditions(
+    view: ClusterView, census: PodCensus, head: PodInfo | None, *, desired: int, error: str, stamp: str
+) -> list[Condition]:
+    """The conditions of the RayClusterStatusConditions gate: ReplicaFailure cleared, HeadPodReady,
+    RayClusterProvisioned, RayClusterSuspending / RayClusterSuspended."""
+    conditions = list(view.status.conditions or ())
+    if not error and (len(census.pods) == desired + 1 or view.spec.suspend):
+        # The applier sets ReplicaFailure when a Pod create or delete failed after its retries; reconcile
+        # cannot see that failure, only its end: the Pods are as desired (or being suspended away).
+        conditions = [c for c in conditions if c.type != REPLICA_FAILURE]
+    value, why, message = head_pod_ready_condition(head)
+    set_condition(conditions, type_=HEAD_POD_READY, status=value, reason=why, message=message, now=stamp)
+    suspended, suspending = _is_true(conditions, SUSPENDED), _is_true(conditions, SUSPENDING)
+    if not _is_true(conditions, PROVISIONED) and not suspended:
+        _set_provisioning(conditions, census, stamp)
+    _set_suspension(conditions, view, census, suspended=suspended, suspending=suspending, stamp=stamp)
+    return conditions
+
+
+def _set_provisioning(conditions: list[Condition], census: PodCensus, stamp: str) -> None:
+    """RayClusterProvisioned until it first turns True: True once every pod runs and is ready."""
+    if census.all_running_and_ready:
+        set_condition(
+            conditions,
+            type_=PROVISIONED,
+            status="True",
+            reason="AllPodRunningAndReadyFirstTime",
+            message="All Ray Pods are ready for the first time",
+            now=stamp,
+        )
+    else:
+        set_condition(
+            conditions,
+            type_=PROVISIONED,
+            status="False",
+            reason="RayClusterPodsProvisioning",
+            message="RayCluster Pods are being provisioned for first time",
+            now=stamp,
+        )
+
+
+def _set_suspension(
+    conditions: list[Condition], view: ClusterView, census: PodCensus, *, suspended: bool, suspending: bool, stamp: str
+) -> None:
+    """Suspending → Suspended once the pods are gone; Suspended ends when spec.suspend is cleared;
+    otherwise Suspending follows spec.suspend."""
+    suspend = view.spec.suspend
+    if suspending:
+        if not census.pods:
+            set_condition(
+                conditions,
+                type_=PROVISIONED,
+                status="False",
+                reason="RayClusterPodsProvisioning",
+                message="RayCluster has been suspended",
+                now=stamp,
+            )
+            set_condition(conditions, type_=SUSPENDING, status="False", reason=SUSPENDING, message="", now=stamp)
+            set_condition(conditions, type_=SUSPENDED, status="True", reason=SUSPENDED, message="", now=stamp)
+    elif suspended:
+        if not suspend:
+            set_condition(conditions, type_=SUSPENDED, status="False", reason=SUSPENDED, message="", now=stamp)
+    else:
+        set_condition(conditions, type_=SUSPENDED, status="False", reason=SUSPENDED, message="", now=stamp)
+        set_condition(
+            conditions,
+            type_=SUSPENDING,
+            status="True" if suspend else "False",
+            reason=SUSPENDING,
+            message="",
+            now=stamp,
+        )
+
+
+def _worker_bounds(view: ClusterView) -> tuple[int, int]:
+    """minWorkerReplicas and maxWorkerReplicas over the groups that are not suspended (hosts counted)."""
+    active = [g for g in view.spec.worker_group_specs or () if not g.suspend]
+    minimum = sum(g.min_replicas * max(g.num_of_hosts, 1) for g in active)
+    maximum = min(sum(g.max_replicas * max(g.num_of_hosts, 1) for g in active), MAX_INT32)
+    return minimum, maximum
+
+
+def _head_info(service: dict[str, Any], head: PodInfo | None) -> HeadInfo:
+    """``status.head``: the head pod's IP and name, and the head Service's IP (the pod's when headless)."""
+    cluster_ip = str((service.get("spec") or {}).get("clusterIP") or "")
+    pod_ip = str(((head.obj.get("status") or {}).get("podIP") or "") if head is not None else "")
+    return HeadInfo(
+        pod_ip=pod_ip,
+        pod_name=head.name if head is not None else "",
+        service_ip=pod_ip if cluster_ip == "None" else cluster_ip,
+        service_name=str((service.get("metadata") or {}).get("name") or ""),
     )
 
 

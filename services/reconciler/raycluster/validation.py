@@ -264,71 +264,94 @@ def _validate_autoscaling(view: ClusterView, config: OperatorConfig) -> str:
 
 
 def _validate_options(view: ClusterView, config: OperatorConfig) -> str:
-    spec = view.spec
+    """The optional features, in docs/behaviour.md#8 order: history server, auth, network policy, TLS."""
+    for check in (_validate_history_server, _validate_auth, _validate_network_policy, _validate_tls):
+        if problem := check(view.spec, config):
+            return problem
+    return ""
+
+
+def _validate_history_server(spec: RayClusterSpec, config: OperatorConfig) -> str:
     history = spec.history_server_options
-    if history is not None:
-        if not config.gates.ray_cluster_history_server:
-            return message_for("history-gate")
-        collector = history.collector_options
-        if collector is None:
-            return message_for("history-collector")
-        if not collector.image:
-            return message_for("history-image")
-        env_names = {e.get("name") for e in collector.env or ()}
-        for env in _HISTORY_FORBIDDEN_ENV:
-            if env in env_names:
-                return message_for("history-env", env=env)
-        if "STORAGE_BACKEND" not in env_names:
-            return message_for("history-backend")
-        for _, template in _templates(spec):
-            pod_spec = template.get("spec")
-            containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
-            if any(isinstance(c, dict) and c.get("name") == "ray-history-collector" for c in containers or []):
-                return message_for("history-container")
+    if history is None:
+        return ""
+    if not config.gates.ray_cluster_history_server:
+        return message_for("history-gate")
+    collector = history.collector_options
+    if collector is None:
+        return message_for("history-collector")
+    if not collector.image:
+        return message_for("history-image")
+    env_names = {e.get("name") for e in collector.env or ()}
+    for env in _HISTORY_FORBIDDEN_ENV:
+        if env in env_names:
+            return message_for("history-env", env=env)
+    if "STORAGE_BACKEND" not in env_names:
+        return message_for("history-backend")
+    for _, template in _templates(spec):
+        pod_spec = template.get("spec")
+        containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+        if any(isinstance(c, dict) and c.get("name") == "ray-history-collector" for c in containers or []):
+            return message_for("history-container")
+    return ""
+
+
+def _validate_auth(spec: RayClusterSpec, _config: OperatorConfig) -> str:
     auth = spec.auth_options
-    if auth is not None:
-        if auth.mode == "token" and not model.version_at_least(spec.ray_version, (2, 52, 0)):
-            return message_for("auth-version", version=spec.ray_version)
-        if auth.enable_k8s_token_auth:
-            if auth.mode != "token":
-                return message_for("k8s-auth-mode")
-            if not model.version_at_least(spec.ray_version, (2, 55, 0)):
-                return message_for("k8s-auth-version", version=spec.ray_version)
-            if auth.secret_name:
-                return message_for("k8s-auth-secret")
+    if auth is None:
+        return ""
+    if auth.mode == "token" and not model.version_at_least(spec.ray_version, (2, 52, 0)):
+        return message_for("auth-version", version=spec.ray_version)
+    if auth.enable_k8s_token_auth:
+        if auth.mode != "token":
+            return message_for("k8s-auth-mode")
+        if not model.version_at_least(spec.ray_version, (2, 55, 0)):
+            return message_for("k8s-auth-version", version=spec.ray_version)
+        if auth.secret_name:
+            return message_for("k8s-auth-secret")
+    return ""
+
+
+def _validate_network_policy(spec: RayClusterSpec, config: OperatorConfig) -> str:
     policy = spec.network_policy
-    if policy is not None:
-        if not config.gates.ray_cluster_network_policy:
-            return message_for("netpol-gate")
-        group_names = {g.group_name for g in spec.worker_group_specs or ()}
-        rules: list[tuple[str, NetworkPolicyRules | WorkerGroupNetworkPolicy | None]] = [
-            ("head", policy.head),
-            ("worker", policy.worker),
-        ]
-        rules.extend((f"workerGroups[{w.group_name}]", w) for w in policy.worker_groups or ())
-        for where, rule in rules:
-            if rule is None:
-                continue
-            if rule.ingress_rules and policy.mode == "DenyAllEgress":
-                return message_for("netpol-ingress", where=where)
-            if rule.egress_rules and policy.mode == "DenyAllIngress":
-                return message_for("netpol-egress", where=where)
-        for entry in policy.worker_groups or ():
-            if not _DNS1123.match(entry.group_name):
-                return message_for("netpol-group-name", group=entry.group_name)
-            if entry.group_name not in group_names:
-                return message_for("netpol-group-missing", group=entry.group_name)
+    if policy is None:
+        return ""
+    if not config.gates.ray_cluster_network_policy:
+        return message_for("netpol-gate")
+    group_names = {g.group_name for g in spec.worker_group_specs or ()}
+    rules: list[tuple[str, NetworkPolicyRules | WorkerGroupNetworkPolicy | None]] = [
+        ("head", policy.head),
+        ("worker", policy.worker),
+    ]
+    rules.extend((f"workerGroups[{w.group_name}]", w) for w in policy.worker_groups or ())
+    for where, rule in rules:
+        if rule is None:
+            continue
+        if rule.ingress_rules and policy.mode == "DenyAllEgress":
+            return message_for("netpol-ingress", where=where)
+        if rule.egress_rules and policy.mode == "DenyAllIngress":
+            return message_for("netpol-egress", where=where)
+    for entry in policy.worker_groups or ():
+        if not _DNS1123.match(entry.group_name):
+            return message_for("netpol-group-name", group=entry.group_name)
+        if entry.group_name not in group_names:
+            return message_for("netpol-group-missing", group=entry.group_name)
+    return ""
+
+
+def _validate_tls(spec: RayClusterSpec, config: OperatorConfig) -> str:
     tls = spec.tls_options
-    if tls is not None:
-        if not config.gates.ray_cluster_mtls:
-            return message_for("tls-gate")
-        if tls.enabled:
-            for _, template in _templates(spec):
-                for env in _env_names(template):
-                    if env in _TLS_ENV or env.startswith("RAY_TLS_"):
-                        return message_for("tls-env", env=env)
-            if what := _mount_problem(spec, names_=("ray-tls",), paths=("/etc/ray/tls",)):
-                return message_for("tls-volume", what=what)
+    if tls is None:
+        return ""
+    if not config.gates.ray_cluster_mtls:
+        return message_for("tls-gate")
+    if tls.enabled:
+        for _, template in _templates(spec):
+            for env in _env_names(template):
+                if env in _TLS_ENV or env.startswith("RAY_TLS_"):
+                    return message_for("tls-env", env=env)
+        if what := _mount_problem(spec, names_=("ray-tls",), paths=("/etc/ray/tls",)):
+            return message_for("tls-volume", what=what)
     return ""
 
 
