@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -74,86 +75,128 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
         message = f"{ref.namespace}/{ref.name}: {error}"
         event = EmitEvent(regarding=ref, event_type="Warning", reason="InvalidRayCronJobSpec", message=message)
         return Decision(commands=(event,), rules=("8/raycronjob-invalid",))
-
+    plan = _Plan(cron=cron, spec=spec, ref=ref, now=now)
     children = _children(snapshot, ref)
-    commands: list[Command] = []
-    rules: list[str] = []
-    history = _history_deletions(spec, children)
-    if history:
-        commands.extend(_delete_child(child) for child in history)
-        rules.append("ext/history-limit")
+    history = _trim_history(plan, children)
     if spec.suspend:
-        commands.append(
-            EmitEvent(
-                regarding=ref,
-                event_type="Normal",
-                reason="SuspendedRayCronJob",
-                message="RayCronJob suspended, no new RayJobs will be created",
-            )
-        )
-        rules.append("7/suspended")
-        return Decision(commands=tuple(commands), rules=tuple(rules))
+        return _suspended(plan)
+    return _schedule(plan, [child for child in children if child not in history])
 
+
+@dataclass
+class _Plan:
+    """One pass over a valid RayCronJob: what it reads, and the commands and rules decided so far."""
+
+    cron: Mapping[str, Any]
+    spec: RayCronJobSpec
+    ref: ObjectRef
+    now: datetime
+    commands: list[Command] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+
+    def decision(self, wake_at: datetime | None = None) -> Decision:
+        """The decision of this pass."""
+        return Decision(commands=tuple(self.commands), wake_at=wake_at, rules=tuple(self.rules))
+
+
+def _trim_history(plan: _Plan, children: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Delete the finished children beyond the history limits (also while suspended); returns them."""
+    history = _history_deletions(plan.spec, children)
+    if history:
+        plan.commands.extend(_delete_child(child) for child in history)
+        plan.rules.append("ext/history-limit")
+    return history
+
+
+def _suspended(plan: _Plan) -> Decision:
+    """``suspend``: say so, and schedule nothing."""
+    plan.commands.append(
+        EmitEvent(
+            regarding=plan.ref,
+            event_type="Normal",
+            reason="SuspendedRayCronJob",
+            message="RayCronJob suspended, no new RayJobs will be created",
+        )
+    )
+    plan.rules.append("7/suspended")
+    return plan.decision()
+
+
+def _schedule(plan: _Plan, children: list[dict[str, Any]]) -> Decision:
+    """The tick after ``lastScheduleTime``: wait for it, or run it (as the concurrency policy allows)."""
+    spec, ref, now = plan.spec, plan.ref, plan.now
     schedule = parse_schedule(spec.schedule, spec.time_zone)
-    status = _mapping(cron.get("status"))
-    previous = status.get("lastScheduleTime")
-    previous_text = previous if isinstance(previous, str) else ""
+    metadata = _mapping(plan.cron.get("metadata"))
+    previous = _mapping(plan.cron.get("status")).get("lastScheduleTime")
     start = parse_time(previous) or parse_time(metadata.get("creationTimestamp")) or truncate(now)
     first_due = next_tick(schedule, start)
     if first_due is None:
-        rules.append("7/no-next-tick")
-        return Decision(commands=tuple(commands), rules=tuple(rules))
+        plan.rules.append("7/no-next-tick")
+        return plan.decision()
     if first_due > now:
-        rules.append("7/wait-next-tick")
-        return Decision(commands=tuple(commands), wake_at=first_due, rules=tuple(rules))
-
+        plan.rules.append("7/wait-next-tick")
+        return plan.decision(wake_at=first_due)
     policy = spec.concurrency_policy
     # Allow (KubeRay): every missed tick, one per pass. Forbid/Replace (Kubernetes CronJob): only the most
     # recent one; a backlog of runs that may not overlap, or that replace each other, makes no sense.
     tick = first_due if policy == "Allow" else (latest_tick(schedule, now) or first_due)
     child_name = f"{ref.name}-{int(tick.timestamp()) // 60}"
-    active = [child for child in children if _is_active(child) and _name(child) != child_name and child not in history]
-    tick_text = format_time(tick)
+    active = [child for child in children if _is_active(child) and _name(child) != child_name]
     if policy == "Forbid" and active:
-        # Kubernetes: not started while a RayJob runs, but not given up either: lastScheduleTime stays, so
-        # the event of the finishing RayJob starts the most recent tick then (late), or a later tick does.
-        rules.append("ext/forbid-postpone")
-        commands.append(
-            EmitEvent(
-                regarding=ref,
-                event_type="Normal",
-                reason="JobAlreadyActive",
-                message=(
-                    f"Not starting RayJob for {tick_text} because prior execution {_name(active[0])} is "
-                    "running and concurrency policy is Forbid"
-                ),
-            )
-        )
-        return Decision(commands=tuple(commands), wake_at=next_tick(schedule, now), rules=tuple(rules))
+        return _postpone(plan, tick, running=_name(active[0]), wake_at=next_tick(schedule, now))
     if policy == "Replace" and active:
-        rules.append("ext/replace-delete")
-        commands.extend(_delete_child(child) for child in active)
-    rules.append("7/create-rayjob")
-    commands.append(_create_child(cron, ref=ref, child_name=child_name, tick=tick))
-    message = f"concurrencyPolicy={policy}"
+        plan.rules.append("ext/replace-delete")
+        plan.commands.extend(_delete_child(child) for child in active)
+    _start(plan, child_name, tick, previous=previous if isinstance(previous, str) else "", first_due=first_due)
+    following = next_tick(schedule, tick)
+    if following is not None and following <= now:
+        plan.rules.append("7/catch-up")
+    return plan.decision(wake_at=None if following is None else max(following, now))
+
+
+def _postpone(plan: _Plan, tick: datetime, *, running: str, wake_at: datetime | None) -> Decision:
+    """Forbid with a child running: Kubernetes does not start the tick, but does not give it up either:
+    lastScheduleTime stays, so the event of the finishing RayJob starts the most recent tick then (late),
+    or a later tick does."""
+    plan.rules.append("ext/forbid-postpone")
+    plan.commands.append(
+        EmitEvent(
+            regarding=plan.ref,
+            event_type="Normal",
+            reason="JobAlreadyActive",
+            message=(
+                f"Not starting RayJob for {format_time(tick)} because prior execution {running} is "
+                "running and concurrency policy is Forbid"
+            ),
+        )
+    )
+    return plan.decision(wake_at=wake_at)
+
+
+def _start(plan: _Plan, child_name: str, tick: datetime, *, previous: str, first_due: datetime) -> None:
+    """Create the tick's RayJob and move lastScheduleTime to the tick, with its ``schedule`` Transition."""
+    ref, metadata = plan.ref, _mapping(plan.cron.get("metadata"))
+    plan.rules.append("7/create-rayjob")
+    plan.commands.append(_create_child(plan.cron, ref=ref, child_name=child_name, tick=tick))
+    message = f"concurrencyPolicy={plan.spec.concurrency_policy}"
     if tick != first_due:
         message += f"; missed ticks from {format_time(first_due)} skipped"
-
+    tick_text = format_time(tick)
     transition = Transition(
         kind="RayCronJob",
         uid=ref.uid,
         namespace=ref.namespace,
         name=ref.name,
         field="schedule",
-        from_value=previous_text,
+        from_value=previous,
         to_value=tick_text,
-        at=now,
+        at=plan.now,
         reason="Scheduled",
         message=message,
         resource_version=_resource_version(metadata),
         attributes={"rayJobName": child_name},
     )
-    commands.append(
+    plan.commands.append(
         PatchStatus(
             target=ref,
             status={"lastScheduleTime": tick_text},
@@ -161,11 +204,6 @@ def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Deci
             transitions=(transition,),
         )
     )
-    following = next_tick(schedule, tick)
-    wake_at = None if following is None else max(following, now)
-    if following is not None and following <= now:
-        rules.append("7/catch-up")
-    return Decision(commands=tuple(commands), wake_at=wake_at, rules=tuple(rules))
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
