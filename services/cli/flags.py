@@ -51,7 +51,7 @@ def add_operator(parser: argparse.ArgumentParser) -> None:
 
 
 def add_kube(parser: argparse.ArgumentParser) -> None:
-    """Flags of the watcher (the only service with Kubernetes credentials)."""
+    """Flags of the watcher (the service whose credentials read and write Kubernetes objects)."""
     parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
     parser.add_argument("--watch-namespace", help="comma-separated namespaces to watch (default: all)")
     parser.add_argument(
