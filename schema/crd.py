@@ -11,7 +11,8 @@ Invariants:
   default); a plain Go-zero default stays out of the CRD, so the API server stores what KubeRay's would.
 - ``Literal`` types become enums; ``msgspec.Meta`` constraints become minimum/maxLength/pattern/minItems;
   anything else the generator needs (format, CEL rules, list types) comes from ``extra_json_schema``.
-- Output is deterministic (a test regenerates and diffs against ``deploy/crds``).
+- Output is deterministic (a test regenerates and diffs against ``deploy/crds`` and the Helm chart's
+  ``crds/``, which holds the same files without the kustomization).
 
 Rejected alternative: ``msgspec.json.schema_components`` — it emits ``$ref``s, ``anyOf`` with ``null``
 and title/defaults for every field, which then need as much rewriting as generating directly.
@@ -288,11 +289,14 @@ def render(crd: dict[str, Any]) -> str:
     return HEADER + yaml.dump(crd, Dumper=_NoAliasDumper, sort_keys=False, width=120, allow_unicode=True)
 
 
-def generate_files() -> dict[str, str]:
+def generate_files(*, chart: bool = False) -> dict[str, str]:
     """The text of every file of the CRD directory: the CRDs plus a ``kustomization.yaml`` listing them,
-    so ``deploy/base`` can use the directory as a kustomize resource."""
+    so ``deploy/base`` can use the directory as a kustomize resource; with ``chart``, the CRDs alone (a
+    Helm chart's ``crds/``, which Helm installs before the templates)."""
     crds = generate_crds()
     files = {name: render(crd) for name, crd in crds.items()}
+    if chart:
+        return files
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -302,31 +306,36 @@ def generate_files() -> dict[str, str]:
     return files
 
 
-def write_crds(out_dir: Path) -> list[Path]:
+def write_crds(out_dir: Path, *, chart: bool = False) -> list[Path]:
     """Write every generated file into ``out_dir`` (created if missing); returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in generate_files().items():
+    for name, text in generate_files(chart=chart).items():
         path = out_dir / name
         path.write_text(text)
         written.append(path)
     return written
 
 
-def stale_files(out_dir: Path) -> list[str]:
+def stale_files(out_dir: Path, *, chart: bool = False) -> list[str]:
     """Names of the generated files in ``out_dir`` that are missing or differ from a fresh generation."""
-    return generated.stale_files(generate_files(), out_dir)
+    return generated.stale_files(generate_files(chart=chart), out_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``raybus crds [--out DIR] [--check]``: write the CRDs, or with ``--check`` report stale ones."""
+    """``raybus crds [--out DIR] [--chart] [--check]``: write the CRDs, or with ``--check`` report stale ones."""
     parser = argparse.ArgumentParser(prog="raybus crds", description=main.__doc__)
     parser.add_argument("--out", type=Path, default=Path("deploy/crds"), help="output directory")
+    parser.add_argument(
+        "--chart",
+        action="store_true",
+        help="the CRDs alone, for a Helm chart's crds/ (raybus crds --chart --out deploy/helm/raybus/crds)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if the files in --out are stale")
     args = parser.parse_args(argv)
     if args.check:
-        return generated.report_stale(generate_files(), args.out)
-    for path in write_crds(args.out):
+        return generated.report_stale(generate_files(chart=args.chart), args.out)
+    for path in write_crds(args.out, chart=args.chart):
         print(path)
     return 0
 

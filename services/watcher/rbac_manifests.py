@@ -6,7 +6,9 @@ so ``deploy/`` grants each role's Deployment exactly what that role does, and no
 allow. Per role (:data:`COMPONENTS`): a ServiceAccount-bound ClusterRole and ClusterRoleBinding in
 ``base/<component>-rbac.yaml``, with the watch role's Lease Role and RoleBinding (in the watcher's own
 namespace) in the same file; ``overlays/single-namespace/roles.yaml`` holds the ClusterRoles' rules as
-namespaced Roles. ``tests/deploy/test_rbac.py`` fails when the files in ``deploy/`` are stale.
+namespaced Roles, and the Helm chart's ``templates/_rbac-rules.tpl`` the same rules as named templates
+that its ClusterRoles and Roles include. ``tests/deploy/test_rbac.py`` fails when the files in
+``deploy/`` are stale.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ COMPONENTS: Final[Mapping[WatcherRole, str]] = {"watch": "watch", "apply": "appl
 NAMESPACE_ROLE_SUFFIX: Final = "-lease"
 """Appended to a component's name for its Role in the watcher's own namespace (only the watch side's Lease)."""
 NAMESPACED_FILE: Final = "overlays/single-namespace/roles.yaml"
+CHART_RULES_FILE: Final = "helm/raybus/templates/_rbac-rules.tpl"
+CHART_RULES_TEMPLATE: Final = "raybus.rules."
+"""Prefix of the chart's named template of a component's rules (``raybus.rules.watch``, ...)."""
 _SUBJECT_NAMESPACE: Final = "raybus-system"
 _PURPOSE: Final[Mapping[WatcherRole, str]] = {
     "watch": "lists and watches what raybus projects",
@@ -118,9 +123,39 @@ def _namespaced_file() -> str:
     return HEADER + "---\n".join(parts)
 
 
+def _rules_yaml(rules: list[dict[str, list[str]]]) -> str:
+    return "".join(
+        f"- apiGroups: {_flow(rule['apiGroups'])}\n"
+        f"  resources: {_flow(rule['resources'])}\n"
+        + (f"  resourceNames: {_flow(rule['resourceNames'])}\n" if "resourceNames" in rule else "")
+        + f"  verbs: {_flow(rule['verbs'])}\n"
+        for rule in rules
+    )
+
+
+def _chart_rules_file() -> str:
+    """Each role's rules as a named template of the chart, and the watch side's Lease rules."""
+    header = "".join(f"{{{{/* {line.removeprefix('# ')} */}}}}\n" for line in HEADER.splitlines())
+    parts = []
+    for role in WATCHER_ROLES:
+        component = COMPONENTS[role]
+        named = {component: as_policy_rules(RULES_BY_ROLE[role])}
+        if NAMESPACE_RULES_BY_ROLE[role]:
+            named[component + NAMESPACE_ROLE_SUFFIX] = as_named_policy_rules(NAMESPACE_RULES_BY_ROLE[role])
+        parts.extend(
+            f'{{{{- define "{CHART_RULES_TEMPLATE}{name}" -}}}}\n{_rules_yaml(rules)}{{{{- end }}}}\n'
+            for name, rules in named.items()
+        )
+    return header + "".join(parts)
+
+
 def generate_files() -> dict[str, str]:
     """The manifests, by path relative to ``deploy/``."""
-    return {**{cluster_file(role): _cluster_file(role) for role in WATCHER_ROLES}, NAMESPACED_FILE: _namespaced_file()}
+    return {
+        **{cluster_file(role): _cluster_file(role) for role in WATCHER_ROLES},
+        NAMESPACED_FILE: _namespaced_file(),
+        CHART_RULES_FILE: _chart_rules_file(),
+    }
 
 
 def stale_files(deploy_dir: Path) -> list[str]:

@@ -24,6 +24,7 @@ from tests.helpers import conformance_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOYED = ROOT / "deploy" / "crds"
+CHART_CRDS = ROOT / "deploy" / "helm" / "raybus" / "crds"
 KUBERAY = conformance_dir() / "kuberay"
 K8S_VERSION = "1.33.0"
 
@@ -89,6 +90,19 @@ def test_deployed_crds_are_up_to_date(tmp_path: Path) -> None:
     assert main(["--out", str(tmp_path), "--check"]) == 0
     (tmp_path / "ray.io_rayjobs.yaml").write_text("stale")
     assert main(["--out", str(tmp_path), "--check"]) == 1
+
+
+def test_the_charts_crds_are_the_deployed_ones(tmp_path: Path) -> None:
+    """Helm installs ``crds/`` as it is: the same files as ``deploy/crds``, and nothing else."""
+    assert stale_files(CHART_CRDS, chart=True) == [], "run `raybus crds --chart --out deploy/helm/raybus/crds`"
+    assert sorted(p.name for p in CHART_CRDS.iterdir()) == sorted(CRDS)
+    for name in CRDS:
+        assert (CHART_CRDS / name).read_text() == (DEPLOYED / name).read_text()
+    assert main(["--chart", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(CRDS)
+    assert main(["--chart", "--out", str(tmp_path), "--check"]) == 0
+    (tmp_path / "ray.io_rayjobs.yaml").write_text("stale")
+    assert main(["--chart", "--out", str(tmp_path), "--check"]) == 1
 
 
 @pytest.mark.parametrize("name", sorted(CRDS))
