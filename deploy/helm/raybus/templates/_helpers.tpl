@@ -5,10 +5,10 @@ ClusterRoles are cluster-wide, so a cluster runs one raybus, and the NATS certif
 
 {{/* Labels of an object's metadata: dict "root" $ "component" NAME (component may be empty). */}}
 {{- define "raybus.labels" -}}
-{{- if .component }}
+{{- if .component -}}
 app.kubernetes.io/name: raybus
 app.kubernetes.io/component: {{ .component }}
-{{- end }}
+{{ end -}}
 app.kubernetes.io/part-of: raybus
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
