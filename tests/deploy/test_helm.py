@@ -8,6 +8,10 @@ lists.
 from __future__ import annotations
 
 import json
+import shutil
+import tarfile
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -21,7 +25,18 @@ from schema.crd import generate_crds
 from services.watcher.permissions import RULES_BY_ROLE
 from services.watcher.rbac_manifests import COMPONENTS
 from tests.deploy.normalise import differences, normalise
-from tests.deploy.render import CHART, NAMESPACE, ChartError, container, find_in, helm, render, render_chart
+from tests.deploy.render import (
+    CHART,
+    DEPLOY,
+    NAMESPACE,
+    ROOT,
+    ChartError,
+    container,
+    find_in,
+    helm,
+    render,
+    render_chart,
+)
 
 K8S_VERSION = "1.33.0"
 SERVICES = ("raybus-watch", "raybus-applier", "raybus-prober", "raybus-reconciler", "raybus-status")
@@ -174,12 +189,14 @@ def test_pods_are_restricted_and_selected_by_their_own_network_policy(case: str)
 def test_selectors_and_pod_labels_carry_no_chart_version(case: str) -> None:
     """Selectors cannot change after install, and a pod label that names the chart would roll every pod
     on every chart upgrade: both hold the component's labels only."""
+    selector_labels = {"app.kubernetes.io/name", "app.kubernetes.io/component"}
     for obj in _render(case):
         spec = obj.get("spec", {})
-        selector = spec.get("selector", {})
-        match = selector.get("matchLabels", selector) if obj["kind"] != "ServiceMonitor" else selector["matchLabels"]
-        if obj["kind"] in {"Deployment", "StatefulSet", "Service", "PodDisruptionBudget", "ServiceMonitor"}:
-            assert set(match) <= {"app.kubernetes.io/name", "app.kubernetes.io/component"}, obj["metadata"]["name"]
+        if obj["kind"] == "Service":
+            assert set(spec["selector"]) <= selector_labels, obj["metadata"]["name"]
+        if obj["kind"] in {"Deployment", "StatefulSet", "PodDisruptionBudget", "ServiceMonitor", "NetworkPolicy"}:
+            match = spec.get("selector", spec.get("podSelector")).get("matchLabels", {})
+            assert set(match) <= selector_labels, obj["metadata"]["name"]
         if obj["kind"] in WORKLOAD_KINDS:
             labels = spec["template"]["metadata"]["labels"]
             assert set(labels) == {"app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/part-of"}
@@ -306,6 +323,41 @@ def test_a_change_of_the_nats_config_rolls_the_servers() -> None:
     assert (
         after["spec"]["template"]["metadata"]["annotations"]["checksum/nats-config"] != before["checksum/nats-config"]
     )
+
+
+def test_a_new_chart_version_alone_rolls_no_pod(tmp_path: Path) -> None:
+    """Helm's chart label is on the objects only: pod templates, selectors and the Job's name stay."""
+    copy = shutil.copytree(DEPLOY, tmp_path / "deploy", symlinks=True) / "helm" / "raybus"
+    chart = yaml.safe_load((copy / "Chart.yaml").read_text())
+    (copy / "Chart.yaml").write_text(yaml.safe_dump({**chart, "version": "99.0.0"}))
+    before, after = render_chart({}), render_chart({}, chart=copy)
+    assert {o["metadata"]["labels"]["helm.sh/chart"] for o in after if o["kind"] != "CustomResourceDefinition"} == {
+        "raybus-99.0.0"
+    }
+    templates = {
+        (o["kind"], o["metadata"]["name"]): o["spec"]["template"] for o in before if o["kind"] in WORKLOAD_KINDS
+    }
+    assert templates == {
+        (o["kind"], o["metadata"]["name"]): o["spec"]["template"] for o in after if o["kind"] in WORKLOAD_KINDS
+    }
+
+
+def test_the_packaged_chart_is_the_chart(tmp_path: Path) -> None:
+    """``helm package`` keeps what the links point at (``files/nats-auth.conf``) and leaves UPGRADE_FROM out."""
+    packaged = helm("package", str(CHART), "--destination", str(tmp_path))
+    assert packaged.returncode == 0, packaged.stderr
+    [archive] = tmp_path.glob("raybus-*.tgz")
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert "raybus/files/nats-auth.conf" in names
+    assert "raybus/UPGRADE_FROM" not in names
+    assert render_chart({}, chart=archive) == render_chart({})
+
+
+def test_the_chart_runs_this_version_of_raybus() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
 
 
 def test_a_change_of_what_the_topology_job_runs_renames_it() -> None:

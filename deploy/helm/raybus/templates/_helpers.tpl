@@ -183,14 +183,14 @@ readinessProbe:
 
 {{/* The egress rule to NATS: the bundled servers' pods, or any address on the external URLs' ports. */}}
 {{- define "raybus.natsEgress" -}}
-{{- if .Values.nats.enabled }}
+{{- if .Values.nats.enabled -}}
 - to:
     - podSelector:
         matchLabels:
           {{- include "raybus.selector" "nats" | nindent 10 }}
   ports:
     - {protocol: TCP, port: 4222}
-{{- else }}
+{{- else -}}
 # The external NATS servers (wherever they run, so any destination on their ports).
 - ports:
     {{- range (include "raybus.natsPorts" . | fromJsonArray) }}
