@@ -69,14 +69,19 @@ def _metadata(role: WatcherRole, name: str) -> str:
     )
 
 
-def _role(kind: str, role: WatcherRole, name: str, rules: list[dict[str, list[str]]], comment: str) -> str:
-    lines = "".join(
-        f"  - apiGroups: {_flow(rule['apiGroups'])}\n"
-        f"    resources: {_flow(rule['resources'])}\n"
-        + (f"    resourceNames: {_flow(rule['resourceNames'])}\n" if "resourceNames" in rule else "")
-        + f"    verbs: {_flow(rule['verbs'])}\n"
+def _rules_yaml(rules: list[dict[str, list[str]]], indent: str = "") -> str:
+    """A Role's ``rules`` list, each line starting with ``indent``."""
+    return "".join(
+        f"{indent}- apiGroups: {_flow(rule['apiGroups'])}\n"
+        f"{indent}  resources: {_flow(rule['resources'])}\n"
+        + (f"{indent}  resourceNames: {_flow(rule['resourceNames'])}\n" if "resourceNames" in rule else "")
+        + f"{indent}  verbs: {_flow(rule['verbs'])}\n"
         for rule in rules
     )
+
+
+def _role(kind: str, role: WatcherRole, name: str, rules: list[dict[str, list[str]]], comment: str) -> str:
+    lines = _rules_yaml(rules, "  ")
     return f"{comment}apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\n{_metadata(role, name)}rules:\n{lines}"
 
 
@@ -123,20 +128,10 @@ def _namespaced_file() -> str:
     return HEADER + "---\n".join(parts)
 
 
-def _rules_yaml(rules: list[dict[str, list[str]]]) -> str:
-    return "".join(
-        f"- apiGroups: {_flow(rule['apiGroups'])}\n"
-        f"  resources: {_flow(rule['resources'])}\n"
-        + (f"  resourceNames: {_flow(rule['resourceNames'])}\n" if "resourceNames" in rule else "")
-        + f"  verbs: {_flow(rule['verbs'])}\n"
-        for rule in rules
-    )
-
-
 def _chart_rules_file() -> str:
     """Each role's rules as a named template of the chart, and the watch side's Lease rules."""
     header = "".join(f"{{{{/* {line.removeprefix('# ')} */}}}}\n" for line in HEADER.splitlines())
-    parts = []
+    parts: list[str] = []
     for role in WATCHER_ROLES:
         component = COMPONENTS[role]
         named = {component: as_policy_rules(RULES_BY_ROLE[role])}

@@ -68,12 +68,10 @@ imagePullPolicy: {{ . }}
 {{- end }}
 
 {{- define "raybus.tuningArgs" -}}
-{{- with .Values.partitions }}
-- --partitions={{ . }}
-{{- end }}
-{{- with .Values.logLevel }}
-- --log-level={{ . }}
-{{- end }}
+{{- $args := list -}}
+{{- with .Values.partitions }}{{ $args = append $args (printf "--partitions=%v" .) }}{{ end -}}
+{{- with .Values.logLevel }}{{ $args = append $args (printf "--log-level=%s" .) }}{{ end -}}
+{{- with $args }}{{ toYaml . }}{{ end -}}
 {{- end }}
 
 {{/* The NATS user of a service and its password from the users Secret: dict "root" $ "user" NAME. */}}
@@ -89,14 +87,14 @@ imagePullPolicy: {{ . }}
 {{- end }}
 
 {{- define "raybus.natsCaMount" -}}
-{{- if .Values.nats.tls.enabled }}
+{{- if .Values.nats.tls.enabled -}}
 - {name: nats-ca, mountPath: /etc/raybus/nats-tls, readOnly: true}
-{{- end }}
+{{- end -}}
 {{- end }}
 
 {{/* Only the CA that signed the NATS servers' certificate (their key stays with them). */}}
 {{- define "raybus.natsCaVolume" -}}
-{{- if .Values.nats.tls.enabled }}
+{{- if .Values.nats.tls.enabled -}}
 - name: nats-ca
   secret:
     secretName: {{ .Values.nats.tls.secretName }}
@@ -134,22 +132,12 @@ Pull secrets and placement of a pod: dict "root" $ "own" <the component's values
 nodeSelector, tolerations or affinity replaces the chart-wide one when set.
 */}}
 {{- define "raybus.scheduling" -}}
-{{- with .root.Values.imagePullSecrets }}
-imagePullSecrets:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- with (.own.nodeSelector | default .root.Values.nodeSelector) }}
-nodeSelector:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- with (.own.tolerations | default .root.Values.tolerations) }}
-tolerations:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
-{{- with (.own.affinity | default .root.Values.affinity) }}
-affinity:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
+{{- $pod := dict -}}
+{{- with .root.Values.imagePullSecrets }}{{ $_ := set $pod "imagePullSecrets" . }}{{ end -}}
+{{- with (.own.nodeSelector | default .root.Values.nodeSelector) }}{{ $_ := set $pod "nodeSelector" . }}{{ end -}}
+{{- with (.own.tolerations | default .root.Values.tolerations) }}{{ $_ := set $pod "tolerations" . }}{{ end -}}
+{{- with (.own.affinity | default .root.Values.affinity) }}{{ $_ := set $pod "affinity" . }}{{ end -}}
+{{- with $pod }}{{ toYaml . }}{{ end -}}
 {{- end }}
 
 {{- define "raybus.probes" -}}
