@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.deploy.chart_values import MATRIX
 from tests.deploy.render import CHART, ROOT, find_in, render_chart
-from tests.deploy.test_helm import MATRIX
 from tests.deploy.upgrade import breaking_changes, chart_at
 
 UPGRADE_FROM = CHART / "UPGRADE_FROM"
@@ -152,7 +152,7 @@ def test_the_checker_sees_a_changed_nats_volume_from_values() -> None:
     ]
 
 
-def test_an_earlier_commit_renders_through_the_same_path(tmp_path: Path) -> None:
+def test_a_commits_chart_renders_from_git(tmp_path: Path) -> None:
     """The path a named previous release takes: the chart extracted from git at a commit renders."""
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
     chart = chart_at(ROOT, head.stdout.strip(), tmp_path)
