@@ -7,8 +7,10 @@ sequence: MODIFIED with ``deletionTimestamp`` while something blocks, then DELET
 
 - Finalizers: a delete of an object with finalizers only sets ``deletionTimestamp``; the update that
   removes the last finalizer removes the object.
-- Pods: graceful deletion is finished by a registered kubelet simulator (``handles_pod_termination``);
-  without one, or for unscheduled / already finished Pods, Pods go at once (the real server's rule).
+- Pods: graceful deletion is finished by a kubelet: the in-process simulator (``handles_pod_termination``)
+  or one attached over HTTP, which registers the Node its Pods are bound to. A bound Pod whose Node object
+  exists therefore terminates gracefully, as on a real server; unscheduled or already finished Pods, and
+  Pods bound to a node nobody registered while no kubelet simulator runs, go at once.
 - Propagation: Background (dependents deleted after the owner), Foreground (owner waits with the
   ``foregroundDeletion`` finalizer until dependents with ``blockOwnerDeletion`` are gone), Orphan
   (owner references to it are removed). batch/v1 Jobs default to Orphan, like the real server.
@@ -24,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kubesim.errors import ApiError, conflict, forbidden
-from kubesim.resources import CRD_KEY, NAMESPACE_KEY, POD_KEY, ResourceInfo, StorageKey
+from kubesim.resources import CRD_KEY, NAMESPACE_KEY, NODE_KEY, POD_KEY, ResourceInfo, StorageKey
 
 if TYPE_CHECKING:
     from kubesim.store import ObjectStore
@@ -164,7 +166,10 @@ class Deletion:
     def _pod_grace(self, pod: Obj, options: DeleteOptions) -> int:
         spec = pod.get("spec") or {}
         phase = (pod.get("status") or {}).get("phase")
-        if not self._store.handles_pod_termination or not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        node = spec.get("nodeName")
+        if not node or phase in ("Succeeded", "Failed"):
+            return 0
+        if not self._store.handles_pod_termination and self._store.find(NODE_KEY, "", str(node)) is None:
             return 0
         if options.grace_period_seconds is not None:
             return max(0, options.grace_period_seconds)

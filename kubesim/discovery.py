@@ -102,6 +102,13 @@ def _resource_entries(info: ResourceInfo) -> list[Obj]:
                 "verbs": ["create", "delete", "get", "patch", "update"],
             }
         )
+    if info.storage_key == ("", "pods"):
+        entries.append(
+            {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding", "verbs": ["create"]}
+        )
+        entries.append(
+            {"name": "bindings", "singularName": "binding", "namespaced": True, "kind": "Binding", "verbs": ["create"]}
+        )
     return entries
 
 

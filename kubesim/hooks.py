@@ -19,6 +19,11 @@ What the core's store (``kubesim.store.ObjectStore``) offers beyond :class:`Stor
 - ``subscribe()`` registers at call time; the iterator has ``aclose()`` to unregister.
 - ``subscribe(resources)`` delivers only the changes of those resources, so a simulator that wants Jobs
   does not see every Pod and Event.
+- ``create(BINDINGS, binding)`` assigns a Pod to a node as kube-apiserver's Binding does (``spec.nodeName``
+  and the ``PodScheduled`` condition): there is no scheduler, and a real server refuses ``spec.nodeName``
+  changes through an update.
+
+``kubesim.remote.RemoteStore`` implements the same protocol over HTTP against any API server.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ class GVR(NamedTuple):
     version: str
     plural: str
 
+
+BINDINGS = GVR("", "v1", "bindings")
+"""Core v1 Bindings (create only): ``metadata.name`` names the Pod, ``target`` the Node it is bound to."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 

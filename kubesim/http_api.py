@@ -23,7 +23,7 @@ from aiohttp import web
 from kubesim import codec, tables
 from kubesim.deletion import DeleteOptions
 from kubesim.errors import ApiError, bad_request, method_not_allowed, page_not_found, too_large
-from kubesim.resources import ResourceInfo
+from kubesim.resources import POD_KEY, ResourceInfo
 from kubesim.routing import Target
 from kubesim.selectors import combine, parse_field_selector, parse_label_selector
 from kubesim.settings import KubeSimSettings
@@ -103,8 +103,12 @@ class ResourceApi:
 
     async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
         """Serve a (non-proxy) resource request."""
+        if target.plural == "bindings" and target.group == "" and target.namespace is not None and target.name is None:
+            return await self._bind(request, target.namespace, None)
         info = self.resolve(target)
         method = request.method
+        if target.subresource == "binding" and info.storage_key == POD_KEY and target.name is not None:
+            return await self._bind(request, target.namespace or "", target.name)
         if target.subresource is not None and (target.subresource != "status" or not info.status):
             raise page_not_found()
         watch = target.watch_prefix or _flag(request.query.get("watch"))
@@ -143,6 +147,13 @@ class ResourceApi:
         if method == "DELETE" and target.subresource is None:
             return await self._delete(request, info, namespace, name)
         raise method_not_allowed(method)
+
+    async def _bind(self, request: web.Request, namespace: str, pod: str | None) -> web.Response:
+        """``POST namespaces/<ns>/bindings`` or ``POST .../pods/<name>/binding``: assign a Pod to a node."""
+        if request.method != "POST":
+            raise method_not_allowed(request.method)
+        body = await self.read_object(request)
+        return json_response(self._store.bind_pod(namespace, body, pod_name=pod), 201)
 
     # -- bodies --------------------------------------------------------------------------------
 

@@ -112,6 +112,7 @@ BUILTINS: tuple[ResourceInfo, ...] = (
 CRD_KEY: StorageKey = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY: StorageKey = ("", "namespaces")
 POD_KEY: StorageKey = ("", "pods")
+NODE_KEY: StorageKey = ("", "nodes")
 
 
 class Registry:

@@ -39,9 +39,9 @@ from kubesim.errors import (
     not_found,
     unsupported_media_type,
 )
-from kubesim.hooks import GVR, EventType, StoreEvent
+from kubesim.hooks import BINDINGS, GVR, EventType, StoreEvent
 from kubesim.patches import json_patch, merge_patch
-from kubesim.resources import CRD_KEY, NAMESPACE_KEY, Registry, ResourceInfo, StorageKey
+from kubesim.resources import CRD_KEY, NAMESPACE_KEY, POD_KEY, Registry, ResourceInfo, StorageKey
 from kubesim.selectors import Matcher, Selector, parse_label_selector
 from kubesim.strategic import strategic_merge_patch
 from kubesim.validation import validate_metadata
@@ -457,7 +457,8 @@ class ObjectStore:
         return self.write(info, old, new, subresource=subresource), False
 
     def write(self, info: ResourceInfo, old: Obj, new: Obj, *, subresource: str | None = None) -> Obj:
-        """Commit ``new`` over ``old`` with update semantics (no precondition checks here).
+        """Commit ``new`` over ``old`` with update semantics (no precondition checks here); ``subresource``
+        "status" changes only the status, "binding" (a Pod's binding) the spec and status together.
 
         ``new`` is owned by the store from now on. Returns what is stored afterwards (``old`` itself
         for a no-op; the final state when the update let a pending deletion finish).
@@ -490,7 +491,7 @@ class ObjectStore:
                         "Forbidden: no new finalizers can be added if the object is being deleted",
                     )
                     raise invalid(info.kind, info.group, old_meta["name"], [cause])
-            if info.status:
+            if info.status and subresource != "binding":
                 if "status" in old:
                     result["status"] = old["status"]
                 else:
@@ -525,6 +526,60 @@ class ObjectStore:
             return self.find(key, meta.get("namespace", ""), meta["name"]) or result
         return result
 
+    # -- binding -------------------------------------------------------------------------------
+
+    def bind_pod(self, namespace: str, body: Obj, *, pod_name: str | None = None) -> Obj:
+        """Assign a Pod to a node, as kube-apiserver's Binding does (there is no scheduler).
+
+        ``body`` is a ``Binding`` (``metadata.name`` names the Pod, ``target`` the Node); ``pod_name`` is the
+        Pod of a ``pods/<name>/binding`` URL. Sets ``spec.nodeName``, copies the Binding's annotations to the
+        Pod and sets its ``PodScheduled`` condition; returns the ``Success`` Status the real server sends.
+
+        Raises:
+            ApiError: 400 for a name mismatch, 404 for a missing Pod, 409 when it is already bound or being
+                deleted (or its uid is not the one in the Binding), 422 for a target that is not a Node name.
+        """
+        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        assert isinstance(meta, dict)
+        name = str(meta.get("name") or pod_name or "")
+        if pod_name is not None and meta.get("name") and meta["name"] != pod_name:
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({pod_name})"
+            )
+        target = body.get("target") if isinstance(body.get("target"), dict) else {}
+        assert isinstance(target, dict)
+        node = str(target.get("name") or "")
+        if not node or target.get("kind", "Node") not in ("Node", ""):
+            cause = (
+                Cause("FieldValueRequired", "target.name", "Required value")
+                if not node
+                else Cause("FieldValueNotSupported", "target.kind", f'Unsupported value: "{target.get("kind")}"')
+            )
+            raise invalid("Binding", "", name, [cause])
+        info = self.storage_info(POD_KEY)
+        pod = self.require(info, namespace, name)
+        pod_meta = pod["metadata"]
+        if meta.get("uid") and meta["uid"] != pod_meta["uid"]:
+            raise conflict("", "pods", name, f"Precondition failed: UID in precondition: {meta['uid']}")
+        if pod_meta.get("deletionTimestamp"):
+            raise conflict("", "pods", name, f"pod {name} is being deleted, cannot be assigned to a host")
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:
+            raise conflict("", "pods", name, f'pod {name} is already assigned to node "{bound}"')
+        new = codec.clone(pod)
+        new["spec"]["nodeName"] = node
+        if meta.get("annotations"):
+            new["metadata"]["annotations"] = {**(pod_meta.get("annotations") or {}), **meta["annotations"]}
+        status = new.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append(
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": self.now()}
+        )
+        status["conditions"] = conditions
+        # One commit for spec and status, as the real server's binding is one storage update.
+        self.write(info, pod, new, subresource="binding")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
     # -- kubesim.hooks.Store -------------------------------------------------------------------
 
     def _info(self, gvr: GVR) -> ResourceInfo:
@@ -555,10 +610,12 @@ class ObjectStore:
         return [codec.clone(present(info, o)) for o in objs]
 
     def create(self, gvr: GVR, obj: Obj) -> Obj:
-        """Create a copy of ``obj``; returns a copy of what was stored."""
-        info = self._info(gvr)
+        """Create a copy of ``obj``; returns a copy of what was stored (a Status for a Binding)."""
         body = codec.clone(obj)
         namespace = body.get("metadata", {}).get("namespace")
+        if gvr == BINDINGS:
+            return self.bind_pod(str(namespace or ""), body)
+        info = self._info(gvr)
         return codec.clone(present(info, self.create_object(info, namespace, body)))
 
     def update(self, gvr: GVR, obj: Obj, *, subresource: str | None = None) -> None:

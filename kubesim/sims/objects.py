@@ -11,6 +11,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from kubesim.hooks import BINDINGS as BINDINGS  # the simulators bind Pods through the store
 from kubesim.hooks import GVR
 from schema.ray import conventions
 
@@ -20,6 +21,8 @@ PODS = GVR("", "v1", "pods")
 SERVICES = GVR("", "v1", "services")
 SECRETS = GVR("", "v1", "secrets")
 CONFIGMAPS = GVR("", "v1", "configmaps")
+NODES = GVR("", "v1", "nodes")
+LEASES = GVR("coordination.k8s.io", "v1", "leases")
 JOBS = GVR("batch", "v1", "jobs")
 ENDPOINTSLICES = GVR("discovery.k8s.io", "v1", "endpointslices")
 GATEWAYS = GVR(conventions.GATEWAY_GROUP, conventions.GATEWAY_VERSION, "gateways")

@@ -1,11 +1,11 @@
 """One pod's life on the simulated node: the kubelet's per-pod worker and the programs its containers run.
 
 A :class:`PodWorker` walks the real kubelet's path and writes ``status`` (through the status subresource)
-at each visible step: scheduled (``spec.nodeName``, PodScheduled, podIP/hostIP, startTime) → config check
-(a missing non-optional Secret/ConfigMap keeps it waiting, like ``CreateContainerConfigError``) → init
-containers in order (``wait-gcs-ready`` waits for its cluster's head dashboard) → containers started →
-Ready after the readiness delay. Between steps it pauses only when a delay is configured, so ``instant``
-mode writes once.
+at each visible step: scheduled (a Binding to the node sets ``spec.nodeName`` and PodScheduled; podIP,
+hostIP, startTime) → config check (a missing non-optional Secret/ConfigMap keeps it waiting, like
+``CreateContainerConfigError``) → init containers in order (``wait-gcs-ready`` waits for its cluster's head
+dashboard) → containers started → Ready after the readiness delay. Between steps it pauses only when a
+delay is configured, so ``instant`` mode writes once.
 
 What a container does once running is decided from the pod: a Ray job submitter command plays the
 submitter (``submitter_run``; with real Ray heads its real command runs, ``realsubmit``), a container of a
@@ -32,6 +32,7 @@ from kubesim.sims.annotations import pod_faults
 from kubesim.sims.dashboards import RayDashboards, cluster_key, is_head_pod
 from kubesim.sims.envresolve import missing_volume, resolve_env
 from kubesim.sims.objects import (
+    BINDINGS,
     PODS,
     api_error_code,
     controller_owner_uid,
@@ -200,7 +201,18 @@ class PodWorker:
             self.sim.unschedulable = None
             await asyncio.sleep(self.options.schedule_delay)
             pod = self._get()
-            self.node.store.update(PODS, {**pod, "spec": {**spec_of(pod), "nodeName": self.options.node_name}})
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": self.options.node_name},
+            }
+            try:
+                self.node.store.create(BINDINGS, binding)
+            except Exception as error:
+                if api_error_code(error) in (404, 409):  # deleted, replaced or terminating meanwhile
+                    raise _PodGone from error
+                raise
         self.sim.scheduled = True
         self.sim.host_ip = self.options.host_ip
         self.sim.pod_ip = str(status_of(pod).get("podIP") or self.node.ips.allocate())
