@@ -1,4 +1,5 @@
-"""The kubelet simulator: binds Pods to the one simulated node and plays their lives (see ``podworker``).
+"""The kubelet simulator: registers the one simulated node (``node``), binds Pods to it and plays their lives
+(see ``podworker``).
 
 This module is the controller: it subscribes to the store, gives each live pod a
 :class:`~kubesim.sims.podworker.PodWorker`, pokes the workers when their pod (or any Secret/ConfigMap)
@@ -24,6 +25,7 @@ from kubesim.dashboard import Clock
 from kubesim.hooks import Store, StoreEvent
 from kubesim.sims.dashboards import RayDashboards, is_head_pod
 from kubesim.sims.loop import consume
+from kubesim.sims.node import heartbeat, register_node
 from kubesim.sims.objects import (
     CONFIGMAPS,
     PODS,
@@ -91,6 +93,8 @@ class Kubelet:
         if hasattr(store, "handles_pod_termination"):
             # Tell the core a kubelet now finishes graceful pod deletion (else pods vanish at once).
             store.handles_pod_termination = True
+        node = register_node(store, self.options, self.clock)
+        self.spawn(heartbeat(store, self.options, self.clock, node=node))
         for pod in store.list(PODS):
             ip = status_of(pod).get("podIP")
             if ip:
