@@ -3,6 +3,9 @@
 ``raybus kubesim`` calls :func:`main`. CRDs from ``--crds DIR`` (default: the project's
 ``deploy/crds`` when it exists) are registered before the port opens, so the first client already
 sees them.
+
+``kubesim attach --kubeconfig FILE`` runs only the node-side simulators (kubelet, Job controller,
+EndpointSlices, Gateways, Ray heads) against the API server the kubeconfig names (:mod:`kubesim.attach`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from kubesim.apiclient import ApiConnection
 from kubesim.server import KubeSim, simulators_for
 from kubesim.settings import KubeSimSettings
 
@@ -53,6 +57,50 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _attach_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kubesim attach",
+        description="Run kubesim's node-side simulators against an API server (a simulator).",
+    )
+    parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig of the API server to attach to")
+    parser.add_argument(
+        "--kubelet",
+        choices=("instant", "realistic"),
+        default="instant",
+        help="simulator timing: instant (tests) or realistic (visible delays)",
+    )
+    parser.add_argument(
+        "--ray",
+        choices=("sim", "real"),
+        default="sim",
+        help="Ray head pods: sim (dashboard simulator) or real (ray start --head; needs raybus[realray])",
+    )
+    return parser
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _attach(args: argparse.Namespace) -> None:
+    from kubesim.attach import Attachment  # the simulators load only for this command, as in simulators_for
+
+    try:
+        connection = ApiConnection.from_kubeconfig(str(args.kubeconfig))
+    except ValueError as exc:
+        raise SystemExit(f"kubesim attach: {exc}") from exc
+    stop = _stop_on_signals()
+    async with Attachment(connection, kubelet=args.kubelet, ray=args.ray):
+        print(f"kubesim attached to {connection.host} (kubelet {args.kubelet}, ray {args.ray})", flush=True)
+        await stop.wait()
+    print("kubesim detached", flush=True)
+
+
 async def _serve(args: argparse.Namespace) -> None:
     crds = args.crds if args.crds is not None else default_crds_dir()
     if crds is not None and not crds.is_dir():
@@ -62,11 +110,7 @@ async def _serve(args: argparse.Namespace) -> None:
     sim = KubeSim(
         settings=settings, controllers=controllers, proxy_resolvers=resolvers, crd_paths=[crds] if crds else []
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     async with sim:
         path = sim.write_kubeconfig(args.kubeconfig)
         print(f"kubesim serving {sim.url} (kubelet {args.kubelet}, ray {args.ray}); kubeconfig: {path}", flush=True)
@@ -75,11 +119,12 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Run kubesim; returns the process exit code."""
-    args = _parser().parse_args(argv)
+    """Run kubesim (or, with ``attach`` first, its simulators against an API server); returns the exit code."""
+    attach = bool(argv) and argv[0] == "attach"
+    args = _attach_parser().parse_args(argv[1:]) if attach else _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(_serve(args))
+        asyncio.run(_attach(args) if attach else _serve(args))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -330,6 +330,13 @@ class RayDashboards:
             return None
         return self._url_for_pod(obj, port)
 
+    def resolve_pod_view(self, pod: Mapping[str, Any], port: str) -> str | None:
+        """Base URL behind a port (name or number) of a head Pod already read, while its head runs."""
+        head = self._heads.get(cluster_key(pod))
+        if head is None or head.pod_uid != uid_of(pod):
+            return None
+        return self._url_for_pod(pod, port)
+
     def _url_for_pod(self, pod: Mapping[str, Any], port: str) -> str | None:
         head = self._heads.get(cluster_key(pod))
         if head is None or not _is_http_port(pod, port):

@@ -59,6 +59,9 @@ class SimOptions:
     """Run the batch/v1 Job controller."""
     gateway_status: bool = True
     """Run the Gateway API status controller."""
+    publish_head_urls: bool = False
+    """Record where each simulated head listens on its Pod (``kubesim.sims.headurls``): for API servers
+    whose proxies cannot reach the heads (``kubesim attach``)."""
     real_ray: bool = False
     """Head pods run real Ray heads (``ray start --head``, needs ``raybus[realray]``) instead of the dashboard
     simulator, and Ray job submitters run their real script with the real ``ray`` CLI."""

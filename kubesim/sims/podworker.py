@@ -31,6 +31,8 @@ from kubesim.hooks import Store
 from kubesim.sims.annotations import pod_faults
 from kubesim.sims.dashboards import RayDashboards, cluster_key, is_head_pod
 from kubesim.sims.envresolve import missing_volume, resolve_env
+from kubesim.sims.headurls import REFRESH_SECONDS as HEAD_URLS_REFRESH
+from kubesim.sims.headurls import head_urls, publish_head_urls
 from kubesim.sims.objects import (
     BINDINGS,
     PODS,
@@ -200,25 +202,37 @@ class PodWorker:
                 pod = self._get()
             self.sim.unschedulable = None
             await asyncio.sleep(self.options.schedule_delay)
-            pod = self._get()
-            binding = {
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": self.options.node_name},
-            }
-            try:
-                self.node.store.create(BINDINGS, binding)
-            except Exception as error:
-                if api_error_code(error) in (404, 409):  # deleted, replaced or terminating meanwhile
-                    raise _PodGone from error
-                raise
+            pod = await self._bind()
         self.sim.scheduled = True
         self.sim.host_ip = self.options.host_ip
         self.sim.pod_ip = str(status_of(pod).get("podIP") or self.node.ips.allocate())
         self.sim.start_time = self.node.clock.time()
         for container in self.sim.containers:
             container.wait("PodInitializing" if self.sim.init_containers else "ContainerCreating")
+
+    async def _bind(self) -> Mapping[str, Any]:
+        """Bind the pod to the node (a Binding, as a scheduler does); returns the pod as last read."""
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.options.node_name},
+        }
+        while True:
+            pod = self._get()
+            if spec_of(pod).get("nodeName"):
+                return pod  # bound meanwhile (what this worker read was older than the binding)
+            try:
+                self.node.store.create(BINDINGS, binding)
+                return pod
+            except Exception as error:
+                code = api_error_code(error)
+                if code == 404:
+                    raise _PodGone from error
+                if code != 409:
+                    raise
+            # 409: bound already, terminating, or replaced: look again once the pod's next event is in.
+            await self._wait(timeout=self.options.submitter_poll_interval * 4)
 
     async def _wait_for_config(self) -> None:
         while True:
@@ -310,6 +324,8 @@ class PodWorker:
             faults = pod_faults(pod)
             if self.head:
                 self.node.dashboards.refresh(pod)
+                if self.options.publish_head_urls:
+                    publish_head_urls(self.node.store, pod, head_urls(self.node.dashboards, pod))
             await self._handle_exits(pod)
             if self.crash_looping and not faults.crash_loop and self.sim.containers:
                 # The annotation was removed: the container starts for good.
@@ -323,9 +339,16 @@ class PodWorker:
             self._write()
             if self.sim.phase() in TERMINAL_PHASES:
                 return
-            woken = await self._wait(self.options.crash_loop_interval if self.crash_looping else None)
+            woken = await self._wait(self._supervise_timeout())
             if self.crash_looping and not woken and self.sim.containers:
                 self.sim.containers[0].restart_count += 1
+
+    def _supervise_timeout(self) -> float | None:
+        if self.crash_looping:
+            return self.options.crash_loop_interval
+        if self.head and self.options.publish_head_urls:
+            return HEAD_URLS_REFRESH  # Serve starts and stops without an event on the pod
+        return None
 
     async def _handle_exits(self, pod: Mapping[str, Any]) -> None:
         exits, self.exits = self.exits, []

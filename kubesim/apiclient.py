@@ -1,0 +1,217 @@
+"""A connection to any Kubernetes API server, for simulators attached over HTTP (:mod:`kubesim.remote`).
+
+The official ``kubernetes`` client loads the kubeconfig (token, client certificate, exec plugin, CA) and
+supplies its urllib3 pool; blocking requests (:meth:`ApiConnection.request`) go on that pool, watches
+(:meth:`ApiConnection.watch`) and async lists stream on an aiohttp session with the same URL, auth headers
+and TLS settings. Failures become :class:`kubesim.errors.ApiError` with the HTTP code and the ``Status``
+body's reason, message and details, so the simulators read them as they read the in-process store's;
+a request that got no answer at all has code 0 (reason ``ConnectionError``).
+
+Credentials never reach a log or an error: errors name the method and path only.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Final, cast
+from urllib.parse import urlencode
+
+import aiohttp
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from kubesim import codec
+from kubesim.errors import ApiError
+
+JSON: Final = "application/json"
+REQUEST_TIMEOUT: Final = 30.0
+"""Seconds for one ordinary request."""
+WATCH_SECONDS: Final = 300
+"""``timeoutSeconds`` of one watch request; the caller resumes from the last resourceVersion afterwards."""
+AUTH_REUSE: Final = 1.0
+"""Seconds the auth headers are reused: asking the official client runs its token refresh hook each time,
+and its loaders renew a token minutes before it expires."""
+
+_load_kube_config = cast(Callable[..., None], k8s_config.load_kube_config)
+
+
+def load_configuration(kubeconfig: str) -> k8s_client.Configuration:
+    """The client configuration of a kubeconfig file.
+
+    Raises:
+        ValueError: the file is missing or not a usable kubeconfig.
+    """
+    configuration = k8s_client.Configuration()
+    try:
+        _load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    except (k8s_config.ConfigException, OSError) as exc:
+        raise ValueError(f"cannot load kubeconfig {kubeconfig}: {exc}") from exc
+    return configuration
+
+
+def _error(method: str, path: str, status: int, data: bytes) -> ApiError:
+    try:
+        body = codec.decode(data) if data else {}
+    except codec.DecodeError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    message = str(body.get("message") or data[:300].decode("utf-8", "replace") or f"{method} {path}: HTTP {status}")
+    details = body.get("details") if isinstance(body.get("details"), dict) else None
+    return ApiError(status, str(body.get("reason") or "Unknown"), message, details=details)
+
+
+def _unreachable(method: str, path: str, exc: BaseException) -> ApiError:
+    return ApiError(0, "ConnectionError", f"{method} {path}: no answer from the API server ({type(exc).__name__})")
+
+
+class ApiConnection:
+    """Requests to one API server with the credentials and TLS settings of a client configuration."""
+
+    def __init__(self, configuration: k8s_client.Configuration) -> None:
+        self.configuration = configuration
+        self._client = k8s_client.ApiClient(configuration)
+        self._session: aiohttp.ClientSession | None = None
+        self._auth: tuple[float, dict[str, str]] | None = None
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str) -> ApiConnection:
+        """A connection configured by a kubeconfig file (see :func:`load_configuration`)."""
+        return cls(load_configuration(kubeconfig))
+
+    @property
+    def host(self) -> str:
+        """The API server's base URL."""
+        return str(self.configuration.host).rstrip("/")
+
+    async def close(self) -> None:
+        """Release both connection pools."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        cast(Callable[[], None], self._client.close)()
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        now = time.monotonic()
+        if self._auth is None or now - self._auth[0] >= AUTH_REUSE:
+            auth: dict[str, str] = {}
+            settings: dict[str, dict[str, Any]] = dict(self.configuration.auth_settings())  # type: ignore[arg-type]
+            for setting in settings.values():
+                if setting.get("in") == "header" and setting.get("value"):
+                    auth[str(setting["key"]).title()] = str(setting["value"])
+            self._auth = (now, auth)
+        headers = {"Accept": JSON, **self._auth[1]}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers
+
+    def _url(self, path: str, query: Sequence[tuple[str, str]]) -> str:
+        return self.host + path + ("?" + urlencode(list(query)) if query else "")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float = REQUEST_TIMEOUT,
+    ) -> Any:
+        """Send one request and return the decoded JSON answer (blocking).
+
+        Raises:
+            ApiError: a non-2xx answer, or none at all (code 0).
+        """
+        data = None if body is None else codec.encode(body)
+        headers = self._headers(content_type if data is not None else None)
+        try:
+            raw = self._client.rest_client.pool_manager.request(
+                method,
+                self._url(path, query),
+                body=data,
+                headers=headers,
+                timeout=urllib3.Timeout(total=timeout),
+                preload_content=True,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _unreachable(method, path, exc) from exc
+        payload = raw.data or b""
+        if not 200 <= raw.status <= 299:
+            raise _error(method, path, raw.status, payload)
+        return codec.decode(payload) if payload else None
+
+    def _session_for_use(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            context = self.ssl_context()
+            connector = aiohttp.TCPConnector(ssl=context if context is not None else True)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+        return self._session
+
+    async def arequest(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = ()) -> Any:
+        """:meth:`request` without blocking the event loop (bodiless requests: lists and reads).
+
+        Raises:
+            ApiError: a non-2xx answer, or none at all (code 0).
+        """
+        try:
+            async with self._session_for_use().request(
+                method,
+                self._url(path, query),
+                headers=self._headers(None),
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+            ) as raw:
+                payload = await raw.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise _unreachable(method, path, exc) from exc
+        if not 200 <= raw.status <= 299:
+            raise _error(method, path, raw.status, payload)
+        return codec.decode(payload) if payload else None
+
+    async def watch(self, path: str, *, resource_version: str) -> AsyncIterator[dict[str, Any]]:
+        """The events of a watch from ``resource_version`` (bookmarks allowed), one decoded line each,
+        until the server ends the stream.
+
+        Raises:
+            ApiError: the watch was refused, or the connection failed (code 0).
+        """
+        query = [
+            ("watch", "1"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(WATCH_SECONDS)),
+        ]
+        try:
+            async with self._session_for_use().get(
+                self._url(path, query),
+                headers=self._headers(None),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=REQUEST_TIMEOUT),
+            ) as raw:
+                if not 200 <= raw.status <= 299:
+                    raise _error("GET", path, raw.status, await raw.read())
+                # readline() would fail on an object larger than the reader's line limit; read by chunks.
+                pending = b""
+                async for chunk in raw.content.iter_any():
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield codec.decode(line)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            raise _unreachable("GET", path, exc) from exc
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """TLS settings for aiohttp (None: plain HTTP)."""
+        cfg = self.configuration
+        if not self.host.startswith("https"):
+            return None
+        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+        if cfg.cert_file:
+            context.load_cert_chain(cfg.cert_file, cfg.key_file)
+        if not cfg.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
