@@ -85,6 +85,11 @@ class ResourceApi:
         self._settings = settings
         self._open_watches: set[Watcher] = set()
 
+    @property
+    def open_watches(self) -> int:
+        """How many watch streams are open."""
+        return len(self._open_watches)
+
     def close_watches(self) -> None:
         """End every open watch stream (server shutdown)."""
         for watcher in self._open_watches:

@@ -144,6 +144,9 @@ class _Informer:
         self.gvr = gvr
         self.path = resource_path(gvr)
         self.objects: dict[Key, Obj] = {}
+        """The read cache: the latest version seen, from an event, a list or a write's answer."""
+        self.known: dict[Key, Obj] = {}
+        """What the subscribers were last told of each object (from events and lists only)."""
         self.rv = ""
         self.listed = False
         """True once a list succeeded: reads answer from the cache from then on (also while the watch
@@ -181,7 +184,7 @@ class _Informer:
             self.task = asyncio.get_running_loop().create_task(self._run(), name=f"kubesim-remote:{self.gvr.plural}")
 
     def put(self, obj: Obj) -> None:
-        """Take a write's answer into the cache unless the cache already holds a later version."""
+        """Take a write's answer into the read cache unless it holds a later version already."""
         if not self.listed or not isinstance(obj.get("metadata"), dict) or obj.get("kind") == "Status":
             return
         key = _key(obj)
@@ -191,13 +194,18 @@ class _Informer:
 
     def _apply(self, type_: EventType, obj: Obj) -> None:
         key = _key(obj)
-        current = self.objects.get(key)
-        if current is not None and is_newer(_rv(current), _rv(obj)):
-            return  # the cache holds a later write's answer already
         if type_ == "DELETED":
-            self.objects.pop(key, None)
+            self.known.pop(key, None)
         else:
-            self.objects[key] = obj
+            self.known[key] = obj
+        current = self.objects.get(key)
+        # The read cache may hold a later write's answer already: it stays.
+        if current is None or not is_newer(_rv(current), _rv(obj)):
+            if type_ == "DELETED":
+                self.objects.pop(key, None)
+            else:
+                self.objects[key] = obj
+        self._publish(type_, obj)
 
     def _publish(self, type_: EventType, obj: Obj) -> None:
         event = StoreEvent(type_, self.gvr, obj)
@@ -205,34 +213,39 @@ class _Informer:
             subscriber.offer(event)
 
     def _merge(self, listing: Any, *, publish: bool) -> None:
-        """Take a list answer: the cache becomes it (but keeps later versions it holds), and with
-        ``publish`` the differences go to the subscribers as events."""
-        items = listing.get("items") if isinstance(listing, dict) else None
-        list_rv = str(_meta(listing).get("resourceVersion") or "") if isinstance(listing, dict) else ""
-        kind = str(listing.get("kind", "")).removesuffix("List") if isinstance(listing, dict) else ""
-        api_version = str(listing.get("apiVersion", "")) if isinstance(listing, dict) else ""
-        seen: set[Key] = set()
+        """Take a list answer. With ``publish``, what changed since the last event delivered (a gap after a
+        410, or everything for a resource that was not served) goes to the subscribers as events; the read
+        cache becomes the list but keeps any later version a write left in it."""
+        body = listing if isinstance(listing, dict) else {}
+        items = body.get("items")
+        list_rv = str(_meta(body).get("resourceVersion") or "")
+        kind = str(body.get("kind", "")).removesuffix("List")
+        api_version = str(body.get("apiVersion", ""))
+        listed: dict[Key, Obj] = {}
         for item in items if isinstance(items, list) else []:
-            if not isinstance(item, dict):
-                continue
-            # List items carry no kind or apiVersion; watch events and single reads do.
-            item.setdefault("kind", kind)
-            item.setdefault("apiVersion", api_version)
-            key = _key(item)
-            seen.add(key)
+            if isinstance(item, dict):
+                # List items carry no kind or apiVersion; watch events and single reads do.
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", api_version)
+                listed[_key(item)] = item
+        if publish:
+            for key, item in listed.items():
+                known = self.known.get(key)
+                if known is None:
+                    self._publish("ADDED", item)
+                elif _rv(known) != _rv(item):
+                    self._publish("MODIFIED", item)
+            for key, known in self.known.items():
+                if key not in listed:
+                    self._publish("DELETED", known)
+        self.known = dict(listed)
+        for key in [k for k in self.objects if k not in listed]:
+            if not (list_rv and is_newer(_rv(self.objects[key]), list_rv)):
+                del self.objects[key]  # else written after the list was taken
+        for key, item in listed.items():
             current = self.objects.get(key)
-            if current is not None and not is_newer(_rv(item), _rv(current)):
-                continue
-            self.objects[key] = item
-            if publish:
-                self._publish("ADDED" if current is None else "MODIFIED", item)
-        for key in [k for k in self.objects if k not in seen]:
-            current = self.objects[key]
-            if list_rv and is_newer(_rv(current), list_rv):
-                continue  # written after the list was taken
-            del self.objects[key]
-            if publish:
-                self._publish("DELETED", current)
+            if current is None or not is_newer(_rv(current), _rv(item)):
+                self.objects[key] = item
         if not self.rv or self.need_list or is_newer(list_rv, self.rv):
             self.rv = list_rv
         self.listed = True
@@ -282,7 +295,6 @@ class _Informer:
             return
         if type_ in ("ADDED", "MODIFIED", "DELETED"):
             self._apply(type_, obj)
-            self._publish(type_, obj)
 
     async def stop(self) -> None:
         if self.task is not None:

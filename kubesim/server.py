@@ -169,6 +169,15 @@ class KubeSim:
             await self._runner.cleanup()
             self._runner = None
 
+    def end_watches(self) -> None:
+        """End every open watch stream after its pending events, as an API server restart would."""
+        self._api.close_watches()
+
+    @property
+    def open_watches(self) -> int:
+        """How many watch streams are open."""
+        return self._api.open_watches
+
     async def __aenter__(self) -> KubeSim:
         await self.start()
         return self

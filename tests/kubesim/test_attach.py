@@ -1,0 +1,239 @@
+"""kubesim's simulators attached over HTTP (``kubesim.attach``, ``kubesim.remote``) to a kubesim that serves
+only the API (no in-process simulator), driven through the official kubernetes client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes import client, watch
+
+from kubesim.apiclient import ApiConnection
+from kubesim.attach import Attachment
+from kubesim.errors import ApiError
+from kubesim.hooks import GVR, StoreEvent
+from kubesim.remote import RemoteStore
+from kubesim.settings import KubeSimSettings
+from kubesim.sims.headurls import HEAD_URLS
+from kubesim.sims.objects import CONFIGMAPS
+from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, running_kubesim, start_kubesim
+from tests.helpers import REPO, eventually, eventually_sync
+from tests.kubesim.sims.harness import head_pod, pod
+
+NODE = "kubesim-node"
+
+
+@pytest.fixture
+async def kube(tmp_path: Path) -> AsyncIterator[KubeSimHandle]:
+    """kubesim serving the API only, with the simulators attached over HTTP on this test's loop."""
+    async with running_kubesim(crd_paths=default_crd_paths(), workdir=tmp_path) as handle:
+        attachment = Attachment(ApiConnection.from_kubeconfig(str(handle.kubeconfig)))
+        async with attachment:
+            yield handle
+        assert not attachment.errors, attachment.errors
+
+
+async def _namespace(kube: KubeSimHandle) -> str:
+    name = f"attach-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(kube.api_client)
+    await asyncio.to_thread(core.create_namespace, client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    return name
+
+
+def _condition(obj: Any, kind: str) -> str | None:
+    for condition in obj.status.conditions or []:
+        if condition.type == kind:
+            return str(condition.status)
+    return None
+
+
+async def _ready_pod(core: client.CoreV1Api, namespace: str, name: str) -> Any:
+    def probe() -> Any:
+        found = core.read_namespaced_pod(name, namespace)
+        return found if found.status.phase == "Running" and _condition(found, "Ready") == "True" else None
+
+    return await eventually(lambda: asyncio.to_thread(probe), message=f"pod {name} never Running and Ready")
+
+
+async def test_a_pod_is_bound_to_the_registered_node_started_and_ready(kube: KubeSimHandle) -> None:
+    core = client.CoreV1Api(kube.api_client)
+    namespace = await _namespace(kube)
+    await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("web", namespace=namespace))
+
+    ready = await _ready_pod(core, namespace, "web")
+
+    assert ready.spec.node_name == NODE
+    assert _condition(ready, "PodScheduled") == "True"
+    assert ready.status.pod_ip and ready.status.host_ip
+    assert [c.ready for c in ready.status.container_statuses] == [True]
+    node = await asyncio.to_thread(core.read_node, NODE)
+    assert _condition(node, "Ready") == "True"
+
+
+async def test_a_batch_job_completes(kube: KubeSimHandle) -> None:
+    batch = client.BatchV1Api(kube.api_client)
+    namespace = await _namespace(kube)
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "once"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+                }
+            }
+        },
+    }
+    await asyncio.to_thread(batch.create_namespaced_job, namespace, job)
+
+    def complete() -> Any:
+        found = batch.read_namespaced_job("once", namespace)
+        return found if _condition(found, "Complete") == "True" else None
+
+    done = await eventually(lambda: asyncio.to_thread(complete), message="the Job never completed")
+
+    assert done.status.succeeded == 1
+    pods = await asyncio.to_thread(client.CoreV1Api(kube.api_client).list_namespaced_pod, namespace)
+    assert [(p.spec.node_name, p.status.phase) for p in pods.items] == [(NODE, "Succeeded")]
+
+
+async def test_a_deleted_pod_terminates_gracefully_then_goes(kube: KubeSimHandle) -> None:
+    core = client.CoreV1Api(kube.api_client)
+    namespace = await _namespace(kube)
+    await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("doomed", namespace=namespace))
+    ready = await _ready_pod(core, namespace, "doomed")
+
+    def events_until_deleted() -> list[tuple[str, bool]]:
+        seen: list[tuple[str, bool]] = []
+        stream = watch.Watch()
+        for event in stream.stream(
+            core.list_namespaced_pod, namespace, resource_version=ready.metadata.resource_version, timeout_seconds=60
+        ):
+            seen.append((event["type"], event["object"].metadata.deletion_timestamp is not None))
+            if event["type"] == "DELETED":
+                stream.stop()
+        return seen
+
+    watching = asyncio.ensure_future(asyncio.to_thread(events_until_deleted))
+    await asyncio.to_thread(core.delete_namespaced_pod, "doomed", namespace)
+    seen = await watching
+
+    # The API server only marks the bound Pod terminating; the attached kubelet finishes the deletion.
+    assert seen[-1] == ("DELETED", True)
+    assert ("MODIFIED", True) in seen
+    with pytest.raises(client.ApiException) as gone:
+        await asyncio.to_thread(core.read_namespaced_pod, "doomed", namespace)
+    assert gone.value.status == 404
+
+
+async def test_a_head_pod_records_where_its_dashboard_answers(kube: KubeSimHandle) -> None:
+    core = client.CoreV1Api(kube.api_client)
+    namespace = await _namespace(kube)
+    await asyncio.to_thread(core.create_namespaced_pod, namespace, head_pod("head", "raycluster", namespace=namespace))
+    await _ready_pod(core, namespace, "head")
+
+    def urls() -> dict[str, str] | None:
+        annotations = core.read_namespaced_pod("head", namespace).metadata.annotations or {}
+        return json.loads(annotations[HEAD_URLS]) if HEAD_URLS in annotations else None
+
+    recorded = await eventually(lambda: asyncio.to_thread(urls), message="no head URLs on the head pod")
+
+    async with aiohttp.ClientSession() as session, session.get(recorded["8265"] + "/api/gcs_healthz") as answer:
+        assert answer.status == 200
+    assert "52365" in recorded
+
+
+def _configmap(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}}
+
+
+async def _next(events: AsyncIterator[StoreEvent]) -> tuple[str, str]:
+    event = await asyncio.wait_for(anext(events), timeout=60)
+    return event.type, str(event.object["metadata"]["name"])
+
+
+async def test_the_remote_store_relists_after_410_and_delivers_what_it_missed(tmp_path: Path) -> None:
+    async with running_kubesim(settings=KubeSimSettings(event_window=3), workdir=tmp_path) as kube:
+        store = RemoteStore(ApiConnection.from_kubeconfig(str(kube.kubeconfig)))
+        try:
+            events = store.subscribe([CONFIGMAPS])
+            assert store.list(CONFIGMAPS, "default") == []
+            store.create(CONFIGMAPS, _configmap("first"))
+            assert await _next(events) == ("ADDED", "first")
+
+            # End the store's watch while this loop (the store's) is held: every write below then lands
+            # before the store can resume, more of them than the server keeps, so resuming gets 410 Gone.
+            kube.call(kube.sim.end_watches)
+            while kube.call(lambda: kube.sim.open_watches):
+                pass
+            for index in range(5):
+                store.create(CONFIGMAPS, _configmap(f"gap-{index}"))
+            store.delete(CONFIGMAPS, "default", "first")
+            assert store.get(CONFIGMAPS, "default", "gap-4") is not None  # a write's answer is read back at once
+
+            missed = [await _next(events) for _ in range(6)]
+            assert missed == [*[("ADDED", f"gap-{i}") for i in range(5)], ("DELETED", "first")]
+            await eventually(lambda: store.get(CONFIGMAPS, "default", "first") is None)
+            assert [m["metadata"]["name"] for m in store.list(CONFIGMAPS)] == [f"gap-{i}" for i in range(5)]
+
+            store.create(CONFIGMAPS, _configmap("after"))
+            assert await _next(events) == ("ADDED", "after")
+        finally:
+            await store.close()
+
+
+async def test_the_remote_store_reports_api_errors_with_their_http_code(tmp_path: Path) -> None:
+    async with running_kubesim(workdir=tmp_path) as kube:
+        store = RemoteStore(ApiConnection.from_kubeconfig(str(kube.kubeconfig)))
+        try:
+            store.create(CONFIGMAPS, _configmap("taken"))
+            with pytest.raises(ApiError) as exists:
+                store.create(CONFIGMAPS, _configmap("taken"))
+            assert (exists.value.code, exists.value.reason) == (409, "AlreadyExists")
+            with pytest.raises(ApiError) as unknown:
+                store.get(GVR("example.test", "v1", "widgets"), "default", "w")
+            assert unknown.value.code == 404
+            with pytest.raises(ApiError) as missing:
+                store.delete(CONFIGMAPS, "default", "absent")
+            assert missing.value.code == 404
+            stale = {**_configmap("taken"), "data": {"k": "v"}}
+            stale["metadata"]["resourceVersion"] = "1"
+            with pytest.raises(ApiError) as conflict:
+                store.update(CONFIGMAPS, stale)
+            assert conflict.value.code == 409
+        finally:
+            await store.close()
+
+
+def test_attach_command_runs_the_simulators_until_sigterm(tmp_path: Path) -> None:
+    kube = start_kubesim(workdir=tmp_path)
+    cmd = [sys.executable, "-m", "kubesim", "attach", "--kubeconfig", str(kube.kubeconfig)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        core = client.CoreV1Api(kube.api_client)
+        core.create_namespaced_pod("default", pod("cli-pod"))
+
+        def running() -> bool:
+            return bool(core.read_namespaced_pod("cli-pod", "default").status.phase == "Running")
+
+        eventually_sync(running, timeout=60, message="the attached kubelet never ran the pod")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out.decode()
+        assert b"kubesim attached to" in out and b"kubesim detached" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        kube.close()
