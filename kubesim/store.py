@@ -73,6 +73,24 @@ def _spec_part(obj: Obj, *, has_status: bool) -> Obj:
     return {k: v for k, v in obj.items() if k not in skip}
 
 
+_POD_UPDATE_FORBIDDEN = (
+    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to "
+    "existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously "
+    "negative)"
+)
+
+
+def _check_pod_node_unchanged(old: Obj, new: Obj) -> None:
+    """A Pod's node is set by a Binding only: an update that changes ``spec.nodeName`` is refused as by the
+    real server (the rest of its Pod spec rules is not emulated)."""
+    before = (old.get("spec") or {}).get("nodeName")
+    after = (new.get("spec") or {}).get("nodeName") if isinstance(new.get("spec"), dict) else None
+    if (before or None) != (after or None):
+        name = str(old["metadata"]["name"])
+        raise invalid("Pod", "", name, [Cause("FieldValueForbidden", "spec", _POD_UPDATE_FORBIDDEN)])
+
+
 class ObjectStore:
     """All objects, indexed by resource bucket, namespace and name; implements ``kubesim.hooks.Store``.
 
@@ -491,6 +509,8 @@ class ObjectStore:
                         "Forbidden: no new finalizers can be added if the object is being deleted",
                     )
                     raise invalid(info.kind, info.group, old_meta["name"], [cause])
+            if key == POD_KEY and subresource != "binding":
+                _check_pod_node_unchanged(old, result)
             if info.status and subresource != "binding":
                 if "status" in old:
                     result["status"] = old["status"]
