@@ -54,8 +54,11 @@ class Attachment:
         self.store = RemoteStore(connection)
         self.simulation: Simulation = build_simulation(kubelet, options=opts, ray=ray)
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
         self.errors: list[BaseException] = []
         """Exceptions that ended a simulator (each is also logged)."""
+        self.failed = asyncio.Event()
+        """Set when a simulator ended with an exception."""
 
     async def start(self) -> None:
         """Start every simulator as a task on the running loop."""
@@ -70,10 +73,14 @@ class Attachment:
         error = task.exception()
         if error is not None:
             self.errors.append(error)
+            self.failed.set()
             log.error("kubesim simulator %s crashed", task.get_name(), exc_info=error)
 
     async def stop(self) -> None:
-        """Stop the simulators (their Ray heads included), then the watches and the connection."""
+        """Stop the simulators (their Ray heads included), then the watches and the connection (once)."""
+        if self._stopped:
+            return
+        self._stopped = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -95,9 +95,14 @@ async def _attach(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise SystemExit(f"kubesim attach: {exc}") from exc
     stop = _stop_on_signals()
-    async with Attachment(connection, kubelet=args.kubelet, ray=args.ray):
+    async with Attachment(connection, kubelet=args.kubelet, ray=args.ray) as attachment:
         print(f"kubesim attached to {connection.host} (kubelet {args.kubelet}, ray {args.ray})", flush=True)
-        await stop.wait()
+        ended = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(attachment.failed.wait())]
+        await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in ended:
+            waiter.cancel()
+    if attachment.errors:
+        raise SystemExit(f"kubesim attach: a simulator failed: {attachment.errors[0]!r}")
     print("kubesim detached", flush=True)
 
 

@@ -29,9 +29,11 @@ from kubesim.sims.node import heartbeat, register_node
 from kubesim.sims.objects import (
     CONFIGMAPS,
     PODS,
+    RETRY_SECONDS,
     SECRETS,
     api_error_code,
     is_terminating,
+    is_transient,
     meta,
     name_of,
     namespace_of,
@@ -93,7 +95,7 @@ class Kubelet:
         if hasattr(store, "handles_pod_termination"):
             # Tell the core a kubelet now finishes graceful pod deletion (else pods vanish at once).
             store.handles_pod_termination = True
-        node = register_node(store, self.options, self.clock)
+        node = await self._register(store)
         self.spawn(heartbeat(store, self.options, self.clock, node=node))
         for pod in store.list(PODS):
             ip = status_of(pod).get("podIP")
@@ -103,6 +105,17 @@ class Kubelet:
             await consume(store, self._on_event, initial=[PODS], changes=[SECRETS, CONFIGMAPS])
         finally:
             await self._shutdown(store)
+
+    async def _register(self, store: Store) -> dict[str, Any]:
+        """Register the node, waiting for an API server that does not answer yet."""
+        while True:
+            try:
+                return register_node(store, self.options, self.clock)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                logger.warning("kubesim kubelet: cannot register node %s yet: %s", self.options.node_name, error)
+            await asyncio.sleep(RETRY_SECONDS)
 
     async def _shutdown(self, store: Store) -> None:
         if hasattr(store, "handles_pod_termination"):
@@ -187,7 +200,15 @@ class Kubelet:
         if delay > 0:
             self._mark_not_ready(namespace, name, uid)
             await asyncio.sleep(delay)
-        finish_pod_deletion(self.store, namespace=namespace, name=name)
+        while True:
+            try:
+                finish_pod_deletion(self.store, namespace=namespace, name=name)
+                return
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                logger.warning("kubesim kubelet: cannot finish deleting pod %s/%s yet: %s", namespace, name, error)
+            await asyncio.sleep(RETRY_SECONDS)
 
     def _mark_not_ready(self, namespace: str, name: str, uid: str) -> None:
         pod = self.store.get(PODS, namespace, name)

@@ -108,3 +108,15 @@ def api_error_code(error: BaseException) -> int | None:
     """The HTTP code of a core store error (``ApiError.code``), or None for anything else."""
     code = getattr(error, "code", None)
     return code if isinstance(code, int) else None
+
+
+TRANSIENT_CODES = frozenset({0, 429, 500, 502, 503, 504})
+"""Codes of a failure worth trying again: no answer (0, an API server reached over HTTP), throttled, or
+the server failing for now."""
+RETRY_SECONDS = 0.5
+"""How long a simulator waits before it tries a transiently failed write again."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for an error a later attempt may not meet (:data:`TRANSIENT_CODES`)."""
+    return api_error_code(error) in TRANSIENT_CODES

@@ -36,9 +36,11 @@ from kubesim.sims.headurls import head_urls, publish_head_urls
 from kubesim.sims.objects import (
     BINDINGS,
     PODS,
+    RETRY_SECONDS,
     api_error_code,
     controller_owner_uid,
     is_terminating,
+    is_transient,
     name_of,
     namespace_of,
     spec_of,
@@ -109,6 +111,8 @@ class PodWorker:
         self.programs: dict[int, asyncio.Task[None]] = {}
         self.dashboard_up = False
         self.crash_looping = False
+        self.unwritten = False
+        """The last status write failed transiently (``objects.is_transient``): write again soon."""
         self.last_pod: Mapping[str, Any] = pod
         self.task = asyncio.ensure_future(self._run())
 
@@ -139,7 +143,13 @@ class PodWorker:
         except Exception as error:
             if api_error_code(error) == 404:
                 raise _PodGone from error
-            raise
+            if not is_transient(error):
+                raise
+            # The API server (reached over HTTP) did not take it: the next pass writes the state again.
+            logger.warning("kubesim kubelet: status of pod %s/%s not written: %s", self.namespace, self.name, error)
+            self.unwritten = True
+            return
+        self.unwritten = False
 
     async def _pause(self, delay: float) -> None:
         """Show the current state, then let ``delay`` seconds pass (nothing at all when 0)."""
@@ -229,10 +239,10 @@ class PodWorker:
                 code = api_error_code(error)
                 if code == 404:
                     raise _PodGone from error
-                if code != 409:
+                if code != 409 and not is_transient(error):
                     raise
             # 409: bound already, terminating, or replaced: look again once the pod's next event is in.
-            await self._wait(timeout=self.options.submitter_poll_interval * 4)
+            await self._wait(timeout=RETRY_SECONDS)
 
     async def _wait_for_config(self) -> None:
         while True:
@@ -344,6 +354,8 @@ class PodWorker:
                 self.sim.containers[0].restart_count += 1
 
     def _supervise_timeout(self) -> float | None:
+        if self.unwritten:
+            return RETRY_SECONDS
         if self.crash_looping:
             return self.options.crash_loop_interval
         if self.head and self.options.publish_head_urls:

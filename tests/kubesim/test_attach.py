@@ -21,13 +21,15 @@ from kubesim.apiclient import ApiConnection
 from kubesim.attach import Attachment
 from kubesim.errors import ApiError
 from kubesim.hooks import GVR, StoreEvent
+from kubesim.kubeconfig import write_kubeconfig
 from kubesim.remote import RemoteStore
 from kubesim.settings import KubeSimSettings
 from kubesim.sims.headurls import HEAD_URLS
 from kubesim.sims.objects import CONFIGMAPS
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, running_kubesim, start_kubesim
+from tests.fixtures.nats import free_port
 from tests.helpers import REPO, eventually, eventually_sync
-from tests.kubesim.sims.harness import head_pod, pod
+from tests.kubesim.sims.harness import head_pod, head_service, pod
 
 NODE = "kubesim-node"
 
@@ -140,8 +142,9 @@ async def test_a_deleted_pod_terminates_gracefully_then_goes(kube: KubeSimHandle
 async def test_a_head_pod_records_where_its_dashboard_answers(kube: KubeSimHandle) -> None:
     core = client.CoreV1Api(kube.api_client)
     namespace = await _namespace(kube)
+    await asyncio.to_thread(core.create_namespaced_service, namespace, head_service("raycluster", namespace=namespace))
     await asyncio.to_thread(core.create_namespaced_pod, namespace, head_pod("head", "raycluster", namespace=namespace))
-    await _ready_pod(core, namespace, "head")
+    ready = await _ready_pod(core, namespace, "head")
 
     def urls() -> dict[str, str] | None:
         annotations = core.read_namespaced_pod("head", namespace).metadata.annotations or {}
@@ -152,6 +155,39 @@ async def test_a_head_pod_records_where_its_dashboard_answers(kube: KubeSimHandl
     async with aiohttp.ClientSession() as session, session.get(recorded["8265"] + "/api/gcs_healthz") as answer:
         assert answer.status == 200
     assert "52365" in recorded
+
+    discovery = client.DiscoveryV1Api(kube.api_client)
+
+    def endpoints() -> list[str]:
+        slices = discovery.list_namespaced_endpoint_slice(namespace).items
+        return [address for s in slices for e in s.endpoints or [] for address in e.addresses]
+
+    assert await eventually(lambda: asyncio.to_thread(endpoints)) == [ready.status.pod_ip]
+
+
+async def test_simulators_attached_before_the_api_server_answers_catch_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    kubeconfig = write_kubeconfig(tmp_path / "early.kubeconfig", f"http://127.0.0.1:{port}")
+    attachment = Attachment(ApiConnection.from_kubeconfig(str(kubeconfig)))
+    await attachment.start()
+    try:
+        await eventually(
+            lambda: any("cannot register node" in r.getMessage() for r in caplog.records),
+            message="the kubelet never tried to register",
+        )
+        settings = KubeSimSettings(port=port)
+        async with running_kubesim(settings=settings, workdir=tmp_path / "late") as kube:
+            try:
+                core = client.CoreV1Api(kube.api_client)
+                await asyncio.to_thread(core.create_namespaced_pod, "default", pod("late"))
+                assert (await _ready_pod(core, "default", "late")).spec.node_name == NODE
+            finally:
+                await attachment.stop()
+    finally:
+        await attachment.stop()
+    assert not attachment.errors, attachment.errors
 
 
 def _configmap(name: str) -> dict[str, Any]:
