@@ -16,6 +16,7 @@ import contextlib
 import logging
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from kubesim.apiclient import ApiConnection
@@ -75,6 +76,13 @@ def _attach_parser() -> argparse.ArgumentParser:
         default="sim",
         help="Ray head pods: sim (dashboard simulator) or real (ray start --head; needs raybus[realray])",
     )
+    parser.add_argument(
+        "--without",
+        action="append",
+        choices=("endpointslices", "gateways", "jobs"),
+        default=[],
+        help="leave out a simulator the API server's own controllers already run (repeatable)",
+    )
     return parser
 
 
@@ -88,14 +96,22 @@ def _stop_on_signals() -> asyncio.Event:
 
 
 async def _attach(args: argparse.Namespace) -> None:
-    from kubesim.attach import Attachment  # the simulators load only for this command, as in simulators_for
+    # The simulators load only for this command, as in simulators_for.
+    from kubesim.attach import Attachment
+    from kubesim.sims.options import options_for
 
     try:
         connection = ApiConnection.from_kubeconfig(str(args.kubeconfig))
     except ValueError as exc:
         raise SystemExit(f"kubesim attach: {exc}") from exc
+    options = replace(
+        options_for(args.kubelet),
+        batch_jobs="jobs" not in args.without,
+        endpoint_slices="endpointslices" not in args.without,
+        gateway_status="gateways" not in args.without,
+    )
     stop = _stop_on_signals()
-    async with Attachment(connection, kubelet=args.kubelet, ray=args.ray) as attachment:
+    async with Attachment(connection, kubelet=args.kubelet, ray=args.ray, options=options) as attachment:
         print(f"kubesim attached to {connection.host} (kubelet {args.kubelet}, ray {args.ray})", flush=True)
         ended = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(attachment.failed.wait())]
         await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)

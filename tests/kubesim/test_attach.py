@@ -254,7 +254,7 @@ async def test_the_remote_store_reports_api_errors_with_their_http_code(tmp_path
 
 def test_attach_command_runs_the_simulators_until_sigterm(tmp_path: Path) -> None:
     kube = start_kubesim(workdir=tmp_path)
-    cmd = [sys.executable, "-m", "kubesim", "attach", "--kubeconfig", str(kube.kubeconfig)]
+    cmd = [sys.executable, "-m", "kubesim", "attach", "--kubeconfig", str(kube.kubeconfig), "--without", "gateways"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         core = client.CoreV1Api(kube.api_client)
