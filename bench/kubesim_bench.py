@@ -8,9 +8,12 @@ kubelet also runs every Pod to Running and Ready (the status writes and their wa
 burst costs kubesim), and the figures run until every watcher saw every Pod Ready. ``--ray-pods`` creates
 the Pods raybus makes for ``reconcile_bench``'s RayCluster instead of one-container Pods: its head first
 (the workers' ``wait-gcs-ready`` waits for its dashboard), then the workers (some 3 KB each), which are
-what is counted and watched.
+what is counted and watched. ``--kubelet attached`` runs the same simulators in a process of their own
+(``python -m kubesim attach``), attached over HTTP to kubesim serving with ``--kubelet off``, and reports
+that process's CPU apart.
 
-Run: ``.venv/bin/python bench/kubesim_bench.py [--pods 2000] [--threads 4] [--watchers 5] [--kubelet instant]``.
+Run: ``.venv/bin/python bench/kubesim_bench.py [--pods 2000] [--threads 4] [--watchers 5]
+[--kubelet instant|attached] [--ray-pods]``.
 """
 
 from __future__ import annotations
@@ -66,6 +69,31 @@ def kubesim_process(workdir: Path, kubelet: str = "off") -> Iterator[tuple[Path,
             time.sleep(0.05)
         yield kubeconfig, proc.pid
     finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@contextlib.contextmanager
+def attached_simulators(kubeconfig: Path, workdir: Path) -> Iterator[int]:
+    """Run kubesim's simulators in a child process attached to the API server of ``kubeconfig``; yields its pid
+    once the kubelet registered its Node."""
+    cmd = [sys.executable, "-m", "kubesim", "attach", "--kubeconfig", str(kubeconfig)]
+    log = (workdir / "attach.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        deadline = time.monotonic() + 30
+        while not client.CoreV1Api(api).list_node(field_selector="metadata.name=kubesim-node").items:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the simulators did not attach: {(workdir / 'attach.log').read_text()}")
+            time.sleep(0.05)
+        yield proc.pid
+    finally:
+        api.close()
         proc.terminate()
         try:
             proc.wait(timeout=10)
@@ -171,8 +199,10 @@ def run(pods: int, threads: int, watchers: int, kubelet: str, ray_pods: bool) ->
     selector = WORKERS if ray_pods else None
     with (
         tempfile.TemporaryDirectory(prefix="kubesim-bench-") as tmp,
-        kubesim_process(Path(tmp), kubelet) as (kubeconfig, pid),
+        kubesim_process(Path(tmp), "off" if kubelet == "attached" else kubelet) as (kubeconfig, pid),
+        contextlib.ExitStack() as stack,
     ):
+        sims_pid = stack.enter_context(attached_simulators(kubeconfig, Path(tmp))) if kubelet == "attached" else None
         api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         api.configuration.connection_pool_maxsize = threads + watchers + 2
         api = client.ApiClient(api.configuration)
@@ -190,6 +220,7 @@ def run(pods: int, threads: int, watchers: int, kubelet: str, ray_pods: bool) ->
             core.create_namespaced_pod("bench", _pod(f"pod-{index:05d}", template))  # type: ignore[arg-type]  # a dict body
 
         cpu_before = cpu_seconds(pid)
+        sims_before = cpu_seconds(sims_pid) if sims_pid is not None else 0.0
         started = time.perf_counter()
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(create, range(pods)))
@@ -198,6 +229,7 @@ def run(pods: int, threads: int, watchers: int, kubelet: str, ray_pods: bool) ->
             stream.join(timeout=120)
         delivered_in = max(s.last_at for s in streams) - started
         server_cpu = cpu_seconds(pid) - cpu_before
+        sims_cpu = cpu_seconds(sims_pid) - sims_before if sims_pid is not None else None
 
         list_times = []
         for _ in range(5):
@@ -225,6 +257,7 @@ def run(pods: int, threads: int, watchers: int, kubelet: str, ray_pods: bool) ->
             "kubelet": kubelet,
             "pod_bytes": len(json.dumps(_pod("pod-00000", template))),
             f"server_cpu_us_per_pod_incl_{watchers}_watch_fanout": server_cpu / pods * 1e6,
+            "attached_simulators_cpu_us_per_pod": "-" if sims_cpu is None else sims_cpu / pods * 1e6,
             "watch_delivery_done_s": delivered_in,
             "every_watcher_saw_every_event": all(len(s.names) == pods for s in streams),
             "every_watcher_saw_every_pod_ready": all(len(s.ready) == pods for s in streams) if until_ready else "-",
@@ -242,7 +275,12 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--watchers", type=int, default=5)
-    parser.add_argument("--kubelet", choices=("off", "instant"), default="off", help="run Pods to Ready (instant)")
+    parser.add_argument(
+        "--kubelet",
+        choices=("off", "instant", "attached"),
+        default="off",
+        help="run Pods to Ready: instant (in kubesim), attached (simulators in their own process, over HTTP)",
+    )
     parser.add_argument("--ray-pods", action="store_true", help="create raybus's worker Pods, not a minimal one")
     args = parser.parse_args()
     figures = run(args.pods, args.threads, args.watchers, args.kubelet, args.ray_pods)

@@ -15,7 +15,8 @@ kube-apiserver) through :class:`kubesim.apiclient.ApiConnection`:
   (when newer than what it holds), so the simulator's next read sees its own write. A status update that
   meets a 409 Conflict is sent again on the latest resourceVersion: the simulators own the status they
   write (the kubelet a Pod's, the Job controller a Job's), as in process where their reads are never
-  stale. Any other 409 refreshes the cached object and is raised.
+  stale; Pod and Job status goes without a resourceVersion at all (:data:`UNCONDITIONAL_STATUS_GROUPS`).
+  Any other 409 refreshes the cached object and is raised.
 - ``subscribe`` registers at call time and delivers every event of the watched resources in the order the
   server sent them: nothing is dropped, the queue is unbounded. After a 410 the re-list is compared with
   the cache and the differences are delivered as ADDED, MODIFIED and DELETED events. Order holds per
@@ -52,6 +53,10 @@ ABSENT_RETRY: Final = 5.0
 RETRY_MIN: Final = 0.2
 RETRY_MAX: Final = 5.0
 """Backoff bounds (seconds) between failed watch attempts."""
+UNCONDITIONAL_STATUS_GROUPS: Final = frozenset({"", "batch"})
+"""API groups whose status updates go without a resourceVersion: these built-in kinds allow unconditional
+updates, and the simulators own what they write there (a real kubelet patches Pod status without one too).
+It spares the conflict a cache one event behind would meet, e.g. right after a Pod's binding."""
 CONFLICT_RETRIES: Final = 5
 """How many times a status update is sent again after a 409 Conflict."""
 
@@ -419,6 +424,8 @@ class RemoteStore:
         namespace, name = _key(obj)
         path = resource_path(gvr, namespace or None, name, subresource)
         body = self._typed(gvr, obj)
+        if subresource == "status" and gvr.group in UNCONDITIONAL_STATUS_GROUPS and _rv(body):
+            body = {**body, "metadata": {k: v for k, v in _meta(body).items() if k != "resourceVersion"}}
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
                 answer = self.connection.request("PUT", path, body=body)
