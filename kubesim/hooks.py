@@ -116,3 +116,12 @@ class RequestAdapter(Protocol):
     def adapt_request(self, base_url: str, method: str, path: str, body: bytes) -> bytes:
         """The body to forward to ``base_url`` (``path`` is the path after ``/proxy``)."""
         ...
+
+
+@runtime_checkable
+class StoreReader(Protocol):
+    """A proxy resolver that reads the store: the server hands it the store when it starts."""
+
+    def attach(self, store: Store) -> None:
+        """Read objects from ``store`` from now on."""
+        ...

@@ -108,7 +108,6 @@ class ServedResource:
     """What discovery says of a resource."""
 
     kind: str
-    namespaced: bool
 
 
 class _Gone(Exception):
@@ -118,8 +117,7 @@ class _Gone(Exception):
 class _Subscription:
     """One ``subscribe`` call's event stream."""
 
-    def __init__(self, store: RemoteStore, resources: frozenset[GVR] | None) -> None:
-        self.resources = resources
+    def __init__(self, store: RemoteStore) -> None:
         self._store = store
         self._queue: asyncio.Queue[StoreEvent | None] = asyncio.Queue()
 
@@ -348,7 +346,7 @@ class RemoteStore:
                     raise
                 doc = {}
             resources = {
-                str(entry["name"]): ServedResource(str(entry.get("kind", "")), bool(entry.get("namespaced")))
+                str(entry["name"]): ServedResource(str(entry.get("kind", "")))
                 for entry in (doc or {}).get("resources") or []
                 if isinstance(entry, dict) and "/" not in str(entry.get("name", "/"))
             }
@@ -466,7 +464,7 @@ class RemoteStore:
         A resource the server does not serve yet is watched for: once it is, its objects arrive as ADDED.
         """
         wanted = frozenset(resources) if resources is not None else None
-        subscription = _Subscription(self, wanted)
+        subscription = _Subscription(self)
         if wanted is None:
             self.everything.add(subscription)
             return subscription

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from kubesim import discovery, kubeconfig, reviews, routing
 from kubesim.errors import ApiError, method_not_allowed, page_not_found
-from kubesim.hooks import Controller, ProxyResolver
+from kubesim.hooks import Controller, ProxyResolver, StoreReader
 from kubesim.http_api import ResourceApi, error_response, json_response
 from kubesim.portforward import PortForward
 from kubesim.proxy import Proxy
@@ -143,6 +143,9 @@ class KubeSim:
         self.store.handles_pod_termination = self.store.handles_pod_termination or any(
             getattr(c, "handles_pod_termination", False) for c in self._controllers
         )
+        for resolver in self.proxy_resolvers:
+            if isinstance(resolver, StoreReader):
+                resolver.attach(self.store)
         for controller in self._controllers:
             task = asyncio.create_task(controller.run(self.store), name=f"kubesim:{type(controller).__name__}")
             task.add_done_callback(self._controller_done)
@@ -265,7 +268,12 @@ def simulators_for(kubelet_mode: str, *, ray: str = "sim") -> tuple[list[Control
         RuntimeError: a mode other than ``off`` was asked for and ``kubesim.sims`` is unavailable.
     """
     if kubelet_mode == "off":
-        return [], []
+        try:
+            from kubesim.sims.headurls import RecordedHeads
+        except ImportError:
+            return [], []
+        # No simulator here, but simulators attached over HTTP may run heads: the proxies find them.
+        return [], [RecordedHeads()]
     if kubelet_mode not in ("instant", "realistic"):
         raise ValueError(f"unknown kubelet mode {kubelet_mode!r} (off, instant, realistic)")
     try:

@@ -21,10 +21,14 @@ annotation                         effect
 ================================  =======================================================================
 
 Malformed values are ignored (the annotation counts as absent). This module only parses.
+
+One annotation is written by the kubelet rather than read from a test: ``head-urls`` (see
+``kubesim.sims.headurls``), where a head attached over HTTP listens.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +44,7 @@ FAIL_AFTER_SECONDS = PREFIX + "fail-after-seconds"
 EXIT_CODE = PREFIX + "exit-code"
 SERVE_UNHEALTHY = PREFIX + "serve-unhealthy"
 GCS_UNHEALTHY = PREFIX + "gcs-unhealthy"
+HEAD_URLS = PREFIX + "head-urls"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,3 +93,16 @@ def pod_faults(pod: Mapping[str, Any]) -> PodFaults:
         serve_unhealthy=_flag(annotations, SERVE_UNHEALTHY),
         gcs_unhealthy=_flag(annotations, GCS_UNHEALTHY),
     )
+
+
+def recorded_head_urls(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The ``head-urls`` annotation of a pod: container port (as text) → base URL; empty when absent or
+    malformed."""
+    raw = annotations_of(pod).get(HEAD_URLS)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str) and v.startswith("http://")}

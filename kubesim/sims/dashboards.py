@@ -9,11 +9,12 @@ Token auth: when the head's Ray container has ``RAY_AUTH_MODE=token``, the token
 (usually a secretKeyRef, read from the store) and the dashboard demands it.
 
 As a :class:`~kubesim.hooks.ProxyResolver`, a Service port resolves to the head of the cluster whose
-pods its selector picks (Ready pods, or any running one with ``publishNotReadyAddresses``), and a Pod port to
-its cluster's head. The agent port (52365) and the Serve port (8000, only while Serve runs) lead to the
-head's agent and Serve proxy, every other Ray HTTP port (dashboard 8265, metrics, any port named in the
-container) to its dashboard; GCS (6379) and Ray client (10001) ports resolve to nothing, as they do not
-speak HTTP.
+pods its selector picks (Ready pods, or any running one with ``publishNotReadyAddresses``), and a Pod port
+to its cluster's head; a head this registry does not run resolves to the URLs its head Pod's
+``head-urls`` annotation records (simulators attached over HTTP run it, ``kubesim.sims.headurls``). The
+agent port (52365) and the Serve port (8000, only while Serve runs) lead to the head's agent and Serve
+proxy, every other Ray HTTP port (dashboard 8265, metrics, any port named in the container) to its
+dashboard; GCS (6379) and Ray client (10001) ports resolve to nothing, as they do not speak HTTP.
 
 With ``SimOptions.real_ray`` a head pod gets a real Ray head instead (``kubesim.sims.realray``): the pod is
 reported Running once that head answers its health checks, each HTTP port of the pod maps to the port the
@@ -32,7 +33,7 @@ from typing import Any
 
 from kubesim.dashboard import Clock, DashboardServer, DashboardState, new_state
 from kubesim.hooks import Store
-from kubesim.sims.annotations import pod_faults
+from kubesim.sims.annotations import pod_faults, recorded_head_urls
 from kubesim.sims.envresolve import resolve_env
 from kubesim.sims.objects import (
     PODS,
@@ -338,10 +339,24 @@ class RayDashboards:
         return self._url_for_pod(pod, port)
 
     def _url_for_pod(self, pod: Mapping[str, Any], port: str) -> str | None:
-        head = self._heads.get(cluster_key(pod))
-        if head is None or not _is_http_port(pod, port):
+        if not _is_http_port(pod, port):
             return None
-        return head.url_for(_container_port(pod, port))
+        head = self._heads.get(cluster_key(pod))
+        if head is not None:
+            return head.url_for(_container_port(pod, port))
+        return self._recorded_url(pod, _container_port(pod, port))
+
+    def _recorded_url(self, pod: Mapping[str, Any], container_port: int | None) -> str | None:
+        """A head that simulators attached over HTTP run, elsewhere: where its Pod says it listens."""
+        if container_port is None:
+            return None
+        head_pod: Mapping[str, Any] | None = pod
+        if not is_head_pod(pod):
+            namespace, cluster = cluster_key(pod)
+            wanted = {conventions.LABEL_CLUSTER: cluster, conventions.LABEL_NODE_TYPE: conventions.NODE_HEAD}
+            heads = [] if self._store is None else self._store.list(PODS, namespace, label_selector_text(wanted))
+            head_pod = next((h for h in heads if not is_terminating(h)), None)
+        return None if head_pod is None else recorded_head_urls(head_pod).get(str(container_port))
 
 
 def _is_ip(host: str) -> bool:

@@ -7,6 +7,9 @@ on each running head Pod: a JSON object from container port (as text) to the bas
 machine, e.g. ``{"8265": "http://127.0.0.1:40123", "52365": "http://127.0.0.1:40125"}``. The Serve port
 appears while Serve runs. The annotation is refreshed while the head lives and left stale when it stops
 (the Pod is then no longer Ready).
+
+kubesim serving without simulators of its own (``--kubelet off``) resolves its proxies from these
+annotations (:class:`RecordedHeads`), so its service proxy reaches heads run by attached simulators.
 """
 
 from __future__ import annotations
@@ -16,15 +19,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from kubesim.dashboard import SystemClock
 from kubesim.hooks import Store
-from kubesim.sims.annotations import PREFIX
+from kubesim.sims.annotations import HEAD_URLS
 from kubesim.sims.dashboards import RayDashboards
 from kubesim.sims.objects import PODS, annotations_of, api_error_code, meta, name_of, namespace_of, spec_of, uid_of
+from kubesim.sims.options import INSTANT
 from schema.ray import conventions
 
 logger = logging.getLogger(__name__)
 
-HEAD_URLS = PREFIX + "head-urls"
 REFRESH_SECONDS = 1.0
 """How often a head's worker looks for a changed address (Serve starting or stopping)."""
 _RAY_HTTP_PORTS = (
@@ -66,3 +70,25 @@ def publish_head_urls(store: Store, pod: Mapping[str, Any], urls: Mapping[str, s
         if api_error_code(error) not in (404, 409):
             raise
         logger.debug("kubesim kubelet: head URLs of %s/%s not written yet: %s", namespace_of(pod), name_of(pod), error)
+
+
+class RecordedHeads:
+    """The proxy resolver of a kubesim that runs no simulator itself: the service and pod proxies and the
+    port-forward lead to the heads that simulators attached over HTTP recorded on their Pods."""
+
+    def __init__(self) -> None:
+        self._dashboards = RayDashboards(options=INSTANT, clock=SystemClock())
+        """A registry without heads of its own: it resolves Services and Pods as usual, then the
+        recorded URLs."""
+
+    def attach(self, store: Store) -> None:
+        """Read Services and Pods from ``store``."""
+        self._dashboards.attach(store)
+
+    def resolve_service(self, namespace: str, service: str, port: str) -> str | None:
+        """Base URL behind ``<service>:<port>`` as recorded by its head Pod, or None."""
+        return self._dashboards.resolve_service(namespace, service, port)
+
+    def resolve_pod(self, namespace: str, pod: str, port: str) -> str | None:
+        """Base URL behind ``<pod>:<port>`` as recorded by its cluster's head Pod, or None."""
+        return self._dashboards.resolve_pod(namespace, pod, port)

@@ -155,6 +155,11 @@ async def test_a_head_pod_records_where_its_dashboard_answers(kube: KubeSimHandl
     async with aiohttp.ClientSession() as session, session.get(recorded["8265"] + "/api/gcs_healthz") as answer:
         assert answer.status == 200
     assert "52365" in recorded
+    # kubesim serving without simulators of its own proxies to the head its Pod recorded, as raybus calls it.
+    through_proxy = await asyncio.to_thread(
+        core.connect_get_namespaced_service_proxy_with_path, "raycluster-head-svc:8265", namespace, "api/gcs_healthz"
+    )
+    assert through_proxy == "success"
 
     discovery = client.DiscoveryV1Api(kube.api_client)
 
