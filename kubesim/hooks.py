@@ -4,7 +4,7 @@ The core implements :class:`Store`; simulators are :class:`Controller` objects t
 stops with itself, and they act on objects only through the store, so every change they make gets a
 resourceVersion, reaches watchers and goes through the same admission as a client's write.
 The service/pod proxy and the pod port-forward ask :class:`ProxyResolver` objects where a Service or Pod
-port really listens.
+port really listens (a resolver that is a :class:`StoreReader` gets the store when the server starts).
 
 What the core's store (``kubesim.store.ObjectStore``) offers beyond :class:`Store` (backward compatible):
 

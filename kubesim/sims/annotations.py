@@ -29,6 +29,7 @@ One annotation is written by the kubelet rather than read from a test: ``head-ur
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -95,9 +96,13 @@ def pod_faults(pod: Mapping[str, Any]) -> PodFaults:
     )
 
 
+_LOOPBACK_URL = re.compile(r"http://127\.0\.0\.1:[0-9]{1,5}")
+
+
 def recorded_head_urls(pod: Mapping[str, Any]) -> dict[str, str]:
     """The ``head-urls`` annotation of a pod: container port (as text) → base URL; empty when absent or
-    malformed."""
+    malformed. Only loopback URLs count (the simulators listen nowhere else): whoever may annotate a Pod
+    must not point kubesim's proxy at another host."""
     raw = annotations_of(pod).get(HEAD_URLS)
     try:
         value = json.loads(raw) if raw else {}
@@ -105,4 +110,4 @@ def recorded_head_urls(pod: Mapping[str, Any]) -> dict[str, str]:
         return {}
     if not isinstance(value, dict):
         return {}
-    return {str(k): v for k, v in value.items() if isinstance(v, str) and v.startswith("http://")}
+    return {str(k): v for k, v in value.items() if isinstance(v, str) and _LOOPBACK_URL.fullmatch(v)}

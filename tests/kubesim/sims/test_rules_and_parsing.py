@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from kubesim.dashboard.rules import parse_job_script, parse_serve_app_script
-from kubesim.sims.annotations import pod_faults
+from kubesim.sims.annotations import HEAD_URLS, pod_faults, recorded_head_urls
 from kubesim.sims.rayresources import fits, group_node
 from kubesim.sims.submitter import parse_submitter
 from kubesim.sims.submitter_run import exit_code
@@ -177,3 +177,17 @@ def test_cluster_resources_from_ray_start_params() -> None:
     assert fits({"GPU": 0.5, "resource1": 1, "resource2": 2}, nodes)
     assert not fits({"GPU": 4}, nodes) and not fits({"TPU": 1}, nodes)
     assert fits({}, []) and not fits({"GPU": 1}, [])
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param('{"8265": "http://127.0.0.1:40123"}', {"8265": "http://127.0.0.1:40123"}, id="loopback"),
+        pytest.param('{"8265": "http://169.254.169.254:80"}', {}, id="another-host"),
+        pytest.param('{"8265": "http://127.0.0.1:1/path"}', {}, id="with-a-path"),
+        pytest.param('["http://127.0.0.1:1"]', {}, id="not-an-object"),
+        pytest.param("{", {}, id="malformed"),
+    ],
+)
+def test_recorded_head_urls_are_loopback_base_urls_only(raw: str, expected: dict[str, str]) -> None:
+    assert recorded_head_urls({"metadata": {"annotations": {HEAD_URLS: raw}}}) == expected
