@@ -6,8 +6,9 @@ This module is the controller: it subscribes to the store, gives each live pod a
 changes, and handles deletion. ``instant`` mode does a pod's whole start in one status write;
 ``realistic`` pauses between steps (see ``options``).
 
-Deletion: the core marks a scheduled, unfinished pod terminating (deletionTimestamp) when the kubelet is
-present (``handles_pod_termination``); the kubelet then cancels the pod's worker (its containers stop, a
+Deletion: the API server marks a scheduled, unfinished pod terminating (deletionTimestamp): kubesim's core
+when the kubelet runs in it (``handles_pod_termination``) or has registered the pod's node, a real
+kube-apiserver always; the kubelet then cancels the pod's worker (its containers stop, a
 head's dashboard goes away), reports it not ready, and after ``min(termination_delay, grace)`` finishes the
 deletion with ``delete(grace_period_seconds=0)``. Deliberately not modelled: resources and capacity,
 several nodes, probes (readiness is a delay or an annotation), image pull errors, ephemeral containers.
