@@ -22,10 +22,11 @@ Invariants:
 - Outcomes follow ``calls.outcome_of_error`` / ``calls.RETRY_BACKOFF``; nothing raised by a command escapes
   as an exception (kopf's outcome discipline), except cancellation: a command that raises is ``failed``.
 - A command is executed only if ``authorize`` allows it for its batch's key (when the applier has
-  facts: the watcher always gives it its projection). A denied command gets the outcome ``denied``
-  with the reason, a warning log, ``raybus_commands_denied_total`` and a Warning Event
-  ``CommandDenied`` on the key's custom resource (when it exists); a command whose target was deleted
-  meanwhile gets the outcome a 404 would have meant, without a call.
+  facts: the watcher always gives it its projection), its content follows from the key's custom
+  resource (``provenance``) and its batch is no replay of an older decision (``freshness``). A denied
+  command gets the outcome ``denied`` with the reason, a warning log, ``raybus_commands_denied_total``
+  and a Warning Event ``CommandDenied`` on the key's custom resource (when it exists); a command whose
+  target was deleted meanwhile gets the outcome a 404 would have meant, without a call.
 - Every batch received and not yet acked is kept in progress (``kept_in_progress``), also while it waits
   behind its key's earlier batches (a decision in parts is many batches of one key) or retries a call:
   one waiting longer than the ack wait would be delivered again and applied twice.
@@ -55,6 +56,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
+from schema.config import OperatorConfig
 from schema.keys import ReconcileKey
 from schema.messages import (
     Command,
@@ -93,7 +95,9 @@ from services.watcher.calls import (
     requested_delay,
 )
 from services.watcher.dashboard import DashboardClient, DashboardOutcome
+from services.watcher.freshness import Freshness
 from services.watcher.kubeapi import KubeApi, Response
+from services.watcher.provenance import ContentCheck
 from services.watcher.resources import by_kind
 from services.watcher.staleness import DecisionCheck, OwnerView
 from services.watcher.throttle import RateLimiter
@@ -178,9 +182,12 @@ class Applier:
         on_failure: FailureHook | None = None,
         owners: OwnerView | None = None,
         facts: Facts | None = None,
+        config: OperatorConfig | None = None,
     ) -> None:
         self._js = js
         self._facts = facts
+        self._config = config if config is not None else OperatorConfig()
+        self._freshness = Freshness()
         self._api = api
         self._dashboard = dashboard
         self._concurrency = max(1, concurrency)
@@ -412,20 +419,32 @@ class Applier:
         Results are published while the next command runs, and all of them are stored before this
         returns: waiting for each publish ack in turn doubled the time a batch held its slot."""
         publishing: list[asyncio.Future[None]] = []
-        if self._facts is not None and batch.snapshot_revision:
-            await self._facts_at(batch)
+        verified = self._facts is not None and (not batch.snapshot_revision or await self._facts_at(batch))
         try:
-            await self._apply_commands(msg, batch, publishing)
+            await self._apply_commands(msg, batch, publishing, self._refusals(batch, verified=verified))
         finally:
             if publishing:
                 await asyncio.gather(*publishing)
 
-    async def _facts_at(self, batch: CommandBatch) -> None:
+    def _refusals(self, batch: CommandBatch, *, verified: bool) -> Callable[[Command], str]:
+        """Why each command of ``batch`` must not run although its key may send it: a replayed decision
+        (``freshness``), or content its custom resource does not imply (``provenance``)."""
+        if self._facts is None:
+            return lambda command: ""
+        replay = self._freshness.problem(batch)
+        if not replay:
+            self._freshness.applied(batch, verified=verified)
+        content = ContentCheck(batch.key, self._facts, self._config, batch.commands)
+        return lambda command: replay or content.problem(command)
+
+    async def _facts_at(self, batch: CommandBatch) -> bool:
         """Wait until the facts reflect the snapshot the batch was decided on (an applier reading them from
-        KV may lag the reconciler that read it): older facts would deny what the decision saw."""
+        KV may lag the reconciler that read it): older facts would deny what the decision saw. False when
+        they did not get there in time (the batch is then judged on older ones)."""
         assert self._facts is not None
         try:
             await asyncio.wait_for(self._facts.caught_up(batch.snapshot_revision), FACTS_WAIT)
+            return True
         except TimeoutError:
             raise_if_cancelling()
             log.warning(
@@ -435,8 +454,15 @@ class Applier:
                 FACTS_WAIT,
                 extra={"raybus.key": str(batch.key)},
             )
+            return False
 
-    async def _apply_commands(self, msg: Msg, batch: CommandBatch, publishing: list[asyncio.Future[None]]) -> None:
+    async def _apply_commands(
+        self,
+        msg: Msg,
+        batch: CommandBatch,
+        publishing: list[asyncio.Future[None]],
+        refused: Callable[[Command], str],
+    ) -> None:
         parent = extract_context(msg.headers)
         sequence = msg.metadata.sequence.stream if msg.reply else 0
         delivery = msg.metadata.num_delivered if msg.reply else 1
@@ -446,7 +472,9 @@ class Applier:
 
         async def one(index: int, command: Command) -> None:
             async with slots:
-                published = await self._apply_one(batch, index, command, review.stale, parent, sequence, delivery)
+                published = await self._apply_one(
+                    batch, index, command, review.stale, refused, parent, sequence, delivery
+                )
                 publishing.append(published)
 
         for wave in waves(batch.commands):
@@ -463,6 +491,7 @@ class Applier:
         index: int,
         command: Command,
         stale: Callable[[Command], str],
+        refused: Callable[[Command], str],
         parent: Context,
         sequence: int,
         delivery: int,
@@ -480,7 +509,7 @@ class Applier:
                 "raybus.target": command_target(command),
             },
         ) as span:
-            applied = await self._apply_authorized(batch, index, command, stale)
+            applied = await self._apply_authorized(batch, index, command, stale, refused)
             span.set_attribute("raybus.outcome", applied.outcome)
             pipeline_metrics.command_executed(verb, applied.outcome)
             if applied.status_code:
@@ -522,10 +551,15 @@ class Applier:
         return published
 
     async def _apply_authorized(
-        self, batch: CommandBatch, index: int, command: Command, stale: Callable[[Command], str]
+        self,
+        batch: CommandBatch,
+        index: int,
+        command: Command,
+        stale: Callable[[Command], str],
+        refused: Callable[[Command], str],
     ) -> Applied:
-        """Apply one command if its key may (the one place commands are authorized) and its decision
-        still holds."""
+        """Apply one command if its key may (the one place commands are authorized), its decision still
+        holds, and its batch and content are what the key's custom resource asks for now."""
         if self._facts is not None:
             verdict = authorize(batch.key, command, self._facts)
             if isinstance(verdict, Gone):
@@ -536,6 +570,10 @@ class Applier:
         why = stale(command)
         if why:
             return Applied(outcome="superseded", error=why)
+        reason = refused(command)
+        if reason:
+            await self._report_denial(batch, index, command, reason)
+            return Applied(outcome="denied", error=reason[:1000])
         return await self.apply_command(command)
 
     async def _report_denial(self, batch: CommandBatch, index: int, command: Command, reason: str) -> None:

@@ -258,6 +258,7 @@ class Watcher:
                 on_failure=FailureReporter(self.api, clock=lambda: datetime.now(UTC)),
                 owners=facts,
                 facts=facts,
+                config=settings.operator,
             )
             self._spawn(self.applier.run(self._applier_stop), "watcher-applier")
         if "probe" in self.roles:

@@ -13,14 +13,25 @@ clock moves only when a test says so.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from schema.config import OperatorConfig
 from schema.decision import Decision
 from schema.keys import ReconcileKey
-from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, PatchObject, PatchStatus
-from services.watcher.authorize import Denied, authorize
+from schema.messages import (
+    Command,
+    CreateObject,
+    DeleteObject,
+    EmitEvent,
+    PatchObject,
+    PatchStatus,
+    command_target,
+    command_verb,
+)
+from services.watcher.authorize import Allowed, Denied, authorize
+from services.watcher.provenance import ContentCheck
 
 NAMESPACE = "default"
 
@@ -59,14 +70,28 @@ class SimFacts:
         return True
 
 
-def check_authorized(key: ReconcileKey, command: Command, objects: Mapping[tuple[str, str], dict[str, Any]]) -> None:
-    """Fail unless the applier's authorization lets ``key`` run ``command`` on these objects.
+def check_authorized(
+    key: ReconcileKey,
+    command: Command,
+    objects: Mapping[tuple[str, str], dict[str, Any]],
+    *,
+    config: OperatorConfig,
+    decision: Sequence[Command] = (),
+) -> None:
+    """Fail unless the applier lets ``key`` run ``command`` on these objects: its authorization, and its
+    content check with the operator ``config`` (``decision``: the command's batch, whose status patches
+    the check folds in).
 
     Every simulation checks every command it applies, so every unit and property test of a reconcile also
-    checks that its commands are within the authorization table and ownership rules.
+    checks that its commands are within the authorization table and ownership rules, and that their
+    content is what the custom resource implies (no false refusal).
     """
-    verdict = authorize(key, command, SimFacts(objects))
+    facts = SimFacts(objects)
+    verdict = authorize(key, command, facts)
     assert not isinstance(verdict, Denied), f"{key} was denied {command!r}: {verdict.reason}"
+    if isinstance(verdict, Allowed):
+        problem = ContentCheck(key, facts, config, decision).problem(command)
+        assert not problem, f"{key}'s {command_verb(command)} {command_target(command)} was refused: {problem}"
 
 
 class PatchConflict(Exception):
@@ -119,6 +144,7 @@ class ApiServer:
         self.dropped: list[Command] = []
         self._rv = 100
         self._uid = 0
+        self.config = OperatorConfig()
 
     # -- object store ------------------------------------------------------------------------------
 
@@ -187,7 +213,7 @@ class ApiServer:
         self.decisions.append(decision)
         for command in decision.commands:
             if key is not None:
-                check_authorized(key, command, self.objects)
+                check_authorized(key, command, self.objects, config=self.config, decision=decision.commands)
             self.apply_command(command)
 
     def apply_command(self, command: Command) -> None:

@@ -104,7 +104,7 @@ class World:
         # What the applier sends is JSON: tuples become lists, exactly as on the wire.
         decision = msgspec.json.decode(msgspec.json.encode(decision), type=Decision)
         for command in decision.commands:
-            check_authorized(self.key, command, self.objects)
+            check_authorized(self.key, command, self.objects, config=self.config, decision=decision.commands)
             match command:
                 case CreateObject():
                     self._create(command)

@@ -1,0 +1,77 @@
+"""Whether a command batch is a current decision or a replay: the one place decision revisions are compared.
+
+Role: a decision is made on a snapshot of its key at a KV revision (``CommandBatch.snapshot_revision``).
+Whoever may publish on the commands subjects can republish a captured, legitimate batch under a new
+message id after the world moved on (a worker Pod deleted by a scale-down comes back). The applier
+therefore applies a batch only if
+
+- it is the newest decision of its key (``staleness``: a newer batch in the key's queue or on its subject
+  supersedes it), and
+- it was decided on a snapshot not older than the newest one this applier already applied for that key:
+  a republished batch carries its old revision and is refused (``denied``, with the reason).
+
+Only revisions the applier could verify are remembered: those its facts had reached (``caught_up``), so
+a forged far-future revision cannot make every later decision of the key look old. Decisions of one key
+are made one at a time, each on the key's entries read again before it, so a legitimate batch is not
+older than one applied before it.
+Failure reports (a batch of Warning Events after the key's inputs were dead-lettered) are no decision and
+are not compared.
+
+Known limits: the memory is this process's, per partition holder: after the partition moves to another
+applier replica (or the applier restarts), a batch older than the new holder has seen is not recognised
+until the key's next decision is applied there. A reconciler worker that takes a key back within the
+time it keeps snapshots (``services.runtime.snapshots``) and finds no change of the key since its own
+last read decides on that older revision, and such a decision is refused too (the key's next input
+brings a new one). A reconciler that forges a current revision is not a
+replay; what it may then do is bounded by ``authorize`` and ``provenance``.
+
+Not here: the newest-decision check (``staleness``), the content of commands (``provenance``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Final
+
+from schema.keys import ReconcileKey
+from schema.messages import CommandBatch, EmitEvent
+
+REMEMBERED_KEYS: Final = 200_000
+"""Keys whose newest applied decision is remembered (the least recently applied ones are forgotten first)."""
+
+
+class Freshness:
+    """Per key, the newest verified snapshot revision applied; refuses batches decided before it."""
+
+    def __init__(self, *, remembered: int = REMEMBERED_KEYS) -> None:
+        self._applied: OrderedDict[ReconcileKey, int] = OrderedDict()
+        self._remembered = max(1, remembered)
+
+    def problem(self, batch: CommandBatch) -> str:
+        """Why ``batch`` must not be applied ("" when it is a current decision)."""
+        if _is_report(batch):
+            return ""
+        newest = self._applied.get(batch.key, 0)
+        if batch.snapshot_revision < newest:
+            return (
+                f"a replayed decision: batch {batch.id} was decided on revision {batch.snapshot_revision}, "
+                f"before revision {newest} of a decision of {batch.key} already applied"
+            )
+        return ""
+
+    def applied(self, batch: CommandBatch, *, verified: bool) -> None:
+        """Remember that ``batch`` is being applied; ``verified``: the facts reached its revision."""
+        if not verified or _is_report(batch):
+            return
+        newest = self._applied.pop(batch.key, 0)
+        self._applied[batch.key] = max(newest, batch.snapshot_revision)
+        while len(self._applied) > self._remembered:
+            self._applied.popitem(last=False)
+
+    def newest(self, key: ReconcileKey) -> int:
+        """The newest verified revision applied for ``key`` (0: none remembered)."""
+        return self._applied.get(key, 0)
+
+
+def _is_report(batch: CommandBatch) -> bool:
+    return bool(batch.report) and all(isinstance(command, EmitEvent) for command in batch.commands)
