@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -61,7 +61,7 @@ from services.reconciler.rayservice import clusters as rayservice_clusters
 from services.reconciler.rayservice import names as rayservice_names
 from services.reconciler.rayservice.model import ServiceModel, read_model
 from services.reconciler.rayservice.serve_config import config_hash, serve_config_json
-from services.watcher.authorize import Facts, command_kind
+from services.watcher.authorize import command_kind
 
 TARGET_CAPACITY: Final = "target_capacity"
 """The one field of a Serve config raybus chooses (an incremental upgrade's step), not the user."""
@@ -120,6 +120,14 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return merged
 
 
+class ObjectFacts(Protocol):
+    """The objects the watcher knows (``authorize.Facts`` has this and more)."""
+
+    def find(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The object of ``kind`` with that namespace and name, as last seen, or None."""
+        ...
+
+
 class Unreadable(Exception):
     """The custom resource the expected content derives from cannot be read (or the builder refuses it)."""
 
@@ -135,7 +143,7 @@ class ContentCheck:
     """
 
     def __init__(
-        self, key: ReconcileKey, facts: Facts, config: OperatorConfig, commands: Sequence[Command] = ()
+        self, key: ReconcileKey, facts: ObjectFacts, config: OperatorConfig, commands: Sequence[Command] = ()
     ) -> None:
         self.key = key
         self.facts = facts

