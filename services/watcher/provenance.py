@@ -10,6 +10,8 @@ the applier's facts hold it, and the fields that decide what runs are compared:
 - a Pod of a RayCluster: its whole ``spec`` (containers, images, commands, args, env, volumes,
   securityContext, serviceAccountName, host namespaces, the autoscaler sidecar, probes, ports) is the one
   ``pod_bodies`` builds from the head template or the worker group its labels name;
+- a RayCluster's head, headless and serve Services and its Ingress (what is exposed, and how): those
+  ``services`` and ``ingress`` build;
 - a Job: the Redis cleanup Job of a RayCluster (``gcsft``) or a RayJob's submitter Job (``submitter``);
 - a RayCluster a RayJob or a RayService creates, or a RayService's in-place update of one: its spec is
   the ``rayClusterSpec`` / ``rayClusterConfig`` through the reconcile's cluster builder;
@@ -25,10 +27,10 @@ the applier's facts hold it, and the fields that decide what runs are compared:
   ``target_capacity`` chosen by raybus.
 
 The key's custom resource is read with the status patches of the same batch applied (a RayJob's job id
-and dashboard URL are decided in the pass that creates its cluster). Commands of other kinds (Services,
-Ingresses, Gateway API objects, Events, deletes, status patches) carry no code and are left to
-``authorize``. A builder that raises on the custom resource (a malformed one) refuses: nothing is derived
-from what cannot be read.
+and dashboard URL are decided in the pass that creates its cluster). The other commands of the table
+(a RayJob's and a RayService's Services, Gateway API objects, ServiceAccounts, PersistentVolumeClaims,
+Events, deletes, status patches) start nothing and are left to ``authorize``. A builder that raises on
+the custom resource (a malformed one) refuses: nothing is derived from what cannot be read.
 
 Invariants: pure (no I/O, clock or randomness); never raises; one :class:`ContentCheck` per batch caches
 what it derives, so a scale-up of a thousand Pods builds each group's Pod once.
@@ -52,7 +54,7 @@ from schema.objects import mapping, metadata_of, text
 from schema.ray import conventions
 from schema.ray.rayjob import RayJobSpec
 from services.reconciler.common.owners import owner_reference_to
-from services.reconciler.raycluster import auth, autoscaler_rbac, gcsft, pod_bodies
+from services.reconciler.raycluster import auth, autoscaler_rbac, gcsft, ingress, names, pod_bodies, services
 from services.reconciler.raycluster.model import ClusterView, decode_view
 from services.reconciler.rayjob import cluster as rayjob_cluster
 from services.reconciler.rayjob import submitter
@@ -276,6 +278,44 @@ def _secret(check: ContentCheck, command: CreateObject) -> str:
     wanted = mapping(metadata_of(want).get("annotations"))
     found = first_difference("metadata.annotations", dict(annotations), dict(wanted))
     return f"the Secret's {found}" if found else ""
+
+
+def _cluster_service(check: ContentCheck, command: CreateObject) -> str:
+    """A RayCluster's head, headless or serve Service, as its reconcile builds it (what it exposes, how)."""
+    view = check.cluster(check.key.name)
+    builders = {
+        "head": lambda: services.head_service(view, check.config),
+        "headless": lambda: services.headless_service(view),
+        "serve": lambda: services.serve_service(view),
+    }
+    for which, build in builders.items():
+        want = check.derived(("service", which), build)
+        if metadata_of(want).get("name") == command.target.name:
+            found = first_difference("spec", command.body.get("spec"), want.get("spec"))
+            return f"the Service's {found}, as the {which} Service of {check.key} implies" if found else ""
+    return f"{check.key} has no Service {command.target.name}"
+
+
+def _cluster_ingress(check: ContentCheck, command: CreateObject) -> str:
+    view = check.cluster(check.key.name)
+    if not view.spec.head_group_spec.enable_ingress:
+        return f"{check.key} asks for no Ingress"
+    want = check.derived(("ingress",), lambda: ingress.ingress(view))
+    for field in ("spec", "metadata.annotations"):
+        found = first_difference(field, _field(command.body, field), _field(want, field))
+        if found:
+            return f"the Ingress's {found}, as the head group of {check.key} implies"
+    return ""
+
+
+def _cluster_ingress_patch(check: ContentCheck, command: PatchObject) -> str:
+    view = check.cluster(check.key.name)
+    existing = check.facts.find("Ingress", check.key.namespace, command.target.name)
+    action, want = ingress.plan_ingress(view, dict(existing) if existing is not None else None)
+    if action != "update" or command.target.name != names.ingress_name(view.name):
+        return f"{check.key} has no Ingress {command.target.name} to update"
+    found = first_difference("patch", command.patch, _as_sent(want))
+    return f"the Ingress update's {found}, as the head group of {check.key} implies" if found else ""
 
 
 def _cluster_job(check: ContentCheck, command: CreateObject) -> str:
@@ -552,6 +592,9 @@ _CHECKS: Final[Mapping[tuple[str, str, str], Check]] = {
     ("RayCluster", "create_object", "RoleBinding"): _role_binding,
     ("RayCluster", "create_object", "Secret"): _secret,
     ("RayCluster", "create_object", "Job"): _cluster_job,
+    ("RayCluster", "create_object", "Service"): _cluster_service,
+    ("RayCluster", "create_object", "Ingress"): _cluster_ingress,
+    ("RayCluster", "patch_object", "Ingress"): _cluster_ingress_patch,
     ("RayCluster", "patch_object", "Pod"): _pod_patch,
     ("RayCluster", "patch_object", "RayCluster"): _own_patch,
     ("RayJob", "create_object", "RayCluster"): _rayjob_cluster,

@@ -123,6 +123,17 @@ def test_every_pod_of_a_sample_passes_and_every_mutation_is_refused(sample: str,
         for field, mutate in POD_MUTATIONS.items():
             problem = ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(with_body(pod, mutate))
             assert problem.startswith("the Pod's spec."), (field, problem)
+    for service, batch in created(world.decisions, "Service"):  # what is exposed, and how
+        assert ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(service) == ""
+        other = "NodePort" if service.body["spec"].get("type") == "LoadBalancer" else "LoadBalancer"
+        exposed = with_body(service, lambda b, other=other: b["spec"].__setitem__("type", other))
+        problem = ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(exposed)
+        assert problem.startswith("the Service's spec.type"), problem
+    for ingress, batch in created(world.decisions, "Ingress"):
+        assert ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(ingress) == ""
+        public = with_body(ingress, lambda b: b["spec"].__setitem__("rules", [{"host": "dashboard.evil.example"}]))
+        problem = ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(public)
+        assert problem.startswith("the Ingress's spec.rules"), problem
 
 
 def pod_leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
