@@ -19,7 +19,8 @@ the applier's facts hold it, and the fields that decide what runs are compared:
 - the autoscaler Role and RoleBinding: the Role's rules, and the RoleBinding's Role and its only subject,
   the ServiceAccount the cluster's head Pod runs as (``autoscaler_rbac``);
 - the auth Secret: it carries no data of its own (the applier generates the token);
-- a patch changes only fields raybus patches (:data:`PATCHED`): a Pod's serve label and recreate
+- a patch changes only fields raybus patches (:data:`POD_PATCHED`, :data:`RAYSERVICE_CLUSTER_PATCHED`,
+  :data:`OWN_FINALIZER`): a Pod's serve label and recreate
   annotations, the key's own finalizer, a RayJob's workers' ``suspend``, a RayService's serve-config record
   (which must be the digest of its ``serveConfigV2``) and deletion schedule;
 - a job submission is ``build_submit_request`` of the RayJob (entrypoint, runtime env, metadata,
