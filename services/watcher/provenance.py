@@ -33,6 +33,11 @@ and dashboard URL are decided in the pass that creates its cluster). The other c
 Events, deletes, status patches) start nothing and are left to ``authorize``. A builder that raises on
 the custom resource (a malformed one) refuses: nothing is derived from what cannot be read.
 
+Known limit: the facts may be newer than the decision's snapshot. A command decided just before the user
+changed the custom resource (a new worker image while a scale-up is applied) no longer follows from it and
+is refused like a forged one (``denied``, with an Event); the next decision, on the changed resource,
+issues what it now asks for.
+
 Invariants: pure (no I/O, clock or randomness); never raises; one :class:`ContentCheck` per batch caches
 what it derives, so a scale-up of a thousand Pods builds each group's Pod once.
 
