@@ -30,7 +30,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.reconcile_bench import KEY, NOW, cluster  # noqa: E402
+from reconcile_bench import KEY, NOW, cluster  # noqa: E402
+
 from schema.config import OperatorConfig  # noqa: E402
 from schema.decision import Decision, Snapshot  # noqa: E402
 from schema.messages import CommandBatch, CreateObject, PatchStatus  # noqa: E402
