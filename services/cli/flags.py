@@ -40,7 +40,7 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def add_operator(parser: argparse.ArgumentParser) -> None:
-    """KubeRay's operator options, read by reconcile."""
+    """KubeRay's operator options, read by reconcile and by the applier's content check (the two must agree)."""
     parser.add_argument(
         "--feature-gates", help="KubeRay feature gates, e.g. RayCronJob=true,... [RAYBUS_FEATURE_GATES]"
     )

@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     flags.add_common(watcher)
     flags.add_kube(watcher)
+    flags.add_operator(watcher)  # the applier derives what a command may contain with the reconcilers' options
     reconciler = sub.add_parser("reconciler", help="a stateless reconcile worker (NATS only)")
     flags.add_common(reconciler)
     flags.add_operator(reconciler)

@@ -48,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nats-url", help="use this NATS instead of starting nats-server")
     parser.add_argument("--db-url", help="use this database instead of SQLite under the state folder")
     parser.add_argument("--apply", metavar="FILE", help="apply a manifest and follow its objects until ready")
-    parser.add_argument("--feature-gates", default="RayCronJob=true", help="KubeRay feature gates for reconcile")
+    parser.add_argument(
+        "--feature-gates", default="RayCronJob=true", help="KubeRay feature gates for reconcile (and the applier)"
+    )
     parser.add_argument("--status-port", type=int, default=0, help="history API port (0 = a free port)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each component")
     parser.add_argument(
@@ -256,7 +258,12 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         kube_flags = ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"]
         services: list[tuple[str, list[str], str, dict[str, str]]] = [
             ("watch", ["watcher", "--roles", "watch", *kube_flags], "informers → projection (holds the Lease)", {}),
-            ("applier", ["watcher", "--roles", "apply", *kube_flags], "partitions of RAYBUS_COMMANDS", {}),
+            (
+                "applier",
+                ["watcher", "--roles", "apply", *kube_flags, "--feature-gates", args.feature_gates],
+                "partitions of RAYBUS_COMMANDS",
+                {},
+            ),
             (
                 "prober",
                 ["watcher", "--roles", "probe", *kube_flags],
