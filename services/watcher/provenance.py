@@ -10,8 +10,10 @@ the applier's facts hold it, and the fields that decide what runs are compared:
 - a Pod of a RayCluster: its whole ``spec`` (containers, images, commands, args, env, volumes,
   securityContext, serviceAccountName, host namespaces, the autoscaler sidecar, probes, ports) is the one
   ``pod_bodies`` builds from the head template or the worker group its labels name;
-- a RayCluster's head, headless and serve Services and its Ingress (what is exposed, and how): those
-  ``services`` and ``ingress`` build;
+- a Service and an Ingress (what is exposed, and how): a RayCluster's head, headless and serve Services
+  and its Ingress as ``services`` and ``ingress`` build them, a RayJob's head Service
+  (``rayjob.cluster``), a RayService's head and serve Services pointing at one of its clusters
+  (``kube_services``), and the patches that re-point them;
 - a Job: the Redis cleanup Job of a RayCluster (``gcsft``) or a RayJob's submitter Job (``submitter``);
 - a RayCluster a RayJob or a RayService creates, or a RayService's in-place update of one: its spec is
   the ``rayClusterSpec`` / ``rayClusterConfig`` through the reconcile's cluster builder;
@@ -29,8 +31,8 @@ the applier's facts hold it, and the fields that decide what runs are compared:
 
 The key's custom resource is read with the status patches of the same batch applied (a RayJob's job id
 and dashboard URL are decided in the pass that creates its cluster). The other commands of the table
-(a RayJob's and a RayService's Services, Gateway API objects, ServiceAccounts, PersistentVolumeClaims,
-Events, deletes, status patches) start nothing and are left to ``authorize``. A builder that raises on
+(Gateway API objects, ServiceAccounts, PersistentVolumeClaims, Events, deletes, status patches) start
+and expose nothing and are left to ``authorize``. A builder that raises on
 the custom resource (a malformed one) refuses: nothing is derived from what cannot be read.
 
 Known limit: the facts may be newer than the decision's snapshot. A command decided just before the user
@@ -66,6 +68,7 @@ from services.reconciler.rayjob import cluster as rayjob_cluster
 from services.reconciler.rayjob import submitter
 from services.reconciler.rayjob.validation import validate_rayjob
 from services.reconciler.rayservice import clusters as rayservice_clusters
+from services.reconciler.rayservice import kube_services
 from services.reconciler.rayservice import names as rayservice_names
 from services.reconciler.rayservice.model import ServiceModel, read_model
 from services.reconciler.rayservice.serve_config import config_hash, serve_config_json
@@ -91,7 +94,8 @@ def _short(value: Any) -> str:
 def first_difference(path: str, got: Any, want: Any) -> str:
     """Where ``got`` first differs from ``want`` (a dotted path with the two values), "" when equal.
 
-    Equal is JSON's equal as Python compares it (``1 == 1.0``): what the API server stores alike."""
+    Equal is Python's equal of the decoded JSON: ``1 == 1.0`` (one number to the API server), and
+    ``True == 1``, a bool where a number belongs (or the reverse), which the API server refuses to decode."""
     if got == want:  # the common case, compared in C; the walk below only explains a difference
         return ""
     if isinstance(got, Mapping) and isinstance(want, Mapping):
@@ -437,6 +441,97 @@ def _cron_rayjob(check: ContentCheck, command: CreateObject) -> str:
     return f"the RayJob's {found}, as the jobTemplate of {check.key} implies" if found else ""
 
 
+def _rayjob_service(check: ContentCheck, command: CreateObject) -> str:
+    """A RayJob's ``<rj>-head-svc``: its cluster's head Service, as the RayJob's reconcile builds it."""
+    want = _rayjob_head_service(check)
+    found = first_difference("spec", command.body.get("spec"), want.get("spec"))
+    return f"the Service's {found}, as the head Service of {check.key} implies" if found else ""
+
+
+def _rayjob_head_service(check: ContentCheck) -> Any:
+    spec = check.rayjob_spec()
+    rayjob = check.own()
+    cluster_name = text(mapping(rayjob.get("status")).get("rayClusterName"))
+    want = check.derived(
+        ("rayjob-head-service", cluster_name),
+        lambda: rayjob_cluster.rayjob_head_service(rayjob, spec, cluster_name=cluster_name, config=check.config),
+    )
+    if not isinstance(want, Mapping):
+        raise Unreadable(f"{check.key} has no head Service of its own")
+    return want
+
+
+def _rayjob_service_patch(check: ContentCheck, command: PatchObject) -> str:
+    """A RayJob re-points its head Service at its cluster: the selector and ports of the built one."""
+    spec = mapping(_rayjob_head_service(check).get("spec"))
+    wanted = {"/spec/selector": spec.get("selector"), "/spec/ports": spec.get("ports", [])}
+    ops = command.patch if isinstance(command.patch, list) else []
+    got = {text(mapping(op).get("path")): mapping(op).get("value") for op in ops}
+    if len(ops) != len(wanted) or set(got) != set(wanted) or any(mapping(op).get("op") != "replace" for op in ops):
+        return f"{check.key} re-points its head Service only by replacing its selector and ports"
+    found = next((d for path in sorted(wanted) if (d := first_difference(path, got[path], wanted[path]))), "")
+    return f"the patch's {found}, as the head Service of {check.key} implies" if found else ""
+
+
+def _rayservice_service_specs(check: ContentCheck, body: Mapping[str, Any], name: str) -> list[Any]:
+    """The specs the RayService's Service ``name`` may have, pointing at the cluster ``body`` selects."""
+    model = check.rayservice()
+    rayservice = check.own()
+    cluster_name = text(mapping(mapping(body.get("spec")).get("selector")).get(conventions.LABEL_CLUSTER))
+    cluster = check.facts.find("RayCluster", check.key.namespace, cluster_name) if cluster_name else None
+    if cluster is None:
+        raise Unreadable(f"the Service selects no RayCluster of {check.key} the watcher knows")
+    owner = owner_reference_to(rayservice, "RayService")
+    builders: list[Callable[[], dict[str, Any]]] = [
+        lambda: kube_services.rayservice_head_service(model, cluster, owner=owner, config=check.config),
+        lambda: kube_services.rayservice_serve_service(model, cluster, owner=owner),
+        lambda: kube_services.per_cluster_serve_service(
+            model, cluster, owner=owner_reference_to(cluster, "RayCluster")
+        ),
+    ]
+    specs = []
+    for index, build in enumerate(builders):
+        try:
+            service = check.derived(("rayservice-service", cluster_name, str(index)), build)
+        except kube_services.ServiceBuildError:
+            continue
+        if metadata_of(service).get("name") == name:
+            specs.append(service.get("spec"))
+    if not specs:
+        raise Unreadable(f"{check.key} has no Service {name} pointing at RayCluster {cluster_name}")
+    return specs
+
+
+def _rayservice_service(check: ContentCheck, command: CreateObject) -> str:
+    wants = _rayservice_service_specs(check, command.body, command.target.name)
+    found = _matches_one("spec", command.body.get("spec"), wants)
+    return f"the Service's {found}, as {check.key} implies" if found else ""
+
+
+def _rayservice_service_patch(check: ContentCheck, command: PatchObject) -> str:
+    """A RayService switches a Service to another of its clusters: the whole spec, its ClusterIPs kept."""
+    ops = command.patch if isinstance(command.patch, list) else []
+    if len(ops) != 1 or mapping(ops[0]).get("op") != "add" or mapping(ops[0]).get("path") != "/spec":
+        return f"{check.key} switches a Service only by replacing its spec"
+    spec = dict(mapping(mapping(ops[0]).get("value")))
+    existing = mapping(mapping(check.facts.find("Service", check.key.namespace, command.target.name)).get("spec"))
+    wants = []
+    for want in _rayservice_service_specs(check, {"spec": spec}, command.target.name):
+        kept = dict(mapping(want))
+        for field in ("clusterIP", "clusterIPs"):
+            if field in existing:
+                kept[field] = existing[field]
+        wants.append(kept)
+    found = _matches_one("spec", spec, wants)
+    return f"the switch's {found}, as {check.key} implies" if found else ""
+
+
+def _matches_one(path: str, got: Any, wants: Sequence[Any]) -> str:
+    """ "" when ``got`` equals one of ``wants``, else its difference from the first."""
+    differences = [first_difference(path, got, want) for want in wants]
+    return "" if "" in differences else differences[0]
+
+
 # --- patches ---------------------------------------------------------------------------------------
 
 
@@ -614,11 +709,15 @@ _CHECKS: Final[Mapping[tuple[str, str, str], Check]] = {
     ("RayJob", "patch_object", "RayJob"): _own_patch,
     ("RayJob", "patch_object", "RayCluster"): _rayjob_cluster_patch,
     ("RayJob", "submit_ray_job", "RayCluster"): _submission,
+    ("RayJob", "create_object", "Service"): _rayjob_service,
+    ("RayJob", "patch_object", "Service"): _rayjob_service_patch,
     ("RayService", "create_object", "RayCluster"): _rayservice_cluster,
     ("RayService", "patch_object", "RayCluster"): _rayservice_cluster_patch,
     ("RayService", "patch_object", "RayService"): _own_patch,
     ("RayService", "patch_object", "Pod"): _pod_patch,
     ("RayService", "put_serve_config", "RayCluster"): _serve_config,
+    ("RayService", "create_object", "Service"): _rayservice_service,
+    ("RayService", "patch_object", "Service"): _rayservice_service_patch,
     ("RayCronJob", "create_object", "RayJob"): _cron_rayjob,
 }
 """(key kind, verb, target kind) → its content check; the rest of ``authorize.ALLOWED`` carries no code."""

@@ -189,7 +189,7 @@ def test_random_clusters_pass_and_any_changed_pod_field_is_refused(
         parent = body["spec"]
         for part in path[:-1]:
             parent = parent[part]
-        if parent[path[-1]] == value and type(parent[path[-1]]) is type(value):
+        if parent[path[-1]] == value:  # equal as the check compares (Python: 1 == 1.0 == True)
             parent[path[-1]] = f"{value}-changed"
         else:
             parent[path[-1]] = value
@@ -260,6 +260,9 @@ def test_every_rayjob_sample_passes(sample: str, rayjob: dict[str, Any]) -> None
                 create, lambda b: b["metadata"].setdefault("annotations", {}).__setitem__("ray.io/ft-enabled", "1")
             )
             assert "the RayCluster's metadata.annotations" in check(key, world.objects, annotated, batch)
+        for service, batch in created([decision], "Service"):
+            public = with_body(service, lambda b: b["spec"].__setitem__("type", "LoadBalancer"))
+            assert check(key, world.objects, public, batch).startswith("the Service's spec.type")
         cluster = world.get("RayJob", name).get("status", {}).get("rayClusterName")  # type: ignore[union-attr]
         if cluster and world.get("RayCluster", cluster) is not None:
             job_builders.make_cluster_ready(world, cluster)
@@ -344,10 +347,13 @@ def test_every_rayservice_sample_passes(sample: str, rayservice: dict[str, Any])
     document["metadata"]["namespace"] = "default"
     world.add(document)
     name = document["metadata"]["name"]
-    for _ in range(30):  # every command is checked as it is applied (a sample may never quiesce here)
-        world.reconcile(name)
-        world.play_actors(name)
     key = ReconcileKey(kind="RayService", namespace="default", name=name)
+    for _ in range(30):  # every command is checked as it is applied (a sample may never quiesce here)
+        decision = world.reconcile(name)
+        for service, batch in created([decision], "Service"):  # on the facts it was applied on
+            exposed = with_body(service, lambda b: b["spec"].__setitem__("ports", [{"name": "dash", "port": 8265}]))
+            assert check(key, world.objects, exposed, batch).startswith("the Service's spec.ports")
+        world.play_actors(name)
     for put in world.puts:
         forged = copy.deepcopy(put.config)
         for app in forged.get("applications") or []:
@@ -392,6 +398,14 @@ def test_a_rayservice_cluster_is_its_cluster_config() -> None:
         create, lambda b: b["spec"]["workerGroupSpecs"][0]["template"]["spec"].__setitem__("hostPID", True)
     )
     assert "spec.workerGroupSpecs[0].template.spec.hostPID" in check(key, world.objects, evil)
+    services = list(created(world.decisions, "Service"))
+    assert {s.target.name for s, _ in services} >= {"rs-head-svc", "rs-serve-svc"}
+    for service, batch in services:
+        assert check(key, world.objects, service, batch) == ""
+        public = with_body(service, lambda b: b["spec"].__setitem__("type", "LoadBalancer"))
+        assert check(key, world.objects, public, batch).startswith("the Service's spec.type")
+        elsewhere = with_body(service, lambda b: b["spec"]["selector"].__setitem__("ray.io/cluster", "other"))
+        assert "selects no RayCluster of RayService/default/rs" in check(key, world.objects, elsewhere, batch)
 
 
 # --- RayCronJobs -----------------------------------------------------------------------------------
