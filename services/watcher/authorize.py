@@ -26,7 +26,9 @@ denied, unless the watcher saw it deleted recently: then the command is :class:`
 counted as the 404 the API server would have answered; a decision made just before a deletion was
 projected is not an attack).
 
-Not here: executing, recording and reporting a verdict (``applier``); the RBAC rules (``permissions``).
+Not here: whether a command's content is what the key's custom resource asks for (``provenance``), whether
+its batch is a replay (``freshness``); executing, recording and reporting a verdict (``applier``); the RBAC
+rules (``permissions``).
 """
 
 from __future__ import annotations
