@@ -587,6 +587,7 @@ def _own_patch(check: ContentCheck, command: PatchObject) -> str:
     refusal = f"{check.key} patches its own object only to add or remove the finalizer {finalizer}"
     patch = command.patch
     if isinstance(patch, list):
+        tested: set[str] = set()
         for raw in patch:
             op = mapping(raw)
             path = text(op.get("path"))
@@ -594,6 +595,10 @@ def _own_patch(check: ContentCheck, command: PatchObject) -> str:
                 return f"{refusal}; the patch touches {_short(path)}"
             if op.get("value", finalizer) not in (finalizer, [finalizer]):
                 return f"{refusal}; the patch writes {_short(op.get('value'))}"
+            if op.get("op") == "test":
+                tested.add(path)
+            elif op.get("op") == "remove" and path not in tested:
+                return f"{refusal}; the patch removes {_short(path)} without testing that it is {finalizer}"
         return ""
     metadata = patch.get("metadata")
     if set(patch) != {"metadata"} or not isinstance(metadata, Mapping) or set(metadata) != {"finalizers"}:

