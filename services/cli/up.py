@@ -8,7 +8,11 @@ prober, the reconciler and the status service (SQLite under ``STATE``). It write
 and ``STATE/endpoints.json`` (read by ``raybus history``, ``replay`` and ``get``), prints what runs where,
 and on Ctrl-C stops everything: the raybus services at once (each drains within its own grace), then
 kubesim and nats-server; a second Ctrl-C (or SIGTERM) kills every child and exits at once.
-``--kubeconfig``, ``--nats-url`` and ``--db-url`` use existing ones instead.
+``--kubeconfig``, ``--nats-url`` and ``--db-url`` use existing ones instead. With ``--kubeconfig`` (a real
+cluster's credentials act on what the bus carries) its nats-server takes only the stack's own processes,
+each stage as its own user with deploy/'s permissions (``deploy/base/nats/auth.conf``, fresh passwords in
+the environment only): the streams are created first by ``raybus topology`` as ``admin``, and a
+reconciler cannot write the projection the applier checks commands against.
 ``--apply FILE`` applies a manifest and shows the objects' status live until they are ready.
 
 A child that dies stops the stack with its log's tail: a half-running stack helps nobody.
@@ -27,18 +31,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Final
 from urllib.parse import urlsplit
 
 from services.runtime import endpoints
-from services.runtime.bus import redact_url
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
 from services.runtime.natsbin import nats_server_binary
 from services.runtime.private import OWNER_ONLY_UMASK, open_private_log, private_dir, write_private
-from services.runtime.settings import NATS_URL_ENV, STATUS_AUTH_ENV
+from services.runtime.settings import NATS_PASSWORD_ENV, NATS_URL_ENV, NATS_USER_ENV, STATUS_AUTH_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +88,18 @@ def http_ok(url: str) -> bool:
 SERVICE_STOP_TIMEOUT = SHUTDOWN_GRACE + CANCEL_GRACE + EXIT_GRACE + 2.0
 """Seconds a raybus service gets after SIGTERM before it is killed (it exits on its own before that)."""
 NATS_USER = "raybus"
-"""The user of the stack's own nats-server when it guards a real cluster (``--kubeconfig``)."""
+"""The one user of the stack's own nats-server guarding a real cluster when deploy/'s users are not at hand."""
+DEPLOY_AUTH = Path(__file__).resolve().parents[2] / "deploy" / "base" / "nats" / "auth.conf"
+"""deploy/'s NATS users and their permissions (present in a source checkout, not in an installed wheel)."""
+STAGE_USERS: Final[Mapping[str, str]] = {
+    "topology": "admin",
+    "watch": "watcher",
+    "applier": "watcher",
+    "prober": "watcher",
+    "reconciler": "reconciler",
+    "status": "status",
+}
+"""The NATS user of each child of a stack guarding a real cluster, as deploy/ gives them."""
 INFRA_STOP_TIMEOUT = 10.0
 """Seconds kubesim and nats-server get after SIGTERM before they are killed."""
 
@@ -197,13 +211,77 @@ class Stack:
             child.kill()
 
 
-def private_bus(state: Path, port: int) -> tuple[str, Path]:
-    """A fresh password for the stack's own nats-server: its URL with the credential, and the server
-    configuration requiring it (both in the owner-only state directory)."""
-    password = secrets.token_urlsafe(32)
+@dataclass(frozen=True)
+class PrivateBus:
+    """The stack's own nats-server guarding a real cluster: who may use it, with which password.
+
+    ``passwords`` holds one fresh password per deploy/ user (``admin``, ``watcher``, ``reconciler``,
+    ``status``), each stage connecting as its own with deploy/'s permissions; or, without deploy/'s file,
+    one password for the one user :data:`NATS_USER`.
+    """
+
+    url: str
+    """The server's URL, without credentials."""
+    config: Path
+    passwords: Mapping[str, str]
+
+    @property
+    def per_stage(self) -> bool:
+        """Whether every stage has a user of its own."""
+        return NATS_USER not in self.passwords
+
+    def user_of(self, child: str) -> str:
+        return STAGE_USERS[child] if self.per_stage else NATS_USER
+
+    def url_of(self, user: str) -> str:
+        """The URL with ``user``'s credential (for the owner-only endpoints file and the environment)."""
+        return self.url.replace("nats://", f"nats://{user}:{self.passwords[user]}@", 1)
+
+    def server_env(self) -> dict[str, str]:
+        """deploy/'s authorization block reads its passwords from nats-server's environment."""
+        return {f"RAYBUS_NATS_{user.upper()}_PASSWORD": password for user, password in self.passwords.items()}
+
+    def client_env(self, child: str) -> dict[str, str]:
+        """How ``child`` connects: the URL, its user and password, all in the environment."""
+        user = self.user_of(child)
+        return {NATS_URL_ENV: self.url, NATS_USER_ENV: user, NATS_PASSWORD_ENV: self.passwords[user]}
+
+
+def private_bus(state: Path, port: int) -> PrivateBus:
+    """Fresh passwords for the stack's own nats-server and the server configuration requiring them (in the
+    owner-only state directory): deploy/'s users and permissions when its file is at hand."""
+    url = f"nats://127.0.0.1:{port}"
     config = state / "nats-auth.conf"
+    if DEPLOY_AUTH.is_file():
+        write_private(config, DEPLOY_AUTH.read_bytes())
+        return PrivateBus(url, config, {user: secrets.token_urlsafe(32) for user in sorted(set(STAGE_USERS.values()))})
+    password = secrets.token_urlsafe(32)
     write_private(config, f'authorization {{ user: {NATS_USER}, password: "{password}" }}\n'.encode())
-    return f"nats://{NATS_USER}:{password}@127.0.0.1:{port}", config
+    return PrivateBus(url, config, {NATS_USER: password})
+
+
+def create_topology(bus: PrivateBus, logs: Path, timeout: float) -> None:
+    """Create the streams, consumers and buckets as deploy/'s admin Job does: the stages' own users may
+    not (``raybus topology``, run once before them).
+
+    Raises:
+        StackError: it failed or took longer than ``timeout``.
+    """
+    with open_private_log(logs / "topology.log") as log:
+        try:
+            done = subprocess.run(
+                _raybus("topology"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **bus.client_env("topology")},
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise StackError(f"raybus topology did not finish within {timeout:.0f}s") from exc
+    if done.returncode != 0:
+        tail = "\n".join((logs / "topology.log").read_text(errors="replace").splitlines()[-20:])
+        raise StackError(f"raybus topology exited with code {done.returncode}\n{tail}")
 
 
 def _raybus(*args: str) -> list[str]:
@@ -219,19 +297,26 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         stack = Stack(state=state)
     try:
         nats_url = args.nats_url
+        bus: PrivateBus | None = None
         if not nats_url:
             port = free_port()
             nats_url = f"nats://127.0.0.1:{port}"
             argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(state / "nats")]
+            server_env: dict[str, str] = {}
             if args.kubeconfig:
-                # A real cluster's credentials act on what this bus carries: only this stack may use it.
-                nats_url, config = private_bus(state, port)
-                argv += ["-c", str(config)]
+                # A real cluster's credentials act on what this bus carries: only this stack may use it,
+                # each stage as its own user with deploy/'s permissions (a reconciler may not write the
+                # projection the applier checks commands against).
+                bus = private_bus(state, port)
+                argv += ["-c", str(bus.config)]
+                server_env = bus.server_env()
             stack.add(
-                Child("nats-server", argv, logs / "nats.log", redact_url(nats_url), infra=True),
+                Child("nats-server", argv, logs / "nats.log", nats_url, env=server_env, infra=True),
                 lambda: port_open(port),
                 args.timeout,
             )
+            if bus is not None and bus.per_stage:
+                create_topology(bus, logs, args.timeout)
         kubeconfig = args.kubeconfig
         if not kubeconfig:
             from schema.crd import write_crds
@@ -254,6 +339,8 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         # A URL with a password goes in the environment, never on a command line (``ps`` shows those).
         secret_url = urlsplit(nats_url).password is not None
         bus_flags, bus_env = ([], {NATS_URL_ENV: nats_url}) if secret_url else (["--nats-url", nats_url], {})
+        if bus is not None and bus.per_stage:
+            bus_flags = ["--no-ensure-topology"]  # created above, by the admin user
         # One process per stage, as deploy/ runs them: each scales on its own.
         kube_flags = ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"]
         services: list[tuple[str, list[str], str, dict[str, str]]] = [
@@ -281,10 +368,12 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
             health = free_port()
             argv = _raybus(command, *bus_flags, "--health-port", str(health), *extra)
             ready_url = f"http://127.0.0.1:{health}/readyz"
-            child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}", env={**bus_env, **env})
+            client_env = bus.client_env(name) if bus is not None else bus_env
+            child = Child(name, argv, logs / f"{name}.log", f"{what}; {ready_url}", env={**client_env, **env})
             stack.add(child, functools.partial(http_ok, ready_url), args.timeout)
         stack.endpoints = {
-            endpoints.NATS_URL: nats_url,
+            # The tools (history, replay, the console's operator) read the bus as its administrator.
+            endpoints.NATS_URL: bus.url_of("admin" if bus.per_stage else NATS_USER) if bus is not None else nats_url,
             endpoints.KUBECONFIG: kubeconfig,
             endpoints.STATUS_URL: status_url,
             endpoints.DB_URL: db_url if not args.db_url else "(given)",

@@ -23,6 +23,8 @@ from services.runtime.errors import PermanentError
 from services.runtime.fetching import LINGER_CAP, LINGER_WINDOW
 
 NATS_URL_ENV: Final = "RAYBUS_NATS_URL"
+NATS_USER_ENV: Final = "RAYBUS_NATS_USER"
+NATS_PASSWORD_ENV: Final = "RAYBUS_NATS_PASSWORD"
 STATUS_AUTH_ENV: Final = "RAYBUS_STATUS_AUTH"
 ROLES_ENV: Final = "RAYBUS_WATCHER_ROLES"
 IN_CLUSTER_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -298,8 +300,8 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
         s.nats,
         url=env.get(NATS_URL_ENV, s.nats.url),
         creds_file=env.get("RAYBUS_NATS_CREDS") or None,
-        user=env.get("RAYBUS_NATS_USER") or None,
-        password=env.get("RAYBUS_NATS_PASSWORD") or None,
+        user=env.get(NATS_USER_ENV) or None,
+        password=env.get(NATS_PASSWORD_ENV) or None,
         tls_ca_file=env.get("RAYBUS_NATS_TLS_CA") or None,
     )
     kube = dataclasses.replace(

@@ -213,6 +213,24 @@ async def ensure_topology(
     return await open_buckets(nc, bus=bus, partitions=partitions)
 
 
+def _leases_config(bus: BusSettings, partitions: PartitionSettings) -> KeyValueConfig:
+    return KeyValueConfig(
+        bucket=subjects.LEASES_BUCKET,
+        description="partition leases and worker heartbeats",
+        history=1,
+        ttl=partitions.lease_ttl,
+        storage=StorageType.FILE,
+        replicas=bus.replicas,
+        direct=True,
+    )
+
+
+async def open_leases(nc: Client, *, bus: BusSettings, partitions: PartitionSettings) -> KeyValue:
+    """Open (creating if needed) the leases bucket alone: what a reconciler uses of the buckets (its NATS
+    user in deploy/ may not look at the others' streams)."""
+    return await _ensure_bucket(nc.jetstream(), _leases_config(bus, partitions))
+
+
 async def open_buckets(nc: Client, *, bus: BusSettings, partitions: PartitionSettings) -> Buckets:
     """Open (creating if needed) the KV buckets."""
     js = nc.jetstream()
@@ -227,18 +245,7 @@ async def open_buckets(nc: Client, *, bus: BusSettings, partitions: PartitionSet
             direct=True,
         ),
     )
-    leases = await _ensure_bucket(
-        js,
-        KeyValueConfig(
-            bucket=subjects.LEASES_BUCKET,
-            description="partition leases and worker heartbeats",
-            history=1,
-            ttl=partitions.lease_ttl,
-            storage=StorageType.FILE,
-            replicas=bus.replicas,
-            direct=True,
-        ),
-    )
+    leases = await _ensure_bucket(js, _leases_config(bus, partitions))
     watcher = await _ensure_bucket(
         js,
         KeyValueConfig(

@@ -32,7 +32,7 @@ from services.runtime.health import HealthServer, Progress
 from services.runtime.leases import Membership, PartitionLeases, default_member_id
 from services.runtime.settings import RaybusSettings
 from services.runtime.snapshots import SnapshotReader
-from services.runtime.topology import ensure_topology, open_buckets
+from services.runtime.topology import ensure_topology, open_leases
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,9 @@ async def run_reconciler(
     nc = await connect(settings.nats, name=f"raybus-reconciler-{worker_id}")
     try:
         if settings.nats.ensure_topology:
-            buckets = await ensure_topology(nc, bus=settings.bus, partitions=settings.partitions)
+            lease_bucket = (await ensure_topology(nc, bus=settings.bus, partitions=settings.partitions)).leases
         else:
-            buckets = await open_buckets(nc, bus=settings.bus, partitions=settings.partitions)
+            lease_bucket = await open_leases(nc, bus=settings.bus, partitions=settings.partitions)
         js = nc.jetstream()
         reader = SnapshotReader(nc)
         timers = TimerScheduler(js)
@@ -117,7 +117,7 @@ async def run_reconciler(
 
         membership = Membership(
             nc,
-            buckets.leases,
+            lease_bucket,
             worker_id,
             settings.bus.partitions,
             settings.partitions,
