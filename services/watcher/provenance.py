@@ -22,9 +22,9 @@ the applier's facts hold it, and the fields that decide what runs are compared:
   the ServiceAccount the cluster's head Pod runs as (``autoscaler_rbac``);
 - the auth Secret: it carries no data of its own (the applier generates the token);
 - a patch changes only fields raybus patches (:data:`POD_PATCHED`, :data:`RAYSERVICE_CLUSTER_PATCHED`,
-  :data:`OWN_FINALIZER`): a Pod's serve label and recreate
-  annotations, the key's own finalizer, a RayJob's workers' ``suspend``, a RayService's serve-config record
-  (which must be the digest of its ``serveConfigV2``) and deletion schedule;
+  :data:`OWN_FINALIZER`): a Pod's serve label and recreate annotations, the key's own finalizer, a
+  RayJob's workers' ``suspend``, a RayService's serve-config record (which must be the digest of its
+  ``serveConfigV2``) and deletion schedule;
 - a job submission is ``build_submit_request`` of the RayJob (entrypoint, runtime env, metadata,
   entrypoint resources); a Serve config is the RayService's ``serveConfigV2``, only its
   ``target_capacity`` chosen by raybus.
@@ -32,8 +32,8 @@ the applier's facts hold it, and the fields that decide what runs are compared:
 The key's custom resource is read with the status patches of the same batch applied (a RayJob's job id
 and dashboard URL are decided in the pass that creates its cluster). The other commands of the table
 (Gateway API objects, ServiceAccounts, PersistentVolumeClaims, Events, deletes, status patches) start
-and expose nothing and are left to ``authorize``. A builder that raises on
-the custom resource (a malformed one) refuses: nothing is derived from what cannot be read.
+and expose nothing and are left to ``authorize``. A builder that raises on the custom resource (a
+malformed one) refuses: nothing is derived from what cannot be read.
 
 Known limit: the facts may be newer than the decision's snapshot. A command decided just before the user
 changed the custom resource (a new worker image while a scale-up is applied) no longer follows from it and
@@ -71,11 +71,8 @@ from services.reconciler.rayservice import clusters as rayservice_clusters
 from services.reconciler.rayservice import kube_services
 from services.reconciler.rayservice import names as rayservice_names
 from services.reconciler.rayservice.model import ServiceModel, read_model
-from services.reconciler.rayservice.serve_config import config_hash, serve_config_json
+from services.reconciler.rayservice.serve_config import TARGET_CAPACITY, config_hash, serve_config_json
 from services.watcher.authorize import command_kind
-
-TARGET_CAPACITY: Final = "target_capacity"
-"""The one field of a Serve config raybus chooses (an incremental upgrade's step), not the user."""
 
 _json_encoder: Final = msgspec.json.Encoder()
 _json_decoder: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder()

@@ -19,12 +19,15 @@ Not here: target_capacity steps (``incremental``), when to reconcile which clust
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import yaml
 
 from services.reconciler.rayservice.serve_observation import ServeObservation
+
+TARGET_CAPACITY: Final = "target_capacity"
+"""The one field of a Serve config raybus chooses (an incremental upgrade's step), not the user."""
 
 
 class ServeConfigError(Exception):
@@ -51,7 +54,7 @@ def serve_config_json(serve_config_v2: str, *, target_capacity: int | None = Non
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise ServeConfigError(f"error converting YAML to JSON: {exc}") from exc
     if target_capacity is not None:
-        config["target_capacity"] = target_capacity
+        config[TARGET_CAPACITY] = target_capacity
     return config
 
 
