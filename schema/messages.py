@@ -110,12 +110,26 @@ that memory is lost. The worker that still holds it answers the tick without a r
 names it); any other worker reconciles it like any tick."""
 
 
+RESYNC: Final = "resync"
+"""The ``reason`` of a key's periodic tick that has it decided again from a fresh snapshot although no event
+came (docs/architecture.md#liveness). A decision it brings that has nothing to do is not recorded."""
+
+CONFLICT: Final = "conflict"
+"""The ``reason`` of a tick that has a key decided again after the API server refused one of its writes as
+stale (409 Conflict, or 404 on an object the snapshot still showed)."""
+
+
 BusInput = WatchEvent | Observation | TimerTick
 
 
 def is_backstop(message: BusInput) -> bool:
     """Whether ``message`` is a backstop tick (:data:`BACKSTOP`)."""
     return isinstance(message, TimerTick) and message.reason == BACKSTOP
+
+
+def is_resync(message: BusInput) -> bool:
+    """Whether ``message`` is a resync tick (:data:`RESYNC`)."""
+    return isinstance(message, TimerTick) and message.reason == RESYNC
 
 
 class _Command(msgspec.Struct, tag_field="type", frozen=True, kw_only=True):

@@ -13,8 +13,11 @@ from typing import Any
 
 import msgspec
 
+from services.runtime.errors import PermanentError
 from services.runtime.settings import (
+    RESYNC_PERIOD_ENV,
     ROLES_ENV,
+    STALL_AFTER_ENV,
     STATUS_AUTH_ENV,
     WATCHER_ROLES,
     RaybusSettings,
@@ -78,6 +81,22 @@ def add_identity(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_liveness(parser: argparse.ArgumentParser) -> None:
+    """Flags of the reconciler's liveness: resync, and when an undecided key counts as stalled."""
+    parser.add_argument(
+        "--resync-period",
+        type=float,
+        help=f"seconds within which every key is decided again although no event came, 0 = never "
+        f"(default 300) [{RESYNC_PERIOD_ENV}]",
+    )
+    parser.add_argument(
+        "--stall-after",
+        type=float,
+        help=f"seconds an input may wait undecided before its key is reported stalled, 0 = never "
+        f"(default 120) [{STALL_AFTER_ENV}]",
+    )
+
+
 def add_status(parser: argparse.ArgumentParser) -> None:
     """Flags of the status service."""
     parser.add_argument("--db-url", help="SQLAlchemy URL, e.g. postgresql+asyncpg://... [RAYBUS_DB_URL]")
@@ -113,7 +132,9 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
     if "bind_address" in given:
         telemetry = dataclasses.replace(telemetry, health_host=given["bind_address"])
     bus = dataclasses.replace(s.bus, **pick("partitions"))
-    partitions = dataclasses.replace(s.partitions, **pick("worker_id"))
+    partitions = dataclasses.replace(s.partitions, **pick("worker_id", "resync_period", "stall_after"))
+    if partitions.resync_period < 0 or partitions.stall_after < 0:
+        raise PermanentError("--resync-period and --stall-after must be >= 0")
     kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy", "qps", "burst"))
     if "roles" in given:
         kube = dataclasses.replace(kube, roles=parse_roles(given["roles"]))

@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     flags.add_common(reconciler)
     flags.add_operator(reconciler)
     flags.add_identity(reconciler)
+    flags.add_liveness(reconciler)
     status = sub.add_parser("status", help="persist transitions and the command audit trail; serve the history API")
     flags.add_common(status)
     flags.add_status(status)

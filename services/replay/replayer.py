@@ -37,7 +37,7 @@ import msgspec
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import Command, CommandBatch, is_backstop
+from schema.messages import Command, CommandBatch, is_backstop, is_resync
 from schema.times import format_time_ms
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.decide import LOGIC_VERSION, draft
@@ -106,7 +106,7 @@ class ReplayResult(msgspec.Struct, frozen=True, kw_only=True):
         window: where the retained data starts; ``complete_from`` the first KV revision whose snapshot
             can be rebuilt entirely (0: all of them).
         unconsumed: inputs no recorded decision names (not reconciled yet, dead-lettered, or their
-            decision aged out of the commands stream); backstop ticks are not counted.
+            decision aged out of the commands stream); backstop and resync ticks are not counted.
         incarnations: uids of the custom resource seen, in order.
     """
 
@@ -295,9 +295,14 @@ class Replayer:
             divergences=tuple(divergences),
             window=history.window,
             complete_from=timeline.complete_from,
-            # A backstop tick is reconciled only by a worker that lost what it stands behind: no decision
-            # names the others, and they are no gap in the history.
-            unconsumed=tuple(r for r in history.inputs if r.seq not in consumed and not is_backstop(r.message)),
+            # A backstop tick is reconciled only by a worker that lost what it stands behind, and a resync
+            # tick that found nothing to do is not recorded: no decision names those, and they are no gap
+            # in the history.
+            unconsumed=tuple(
+                r
+                for r in history.inputs
+                if r.seq not in consumed and not is_backstop(r.message) and not is_resync(r.message)
+            ),
             incarnations=incarnations(history),
             inputs_total=len(history.inputs),
         )

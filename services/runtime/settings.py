@@ -27,6 +27,8 @@ NATS_USER_ENV: Final = "RAYBUS_NATS_USER"
 NATS_PASSWORD_ENV: Final = "RAYBUS_NATS_PASSWORD"
 STATUS_AUTH_ENV: Final = "RAYBUS_STATUS_AUTH"
 ROLES_ENV: Final = "RAYBUS_WATCHER_ROLES"
+RESYNC_PERIOD_ENV: Final = "RAYBUS_RESYNC_PERIOD"
+STALL_AFTER_ENV: Final = "RAYBUS_STALL_AFTER"
 IN_CLUSTER_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 IN_CLUSTER_CA_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
@@ -91,6 +93,13 @@ class PartitionSettings:
     inflight_max_age: float = 60.0
     """Seconds after which a command no longer counts as in flight even if the applier has not
     acknowledged it (0 disables withholding); KubeRay lets a create expectation expire after 30 s."""
+    resync_period: float = 300.0
+    """Seconds within which every live key is decided again from a fresh snapshot although no event came
+    (each key at its own point between half of it and all of it; 0 = never). KubeRay requeues every
+    RayCluster every 300 s (``RAYCLUSTER_DEFAULT_REQUEUE_SECONDS_ENV``); raybus does that for every kind."""
+    stall_after: float = 120.0
+    """Seconds an input may wait undecided before its key is reported stalled (a metric and a Warning
+    Event ``ReconcileStalled``; 0 = never)."""
 
 
 WatcherRole = Literal["watch", "apply", "probe"]
@@ -326,4 +335,11 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
     )
     operator = OperatorConfig(gates=gates, switches=parse_switches(env), pod_defaults=pod_defaults)
     telemetry = dataclasses.replace(s.telemetry, log_level=env.get("RAYBUS_LOG_LEVEL", s.telemetry.log_level))
-    return dataclasses.replace(s, nats=nats, kube=kube, status=status, operator=operator, telemetry=telemetry)
+    partitions = dataclasses.replace(
+        s.partitions,
+        resync_period=_number(RESYNC_PERIOD_ENV, env.get(RESYNC_PERIOD_ENV), s.partitions.resync_period),
+        stall_after=_number(STALL_AFTER_ENV, env.get(STALL_AFTER_ENV), s.partitions.stall_after),
+    )
+    return dataclasses.replace(
+        s, nats=nats, kube=kube, status=status, operator=operator, telemetry=telemetry, partitions=partitions
+    )

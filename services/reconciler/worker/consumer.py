@@ -36,13 +36,14 @@ from schema.codec import decode_input
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import BusInput, TimerTick, is_backstop
+from schema.messages import CONFLICT, RESYNC, BusInput, TimerTick, is_backstop, is_resync
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decision_time, draft, min_revision
 from services.reconciler.worker.inflight import InFlight, Recalled
 from services.reconciler.worker.publishing import publish_decision
 from services.reconciler.worker.reports import identity_only, owner_uid, report_failure
+from services.reconciler.worker.resync import resync_at
 from services.reconciler.worker.timers import SCHEDULER_HEADER, TimerScheduler
 from services.runtime.backoff import Backoff, interruptible, retry
 from services.runtime.bus import bus_unavailable
@@ -71,6 +72,12 @@ _lag_seconds = _meter.create_histogram(
 _dead_letters = _meter.create_counter("raybus_dead_letters_total", description="messages parked")
 _backstops_answered = _meter.create_counter(
     "raybus_backstop_ticks_answered_total", description="backstop ticks answered from memory, without a reconcile"
+)
+_resyncs_quiet = _meter.create_counter(
+    "raybus_resyncs_unchanged_total", description="resync decisions that had nothing to do (not recorded)"
+)
+_refusals_redecided = _meter.create_counter(
+    "raybus_refused_writes_redecided_total", description="keys decided again after the API refused a write as stale"
 )
 
 FETCH_BATCH = 256
@@ -143,6 +150,8 @@ class _Decided:
 
     wake_at: datetime | None
     applied_floor: int
+    exists: bool = True
+    """The key's custom resource is in the snapshot: a key whose resource is gone is not resynced."""
 
 
 class PartitionConsumer:
@@ -165,6 +174,7 @@ class PartitionConsumer:
         progress: Progress | None = None,
         part_budget: int = part_budget(DEFAULT_MAX_PAYLOAD),
         recall: Recall | None = None,
+        resync_period: float = 0.0,
     ) -> None:
         self.partition = partition
         self._js = js
@@ -180,6 +190,7 @@ class PartitionConsumer:
         self._progress = progress or Progress(f"partition {partition}")
         self._part_budget = part_budget
         self._recall = recall
+        self._resync_period = resync_period
         self._recalled: set[ReconcileKey] = set()
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
@@ -239,6 +250,13 @@ class PartitionConsumer:
                 await self._timers.schedule(key, wake_at or datetime.now(UTC), reason="in-flight commands landed")
             except NatsError as exc:  # the key's next event looks instead
                 log.warning("partition %d: could not schedule a look at %s (%s)", self.partition, key, exc)
+        for key, wake_at in self._inflight.refused(floor).items():
+            try:
+                await self._timers.schedule(key, wake_at, reason=CONFLICT)
+            except NatsError as exc:  # the key's resync decides it again instead
+                log.warning("partition %d: could not schedule a fresh decision of %s (%s)", self.partition, key, exc)
+                continue
+            _refusals_redecided.add(1, {"raybus.kind": key.kind})
         self._inflight.prune(floor)
 
     async def process(self, msgs: list[Msg]) -> None:
@@ -342,18 +360,29 @@ class PartitionConsumer:
         span.set_attribute("raybus.rules", list(drafted.decision.rules))
         span.set_attribute("raybus.commands", len(batch.commands))
         span.set_attribute("raybus.suppressed", len(batch.suppressed))
+        decided = _Decided(wake_at=drafted.decision.wake_at, applied_floor=floor, exists=snapshot.owner() is not None)
+        if not batch.commands and not batch.suppressed and all(is_resync(message) for message in inputs):
+            # A resync that found nothing to do is not recorded: at 10,000 idle keys the decision log would
+            # otherwise grow by a message per key and period, each read by an applier for nothing.
+            span.set_attribute("raybus.unchanged", True)
+            _resyncs_quiet.add(1, {"raybus.kind": key.kind})
+            return decided
         last_seq = await publish_decision(self._js, batch, budget=self._part_budget)
         self._inflight.published(key, last_seq)
-        return _Decided(wake_at=drafted.decision.wake_at, applied_floor=floor)
+        return decided
 
     async def _schedule(self, key: ReconcileKey, inputs: list[BusInput], decided: _Decided) -> None:
-        """Set the key's durable timer after its decision is stored: its wake-up, or a backstop behind what
-        the in-flight memory holds for it, or none."""
+        """Set the key's durable timer after its decision is stored: its wake-up or, when that is later or
+        none, its resync; or a backstop behind what the in-flight memory holds for it; or none (the key's
+        resource is gone, or resync is off)."""
         if any(isinstance(message, TimerTick) for message in inputs):
             self._timers.forget(key)
-        wake_at = decided.wake_at
+        wake_at, reason = decided.wake_at, ""
+        resync = resync_at(key, datetime.now(UTC), self._resync_period) if decided.exists else None
+        if resync is not None and (wake_at is None or resync < wake_at):
+            wake_at, reason = resync, RESYNC
         if wake_at is not None and not self._inflight.defer(key, wake_at, applied_floor=decided.applied_floor):
-            await self._timers.schedule(key, wake_at, over_backstop=not self._inflight.holds(key))
+            await self._timers.schedule(key, wake_at, reason, over_backstop=not self._inflight.holds(key))
         elif self._inflight.holds(key):
             await self._arm_backstop(key)
         else:

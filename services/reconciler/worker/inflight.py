@@ -40,6 +40,13 @@ A batch that submits a Ray job is held the same way until the prober's answer in
 dashboard knows the job (``schema.probes.job_known``): until then every reconcile sees "not found" and
 would submit it again.
 
+A write the API server refused as stale (the applier's outcome ``dropped``: a 409 Conflict on the
+resourceVersion the decision saw, or a 404 on an object its snapshot still showed) is no end: the decision
+it belonged to was made on a view older than the server's, and no event is sure to follow (an edge can be
+lost). Once the refused command is out of flight the key is due for a fresh decision
+(:meth:`InFlight.refused`), at once the first time and after a growing pause when refusals follow each
+other (the watch has not caught up yet: each decision on the same stale view is refused again).
+
 Likewise a decision's own wake-up is deferred while commands of its key are in flight
 (:meth:`InFlight.defer`): a reconcile on a snapshot that does not show them yet decides them again.
 The wake-up comes at its time or when they have landed, whichever is later. Without this, the
@@ -54,7 +61,7 @@ import heapq
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import msgspec
@@ -75,11 +82,19 @@ from schema.messages import (
 )
 from schema.probes import job_known
 from services.reconciler.worker.decide import Ids, content_digest
-from services.runtime.clock import Monotonic
+from services.runtime.backoff import Backoff
+from services.runtime.clock import Clock, Monotonic, utc_now
 
 _NEVER_SEQ: Final = 2**63
 """Above every stream sequence: no command of the key waits for the applier."""
 
+REFUSAL_BACKOFF: Final = Backoff(base=1.0, cap=60.0)
+"""Pause before a key is decided again after its second, third, ... refused write in a row (the first is
+decided again at once): while the watch lags behind the server, every decision repeats the refused one."""
+REFUSAL_MEMORY: Final = 120.0
+"""Seconds after which a key's refusals no longer count as "in a row"."""
+_REFUSALS_KEPT: Final = 4096
+"""Keys with a refusal remembered, above which those older than :data:`REFUSAL_MEMORY` are forgotten."""
 
 def target_key(command: Command) -> str | None:
     """:func:`in_flight_key` of a command that is "the same" as another by its target alone, else None.
@@ -187,12 +202,24 @@ class InFlight:
     at most ``create_hold`` after it was applied) or ``max_age``."""
 
     def __init__(
-        self, *, grace: float, max_age: float, create_hold: float = 0.0, clock: Monotonic = time.monotonic
+        self,
+        *,
+        grace: float,
+        max_age: float,
+        create_hold: float = 0.0,
+        clock: Monotonic = time.monotonic,
+        wall: Clock = utc_now,
     ) -> None:
         self._grace = grace
         self._max_age = max_age
         self._create_hold = create_hold
         self._clock = clock
+        self._wall = wall
+        self._refused: dict[ReconcileKey, str] = {}
+        """Key → the id of its command the server refused, until it is out of flight and the key is due."""
+        self._refusals: dict[ReconcileKey, tuple[int, float]] = {}
+        """Key → its refusals in a row and when the last was reported (the pause before the next decision)."""
+        self._recheck_refused: set[ReconcileKey] = set()
         self._sent: dict[ReconcileKey, dict[str, _Sent]] = {}
         self._pending: dict[ReconcileKey, tuple[dict[str, _Kept], set[Target]]] = {}
         self._unseen: dict[ReconcileKey, dict[int, set[Target]]] = {}
@@ -237,6 +264,7 @@ class InFlight:
         # The latest decision of a key says what it still wants.
         self._looks.pop(batch.key, None)
         self._wakes.pop(batch.key, None)
+        self._refused.pop(batch.key, None)
         self._changed(batch.key)
         if entries is not None:
             self._seen(batch.key, entries)
@@ -319,7 +347,7 @@ class InFlight:
         """Whether commands of ``key`` published (or being published) here may still be in flight."""
         return key in self._sent or key in self._pending
 
-    def reported(self, key: ReconcileKey, command_id: str, *, took_effect: bool = True) -> None:
+    def reported(self, key: ReconcileKey, command_id: str, *, took_effect: bool = True, refused: bool = False) -> None:
         """The applier published the outcome of ``command_id`` of ``key``: the command is applied, whatever the
         outcome (a failed call was retried by the applier already; a superseded one is not made at all).
         ``took_effect`` False (``schema.messages.TAKEN_EFFECT``): a create of the same object with another
@@ -327,10 +355,20 @@ class InFlight:
 
         Outcomes of keys with nothing in flight here are ignored (the memory stays bounded by what this
         worker published); one that arrives before :meth:`published` recorded its command, or is never
-        seen, leaves the command to the ack floor."""
+        seen, leaves the command to the ack floor.
+
+        ``refused`` (the outcome ``dropped``): the server refused the write as stale, so the key is due for a
+        fresh decision once the command is out of flight (:meth:`refused`)."""
         if not self.tracks(key):
             return
-        self._reported.setdefault(key, {})[command_id] = (self._clock(), took_effect)
+        now = self._clock()
+        self._reported.setdefault(key, {})[command_id] = (now, took_effect)
+        if refused:
+            self._refused[key] = command_id
+            count, last = self._refusals.get(key, (0, float("-inf")))
+            self._refusals[key] = (count + 1 if now - last < REFUSAL_MEMORY else 1, now)
+            if len(self._refusals) > _REFUSALS_KEPT:
+                self._refusals = {k: v for k, v in self._refusals.items() if now - v[1] < REFUSAL_MEMORY}
         self._changed(key)
 
     def _seen(self, key: ReconcileKey, entries: Mapping[str, Mapping[str, Any]]) -> None:
@@ -359,6 +397,7 @@ class InFlight:
         self._settled.pop(key, None)
         self._recheck_due.add(key)
         self._recheck_prune.add(key)
+        self._recheck_refused.add(key)
 
     def _reached(self, applied_floor: int) -> None:
         """Mark the keys whose settled bounds the floor or the clock reached."""
@@ -368,6 +407,7 @@ class InFlight:
                 key = heapq.heappop(heap)[2]
                 self._recheck_due.add(key)
                 self._recheck_prune.add(key)
+                self._recheck_refused.add(key)
 
     def _note_floor(self, applied_floor: int, now: float) -> None:
         if applied_floor > self._floor:
@@ -452,6 +492,25 @@ class InFlight:
             if wake_at is not None and not self._current(key, applied_floor):
                 del self._wakes[key]
                 due.setdefault(key, wake_at)  # a look now comes first: its reconcile decides the wake again
+        return due
+
+    def refused(self, applied_floor: int) -> dict[ReconcileKey, datetime]:
+        """Keys to decide again because the server refused one of their writes as stale, each returned once,
+        with when: once the refused command is out of flight, at once after a first refusal, after
+        :data:`REFUSAL_BACKOFF` when refusals follow each other."""
+        self._reached(applied_floor)
+        keys, self._recheck_refused = self._recheck_refused, set()
+        due: dict[ReconcileKey, datetime] = {}
+        for key in keys:
+            command_id = self._refused.get(key)
+            if command_id is None:
+                continue
+            if any(sent.command_id == command_id for sent in self._current(key, applied_floor).values()):
+                continue
+            del self._refused[key]
+            count = self._refusals.get(key, (1, 0.0))[0]
+            pause = REFUSAL_BACKOFF.delay(count - 1) if count > 1 else 0.0
+            due[key] = self._wall() + timedelta(seconds=pause)
         return due
 
     def prune(self, applied_floor: int) -> None:

@@ -1,5 +1,8 @@
 """The applier's reports of what it carried out, fed to the in-flight memory of the key's partition.
 
+A write the server refused as stale (outcome ``dropped``) also makes the key due for a fresh decision
+(``InFlight.refused``): the decision that wrote it saw an older object than the server holds.
+
 The applier publishes one outcome per command (``subjects.result_subject``) before it acknowledges the
 batch. A plain subscription sees them as they are stored: no consumer, no acknowledgement, nothing kept.
 One that is missed (a reconnect, a slow subscriber) only leaves its command to the partition's ack floor.
@@ -48,6 +51,8 @@ async def follow_results(nc: Client, memory_of: MemoryOf) -> Subscription:
             log.debug("skipping an undecodable result on %s: %s", msg.subject, exc)
             return
         if result.key == key:
-            memory.reported(key, result.command_id, took_effect=result.outcome in TAKEN_EFFECT)
+            memory.reported(
+                key, result.command_id, took_effect=result.outcome in TAKEN_EFFECT, refused=result.outcome == "dropped"
+            )
 
     return await nc.subscribe(subjects.RESULTS_WILDCARD, cb=on_result)

@@ -91,6 +91,7 @@ async def run_reconciler(
                 progress=progress,
                 part_budget=part_budget(nc.max_payload),
                 recall=lambda key: recent_batches(nc, key, within=settings.partitions.inflight_max_age),
+                resync_period=settings.partitions.resync_period,
             )
             task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
             task.add_done_callback(on_done)
