@@ -36,7 +36,7 @@ from schema.codec import decode_input
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import CONFLICT, RESYNC, BusInput, TimerTick, is_backstop, is_resync
+from schema.messages import CONFLICT, BusInput, TimerTick, is_backstop, is_resync
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.decide import decision_time, draft, min_revision
@@ -377,12 +377,16 @@ class PartitionConsumer:
         resource is gone, or resync is off)."""
         if any(isinstance(message, TimerTick) for message in inputs):
             self._timers.forget(key)
-        wake_at, reason = decided.wake_at, ""
+        wake_at = decided.wake_at
         resync = resync_at(key, datetime.now(UTC), self._resync_period) if decided.exists else None
         if resync is not None and (wake_at is None or resync < wake_at):
-            wake_at, reason = resync, RESYNC
-        if wake_at is not None and not self._inflight.defer(key, wake_at, applied_floor=decided.applied_floor):
-            await self._timers.schedule(key, wake_at, reason, over_backstop=not self._inflight.holds(key))
+            # Not held while commands are in flight, unlike a wake-up: it comes long after they landed.
+            if self._inflight.holds(key):
+                await self._arm_backstop(key)
+            else:
+                await self._timers.resync(key, resync)
+        elif wake_at is not None and not self._inflight.defer(key, wake_at, applied_floor=decided.applied_floor):
+            await self._timers.schedule(key, wake_at, over_backstop=not self._inflight.holds(key))
         elif self._inflight.holds(key):
             await self._arm_backstop(key)
         else:

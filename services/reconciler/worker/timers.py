@@ -7,8 +7,8 @@ past fires at once. Schedules have one-second resolution, so due times are round
 arrives before its time. To avoid one publish per reconcile, a worker remembers the earliest pending
 due time it scheduled per key and republishes only when the new one is earlier or the old one has
 passed; a tick that arrives "too early" for a later wish is a harmless no-op reconcile. When a key's
-latest decision wants no wake-up at all, its pending tick is withdrawn, so a key whose state stopped
-changing is not reconciled again (a retry wish that was overtaken by events, for instance).
+latest decision wants no wake-up at all, its pending tick is replaced by its resync (or withdrawn when
+resync is off or the key's resource is gone), so a retry wish that was overtaken by events does not wake it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from schema import subjects
 from schema.codec import encode
 from schema.keys import ReconcileKey
-from schema.messages import BACKSTOP, TimerTick, is_backstop
+from schema.messages import BACKSTOP, RESYNC, TimerTick, is_backstop, is_resync
 from schema.times import format_time
 from services.runtime.bus import publish
 from services.runtime.clock import Clock, utc_now
@@ -82,6 +82,17 @@ class TimerScheduler:
             },
         )
         self._pending[key] = tick
+
+    async def resync(self, key: ReconcileKey, due: datetime) -> bool:
+        """Make the key's pending tick its resync at ``due`` (docs/architecture.md#liveness): the latest
+        decision wants no earlier wake-up, so a pending one of another kind is replaced (as :meth:`cancel`
+        would withdraw it), while an earlier resync still pending is kept; returns whether a schedule was
+        published (at most one per key and resync, however many decisions come in between)."""
+        pending = self._pending.get(key)
+        if pending is not None and is_resync(pending) and self._clock() - FIRING_SLACK < pending.due_at <= due:
+            return False
+        await self._publish(key, due, RESYNC)
+        return True
 
     async def backstop(self, key: ReconcileKey, due: datetime) -> bool:
         """Make the key's pending tick come at ``due``, earlier or later than a pending one, so that a

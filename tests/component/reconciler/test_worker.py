@@ -23,6 +23,7 @@ from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
 from schema.messages import (
     BACKSTOP,
+    RESYNC,
     CommandBatch,
     CommandResult,
     CreateObject,
@@ -38,7 +39,7 @@ from services.runtime.health import HealthServer
 from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings, RaybusSettings
 from services.runtime.topology import ensure_topology
 from tests.fixtures.nats import NatsServer
-from tests.helpers import eventually
+from tests.helpers import eventually, stored_messages
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -265,7 +266,7 @@ async def test_wake_at_becomes_a_timer_tick(nats_server: NatsServer, client: Cli
 
 async def test_a_wake_up_no_longer_wanted_is_withdrawn(nats_server: NatsServer, client: Client) -> None:
     """A decision asks for a tick in 2 s; the next decision (another event) asks for none: the pending
-    tick is withdrawn, so nothing wakes the key at the first one's due time."""
+    tick is replaced by the key's resync, so nothing wakes the key at the first one's due time."""
     due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
     seen: list[datetime] = []
 
@@ -273,6 +274,7 @@ async def test_a_wake_up_no_longer_wanted_is_withdrawn(nats_server: NatsServer, 
         seen.append(now)
         return Decision(wake_at=due) if len(seen) == 1 else Decision()
 
+    resync = settings_for(nats_server, worker_id="w1").partitions.resync_period
     worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": once})
     try:
         await put_cr(client, key(1))
@@ -280,7 +282,10 @@ async def test_a_wake_up_no_longer_wanted_is_withdrawn(nats_server: NatsServer, 
         await put_cr(client, key(1), {"spec": {"changed": True}})
         await eventually(lambda: len(seen) == 2, timeout=30)
         msg = await client.jetstream().get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1)))
-        assert not msg.data and "Nats-Schedule" not in (msg.headers or {})  # the schedule was superseded
+        # the schedule was superseded by the key's resync, half a resync period away at the earliest
+        tick = decode_input(msg.data or b"")
+        assert isinstance(tick, TimerTick) and tick.reason == RESYNC
+        assert tick.due_at >= due + timedelta(seconds=resync / 2 - 10)
         await eventually(lambda: datetime.now(UTC) > due + timedelta(seconds=1), timeout=30)
         await put_cr(client, key(1), {"spec": {"changed": "again"}})  # an input after the due time
         await eventually(lambda: len(seen) == 3, timeout=30)
@@ -521,5 +526,50 @@ async def test_a_decision_taken_past_the_lease_is_dropped_and_its_input_decided_
         found = await eventually(lambda: _at_least(batches(client), 1), timeout=60)
         names = [c.target.name for b in found for c in b.commands if isinstance(c, CreateObject)]
         assert names == ["fresh"] and calls[0] == "starved"
+    finally:
+        await worker.close()
+
+
+async def test_every_live_key_is_decided_again_without_events_and_a_quiet_resync_is_not_recorded(
+    nats_server: NatsServer, client: Client
+) -> None:
+    """Resync: with no event at all, the key is decided again and again (within the period each time); a
+    resync that has nothing to do publishes no batch; once its resource is gone the key is left alone."""
+    seen: list[datetime] = []
+
+    def note(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        seen.append(now)
+        return create_one_pod(snapshot, now, config) if len(seen) == 1 else Decision()
+
+    base = settings_for(nats_server, worker_id="w1")
+    fast = dataclasses.replace(base, partitions=dataclasses.replace(base.partitions, resync_period=3.0))
+    worker = Worker(fast, {"RayCluster": note})
+    try:
+        await put_cr(client, key(1))
+        await eventually(lambda: len(seen) >= 4, timeout=60, message="three resyncs without any event")
+        stored = await stored_messages(client.jetstream(), subjects.EVENTS_STREAM, subjects.stored_events_filter(key(1)))
+        inputs = [decode_input(m.data) for m in stored]
+        ticks = [m for m in inputs if isinstance(m, TimerTick)]
+        assert len(ticks) >= 3 and {t.reason for t in ticks} == {RESYNC}
+        recorded = [decode_batch(m.data) for m in await stored_messages(client.jetstream(), subjects.COMMANDS_STREAM)]
+        assert len(recorded) == 1 and recorded[0].commands  # only the first decision, which acted
+
+        kv = await client.jetstream().key_value(subjects.OBJECTS_BUCKET)
+        await kv.delete(subjects.entry_key(key(1), "RayCluster", "c1"))  # before its event: no revision to wait for
+        gone = WatchEvent(
+            key=key(1),
+            event_type="DELETED",
+            entry_kind="RayCluster",
+            object={"metadata": {"name": "c1", "namespace": "default"}},
+            resource_version="9",
+            observed_at=T0,
+        )
+        await client.jetstream().publish(subjects.events_subject(key(1)), encode(gone))
+
+        async def withdrawn() -> bool:
+            msg = await client.jetstream().get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1)))
+            return not msg.data  # the pending resync superseded by an empty message: nothing left to fire
+
+        await eventually(withdrawn, timeout=30, message="the resync of a deleted key withdrawn")
     finally:
         await worker.close()
