@@ -9,7 +9,7 @@ and by the reconciler worker (what of a key is still in flight when its partitio
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -49,7 +49,7 @@ async def direct_batches(
     start_seq: int = 1,
     start_time: datetime | None = None,
     timeout: float = 5.0,
-) -> AsyncIterator[StoredMessage]:
+) -> AsyncGenerator[StoredMessage, None]:
     """Every message of ``stream`` matching the filter from ``start_seq`` (or ``start_time``) on.
 
     Raises:

@@ -67,19 +67,27 @@ def owner_uid(key: ReconcileKey, inputs: Sequence[BusInput]) -> str:
 
 
 def failure_report(
-    key: ReconcileKey, *, uid: str, sequences: Sequence[int], reason: str, now: datetime
+    key: ReconcileKey,
+    *,
+    uid: str,
+    sequences: Sequence[int],
+    reason: str,
+    now: datetime,
+    event_reason: str = REASON,
+    message: str = "",
 ) -> CommandBatch:
-    """The batch that shows ``reason`` on the key's custom resource (de-duplicated per set of inputs)."""
-    message = f"raybus could not reconcile {key.kind} {key.namespace}/{key.name}: {reason}"
+    """The batch that shows ``reason`` on the key's custom resource as a Warning Event ``event_reason``
+    (de-duplicated per set of inputs and reason); ``message`` replaces the Event's default text."""
+    message = message or f"raybus could not reconcile {key.kind} {key.namespace}/{key.name}: {reason}"
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
     event = EmitEvent(
-        id=f"report-{','.join(map(str, sorted(sequences)))}",
+        id=f"{'report' if event_reason == REASON else event_reason}-{','.join(map(str, sorted(sequences)))}",
         regarding=ObjectRef(
             api_version=conventions.API_VERSION, kind=key.kind, namespace=key.namespace, name=key.name, uid=uid
         ),
         event_type="Warning",
-        reason=REASON,
+        reason=event_reason,
         message=message,
     )
     digest = hashlib.blake2b(f"{key.token()}/report/{event.id}".encode(), digest_size=16).hexdigest()

@@ -24,8 +24,10 @@ from services.reconciler.worker.consumer import PartitionConsumer
 from services.reconciler.worker.handover import recent_batches
 from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.results import follow_results
+from services.reconciler.worker.stalls import StallWatch
 from services.reconciler.worker.timers import TimerScheduler
 from services.replay.responder import serve_replays
+from services.runtime.aio import cancel_and_wait
 from services.runtime.bus import connect
 from services.runtime.fetching import Linger
 from services.runtime.health import HealthServer, Progress
@@ -130,7 +132,15 @@ async def run_reconciler(
         await serve_replays(nc, config=settings.operator, reconcilers=kinds)
         await follow_results(nc, memory_of)
         log.info("reconciler %s running with kinds %s", worker_id, ", ".join(sorted(kinds)))
-        await leases.run(stop)
+        watching = None
+        if settings.partitions.stall_after > 0:
+            stalls = StallWatch(nc, partitions=settings.bus.partitions, stall_after=settings.partitions.stall_after)
+            watching = asyncio.create_task(stalls.run(stop), name="stall-watch")
+        try:
+            await leases.run(stop)
+        finally:
+            if watching is not None:
+                await cancel_and_wait([watching], timeout=5.0)
         if crashed:
             raise RuntimeError(f"a partition consumer crashed: {crashed[0]!r}") from crashed[0]
     finally:

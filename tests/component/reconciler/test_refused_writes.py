@@ -232,4 +232,3 @@ async def test_an_older_status_decision_applied_after_a_newer_one_is_refused(
         assert found["older"].status_code == 409
         status = (await cluster.get()).get("status") or {}
         assert status.get("readyWorkerReplicas") == 4
-

@@ -547,7 +547,8 @@ async def test_every_live_key_is_decided_again_without_events_and_a_quiet_resync
     try:
         await put_cr(client, key(1))
         await eventually(lambda: len(seen) >= 4, timeout=60, message="three resyncs without any event")
-        stored = await stored_messages(client.jetstream(), subjects.EVENTS_STREAM, subjects.stored_events_filter(key(1)))
+        filtered = subjects.stored_events_filter(key(1))
+        stored = await stored_messages(client.jetstream(), subjects.EVENTS_STREAM, filtered)
         inputs = [decode_input(m.data) for m in stored]
         ticks = [m for m in inputs if isinstance(m, TimerTick)]
         assert len(ticks) >= 3 and {t.reason for t in ticks} == {RESYNC}
