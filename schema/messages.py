@@ -152,7 +152,8 @@ PatchType = Literal["merge", "json", "strategic"]
 
 
 class PatchObject(_Command, tag="patch_object", frozen=True, kw_only=True):
-    """Patch an object; with ``resource_version`` a Conflict is dropped (a newer event is coming)."""
+    """Patch an object; with ``resource_version`` a Conflict is ``dropped``, and the reconciler that published
+    it decides the key again from a fresh snapshot."""
 
     target: ObjectRef
     patch: dict[str, Any] | list[dict[str, Any]]
@@ -180,7 +181,11 @@ class DeleteCollection(_Command, tag="delete_collection", frozen=True, kw_only=T
 
 
 class PatchStatus(_Command, tag="patch_status", frozen=True, kw_only=True):
-    """Merge-patch ``.status`` through the status subresource; carries the transitions it confirms."""
+    """Merge-patch ``.status`` through the status subresource; carries the transitions it confirms.
+
+    ``resource_version`` is the custom resource's version the decision saw: a status decided on an older
+    view than the server's is refused (409, ``dropped``) and the key decided again, so an older decision
+    never overwrites a newer one."""
 
     target: ObjectRef
     status: dict[str, Any]
@@ -277,7 +282,9 @@ class CommandBatch(msgspec.Struct, tag_field="type", tag="command_batch", frozen
 
 
 Outcome = Literal["applied", "already_done", "dropped", "failed", "superseded", "denied"]
-"""``superseded``: not sent, because the decision no longer held when the applier reached it (a newer
+"""``dropped``: refused by the API server as stale (409 on the resourceVersion the decision saw, or 404: the
+object is gone); the target is as it was, and the reconciler that published it decides the key again.
+``superseded``: not sent, because the decision no longer held when the applier reached it (a newer
 decision of the key exists, or the owner of what it creates is deleted); ``error`` says which.
 ``denied``: outside its key's authority (the watcher's ``authorize``), never executed; ``error`` says why."""
 

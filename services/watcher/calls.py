@@ -12,8 +12,9 @@ Idempotency rules (docs/architecture.md#watcher):
 - create: 409 AlreadyExists → ``already_done`` (names are deterministic);
 - delete: 404 → ``already_done``; 409 on a uid precondition (a newer object took the name) →
   ``already_done`` (the object the command meant is gone);
-- patch / status patch with ``resource_version``: 409 Conflict → ``dropped`` (a newer event is coming);
-  404 → ``dropped`` (the object is gone, its DELETED event is coming);
+- patch / status patch with ``resource_version``: 409 Conflict → ``dropped`` (the decision saw an older
+  object than the server holds: the reconciler that published it decides the key again on that outcome,
+  ``services/reconciler/worker/inflight.py``); 404 → ``dropped`` (the object is gone), likewise;
 - 429, 5xx and connection errors → retried with backoff, then ``failed``;
 - any other 4xx → ``failed`` at once, with the API's message.
 

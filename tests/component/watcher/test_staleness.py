@@ -187,3 +187,47 @@ async def test_parts_of_one_decision_do_not_supersede_each_other(
     assert set(outcomes.values()) <= {"applied", "already_done"}  # the other key creates the same names
     assert len({r["command_id"] for r in alone_results}) == 6
     assert {r["outcome"] for r in alone_results} <= {"applied", "already_done"}
+
+
+async def test_a_batch_older_than_one_already_applied_is_superseded_without_a_lookup(
+    bus: Bus, kubesim_namespace: str
+) -> None:
+    """The applier remembers the latest decision it applied per key: an older batch of the key reaching it
+    afterwards (a first delivery that waited behind a partition move) is superseded at once, except what the
+    newer decision withheld for it, and a guarded status patch, which the API server judges itself."""
+    ns = kubesim_namespace
+    key = ReconcileKey(kind="RayCluster", namespace=ns, name="applied-first")
+    status = PatchStatus(
+        id="status",
+        target=ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=ns, name="applied-first"),
+        status={"readyWorkerReplicas": 1},
+        resource_version="7",
+    )
+    older = batch(
+        key,
+        "older",
+        CreateObject(id="a", target=sa_ref(ns, "a"), body={}),
+        CreateObject(id="b", target=sa_ref(ns, "b"), body={}),
+        status,
+    )
+    await send(bus, older)
+    await send(bus, batch(key, "newer", suppressed=("b",)))
+    sub = await bus.js.pull_subscribe_bind(
+        durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM
+    )
+    try:
+        first, second = await sub.fetch(2, timeout=5)
+        check = DecisionCheck(bus.js, None)
+        check.applied(second, codec.decode_batch(second.data))
+        assert first.metadata.num_delivered == 1
+        review = await check.review(first, older, [])
+        assert review.stale(older.commands[0]) == "superseded by the newer decision (command batch newer, applied)"
+        assert review.stale(older.commands[1]) == ""  # withheld by the newer decision: still wanted
+        assert review.stale(status) == ""  # guarded: a stale version is refused by the server
+        assert check.lookups == 0
+        check.applied(first, older)  # an older batch applied later does not replace the memory
+        assert (await check.review(first, older, [])).newer
+        for msg in (first, second):
+            await msg.ack()
+    finally:
+        await sub.unsubscribe()
