@@ -21,11 +21,14 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from schema import subjects
+from schema.codec import encode
 from schema.config import OperatorConfig
 from schema.keys import ReconcileKey
+from schema.messages import WatchEvent
 from schema.replayview import ReplayRequest, ReplayView
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.applied import AppliedFloor
+from services.reconciler.worker.stalls import StallWatch
 from services.replay.responder import serve_replays
 from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.settings import BusSettings, PartitionSettings
@@ -215,11 +218,23 @@ async def test_reconciler_does_its_job(reconciler: User, server: NatsServer) -> 
     try:
         await watcher.js.publish(subjects.result_subject(key), b"{}")
         assert (await outcomes.next_msg(timeout=10)).subject == subjects.result_subject(key)
-        await watcher.js.publish(subjects.events_subject(key), b"{}")
+        event = WatchEvent(
+            key=key,
+            event_type="ADDED",
+            entry_kind="RayJob",
+            object={"kind": "RayJob"},
+            resource_version="1",
+            observed_at=datetime.now(UTC),
+        )
+        await watcher.js.publish(subjects.events_subject(key), encode(event))
         objects = await watcher.js.key_value(subjects.OBJECTS_BUCKET)
         revision = await objects.put(subjects.entry_key(key, "RayJob", key.name), b'{"kind": "RayJob"}')
     finally:
         await watcher.nc.close()
+
+    # Every replica looks for inputs left undecided: the event, not fetched yet, is one.
+    stalls = await StallWatch(reconciler.nc, partitions=PARTITIONS, stall_after=0).look()
+    assert key in {stall.key for stall in stalls}
 
     # Find the event on its partition, as a worker holding every lease would.
     fetched = None
