@@ -475,6 +475,19 @@ class PartitionConsumer:
             return ""
         return str(((owner or {}).get("metadata") or {}).get("uid") or "")
 
+    async def _resync_after_failure(self, key: ReconcileKey, items: list[_Item]) -> None:
+        """A key whose inputs were dead-lettered is still tried again at its resync (what failed may have been
+        fixed since, by an upgrade or an edit of the resource), as KubeRay requeues a failing key forever."""
+        due = resync_at(key, datetime.now(UTC), self._resync_period)
+        if due is None:
+            return
+        if any(isinstance(item.message, TimerTick) for item in items):
+            self._timers.forget(key)
+        try:
+            await self._timers.resync(key, due)
+        except NatsError as exc:
+            log.warning("partition %d: could not schedule the resync of %s (%s)", self.partition, key, exc)
+
     async def _fail(self, key: ReconcileKey, items: list[_Item], exc: Exception) -> None:
         deliveries = max(item.msg.metadata.num_delivered for item in items)
         if deliveries >= self._bus.max_deliver or isinstance(exc, KeyError):
@@ -492,6 +505,7 @@ class PartitionConsumer:
                 sequences=[item.msg.metadata.sequence.stream for item in items],
                 reason=f"{reason}; its {len(items)} input(s) are in the dead-letter stream",
             )
+            await self._resync_after_failure(key, items)
             return
         delay = REDELIVERY_BACKOFF.delay(deliveries)
         log.warning(

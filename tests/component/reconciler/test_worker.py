@@ -210,6 +210,14 @@ async def test_failing_reconcile_is_retried_then_dead_lettered(nats_server: Nats
         assert report.key == key(1) and "ZeroDivisionError: boom" in report.report
         assert [(c.event_type, c.reason) for c in report.commands] == [("Warning", "FailedToReconcile")]  # type: ignore[union-attr]
         assert report.commands[0].regarding.uid == "uid-c1"  # type: ignore[union-attr]  # named from the input
+
+        async def resync_armed() -> bool:
+            # what failed may be fixed by then: the key is tried again at its resync
+            msg = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1)))
+            tick = decode_input(msg.data or b"")
+            return isinstance(tick, TimerTick) and tick.reason == RESYNC
+
+        await eventually(resync_armed, timeout=30)
     finally:
         await worker.close()
 
