@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from services.cli.flags import add_kube, add_status, settings_from
+from services.cli.flags import add_kube, add_liveness, add_status, settings_from
 from services.runtime.errors import PermanentError
 from services.runtime.settings import load_settings
 
@@ -45,3 +45,17 @@ def test_status_auth_is_off_unless_the_flag_or_its_variable_says_so() -> None:
     assert settings_from(parser.parse_args(["--auth"]), {}).status.auth.enabled is True
     with pytest.raises(PermanentError, match="RAYBUS_STATUS_AUTH"):
         load_settings({"RAYBUS_STATUS_AUTH": "maybe"})
+
+
+def test_resync_and_stall_bounds_from_environment_then_flags() -> None:
+    parser = argparse.ArgumentParser()
+    add_liveness(parser)
+    assert (load_settings({}).partitions.resync_period, load_settings({}).partitions.stall_after) == (300.0, 120.0)
+    env = {"RAYBUS_RESYNC_PERIOD": "600", "RAYBUS_STALL_AFTER": "0"}
+    assert (load_settings(env).partitions.resync_period, load_settings(env).partitions.stall_after) == (600.0, 0.0)
+    partitions = settings_from(parser.parse_args(["--resync-period", "0", "--stall-after", "30"]), env).partitions
+    assert (partitions.resync_period, partitions.stall_after) == (0.0, 30.0)
+    with pytest.raises(PermanentError, match="RAYBUS_RESYNC_PERIOD"):
+        load_settings({"RAYBUS_RESYNC_PERIOD": "-5"})
+    with pytest.raises(PermanentError, match="--resync-period"):
+        settings_from(parser.parse_args(["--resync-period", "-1"]), {})
