@@ -49,8 +49,10 @@ async def direct_batches(
     start_seq: int = 1,
     start_time: datetime | None = None,
     timeout: float = 5.0,
+    batch: int = DIRECT_BATCH,
 ) -> AsyncGenerator[StoredMessage, None]:
-    """Every message of ``stream`` matching the filter from ``start_seq`` (or ``start_time``) on.
+    """Every message of ``stream`` matching the filter from ``start_seq`` (or ``start_time``) on, asked for
+    ``batch`` at a time (a reader that stops early asks for few).
 
     Raises:
         RetryableError: no answer within ``timeout`` or an error status.
@@ -58,7 +60,7 @@ async def direct_batches(
     seq = start_seq
     first = True
     while True:
-        request: dict[str, Any] = {"batch": DIRECT_BATCH, "next_by_subj": subject_filter or ">"}
+        request: dict[str, Any] = {"batch": batch, "next_by_subj": subject_filter or ">"}
         if first and start_time is not None:
             request["start_time"] = format_time_exact(start_time)
         else:

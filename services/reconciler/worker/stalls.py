@@ -57,6 +57,8 @@ STALLED_REASON: Final = "ReconcileStalled"
 """Reason of the Warning Event on a custom resource whose change was not decided within the bound."""
 LOOK_AHEAD: Final = 64
 """Inputs after a partition's ack floor looked at per look: enough to name the stalled keys, bounded."""
+DECISIONS_AHEAD: Final = 16
+"""Command batches of a key read per request while looking for the decision that names an input."""
 MAX_INTERVAL: Final = 30.0
 """Seconds between looks at most."""
 
@@ -139,7 +141,11 @@ class StallWatch:
         candidates: dict[ReconcileKey, Stall] = {}
         seen = 0
         batches = direct_batches(
-            self._nc, subjects.EVENTS_STREAM, subject_filter=subjects.partition_filter(partition), start_seq=floor + 1
+            self._nc,
+            subjects.EVENTS_STREAM,
+            subject_filter=subjects.partition_filter(partition),
+            start_seq=floor + 1,
+            batch=LOOK_AHEAD,
         )
         async with contextlib.aclosing(batches):
             async for stored in batches:
@@ -164,6 +170,7 @@ class StallWatch:
             subjects.COMMANDS_STREAM,
             subject_filter=subjects.stored_commands_filter(stall.key),
             start_time=stall.stored_at,
+            batch=DECISIONS_AHEAD,
         )
         async with contextlib.aclosing(batches):
             async for stored in batches:
