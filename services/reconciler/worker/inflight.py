@@ -358,11 +358,13 @@ class InFlight:
         seen, leaves the command to the ack floor.
 
         ``refused`` (the outcome ``dropped``): the server refused the write as stale, so the key is due for a
-        fresh decision once the command is out of flight (:meth:`refused`)."""
-        if not self.tracks(key):
+        fresh decision once the command is out of flight (:meth:`refused`), also when this memory does not
+        hold the command (published by the partition's former owner, or kept here past ``max_age``)."""
+        if not self.tracks(key) and not refused:
             return
         now = self._clock()
-        self._reported.setdefault(key, {})[command_id] = (now, took_effect)
+        if self.tracks(key):
+            self._reported.setdefault(key, {})[command_id] = (now, took_effect)
         if refused:
             self._refused[key] = command_id
             count, last = self._refusals.get(key, (0, float("-inf")))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Final
 
 import msgspec
 from nats.aio.client import Client
@@ -27,6 +28,9 @@ from schema.messages import TAKEN_EFFECT
 from services.reconciler.worker.inflight import InFlight
 
 log = logging.getLogger(__name__)
+
+_DROPPED: Final = b'"dropped"'
+"""How a refused outcome shows in a result's JSON (the outcome is the only field with that value)."""
 
 MemoryOf = Callable[[ReconcileKey], InFlight | None]
 """The in-flight memory that holds ``key``'s commands here, or ``None`` when this worker does not hold its
@@ -43,7 +47,9 @@ async def follow_results(nc: Client, memory_of: MemoryOf) -> Subscription:
         except ValueError:
             return
         memory = memory_of(key)
-        if memory is None or not memory.tracks(key):
+        if memory is None or (not memory.tracks(key) and _DROPPED not in msg.data):
+            # An outcome of a command no longer in flight here matters only when it was refused (its
+            # publisher may have been this partition's former owner): the rest are not even decoded.
             return
         try:
             result = decode_result(msg.data)

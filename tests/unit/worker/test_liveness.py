@@ -115,3 +115,12 @@ def test_resync_intervals_are_spread_between_half_a_period_and_a_period() -> Non
 def test_resync_off() -> None:
     assert resync_at(KEY, T0, 0.0) is None
     assert resync_at(KEY, T0, 60.0) == T0 + timedelta(seconds=interval(KEY, 60.0))
+
+
+def test_a_refusal_of_a_command_this_memory_does_not_hold_still_makes_its_key_due() -> None:
+    """Published by the partition's former owner, or kept past max_age: the refusal is no less a sign."""
+    m = Memory()
+    m.inflight.reported(KEY, "published-elsewhere", took_effect=False, refused=True)
+    assert m.inflight.refused(applied_floor=0) == {KEY: m.at(0.0)}
+    m.inflight.prune(applied_floor=0)
+    assert not m.inflight.tracks(KEY)
