@@ -96,6 +96,7 @@ REFUSAL_MEMORY: Final = 120.0
 _REFUSALS_KEPT: Final = 4096
 """Keys with a refusal remembered, above which those older than :data:`REFUSAL_MEMORY` are forgotten."""
 
+
 def target_key(command: Command) -> str | None:
     """:func:`in_flight_key` of a command that is "the same" as another by its target alone, else None.
 
