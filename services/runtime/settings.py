@@ -98,8 +98,8 @@ class PartitionSettings:
     (each key at its own point between half of it and all of it; 0 = never). KubeRay requeues every
     RayCluster every 300 s (``RAYCLUSTER_DEFAULT_REQUEUE_SECONDS_ENV``); raybus does that for every kind."""
     stall_after: float = 120.0
-    """Seconds an input may wait undecided before its key is reported stalled (a metric and a Warning
-    Event ``ReconcileStalled``; 0 = never)."""
+    """Seconds an input may wait undecided before its key counts as undecided (a metric), and, when its
+    partition has not moved for as long, gets a Warning Event ``ReconcileStalled`` (0 = never)."""
 
 
 WatcherRole = Literal["watch", "apply", "probe"]

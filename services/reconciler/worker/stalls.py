@@ -14,9 +14,12 @@ reconciler replica looks at every partition, every ``stall_after / 4`` seconds (
    decision records its inputs), or reports its failure (its Warning Event is shown already).
 
 Each key left is undecided: it counts in ``raybus_keys_undecided`` (this process's last look) and
-``raybus_reconcile_stalls_total``, and gets one Warning Event ``ReconcileStalled`` per stalled input,
-published like a failure report (``reports.py``): the applier writes it, and its id is the input's
-sequence, so the replicas that all see it publish it once (JetStream de-duplication, then AlreadyExists).
+``raybus_reconcile_stalls_total``. When its partition's ack floor has not moved for ``stall_after`` either
+(the partition is stuck, not only behind a burst), it also gets one Warning Event ``ReconcileStalled`` per
+stalled input, published like a failure report (``reports.py``): the applier writes it, and its id is the
+input's sequence, so the replicas that all see it publish it once (JetStream de-duplication, then
+AlreadyExists). A partition that moves gets no Event: its keys come in their turn, and an Event per waiting
+key would add API writes to a stack that is already overloaded.
 
 Not seen here: a KV write whose event was lost (the projection died between the two). The key's resync
 decides it within its period (``resync.py``); the watch side's relist repairs the projection itself.
@@ -72,6 +75,9 @@ class Stall:
     seq: int
     stored_at: datetime
     uid: str = ""
+    stuck: bool = False
+    """Its partition's ack floor has not moved for ``stall_after`` or longer: no reconciler is deciding
+    the partition (a partition that moves is only behind, and its inputs come in their turn)."""
 
 
 _undecided: dict[int, int] = {}
@@ -107,6 +113,8 @@ class StallWatch:
         self._js: JetStreamContext = nc.jetstream()
         self._partitions = partitions
         self._stall_after = stall_after
+        self._floors: dict[int, tuple[int, datetime]] = {}
+        """Partition → its ack floor at the last look, and since when this watch has seen it there."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Look every :func:`look_interval` until ``stop`` is set (a look that fails is logged and retried)."""
@@ -125,19 +133,25 @@ class StallWatch:
 
     async def look(self, now: datetime | None = None) -> list[Stall]:
         """The inputs undecided for longer than ``stall_after`` (one per key: its oldest)."""
-        cutoff = (now or datetime.now(UTC)) - timedelta(seconds=self._stall_after)
+        now = now or datetime.now(UTC)
         found: list[Stall] = []
         for partition in range(self._partitions):
-            stalls = await self._look_at(partition, cutoff)
+            stalls = await self._look_at(partition, now)
             _undecided[partition] = len(stalls)
             found.extend(stalls)
         return found
 
-    async def _look_at(self, partition: int, cutoff: datetime) -> list[Stall]:
+    async def _look_at(self, partition: int, now: datetime) -> list[Stall]:
         info = await self._js.consumer_info(subjects.EVENTS_STREAM, subjects.partition_consumer(partition))
         if not info.num_ack_pending and not info.num_pending:
+            self._floors.pop(partition, None)
             return []
         floor = info.ack_floor.stream_seq if info.ack_floor is not None and info.ack_floor.stream_seq else 0
+        known = self._floors.get(partition)
+        if known is None or known[0] != floor:
+            known = self._floors[partition] = (floor, now)
+        stuck = (now - known[1]).total_seconds() >= self._stall_after
+        cutoff = now - timedelta(seconds=self._stall_after)
         candidates: dict[ReconcileKey, Stall] = {}
         seen = 0
         batches = direct_batches(
@@ -160,7 +174,9 @@ class StallWatch:
                 if key in candidates or is_resync(message) or is_backstop(message):
                     continue
                 uid = owner_uid(key, [message]) if isinstance(message, WatchEvent) else ""
-                candidates[key] = Stall(key=key, partition=partition, seq=stored.seq, stored_at=stored.time, uid=uid)
+                candidates[key] = Stall(
+                    key=key, partition=partition, seq=stored.seq, stored_at=stored.time, uid=uid, stuck=stuck
+                )
         return [stall for stall in candidates.values() if not await self._decided(stall)]
 
     async def _decided(self, stall: Stall) -> bool:
@@ -183,16 +199,20 @@ class StallWatch:
         return False
 
     async def report(self, stalls: list[Stall], now: datetime | None = None) -> None:
-        """Count each stall, log it and publish its Warning Event (best effort: NATS may be what stalls)."""
+        """Count each undecided input; log each of a stuck partition and publish its Warning Event (best
+        effort: NATS may be what stalls). One of a partition that moves is only behind: an Event per waiting
+        key would add API writes to an overloaded stack, and its decision comes in its turn."""
         now = now or datetime.now(UTC)
         for stall in stalls:
             key = stall.key
             waited = (now - stall.stored_at).total_seconds()
-            _stalls.add(1, {"raybus.kind": key.kind, "partition": str(stall.partition)})
+            _stalls.add(1, {"raybus.kind": key.kind, "partition": str(stall.partition), "stuck": str(stall.stuck)})
+            if not stall.stuck:
+                continue
             message = (
                 f"a change of {key.kind} {key.namespace}/{key.name} has waited {waited:.0f}s for a decision "
-                f"(input {stall.seq} of partition {stall.partition}): "
-                "the partition's reconciler is behind, stuck or gone"
+                f"(input {stall.seq} of partition {stall.partition}, which no reconciler has moved on for "
+                f"{self._stall_after:.0f}s or longer)"
             )
             log.warning("%s", message, extra={"raybus.key": str(key)})
             batch = failure_report(

@@ -13,7 +13,7 @@ from schema import subjects
 from schema.codec import decode_batch, encode
 from schema.keys import ReconcileKey
 from schema.messages import RESYNC, CommandBatch, EmitEvent, TimerTick, WatchEvent
-from services.reconciler.worker.stalls import STALLED_REASON, StallWatch
+from services.reconciler.worker.stalls import STALLED_REASON, Stall, StallWatch
 from services.runtime.bus import publish
 from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.topology import ensure_topology
@@ -63,7 +63,13 @@ async def test_inputs_no_decision_names_are_shown_once_on_their_resource(client:
     await client.jetstream().publish(subjects.events_subject(idle), encode(tick))
 
     watch = StallWatch(client, partitions=PARTITIONS, stall_after=0.5)
-    found = await eventually(watch.look, timeout=30, message="the undecided input found")
+
+    async def stuck() -> list[Stall]:
+        found = await watch.look()
+        return found if all(s.stuck for s in found) and found else []
+
+    # first seen undecided; stuck once its partition has not moved for the bound either
+    found = await eventually(stuck, timeout=30, message="the undecided input found, its partition stuck")
     assert [s.key for s in found] == [stalled]
     assert found[0].uid == "uid-stalled"
 
@@ -75,7 +81,35 @@ async def test_inputs_no_decision_names_are_shown_once_on_their_resource(client:
     (command,) = report.commands
     assert report.report and isinstance(command, EmitEvent)
     assert (command.event_type, command.reason, command.regarding.uid) == ("Warning", STALLED_REASON, "uid-stalled")
-    assert (await watch.look()) == found  # its own report does not count as a decision
+    assert [s.seq for s in await watch.look()] == [found[0].seq]  # its own report is no decision
+
+
+async def test_a_partition_that_moves_is_behind_not_stuck(client: Client) -> None:
+    """Its waiting inputs count as undecided, but get no Event: their decisions come in their turn."""
+    first = key("first")
+    second = next(
+        k
+        for k in (key(f"second-{n}") for n in range(1000))
+        if subjects.partition_of(k, PARTITIONS) == subjects.partition_of(first, PARTITIONS)
+    )
+    await event(client, first)
+    await event(client, second)
+    watch = StallWatch(client, partitions=PARTITIONS, stall_after=0.5)
+    await eventually(watch.look, timeout=30, message="both inputs undecided past the bound")
+    partition = subjects.partition_of(first, PARTITIONS)
+    sub = await client.jetstream().pull_subscribe_bind(
+        durable=subjects.partition_consumer(partition), stream=subjects.EVENTS_STREAM
+    )
+    try:
+        (msg,) = await sub.fetch(1, timeout=5)
+        await msg.ack_sync()  # the partition moves on: first decided
+    finally:
+        await sub.unsubscribe()
+    (waiting,) = await watch.look()
+    assert waiting.key == second and not waiting.stuck
+    await watch.report([waiting])
+    filtered = subjects.stored_commands_filter(second)
+    assert await stored_messages(client.jetstream(), subjects.COMMANDS_STREAM, filtered) == []
 
 
 async def test_nothing_is_shown_while_every_input_is_decided(client: Client) -> None:
