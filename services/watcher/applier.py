@@ -425,7 +425,6 @@ class Applier:
         finally:
             if publishing:
                 await asyncio.gather(*publishing)
-        self._decisions.applied(msg, batch)
 
     def _refusals(self, batch: CommandBatch, *, verified: bool) -> Callable[[Command], str]:
         """Why each command of ``batch`` must not run although its key may send it: a replayed decision

@@ -7,10 +7,9 @@ KubeRay never meets this because it decides and acts in one pass over its inform
 the same facts from the bus:
 
 - **Superseded**: a newer batch of the same key exists (the key's per-key queue in this applier holds
-  one, this applier already applied one (:meth:`DecisionCheck.applied`, a bounded memory per key), or,
-  for a redelivered or long-waiting batch, the last message on the key's command subject is newer).
-  Its commands are not sent, except those the newer decision still wants: the ids it withheld because
-  they were in flight in this batch (``CommandBatch.suppressed``), and patches guarded by a
+  one, or, for a redelivered or long-waiting batch, the last message on the key's command subject is
+  newer). Its commands are not sent, except those the newer decision still wants: the ids it withheld
+  because they were in flight in this batch (``CommandBatch.suppressed``), and patches guarded by a
   resourceVersion (a stale one fails with Conflict by itself, and its key is decided again).
 - **Owner gone**: a create whose ownerReferences name a custom resource the watch has seen deleted, or
   being deleted from a KV revision after the batch's ``snapshot_revision`` on, is not sent: the
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -37,7 +35,6 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from schema import codec, subjects
-from schema.keys import ReconcileKey
 from schema.messages import Command, CommandBatch, CreateObject, PatchObject, PatchStatus
 from services.watcher.owners import custom_owners
 
@@ -81,18 +78,6 @@ class Review:
 
 HOLDS: Final = Review()
 
-APPLIED_KEPT: Final = 10_000
-"""Keys whose latest applied decision an applier remembers (the least recently applied forgotten first)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Applied:
-    """The latest decision of a key this applier applied: its stream sequence, id and withheld ids."""
-
-    seq: int
-    batch_id: str
-    suppressed: frozenset[str]
-
 
 def _guarded(command: Command) -> bool:
     return isinstance(command, PatchStatus | PatchObject) and bool(command.resource_version)
@@ -105,23 +90,7 @@ class DecisionCheck:
         self._js = js
         self._owners = owners
         self._lookup_after = lookup_after
-        self._applied: OrderedDict[ReconcileKey, _Applied] = OrderedDict()
         self.lookups = 0
-
-    def applied(self, msg: Msg, batch: CommandBatch) -> None:
-        """Remember that ``batch`` (a decision, not a report) was applied: a batch of its key stored before
-        it that reaches this applier later (redelivered after its holder died) is older, known without a
-        lookup, and its lookup failing cannot let it overwrite what the newer decision wrote."""
-        if batch.report or not msg.reply:
-            return
-        seq = msg.metadata.sequence.stream
-        known = self._applied.get(batch.key)
-        if known is not None and known.seq >= seq:
-            return
-        self._applied[batch.key] = _Applied(seq, batch.id, frozenset(batch.suppressed))
-        self._applied.move_to_end(batch.key)
-        if len(self._applied) > APPLIED_KEPT:
-            self._applied.popitem(last=False)
 
     async def review(self, msg: Msg, batch: CommandBatch, queued: Sequence[CommandBatch]) -> Review:
         """What of ``batch`` still holds; ``queued`` are the key's batches this applier holds after it."""
@@ -133,17 +102,9 @@ class DecisionCheck:
             return HOLDS
         # Later parts of this same decision are not newer, and a failure report is no decision.
         newer = next((b for b in reversed(queued) if b.id != batch.id and not b.report), None)
-        revision = batch.snapshot_revision
-        applied = self._applied.get(batch.key)
-        if newer is None and applied is not None and msg.reply and applied.seq > msg.metadata.sequence.stream:
-            return Review(
-                newer=f"(command batch {applied.batch_id}, applied)",
-                wanted=applied.suppressed,
-                owners=self._owners,
-                snapshot_revision=revision,
-            )
         if newer is None and msg.reply and self._worth_a_lookup(msg):
             newer = await self._latest(msg, batch)
+        revision = batch.snapshot_revision
         if newer is None:
             return Review(owners=self._owners, snapshot_revision=revision)
         # A decision in parts carries its withheld ids in its first part (``schema.parts``).
