@@ -55,7 +55,7 @@ from schema.crd import write_crds  # noqa: E402
 from schema.messages import TimerTick, WatchEvent  # noqa: E402
 from services.runtime.assignment import owner_of  # noqa: E402
 from services.runtime.kvread import read_latest  # noqa: E402
-from services.runtime.natsbin import nats_server_binary  # noqa: E402
+from services.runtime.natsbin import nats_server_binary, nats_server_environment  # noqa: E402
 from tests.e2e.clusters import small_cluster  # noqa: E402
 from tests.helpers import stored_messages  # noqa: E402
 
@@ -277,9 +277,8 @@ def stack(
     s = Stack(workdir)
     try:
         port = _free_port()
-        s.spawn(
-            "nats-server", [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(workdir / "js")]
-        )
+        argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(workdir / "js")]
+        s.spawn("nats-server", argv, env={**os.environ, **nats_server_environment()})
         wait_for(lambda: _accepts(port), "nats-server")
         nats_url = f"nats://127.0.0.1:{port}"
         kubeconfig = start_kubesim(s)

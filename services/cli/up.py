@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 from services.runtime import endpoints
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
-from services.runtime.natsbin import nats_server_binary
+from services.runtime.natsbin import nats_server_binary, nats_server_environment
 from services.runtime.private import OWNER_ONLY_UMASK, open_private_log, private_dir, write_private
 from services.runtime.settings import NATS_PASSWORD_ENV, NATS_URL_ENV, NATS_USER_ENV, STATUS_AUTH_ENV
 
@@ -302,14 +302,14 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
             port = free_port()
             nats_url = f"nats://127.0.0.1:{port}"
             argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(state / "nats")]
-            server_env: dict[str, str] = {}
+            server_env = nats_server_environment()
             if args.kubeconfig:
                 # A real cluster's credentials act on what this bus carries: only this stack may use it,
                 # each stage as its own user with deploy/'s permissions (a reconciler may not write the
                 # projection the applier checks commands against).
                 bus = private_bus(state, port)
                 argv += ["-c", str(bus.config)]
-                server_env = bus.server_env()
+                server_env.update(bus.server_env())
             stack.add(
                 Child("nats-server", argv, logs / "nats.log", nats_url, env=server_env, infra=True),
                 lambda: port_open(port),

@@ -1,5 +1,6 @@
 """Shutdown with real processes: ``raybus up`` and its services exit on SIGINT/SIGTERM during a burst
-(each within its grace), and a second signal exits at once, leaving no child behind."""
+(each within its grace), and a second signal exits at once, leaving no child behind. Also what the stack's
+children run with (nats-server's memory limit)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from kubernetes import client, config
 
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
+from services.runtime.natsbin import GO_MEMORY_LIMIT_ENV, LOCAL_GO_MEMORY_LIMIT
 from tests.e2e.clusters import small_cluster
 from tests.helpers import eventually_sync
 
@@ -96,6 +98,17 @@ def test_up_stops_every_child_on_sigint_during_a_burst(stack: tuple[subprocess.P
     proc.send_signal(signal.SIGINT)
     assert wait_for_exit(proc, EXIT_BOUND + 3 * 10.0 + 5.0) == 0
     eventually_sync(lambda: not processes_mentioning(*needles), message="children of raybus up outlived it")
+
+
+def test_the_stacks_nats_server_runs_under_the_local_go_memory_limit(stack: tuple[subprocess.Popen[str], Path]) -> None:
+    """Go's soft memory limit holds a local nats-server's heap near its live data (docs/memory.md); a
+    ``GOMEMLIMIT`` of the environment wins."""
+    _, state = stack
+    servers = [pid for pid, cmd in processes_mentioning(str(state / "nats")).items() if "nats-server" in cmd]
+    assert len(servers) == 1
+    environment = Path(f"/proc/{servers[0]}/environ").read_bytes().split(b"\0")
+    expected = os.environ.get(GO_MEMORY_LIMIT_ENV) or LOCAL_GO_MEMORY_LIMIT
+    assert f"{GO_MEMORY_LIMIT_ENV}={expected}".encode() in environment
 
 
 def test_a_second_signal_exits_at_once_and_kills_the_children(stack: tuple[subprocess.Popen[str], Path]) -> None:
