@@ -3,7 +3,9 @@ what the process runs.
 
 Each module is imported in an interpreter of its own (``python -c``), so nothing is shared between rows:
 the bare interpreter, nats-py (which imports aiohttp for its websocket transport), the services' runtime
-(``services.runtime.lifecycle``), the official ``kubernetes`` client alone, and each service's entry module.
+(``services.runtime.lifecycle``), the official ``kubernetes`` client alone (its package imports every part
+of it, ``kubernetes.config`` included), and each service's entry module; beside each, the count of modules
+in ``sys.modules``.
 Five services with different powers are five such interpreters (``docs/architecture.md``, "Memory").
 
 Run: ``.venv/bin/python bench/baseline_bench.py``.
@@ -22,26 +24,31 @@ MODULES = (
     ("bare interpreter", ""),
     ("nats-py", "nats"),
     ("services' runtime", "services.runtime.lifecycle"),
+    ("the CLI's entry point", "services.cli.main"),
     ("official kubernetes client", "kubernetes"),
+    ("its config loaders only", "kubernetes.config"),
     ("reconciler", "services.reconciler.worker.service"),
     ("status service", "services.status.service"),
     ("watcher (any role)", "services.watcher.service"),
 )
 
-PROBE = "import resource, sys\n{imports}\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+PROBE = "import resource, sys\n{imports}\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(sys.modules))"
 
 
-def peak_rss_mb(module: str) -> float:
-    """Peak RSS, in MB, of a fresh interpreter that imported ``module`` (nothing when empty)."""
+def imported(module: str) -> tuple[float, int]:
+    """Peak RSS, in MB, of a fresh interpreter that imported ``module`` (nothing when empty), and how many
+    modules it then holds."""
     code = PROBE.format(imports=f"import {module}" if module else "")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    return int(done.stdout.strip()) / 1024
+    rss, modules = done.stdout.split()
+    return int(rss) / 1024, int(modules)
 
 
 def main() -> int:
     print(f"{platform.platform()}, python {platform.python_version()}")
     for name, module in MODULES:
-        print(f"  {name:<28} {peak_rss_mb(module):6.1f} MB   ({module or 'nothing imported'})")
+        rss, modules = imported(module)
+        print(f"  {name:<28} {rss:6.1f} MB {modules:5d} modules   ({module or 'nothing imported'})")
     return 0
 
 
