@@ -18,6 +18,11 @@ from realkube.plane import ControlPlane
 WATCH_INTERVAL = 1.0
 
 
+class _StoppedWhileStarting(Exception):
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"{signal_name} before the control plane was ready; stopped it")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m realkube", description=__doc__)
@@ -27,16 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bin-dir", type=Path, help="folder holding etcd, kube-apiserver, kube-controller-manager")
     args = parser.parse_args(argv)
 
-    stopping = threading.Event()
+    plane = ControlPlane(args.state_dir, bin_dir=args.bin_dir)
+    ready, stopping = threading.Event(), threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         stopping.set()
+        if not ready.is_set():
+            # Still starting: abandon the start, whose clean-up stops what had started.
+            raise _StoppedWhileStarting(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    plane = ControlPlane(args.state_dir, bin_dir=args.bin_dir)
     try:
         kubeconfig = plane.start()
+        ready.set()
         print(kubeconfig, flush=True)
         while not stopping.wait(WATCH_INTERVAL):
             ended = plane.failed()
@@ -44,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"realkube: {ended}", file=sys.stderr)
                 return 1
         return 0
-    except RealKubeError as exc:
+    except (RealKubeError, _StoppedWhileStarting) as exc:
         print(f"realkube: {exc}", file=sys.stderr)
         return 1
     finally:

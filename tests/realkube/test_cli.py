@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client, config
 
 from realkube import ControlPlane, RealKubeError
+from tests.helpers import eventually_sync
 
 
 def _children(pid: int) -> list[int]:
@@ -63,6 +64,29 @@ def test_runs_until_sigterm_then_leaves_nothing_behind(tmp_path: Path) -> None:
     assert not [pid for pid, cmdline in programs.items() if _alive(pid, cmdline.split("\0")[0])]
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", urllib.parse.urlsplit(server).port or 0))
+
+
+def test_a_sigterm_while_starting_stops_what_had_started(tmp_path: Path) -> None:
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "realkube", "--state-dir", str(tmp_path / "plane")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        # etcd is the first program: once it runs, the start is under way.
+        [etcd] = eventually_sync(
+            lambda: [pid for pid in _children(cli.pid) if _alive(pid, "/etcd")], message="the CLI starts etcd"
+        )
+
+        cli.send_signal(signal.SIGTERM)
+
+        # 1 when the signal came before the plane was ready, 0 when it came after.
+        assert cli.wait() in (0, 1)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert not _alive(etcd, "/etcd")
 
 
 def test_missing_binaries_are_named(tmp_path: Path) -> None:
