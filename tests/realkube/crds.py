@@ -22,6 +22,7 @@ def ensure_crds(api: client.ApiClient, crds: list[dict[str, Any]]) -> None:
         name = crd["metadata"]["name"]
         eventually_sync(
             lambda name=name: established(extensions.read_custom_resource_definition(name)),
+            timeout=60.0,
             message=f"CRD {name} Established",
         )
 

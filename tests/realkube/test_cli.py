@@ -75,7 +75,9 @@ def test_a_sigterm_while_starting_stops_what_had_started(tmp_path: Path) -> None
     try:
         # etcd is the first program: once it runs, the start is under way.
         [etcd] = eventually_sync(
-            lambda: [pid for pid in _children(cli.pid) if _alive(pid, "/etcd")], message="the CLI starts etcd"
+            lambda: [pid for pid in _children(cli.pid) if _alive(pid, "/etcd")],
+            timeout=120.0,
+            message="the CLI starts etcd",
         )
 
         cli.send_signal(signal.SIGTERM)

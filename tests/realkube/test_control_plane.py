@@ -13,6 +13,8 @@ from realkube import ControlPlane
 from tests.helpers import eventually_sync
 
 HOLD = "raybus.io/test-hold"
+# Controllers act once their informers have synced, which on a busy machine can take a while after start.
+CONTROLLERS = 180.0
 
 
 def _gone(read: Callable[[], object]) -> bool:
@@ -42,6 +44,7 @@ def test_the_garbage_collector_deletes_dependents_of_a_deleted_owner(
 
     eventually_sync(
         lambda: _gone(lambda: core.read_namespaced_config_map("dependent", kube_namespace)),
+        timeout=CONTROLLERS,
         message="the dependent is collected",
     )
     assert core.read_namespaced_config_map("bystander", kube_namespace).data == {"k": "v"}
@@ -62,6 +65,7 @@ def test_foreground_deletion_waits_for_dependents(kube_admin: client.ApiClient, 
     # The owner waits (foregroundDeletion) on a dependent that a finalizer holds.
     held = eventually_sync(
         lambda: core.read_namespaced_config_map("dependent", kube_namespace).metadata.deletion_timestamp,
+        timeout=CONTROLLERS,
         message="the collector deletes the dependent",
     )
     assert held
@@ -71,6 +75,7 @@ def test_foreground_deletion_waits_for_dependents(kube_admin: client.ApiClient, 
     for name in ("dependent", "owner"):
         eventually_sync(
             lambda name=name: _gone(lambda: core.read_namespaced_config_map(name, kube_namespace)),
+            timeout=CONTROLLERS,
             message=f"{name} is removed",
         )
 
@@ -86,7 +91,9 @@ def test_a_finalizer_holds_deletion_until_removed(kube_admin: client.ApiClient, 
     assert held.metadata.finalizers == [HOLD]
     core.patch_namespaced_config_map("held", kube_namespace, {"metadata": {"finalizers": None}})
     eventually_sync(
-        lambda: _gone(lambda: core.read_namespaced_config_map("held", kube_namespace)), message="held is removed"
+        lambda: _gone(lambda: core.read_namespaced_config_map("held", kube_namespace)),
+        timeout=CONTROLLERS,
+        message="held is removed",
     )
 
 
@@ -97,14 +104,20 @@ def test_a_deleted_namespace_is_emptied_and_removed(kube_admin: client.ApiClient
 
     core.delete_namespace("rk-doomed")
 
-    eventually_sync(lambda: _gone(lambda: core.read_namespace("rk-doomed")), message="the namespace is removed")
+    eventually_sync(
+        lambda: _gone(lambda: core.read_namespace("rk-doomed")), timeout=CONTROLLERS, message="the namespace is removed"
+    )
 
 
 def test_a_job_gets_a_pod_and_a_service_gets_endpoint_slices(kube_admin: client.ApiClient, kube_namespace: str) -> None:
     core, batch = client.CoreV1Api(kube_admin), client.BatchV1Api(kube_admin)
     discovery = client.DiscoveryV1Api(kube_admin)
     # The ServiceAccount controller gives every namespace its default account; Pods need it.
-    eventually_sync(lambda: core.read_namespaced_service_account("default", kube_namespace), message="default SA")
+    eventually_sync(
+        lambda: core.read_namespaced_service_account("default", kube_namespace),
+        timeout=CONTROLLERS,
+        message="default SA",
+    )
     container = client.V1Container(name="main", image="busybox", command=["true"])
     job = client.V1Job(
         metadata=client.V1ObjectMeta(name="once"),
@@ -124,6 +137,7 @@ def test_a_job_gets_a_pod_and_a_service_gets_endpoint_slices(kube_admin: client.
 
     pods = eventually_sync(
         lambda: core.list_namespaced_pod(kube_namespace, label_selector="job-name=once").items,
+        timeout=CONTROLLERS,
         message="the Job controller creates the Pod",
     )
     # No scheduler, no kubelet: the Pod is stored and stays Pending.
@@ -131,6 +145,7 @@ def test_a_job_gets_a_pod_and_a_service_gets_endpoint_slices(kube_admin: client.
     slices = discovery.list_namespaced_endpoint_slice
     eventually_sync(
         lambda: slices(kube_namespace, label_selector="kubernetes.io/service-name=once").items,
+        timeout=CONTROLLERS,
         message="the EndpointSlice controller creates the Service's slice",
     )
 
