@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -88,6 +89,17 @@ def work_consumers(partitions: int) -> list[tuple[str, str]]:
 def samples_dir() -> Path:
     """KubeRay's sample manifests."""
     return conformance_dir() / "kuberay" / "samples"
+
+
+def ray_samples() -> list[tuple[str, list[dict[str, Any]]]]:
+    """(file stem, its ray.io objects) of every sample manifest that has any, in file order."""
+    found = []
+    for path in sorted(samples_dir().glob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+        ray = [d for d in docs if str(d.get("apiVersion", "")).startswith("ray.io/")]
+        if ray:
+            found.append((path.stem, ray))
+    return found
 
 
 async def eventually(

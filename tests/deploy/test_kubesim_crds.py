@@ -17,19 +17,13 @@ from kubernetes import client
 
 from schema.crd import generate_crds
 from tests.fixtures.kubesim import KubeSimHandle, start_kubesim
-from tests.helpers import samples_dir
+from tests.helpers import ray_samples
 
 PLURALS = {crd["spec"]["names"]["kind"]: crd["spec"]["names"]["plural"] for crd in generate_crds().values()}
 
 
 def _samples() -> list[Any]:
-    params = []
-    for path in sorted(samples_dir().glob("*.yaml")):
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
-        ray = [d for d in docs if str(d.get("apiVersion", "")).startswith("ray.io/")]
-        if ray:
-            params.append(pytest.param(ray, id=path.stem))
-    return params
+    return [pytest.param(objects, id=stem) for stem, objects in ray_samples()]
 
 
 @pytest.fixture(scope="module")
