@@ -18,6 +18,15 @@ KUBERNETES_NAMES = (
     "kubernetes.default.svc.cluster.local",
 )
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# The audit log rotates past this size (megabytes), keeping one old file.
+AUDIT_LOG_MAX_MB = 200
+# Who did what, without bodies: a line per answered request, and one when a watch starts streaming.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+"""
 
 
 def etcd(binary: Path, *, data_dir: Path, client_url: str) -> list[str]:
@@ -35,10 +44,19 @@ def etcd(binary: Path, *, data_dir: Path, client_url: str) -> list[str]:
 
 
 def apiserver(
-    binary: Path, *, etcd_url: str, port: int, tls: KeyPair, ca: KeyPair, service_accounts: SigningKey
+    binary: Path,
+    *,
+    etcd_url: str,
+    port: int,
+    tls: KeyPair,
+    ca: KeyPair,
+    service_accounts: SigningKey,
+    audit_policy: Path,
+    audit_log: Path,
 ) -> list[str]:
     """kube-apiserver on ``HOST:port``: client certificates signed by ``ca`` and ServiceAccount tokens
-    authenticate, Node and RBAC authorize, tokens are signed with ``service_accounts``."""
+    authenticate, Node and RBAC authorize, tokens are signed with ``service_accounts``; every request is
+    audited to ``audit_log`` (JSON lines) as ``audit_policy`` says."""
     return [
         str(binary),
         f"--etcd-servers={etcd_url}",
@@ -58,6 +76,11 @@ def apiserver(
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
         "--profiling=false",
+        f"--audit-policy-file={audit_policy}",
+        f"--audit-log-path={audit_log}",
+        "--audit-log-format=json",
+        f"--audit-log-maxsize={AUDIT_LOG_MAX_MB}",
+        "--audit-log-maxbackup=1",
     ]
 
 

@@ -29,7 +29,15 @@ ADMIN_USER = "realkube-admin"
 STARTUP_TIMEOUT = 240.0
 POLL_INTERVAL = 0.2
 # What start() owns in the state folder and clears first: every start is a fresh, empty cluster.
-OWNED = ("pki", "etcd", "logs", "serviceaccounts", "kubeconfig", "controller-manager.kubeconfig")
+OWNED = (
+    "pki",
+    "etcd",
+    "logs",
+    "serviceaccounts",
+    "kubeconfig",
+    "controller-manager.kubeconfig",
+    "audit-policy.yaml",
+)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -70,6 +78,8 @@ class ControlPlane:
         self.server = ""
         self.kubeconfig = self.state_dir / "kubeconfig"
         self.ca_file = self.state_dir / "pki" / "ca.crt"
+        self.audit_log = self.state_dir / "logs" / "audit.log"
+        """The API server's audit log: one JSON line per answered request, at level Metadata."""
 
     def __enter__(self) -> ControlPlane:
         self.start()
@@ -177,6 +187,8 @@ class ControlPlane:
         etcd = self._launch("etcd", commands.etcd(binaries.etcd, data_dir=self.state_dir / "etcd", client_url=etcd_url))
         self._wait(lambda: answers_ok(f"{etcd_url}/health"), f"etcd to answer on {etcd_url}/health", etcd)
 
+        audit_policy = self.state_dir / "audit-policy.yaml"
+        audit_policy.write_text(commands.AUDIT_POLICY)
         apiserver_tls = ca.serving(
             "kube-apiserver", [HOST, "localhost", commands.KUBERNETES_SERVICE_IP, *commands.KUBERNETES_NAMES]
         )
@@ -189,6 +201,8 @@ class ControlPlane:
                 tls=apiserver_tls,
                 ca=ca.files,
                 service_accounts=service_accounts,
+                audit_policy=audit_policy,
+                audit_log=self.audit_log,
             ),
         )
         admin_api = self._admin_api = AdminApi(self.server, ca.files.cert, admin)

@@ -48,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``raybus up``."""
     parser.add_argument("--state-dir", help=f"state folder [{endpoints.STATE_DIR_ENV}, {endpoints.DEFAULT_STATE_DIR}]")
     parser.add_argument("--kubeconfig", help="use this cluster instead of starting kubesim")
+    parser.add_argument(
+        "--kube",
+        choices=("sim", "real"),
+        default="sim",
+        help="the cluster to start: sim (kubesim) or real (kube-apiserver with deploy/'s RBAC; see README)",
+    )
     parser.add_argument("--nats-url", help="use this NATS instead of starting nats-server")
     parser.add_argument("--db-url", help="use this database instead of SQLite under the state folder")
     parser.add_argument("--apply", metavar="FILE", help="apply a manifest and follow its objects until ready")
@@ -284,6 +290,42 @@ def create_topology(bus: PrivateBus, logs: Path, timeout: float) -> None:
         raise StackError(f"raybus topology exited with code {done.returncode}\n{tail}")
 
 
+def realcluster_namespace() -> str:
+    """The namespace raybus's ServiceAccounts live in on the real cluster."""
+    from services.cli.realcluster import NAMESPACE
+
+    return NAMESPACE
+
+
+def _start_real_cluster(stack: Stack, state: Path, timeout: float) -> tuple[str, dict[str, str]]:
+    """Start the real control plane and kubesim's attached simulators into ``stack``; return the admin
+    kubeconfig and each role's ServiceAccount kubeconfig."""
+    from services.cli import realcluster
+
+    logs = state / "logs"
+    cluster = realcluster.RealCluster(state / "kube")
+    plane = Child("kube-plane", realcluster.plane_argv(cluster), logs / "kube-plane.log", "", infra=True)
+    # ``python -m realkube`` prints the admin kubeconfig's path once the plane works.
+    ready = functools.partial(_log_mentions, plane.log_path, f"{cluster.admin_kubeconfig}\n")
+    stack.add(plane, ready, max(timeout, realcluster.PLANE_STARTUP_TIMEOUT))
+    server = realcluster.server_of(cluster.admin_kubeconfig)
+    plane.where = f"{server} (etcd, kube-apiserver, kube-controller-manager; audit log {cluster.audit_log})"
+    try:
+        roles = realcluster.role_kubeconfigs(cluster, lambda: stack.interrupted)
+    except realcluster.RealClusterError as exc:
+        raise StackError(str(exc)) from None
+    attach_log = logs / "kubesim.log"
+    attached = Child("kubesim", realcluster.attach_argv(cluster), attach_log, "kubelet and Ray heads", infra=True)
+    stack.add(attached, functools.partial(_log_mentions, attach_log, "kubesim attached"), timeout)
+    return str(cluster.admin_kubeconfig), {role: str(path) for role, path in roles.items()}
+
+
+def _log_mentions(log: Path, words: str) -> bool:
+    with contextlib.suppress(OSError):
+        return words in log.read_text(errors="replace")
+    return False
+
+
 def _raybus(*args: str) -> list[str]:
     return [sys.executable, "-m", "services.cli.main", *args]
 
@@ -303,7 +345,7 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
             nats_url = f"nats://127.0.0.1:{port}"
             argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(state / "nats")]
             server_env = nats_server_environment()
-            if args.kubeconfig:
+            if args.kubeconfig or args.kube == "real":
                 # A real cluster's credentials act on what this bus carries: only this stack may use it,
                 # each stage as its own user with deploy/'s permissions (a reconciler may not write the
                 # projection the applier checks commands against).
@@ -318,7 +360,11 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
             if bus is not None and bus.per_stage:
                 create_topology(bus, logs, args.timeout)
         kubeconfig = args.kubeconfig
-        if not kubeconfig:
+        # The kubeconfig of each raybus process that talks to Kubernetes (all the same but on a real cluster).
+        role_kubeconfigs: dict[str, str] = {}
+        if not kubeconfig and args.kube == "real":
+            kubeconfig, role_kubeconfigs = _start_real_cluster(stack, state, args.timeout)
+        elif not kubeconfig:
             from schema.crd import write_crds
 
             crds = state / "crds"
@@ -341,19 +387,29 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         bus_flags, bus_env = ([], {NATS_URL_ENV: nats_url}) if secret_url else (["--nats-url", nats_url], {})
         if bus is not None and bus.per_stage:
             bus_flags = ["--no-ensure-topology"]  # created above, by the admin user
+
         # One process per stage, as deploy/ runs them: each scales on its own.
-        kube_flags = ["--kubeconfig", kubeconfig, "--use-kubernetes-proxy"]
+        def kube_flags(role: str) -> list[str]:
+            return ["--kubeconfig", role_kubeconfigs.get(role, kubeconfig), "--use-kubernetes-proxy"]
+
+        # On the real cluster the watch side's Lease lives where deploy/ lets it: raybus's own namespace.
+        watch_env = {"POD_NAMESPACE": realcluster_namespace()} if role_kubeconfigs else {}
         services: list[tuple[str, list[str], str, dict[str, str]]] = [
-            ("watch", ["watcher", "--roles", "watch", *kube_flags], "informers → projection (holds the Lease)", {}),
+            (
+                "watch",
+                ["watcher", "--roles", "watch", *kube_flags("watch")],
+                "informers → projection (holds the Lease)",
+                watch_env,
+            ),
             (
                 "applier",
-                ["watcher", "--roles", "apply", *kube_flags, "--feature-gates", args.feature_gates],
+                ["watcher", "--roles", "apply", *kube_flags("applier"), "--feature-gates", args.feature_gates],
                 "partitions of RAYBUS_COMMANDS",
                 {},
             ),
             (
                 "prober",
-                ["watcher", "--roles", "probe", *kube_flags],
+                ["watcher", "--roles", "probe", *kube_flags("prober")],
                 "Ray dashboards of live RayJobs and RayServices",
                 {},
             ),
