@@ -1,0 +1,232 @@
+"""raybus on the real API server, each process with only its deploy/ ServiceAccount's rights.
+
+One stack for the module (``raybus up --kube real``). The tests run in order and the last one reads the
+API server's audit log of the whole module: no raybus request was refused (a permission deploy/ lacks
+fails it), and the permissions deploy/ grants that no request used are written to a report.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, dynamic, watch
+
+from services.cli.realcluster import NAMESPACE, ROLE_ACCOUNTS
+from tests.e2e.clusters import small_cluster
+from tests.e2e.pipeline import load_yaml_docs
+from tests.e2e.test_raycluster_samples import CONFORMANCE, expected_workers
+from tests.helpers import samples_dir
+from tests.realkube import audit
+from tests.realkube.raybus_stack import GROUP, PLURAL, VERSION, RaybusStack, running_stack, wait
+
+# What a RayCluster's children can be (every kind raybus creates for one), as (apiVersion, kind).
+CHILD_KINDS = (
+    ("v1", "Pod"),
+    ("v1", "Service"),
+    ("v1", "Secret"),
+    ("v1", "ServiceAccount"),
+    ("v1", "PersistentVolumeClaim"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("networking.k8s.io/v1", "Ingress"),
+    ("batch/v1", "Job"),
+)
+BURST = 20
+WORKERS = 2
+KILLED = ("watch", "applier", "reconciler")
+REPORT = "raybus-rbac-report.txt"
+# The first test starts the control plane and two stacks and brings 30 sample clusters up, on a shared machine.
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RaybusStack]:
+    with running_stack(tmp_path_factory.mktemp("raybus-real"), "real") as stack:
+        yield stack
+
+
+def apply_sample(api: client.ApiClient, sample: str, namespace: str) -> dict[str, Any]:
+    """Apply a sample's documents into a new ``namespace``; return its RayCluster document."""
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    dyn = dynamic.DynamicClient(api)
+    cluster: dict[str, Any] = {}
+    for doc in load_yaml_docs(samples_dir() / sample):
+        doc.setdefault("metadata", {})["namespace"] = namespace
+        dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).create(body=doc, namespace=namespace)
+        if doc["kind"] == "RayCluster":
+            cluster = doc
+    return cluster
+
+
+def cluster_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return dict(obj.get("status") or {})
+
+
+def ready(api: client.ApiClient, namespace: str, cluster: dict[str, Any]) -> bool:
+    status = cluster_status(api, namespace, cluster["metadata"]["name"])
+    return status.get("state") == "ready" and status.get("readyWorkerReplicas", 0) == expected_workers(cluster)
+
+
+def children(api: client.ApiClient, namespace: str, name: str) -> set[tuple[str, str]]:
+    """(kind, name) of every object the RayCluster owns; a Pod's name counts without its random suffix."""
+    uid = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)[
+        "metadata"
+    ]["uid"]
+    dyn = dynamic.DynamicClient(api)
+    found = set()
+    for api_version, kind in CHILD_KINDS:
+        for item in dyn.resources.get(api_version=api_version, kind=kind).get(namespace=namespace).items:
+            meta = item.metadata
+            if any(ref.uid == uid for ref in meta.ownerReferences or []):
+                found.add((kind, f"{meta.name.rpartition('-')[0]}-*" if kind == "Pod" else meta.name))
+    return found
+
+
+def sample_children(stack: RaybusStack) -> dict[str, set[tuple[str, str]]]:
+    """Apply every conformance sample, wait until each is ready, and return each one's children."""
+    with stack.api() as api:
+        clusters = {s: (f"sample-{i}", apply_sample(api, s, f"sample-{i}")) for i, s in enumerate(CONFORMANCE)}
+        for sample, (namespace, cluster) in clusters.items():
+            wait(stack, lambda n=namespace, c=cluster: ready(api, n, c), f"{sample} ready")
+        return {s: children(api, n, c["metadata"]["name"]) for s, (n, c) in clusters.items()}
+
+
+def test_samples_become_ready_with_the_children_kubesim_gets(real: RaybusStack, tmp_path: Path) -> None:
+    with running_stack(tmp_path / "sim", "sim") as sim:
+        on_kubesim = sample_children(sim)
+    on_real = sample_children(real)
+    differences = {
+        sample: {"only on kubesim": sorted(on_kubesim[sample] - got), "only on real": sorted(got - on_kubesim[sample])}
+        for sample, got in on_real.items()
+        if got != on_kubesim[sample]
+    }
+    assert differences == {}
+
+
+def test_a_deleted_cluster_is_collected_by_the_garbage_collector(real: RaybusStack) -> None:
+    namespace = "collected"
+    with real.api() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        custom = client.CustomObjectsApi(api)
+        cluster = small_cluster("doomed", workers=WORKERS)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, cluster)
+        wait(real, lambda: ready(api, namespace, cluster), "the cluster ready")
+        owned = children(api, namespace, "doomed")
+        assert ("Pod", "doomed-head-*") in owned, owned
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "doomed")
+
+        def gone() -> bool:
+            left = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+            pods = core.list_namespaced_pod(namespace).items
+            services = core.list_namespaced_service(namespace).items
+            return not left and not pods and not services
+
+        # Whatever finalizer raybus put on the cluster is removed, then the collector deletes the children
+        # (the attached kubelet finishes each Pod's graceful deletion).
+        wait(real, gone, "the cluster and its Pods and Services gone")
+
+
+class PodCreates:
+    """Every Pod ADDED in a namespace, counted by name, from a watch started before the first create."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self._core = client.CoreV1Api(api)
+        self._namespace = namespace
+        self.added: Counter[str] = Counter()
+        self.cycles = 0
+        self._stop = threading.Event()
+        self._rv = self._core.list_namespaced_pod(namespace).metadata.resource_version
+        self._thread = threading.Thread(target=self._run, name="pod-creates", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(
+                self._core.list_namespaced_pod, self._namespace, resource_version=self._rv, timeout_seconds=2
+            )
+            try:
+                for event in stream:
+                    if event["type"] == "ADDED":
+                        self.added[event["object"].metadata.name] += 1
+                    self._rv = event["object"].metadata.resource_version
+            except client.ApiException:
+                continue  # resumes from the last version seen
+            self.cycles += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def converged(api: client.ApiClient, namespace: str, expected: dict[str, int]) -> bool:
+    """Every expected cluster ready with its Pods; no other cluster, no Pod of another cluster."""
+    custom = client.CustomObjectsApi(api)
+    states = {
+        c["metadata"]["name"]: (c.get("status") or {}).get("state")
+        for c in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+    }
+    pods = Counter(
+        (p.metadata.labels or {}).get("ray.io/cluster", "")
+        for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items
+    )
+    if any(states.get(name) != "ready" or pods.get(name, 0) != n for name, n in expected.items()):
+        return False
+    return set(states) == set(expected) and set(pods) <= set(expected)
+
+
+def test_kill_9_of_each_process_during_a_burst(real: RaybusStack) -> None:
+    namespace = "burst"
+    with real.api() as api:
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        custom = client.CustomObjectsApi(api)
+        creates = PodCreates(api, namespace)
+        try:
+            names = [f"burst-{i:02d}" for i in range(BURST)]
+            expected: dict[str, int] = {}
+            for i, victim in enumerate(KILLED):
+                for name in names[i :: len(KILLED)]:
+                    custom.create_namespaced_custom_object(
+                        GROUP, VERSION, namespace, PLURAL, small_cluster(name, workers=WORKERS)
+                    )
+                    expected[name] = 1 + WORKERS
+                real.kill_and_restart(victim)
+            wait(real, lambda: converged(api, namespace, expected), "every cluster ready after the kills")
+            deleted = names[-5:]
+            for name in deleted:
+                custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+                del expected[name]
+            wait(real, lambda: converged(api, namespace, expected), "the deleted clusters' Pods gone")
+            cycles = creates.cycles
+            wait(real, lambda: creates.cycles >= cycles + 2, "the Pod watch caught up")
+        finally:
+            creates.close()
+    twice = {name: n for name, n in creates.added.items() if n > 1}
+    assert twice == {}
+    # Every cluster was ready before any was deleted: its head and workers, each created once.
+    assert sum(creates.added.values()) == BURST * (1 + WORKERS)
+
+
+def test_no_raybus_request_was_refused(real: RaybusStack, request: pytest.FixtureRequest) -> None:
+    """Runs last: the audit log then holds the module's whole run."""
+    found = audit.report(real.cluster.audit_log, NAMESPACE, ROLE_ACCOUNTS.values())
+    target = Path(request.config.rootpath) / ".pytest_cache" / REPORT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(found.text() + "\n")
+    print(f"\n{found.text()}\n(written to {target})")
+    assert found.used, "the audit log holds no raybus request"
+    assert found.forbidden == []
+    denied = [
+        line
+        for line in real.metrics("applier").splitlines()
+        if line.startswith("raybus_applier_calls_total") and 'outcome="denied"' in line
+    ]
+    assert all(line.rstrip().endswith(" 0") or line.rstrip().endswith(" 0.0") for line in denied), denied
+    refused = {name: log.lower().count("forbidden") for name, log in real.logs().items()}
+    assert {name: n for name, n in refused.items() if n} == {}
