@@ -1,8 +1,9 @@
 """What raybus's ServiceAccounts did on the real API server (its audit log) against what deploy/ grants them.
 
-Each audit line names the user, the verb, the resource (group, resource, subresource) and the answer's
-status. A 403 is a permission raybus needed and deploy/ lacks; a granted (group, resource, verb) that no
-request used is a permission deploy/ grants beyond what the run exercised.
+Each audit line names the user, the verb, the resource (group, resource, subresource) and the authorizer's
+decision. A request the authorizer forbade is a permission raybus needed and deploy/ lacks (a 403 for
+another reason, such as a proxy to a refused destination, was allowed by RBAC and is not one); a granted
+(group, resource, verb) that no request used is a permission deploy/ grants beyond what the run exercised.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 from tests.deploy.render import render
 
 SERVICE_ACCOUNT_USER = "system:serviceaccount:{namespace}:{name}"
+DECISION = "authorization.k8s.io/decision"
+"""The audit annotation carrying the authorizer's verdict: ``allow`` or ``forbid``."""
 
 
 @dataclass(frozen=True, order=True)
@@ -36,7 +39,7 @@ class Request:
     use: Use
     name: str
     code: int
-    stage: str
+    decision: str
 
 
 def requests(log: Path, namespace: str, accounts: Iterable[str]) -> Iterator[Request]:
@@ -54,7 +57,7 @@ def requests(log: Path, namespace: str, accounts: Iterable[str]) -> Iterator[Req
                 use=Use(account, entry["verb"], ref.get("apiGroup", ""), resource),
                 name=ref.get("name", ""),
                 code=int(entry.get("responseStatus", {}).get("code", 0)),
-                stage=entry["stage"],
+                decision=entry.get("annotations", {}).get(DECISION, ""),
             )
 
 
@@ -83,18 +86,26 @@ def granted(namespace: str, accounts: Iterable[str]) -> set[Use]:
 
 @dataclass(frozen=True)
 class Report:
-    """Requests refused for want of a permission, and permissions no request used."""
+    """Requests the authorizer forbade, and permissions no request used."""
 
     forbidden: list[Request]
+    refused: list[Request]
+    """Every request answered 403, forbidden by the authorizer or not."""
     unused: list[Use]
     used: list[Use]
 
     def text(self) -> str:
         """The report as lines for a person."""
-        rows = [f"raybus on the real API server: {len(self.used)} kinds of request, all by deploy/'s accounts"]
-        rows.append(f"refused (403): {len(self.forbidden)}")
+        rows = [f"raybus's ServiceAccounts on the real API server: {len(self.used)} kinds of request allowed"]
+        rows.append(f"forbidden by the authorizer: {len(self.forbidden)}")
         rows += [
             f"  {r.use.account} {r.use.verb} {r.use.group or 'core'}/{r.use.resource} {r.name}" for r in self.forbidden
+        ]
+        rows.append(f"answered 403 although allowed: {len(self.refused) - len(self.forbidden)}")
+        rows += [
+            f"  {r.use.account} {r.use.verb} {r.use.group or 'core'}/{r.use.resource} {r.name}"
+            for r in self.refused
+            if r.decision != "forbid"
         ]
         rows.append(f"granted by deploy/ and not used in this run: {len(self.unused)}")
         rows += [f"  {u.account} {u.verb} {u.group or 'core'}/{u.resource}" for u in self.unused]
@@ -107,9 +118,10 @@ def report(log: Path, namespace: str, accounts: Iterable[str]) -> Report:
     """Compare what ``accounts`` did (``log``) with what deploy/ grants them."""
     accounts = list(accounts)
     seen = list(requests(log, namespace, accounts))
-    used = {r.use for r in seen if r.code != 403}
+    used = {r.use for r in seen if r.decision == "allow"}
     return Report(
-        forbidden=[r for r in seen if r.code == 403],
+        forbidden=[r for r in seen if r.decision == "forbid"],
+        refused=[r for r in seen if r.code == 403],
         unused=sorted(granted(namespace, accounts) - used),
         used=sorted(used),
     )

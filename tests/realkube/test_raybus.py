@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, dynamic, watch
+from kubernetes import client, config, dynamic, watch
 
 from services.cli.realcluster import NAMESPACE, ROLE_ACCOUNTS
 from tests.e2e.clusters import small_cluster
@@ -48,6 +48,27 @@ pytestmark = pytest.mark.timeout(900)
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RaybusStack]:
     with running_stack(tmp_path_factory.mktemp("raybus-real"), "real") as stack:
         yield stack
+
+
+def test_each_process_holds_its_own_service_account(real: RaybusStack) -> None:
+    """The kubeconfig on each raybus process's command line authenticates as its deploy/ ServiceAccount."""
+    identities = {}
+    for role, account in ROLE_ACCOUNTS.items():
+        if role == "status":
+            continue  # the history API of ``raybus up`` reviews no tokens: no kubeconfig on its command line
+        argv = real.child(role).argv
+        kubeconfig = argv[argv.index("--kubeconfig") + 1]
+        with config.new_client_from_config(config_file=kubeconfig) as api:
+            review = client.AuthenticationV1Api(api).create_self_subject_review(
+                client.V1SelfSubjectReview(metadata=client.V1ObjectMeta())
+            )
+        identities[role] = (review.status.user_info.username, account)
+    assert identities == {
+        role: (audit.SERVICE_ACCOUNT_USER.format(namespace=NAMESPACE, name=account), account)
+        for role, account in ROLE_ACCOUNTS.items()
+        if role != "status"
+    }
+    assert "--kubeconfig" not in real.child("reconciler").argv
 
 
 def apply_sample(api: client.ApiClient, sample: str, namespace: str) -> dict[str, Any]:
@@ -222,6 +243,7 @@ def test_no_raybus_request_was_refused(real: RaybusStack, request: pytest.Fixtur
     print(f"\n{found.text()}\n(written to {target})")
     assert found.used, "the audit log holds no raybus request"
     assert found.forbidden == []
+    assert found.refused == []
     denied = [
         line
         for line in real.metrics("applier").splitlines()
