@@ -234,6 +234,31 @@ def test_kill_9_of_each_process_during_a_burst(real: RaybusStack) -> None:
     assert sum(creates.added.values()) == BURST * (1 + WORKERS)
 
 
+def test_the_audit_report_names_a_missing_permission(real: RaybusStack) -> None:
+    """The check below is only as good as its reading of the log: an account of raybus's namespace without
+    a rule for it asks for something, and the report must list that request as forbidden."""
+    account = "rbac-check"
+    with real.api() as admin:
+        core = client.CoreV1Api(admin)
+        core.create_namespaced_service_account(NAMESPACE, client.V1ServiceAccount(metadata={"name": account}))
+        token = core.create_namespaced_service_account_token(
+            account, NAMESPACE, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+        ).status.token
+        settings = client.Configuration()
+        settings.host = admin.configuration.host
+        settings.ssl_ca_cert = admin.configuration.ssl_ca_cert
+        settings.api_key = {"authorization": f"Bearer {token}"}
+    with client.ApiClient(settings) as api, pytest.raises(client.ApiException) as refused:
+        client.CoreV1Api(api).list_namespaced_pod("default")
+    assert refused.value.status == 403
+
+    def reported() -> list[audit.Request]:
+        return audit.report(real.cluster.audit_log, NAMESPACE, [account]).forbidden
+
+    forbidden = wait(real, reported, "the refused request in the audit log")
+    assert [(r.use.verb, r.use.resource) for r in forbidden] == [("list", "pods")]
+
+
 def test_no_raybus_request_was_refused(real: RaybusStack, request: pytest.FixtureRequest) -> None:
     """Runs last: the audit log then holds the module's whole run."""
     found = audit.report(real.cluster.audit_log, NAMESPACE, ROLE_ACCOUNTS.values())
