@@ -18,11 +18,6 @@ from realkube.plane import ControlPlane
 WATCH_INTERVAL = 1.0
 
 
-class _StoppedWhileStarting(Exception):
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(f"{signal_name} before the control plane was ready; stopped it")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m realkube", description=__doc__)
@@ -33,19 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     plane = ControlPlane(args.state_dir, bin_dir=args.bin_dir)
-    ready, stopping = threading.Event(), threading.Event()
+    stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         stopping.set()
-        if not ready.is_set():
-            # Still starting: abandon the start, whose clean-up stops what had started.
-            raise _StoppedWhileStarting(signal.Signals(signum).name)
+        # Only flags are set here: raising from a handler could interrupt the start between launching a
+        # program and recording it, and leave that program running. A start under way gives up at its
+        # next check and stops what it had started.
+        plane.abandon(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     try:
         kubeconfig = plane.start()
-        ready.set()
         print(kubeconfig, flush=True)
         while not stopping.wait(WATCH_INTERVAL):
             ended = plane.failed()
@@ -53,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"realkube: {ended}", file=sys.stderr)
                 return 1
         return 0
-    except (RealKubeError, _StoppedWhileStarting) as exc:
+    except RealKubeError as exc:
         print(f"realkube: {exc}", file=sys.stderr)
         return 1
     finally:

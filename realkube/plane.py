@@ -74,6 +74,7 @@ class ControlPlane:
         self._bin_dir = bin_dir
         self._startup_timeout = startup_timeout
         self._programs: list[Program] = []
+        self._abandoned: str | None = None
         self._admin_api: AdminApi | None = None
         self.server = ""
         self.kubeconfig = self.state_dir / "kubeconfig"
@@ -100,6 +101,7 @@ class ControlPlane:
         """
         if self._programs:
             raise RealKubeError("the control plane is already started")
+        self._abandoned = None
         try:
             self._start(find_binaries(self._bin_dir))
         except BaseException:
@@ -116,6 +118,11 @@ class ControlPlane:
         self._admin_api = None
         if self._own_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def abandon(self, reason: str) -> None:
+        """Make a start under way give up at its next check (within a fraction of a second) and stop what it
+        had started. Safe to call from a signal handler: it only sets a flag."""
+        self._abandoned = reason
 
     def failed(self) -> str | None:
         """How a program of the running plane ended, if one did; None while all run."""
@@ -235,6 +242,8 @@ class ControlPlane:
         )
 
     def _launch(self, name: str, argv: list[str]) -> Program:
+        if self._abandoned is not None:
+            raise RealKubeError(f"start abandoned before {name}: {self._abandoned}")
         program = Program(name, argv, self.state_dir / "logs" / f"{name}.log")
         self._programs.append(program)
         program.start()
@@ -243,6 +252,8 @@ class ControlPlane:
     def _wait(self, probe: Callable[[], bool], what: str, program: Program) -> None:
         deadline = time.monotonic() + self._startup_timeout
         while not probe():
+            if self._abandoned is not None:
+                raise RealKubeError(f"start abandoned while waiting for {what}: {self._abandoned}")
             ended = self.failed()
             if ended is not None:
                 raise RealKubeError(f"while waiting for {what}: {ended}")

@@ -29,6 +29,19 @@ def _alive(pid: int, program: str) -> bool:
         return False
 
 
+def _running_in(folder: Path) -> list[int]:
+    """Processes whose command line names ``folder`` (the plane's programs all take paths inside it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(folder) in (entry / "cmdline").read_text():
+                    found.append(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue
+    return found
+
+
 def test_runs_until_sigterm_then_leaves_nothing_behind(tmp_path: Path) -> None:
     errors = tmp_path / "stderr"
     with errors.open("w") as stderr:
@@ -62,6 +75,7 @@ def test_runs_until_sigterm_then_leaves_nothing_behind(tmp_path: Path) -> None:
         if cli.stdout is not None:
             cli.stdout.close()
     assert not [pid for pid, cmdline in programs.items() if _alive(pid, cmdline.split("\0")[0])]
+    assert _running_in(tmp_path / "plane") == []
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", urllib.parse.urlsplit(server).port or 0))
 
@@ -89,6 +103,7 @@ def test_a_sigterm_while_starting_stops_what_had_started(tmp_path: Path) -> None
             cli.kill()
             cli.wait()
     assert not _alive(etcd, "/etcd")
+    assert _running_in(tmp_path / "plane") == []
 
 
 def test_missing_binaries_are_named(tmp_path: Path) -> None:
