@@ -175,7 +175,12 @@ def test_a_service_account_kubeconfig_authenticates_as_the_account(
     try:
         review = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
         assert review.status.user_info.username == f"system:serviceaccount:{kube_namespace}:reader"
-        assert client.CoreV1Api(api).list_namespaced_config_map(kube_namespace).items is not None
+        # The RBAC authorizer sees the new RoleBinding through its informers, a moment after it is stored.
+        eventually_sync(
+            lambda: client.CoreV1Api(api).list_namespaced_config_map(kube_namespace).items is not None,
+            timeout=CONTROLLERS,
+            message="the RoleBinding grants listing ConfigMaps",
+        )
         with pytest.raises(client.ApiException) as refused:
             client.CoreV1Api(api).list_namespaced_secret(kube_namespace)
         assert refused.value.status == 403
