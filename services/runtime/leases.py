@@ -19,6 +19,14 @@ apply ready to run, and under a 10 %-of-a-core quota leases lapsed again and aga
 moved for nothing. Claims, releases and the start and stop of partitions stay on the caller's loop; the two sides
 share the lease state under one lock that is never held across an ``await``.
 
+Lost leases (the bucket's TTL ran out while NATS did not answer, e.g. during a JetStream leader election)
+are stopped all at once, each on a task of its own, and the round waits for them at most one
+``renew_interval``: every partition whose stop is over is claimed again at once, one still draining later
+(the renewal thread wakes the round the moment it finds a lease lost, and each finished stop wakes it
+again). Stopping them one after another made a member that lost 16 partitions hold none for minutes, as
+each drain waited for its batch in hand. The longest time a group held no valid lease is logged and kept
+as ``raybus_lease_gap_seconds``.
+
 Rejected: a single coordinator assigning partitions (a SPOF and a second protocol); JetStream
 consumer groups (not in JetStream; pinned-client priority groups give failover but not balancing).
 """
@@ -46,14 +54,31 @@ from services.runtime.assignment import partitions_of
 from services.runtime.bus import bus_unavailable
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import read_latest
+from services.runtime.metrics import meter
 from services.runtime.ownloop import OwnLoop
 from services.runtime.settings import PartitionSettings
 
 log = logging.getLogger(__name__)
+_gaps = meter(__name__).create_histogram(
+    "raybus_lease_gap_seconds",
+    unit="s",
+    description="time a member held no valid partition lease before it held one again, by lease group",
+)
 
 PartitionCallback = Callable[[int], Awaitable[None]]
 Connect = Callable[[], Awaitable[Client]]
 """Opens a NATS connection of the member's own (credentials as the process's main one)."""
+
+
+async def first_of(*events: asyncio.Event, timeout: float) -> None:
+    """Return once any of ``events`` is set, or after ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
 
 
 def default_member_id() -> str:
@@ -104,6 +129,15 @@ class PartitionLeases:
         """Partitions being drained for release: their leases are kept, no longer counted valid."""
         self._lost: set[int] = set()
         """Partitions whose lease the renewal found expired or taken; stopped by the next round."""
+        self._stopping: dict[int, asyncio.Task[None]] = {}
+        """Lost partitions being stopped; claimable again once their stop is over."""
+        self._wake = asyncio.Event()
+        """Set when a round should run now: a lease was found lost, or a lost partition's stop ended."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._covered_until = 0.0
+        """Monotonic time up to which some partition was valid (0: never held one)."""
+        self.longest_gap = 0.0
+        """Longest time, in seconds, this member held no valid lease between holding some."""
         self._renewer: OwnLoop[None] | None = None
         self.members: frozenset[str] = frozenset()
 
@@ -121,18 +155,19 @@ class PartitionLeases:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Keep leases in step with membership until ``stop``; then release everything."""
+        self._loop = asyncio.get_running_loop()
         if self._connect is not None:
             self._renewer = OwnLoop(self._keep_renewed, name=f"{self._group}-leases")
         try:
             while not stop.is_set():
+                self._wake.clear()
                 try:
                     await self.tick()
                 except (NatsError, RetryableError) as exc:
                     # NATS unreachable: partitions fence themselves when their leases lapse; the next
                     # round renews or re-claims them.
                     log.warning("lease round failed (%s); retrying", exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._settings.renew_interval)
+                await first_of(stop, self._wake, timeout=self._settings.renew_interval)
         finally:
             await self.release_all()
 
@@ -150,7 +185,7 @@ class PartitionLeases:
         await self._stop_lost()
         self.members = await self._live_members()
         wanted = partitions_of(self._me, self.members, self._partitions)
-        await self._release_many(self.owned - wanted)
+        await self._release_many(self.owned - wanted - set(self._stopping))
         for partition in sorted(wanted - self.owned):
             await self._claim(partition)
 
@@ -185,6 +220,10 @@ class PartitionLeases:
     async def release_all(self) -> None:
         """Drain and release every held partition, then stop renewing and heartbeating (shutdown)."""
         try:
+            stopping, self._stopping = list(self._stopping.values()), {}
+            for failed in await asyncio.gather(*stopping, return_exceptions=True):
+                if isinstance(failed, Exception):
+                    log.warning("%s: stopping a lost partition failed: %r", self._group, failed)
             await self._release_many(self.owned)  # the renewal thread keeps the leases while they drain
         finally:
             if self._renewer is not None:
@@ -206,7 +245,7 @@ class PartitionLeases:
             return  # held by another member: it releases once it sees the new membership
         with self._lock:
             self._revisions[partition] = revision
-            self._valid_until[partition] = self._deadline(sent)
+            self._set_validity(partition, self._deadline(sent))
         log.info("%s: claimed partition %d", self._group, partition)
         await self._start(partition)
 
@@ -242,24 +281,59 @@ class PartitionLeases:
             with self._lock:
                 if self._revisions.get(partition) != revision or partition in self._releasing:
                     return  # released or re-claimed meanwhile: not this renewal's to judge
-                self._valid_until.pop(partition, None)
+                self._drop_validity(partition)
                 self._lost.add(partition)
             log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
+            self._wake_round()
             return
         with self._lock:
             if self._revisions.get(partition) != revision:
                 return
             self._revisions[partition] = renewed  # also while draining: the release deletes this revision
             if partition not in self._releasing:
-                self._valid_until[partition] = self._deadline(sent)
+                self._set_validity(partition, self._deadline(sent))
+
+    def _wake_round(self) -> None:
+        """Have the lease loop run a round now (from the renewal thread or the caller's loop)."""
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: nothing is left to wake
+            if loop is asyncio.get_running_loop():
+                self._wake.set()
+                return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._wake.set)
 
     async def _stop_lost(self) -> None:
+        """Stop every newly lost partition at once, waiting for their stops at most one renewal interval
+        (a partition still draining is claimed again by a later round, which its stop's end wakes).
+
+        Raises:
+            Exception: what a finished stop raised (a crashed partition).
+        """
         with self._lock:
             lost, self._lost = self._lost, set()
-        for partition in sorted(lost):
+        started = []
+        for partition in sorted(lost - set(self._stopping)):
+            task = asyncio.create_task(self._stop_one_lost(partition), name=f"{self._group}-stop-{partition}")
+            task.add_done_callback(lambda _: self._wake_round())
+            self._stopping[partition] = task
+            started.append(task)
+        if started:
+            await asyncio.wait(started, timeout=self._settings.renew_interval)
+        for partition, task in list(self._stopping.items()):
+            if task.done():
+                del self._stopping[partition]
+                task.result()
+
+    async def _stop_one_lost(self, partition: int) -> None:
+        try:
             await self._stop(partition)
+        finally:
             with self._lock:
                 self._revisions.pop(partition, None)
+                self._valid_until.pop(partition, None)
 
     async def _create(self, key: str) -> int | None:
         """Create the lease ``key`` for this member; None when another member holds it."""
@@ -275,7 +349,7 @@ class PartitionLeases:
     async def _release(self, partition: int) -> None:
         with self._lock:
             self._releasing.add(partition)
-            self._valid_until.pop(partition, None)
+            self._drop_validity(partition)
         try:
             await self._stop(partition)
             key = subjects.lease_key(self._group, partition)
@@ -295,6 +369,26 @@ class PartitionLeases:
                 self._revisions.pop(partition, None)
                 self._releasing.discard(partition)
         log.info("%s: released partition %d", self._group, partition)
+
+    def _set_validity(self, partition: int, until: float) -> None:
+        """Record that ``partition`` may be processed until ``until``; a member that held no valid lease
+        until now logs and measures how long it went without (caller holds the lock)."""
+        now = time.monotonic()
+        if self._covered_until and now > self._covered_until:
+            gap = now - self._covered_until
+            self.longest_gap = max(self.longest_gap, gap)
+            _gaps.record(gap, {"group": self._group})
+            log.info("%s: holding a partition again after %.1fs without any", self._group, gap, extra={"gap_s": gap})
+        self._valid_until[partition] = until
+        self._covered_until = max(self._covered_until, until)
+
+    def _drop_validity(self, partition: int) -> None:
+        """``partition`` may no longer be processed from now on (caller holds the lock)."""
+        until = self._valid_until.pop(partition, None)
+        if until is None:
+            return
+        rest = max(self._valid_until.values(), default=0.0)
+        self._covered_until = max(rest, min(until, time.monotonic()))
 
     def _deadline(self, sent: float) -> float:
         """Until when a lease written by a request sent at ``sent`` may be used: the server's TTL runs from

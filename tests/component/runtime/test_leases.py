@@ -117,3 +117,56 @@ async def test_the_renewal_thread_ends_with_its_owner_even_when_cancelled_again_
 
 def renewal_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.endswith("-leases")]
+
+
+async def test_lost_leases_are_stopped_at_once_and_claimed_again_without_waiting_for_a_slow_stop(
+    nats_server: NatsServer,
+) -> None:
+    """Every lost partition stops concurrently (each stop waits until all of them are stopping, which
+    one-after-another stops never reach); those whose stop is over are claimed again while one still drains."""
+    partitions, slow = 16, 5
+    nc = await nats.connect(nats_server.url)
+    stop = asyncio.Event()
+    try:
+        settings = PartitionSettings(lease_ttl=5.0, renew_interval=0.2)
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=partitions), partitions=settings)
+        starts: dict[int, int] = dict.fromkeys(range(partitions), 0)
+        stopping: set[int] = set()
+        all_stopping = asyncio.Event()
+        slow_may_end = asyncio.Event()
+
+        async def on_start(partition: int) -> None:
+            starts[partition] += 1
+
+        async def on_stop(partition: int) -> None:
+            stopping.add(partition)
+            if len(stopping) == partitions:
+                all_stopping.set()
+            await all_stopping.wait()
+            if partition == slow:
+                await slow_may_end.wait()
+            stopping.discard(partition)
+
+        membership = Membership(nc, buckets.leases, "m1", partitions, settings)
+        leases = PartitionLeases(membership, "reconcile", start=on_start, stop=on_stop)
+        running = asyncio.create_task(leases.run(stop))
+        await eventually(lambda: leases.owned == frozenset(range(partitions)), message="every partition claimed")
+
+        for partition in range(partitions):  # what the TTL does to leases nobody could renew
+            await buckets.leases.purge(subjects.lease_key("reconcile", partition))
+        await eventually(all_stopping.is_set, message="every lost partition stopping at the same time")
+        others = [p for p in range(partitions) if p != slow]
+        await eventually(
+            lambda: all(starts[p] == 2 and leases.valid(p) for p in others),
+            message="the partitions whose stop ended claimed again",
+        )
+        assert stopping == {slow} and starts[slow] == 1 and not leases.valid(slow)
+
+        slow_may_end.set()
+        await eventually(lambda: starts[slow] == 2 and leases.valid(slow), message="the slow one claimed again")
+        stop.set()
+        await running
+        assert leases.owned == frozenset()
+    finally:
+        stop.set()
+        await nc.close()
