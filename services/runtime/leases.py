@@ -378,7 +378,12 @@ class PartitionLeases:
             gap = now - self._covered_until
             self.longest_gap = max(self.longest_gap, gap)
             _gaps.record(gap, {"group": self._group})
-            log.info("%s: holding a partition again after %.1fs without any", self._group, gap, extra={"gap_s": gap})
+            log.info(
+                "%s: holding a partition again after %.1fs without any",
+                self._group,
+                gap,
+                extra={"gap_s": gap, "lease_group": self._group},
+            )
         self._valid_until[partition] = until
         self._covered_until = max(self._covered_until, until)
 

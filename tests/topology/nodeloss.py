@@ -1,0 +1,177 @@
+"""Node loss on a 3-node JetStream cluster during bursts of RayClusters (the topology tier and
+``bench/fault_bench.py --node-loss`` share it).
+
+For each victim in turn — the JetStream meta leader, the leader of ``RAYBUS_EVENTS``, of
+``RAYBUS_COMMANDS``, of the leases bucket — a burst of RayClusters (1 head, 3 workers) is created and
+right after it the node leading that group is killed with SIGKILL. The run notes when the bus answers
+again (the meta group and every stream have a leader among the live nodes), waits until every cluster
+created so far is ready, restarts the node on its store and waits until it caught up. Then some clusters
+are deleted, and the run waits until everything converged and every consumer drained.
+
+Figures: seconds from each kill until the bus answered and until every cluster converged, the longest
+time each service's lease group held no valid partition (from the services' logs), Pod names created
+twice, Pods left for deleted clusters, dead letters, services unhealthy at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from schema import subjects
+from services.runtime.settings import PartitionSettings
+from tests.e2e.clusters import small_cluster
+from tests.e2e.faults import (
+    GROUP,
+    NAMESPACE,
+    PLURAL,
+    VERSION,
+    WORKERS,
+    PodCreates,
+    converged,
+    dead_letters,
+    drained,
+    pods_by_cluster,
+    wait,
+)
+from tests.fixtures.natscluster import LEASES_STREAM, NatsCluster, Node
+from tests.topology.stack import ClusterStack
+
+META = "meta"
+VICTIMS = (META, subjects.EVENTS_STREAM, subjects.COMMANDS_STREAM, LEASES_STREAM)
+"""What each burst is followed by a kill -9 of the leader of, in order."""
+STREAMS = [subjects.EVENTS_STREAM, subjects.COMMANDS_STREAM, subjects.RESULTS_STREAM, LEASES_STREAM]
+"""The replicated groups whose leaders the services need."""
+
+
+@dataclass
+class NodeLossFigures:
+    """What one run measured."""
+
+    clusters: int
+    deleted: int
+    killed: dict[str, str]
+    """Victim → the node that led it when killed."""
+    bus_back_s: dict[str, float]
+    converge_s: dict[str, float]
+    lease_gaps: dict[str, float]
+    created_twice: dict[str, int]
+    left_for_deleted: int
+    dead_letters: int
+    unhealthy: list[str]
+
+    @property
+    def longest_gap(self) -> float:
+        return max(self.lease_gaps.values(), default=0.0)
+
+    @property
+    def gap_bound(self) -> float:
+        """What the longest gap may be: the longest time the bus did not answer, then one lease TTL and one
+        renewal (the services run with the default lease settings)."""
+        leases = PartitionSettings()
+        return max(self.bus_back_s.values(), default=0.0) + leases.lease_ttl + leases.renew_interval
+
+
+def leader_of(cluster: NatsCluster, victim: str) -> Node | None:
+    """The node leading ``victim`` (the meta group, or a stream)."""
+    return cluster.meta_leader() if victim == META else cluster.stream_leader(victim)
+
+
+def bus_answers(cluster: NatsCluster) -> bool:
+    """The meta group and every stream the services use have a leader among the live nodes."""
+    return cluster.meta_leader() is not None and all(cluster.stream_leader(s) is not None for s in STREAMS)
+
+
+def run_node_losses(
+    stack: ClusterStack, *, per_burst: int, deleted: int, victims: tuple[str, ...] = VICTIMS, timeout: float = 300
+) -> NodeLossFigures:
+    """The run described in the module docstring; returns its figures."""
+    with stack.api() as api:
+        return _run(stack, api, per_burst=per_burst, deleted=deleted, victims=victims, timeout=timeout)
+
+
+def _run(
+    stack: ClusterStack,
+    api: client.ApiClient,
+    *,
+    per_burst: int,
+    deleted: int,
+    victims: tuple[str, ...],
+    timeout: float,
+) -> NodeLossFigures:
+    custom = client.CustomObjectsApi(api)
+    creates = PodCreates(api)
+    cluster = stack.cluster
+    expected: dict[str, int] = {}
+    killed: dict[str, str] = {}
+    bus_back: dict[str, float] = {}
+    converge: dict[str, float] = {}
+    names: list[str] = []
+    try:
+        for burst, victim in enumerate(victims):
+            wait(lambda: cluster.caught_up(STREAMS), "every stream replica current", timeout, stack)
+            node = leader_of(cluster, victim)
+            assert node is not None, f"no leader of {victim}"
+            for index in range(per_burst):
+                name = f"loss-{burst}-{index:03d}"
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, NAMESPACE, PLURAL, small_cluster(name, workers=WORKERS)
+                )
+                expected[name] = 1 + WORKERS
+                names.append(name)
+            killed_at = time.monotonic()
+            cluster.kill(node)
+            killed[victim] = node.name
+            bus_back[victim] = wait(lambda: bus_answers(cluster), f"the bus answers after {victim}'s loss", timeout)
+            wait(lambda: converged(api, expected), f"convergence after the loss of {victim}", timeout, stack)
+            converge[victim] = time.monotonic() - killed_at
+            cluster.restart(node)
+        for name in names[-deleted:] if deleted else []:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+            del expected[name]
+        wait(lambda: converged(api, expected), "convergence after the deletions", timeout, stack)
+        wait(
+            lambda: asyncio.run(drained(cluster.url, subjects.DEFAULT_PARTITIONS)),
+            "every consumer drained",
+            timeout,
+            stack,
+        )
+        cycles = creates.cycles
+        wait(lambda: creates.caught_up_from(cycles), "the Pod watch caught up", 60, stack)
+        pods = pods_by_cluster(api)
+        gone = set(names) - set(expected)
+        return NodeLossFigures(
+            clusters=len(names),
+            deleted=deleted,
+            killed=killed,
+            bus_back_s=bus_back,
+            converge_s=converge,
+            lease_gaps=stack.lease_gaps(),
+            created_twice={name: n for name, n in creates.added.items() if n > 1},
+            left_for_deleted=sum(pods.get(name, 0) for name in gone),
+            dead_letters=asyncio.run(dead_letters(cluster.url)),
+            unhealthy=[s.name for s in stack.services.values() if not s.healthy()],
+        )
+    finally:
+        creates.close()
+
+
+def describe(figures: NodeLossFigures) -> dict[str, Any]:
+    """The figures as plain data (what the bench prints)."""
+    return {
+        "clusters": figures.clusters,
+        "deleted": figures.deleted,
+        "killed_leader_of": figures.killed,
+        "bus_answers_s_after_kill": {k: round(v, 1) for k, v in figures.bus_back_s.items()},
+        "converge_s_after_kill": {k: round(v, 1) for k, v in figures.converge_s.items()},
+        "longest_lease_gap_s": {k: round(v, 1) for k, v in figures.lease_gaps.items()},
+        "lease_gap_bound_s": round(figures.gap_bound, 1),
+        "names_created_twice": len(figures.created_twice),
+        "pods_left_for_deleted_clusters": figures.left_for_deleted,
+        "dead_letters": figures.dead_letters,
+        "unhealthy": figures.unhealthy,
+    }
