@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Final
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
@@ -64,6 +65,10 @@ _gaps = meter(__name__).create_histogram(
     unit="s",
     description="time a member held no valid partition lease before it held one again, by lease group",
 )
+
+RETRY_FRACTION: Final = 0.25
+"""After a failed renewal the next one is sent after this fraction of ``renew_interval``: the leases are
+renewed within moments of a JetStream leader election's end, not an interval later."""
 
 PartitionCallback = Callable[[int], Awaitable[None]]
 Connect = Callable[[], Awaitable[Client]]
@@ -138,6 +143,8 @@ class PartitionLeases:
         """Monotonic time up to which some partition was valid (0: never held one)."""
         self.longest_gap = 0.0
         """Longest time, in seconds, this member held no valid lease between holding some."""
+        self._ttl = membership.settings.lease_ttl
+        """Seconds a lease entry lives: the configured TTL, or the bucket's when that is shorter."""
         self._renewer: OwnLoop[None] | None = None
         self.members: frozenset[str] = frozenset()
 
@@ -156,6 +163,7 @@ class PartitionLeases:
     async def run(self, stop: asyncio.Event) -> None:
         """Keep leases in step with membership until ``stop``; then release everything."""
         self._loop = asyncio.get_running_loop()
+        await self._check_bucket_ttl()
         if self._connect is not None:
             self._renewer = OwnLoop(self._keep_renewed, name=f"{self._group}-leases")
         try:
@@ -170,6 +178,26 @@ class PartitionLeases:
                 await first_of(stop, self._wake, timeout=self._settings.renew_interval)
         finally:
             await self.release_all()
+
+    async def _check_bucket_ttl(self) -> None:
+        """Fence by the bucket's TTL when it is shorter than the configured one (a bucket created with an
+        older default, before ``raybus topology`` updated it): fencing later than the entry expires would
+        let another member claim a partition this one still processes."""
+        try:
+            bucket_ttl = (await self._kv.status()).ttl
+        except NatsError as exc:
+            log.warning(
+                "%s: reading the leases bucket's TTL failed (%s); assuming the configured one", self._group, exc
+            )
+            return
+        if bucket_ttl and bucket_ttl < self._ttl:
+            log.warning(
+                "%s: the leases bucket expires entries after %.1fs, before the configured %.1fs; fencing by its TTL",
+                self._group,
+                bucket_ttl,
+                self._ttl,
+            )
+            self._ttl = bucket_ttl
 
     async def tick(self) -> None:
         """One round: renew (unless the renewal thread does), stop the partitions whose lease was lost,
@@ -203,16 +231,21 @@ class PartitionLeases:
         assert self._connect is not None
         nc = await self._connect()
         try:
-            kv = await nc.jetstream().key_value(subjects.LEASES_BUCKET)
+            # A renewal that waits longer than one interval for its answer (its request went to a node
+            # that just died) is given up and sent again, through whichever node answers now.
+            interval = self._settings.renew_interval
+            kv = await nc.jetstream(timeout=interval).key_value(subjects.LEASES_BUCKET)
             while not stop.is_set():
+                pause = interval
                 try:
                     await self.renew(kv)
                 except Exception as exc:
                     if not bus_unavailable(exc) and not isinstance(exc, RetryableError):
                         raise
                     log.warning("%s: renewing failed (%s); retrying", self._group, exc)
+                    pause = interval * RETRY_FRACTION  # the bus may answer again any moment (a new leader)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._settings.renew_interval)
+                    await asyncio.wait_for(stop.wait(), pause)
         finally:
             with contextlib.suppress(Exception):
                 await nc.close()
@@ -398,4 +431,4 @@ class PartitionLeases:
     def _deadline(self, sent: float) -> float:
         """Until when a lease written by a request sent at ``sent`` may be used: the server's TTL runs from
         its write, which is after the send, never from when this process saw the answer."""
-        return sent + self._settings.lease_ttl - self._settings.renew_interval
+        return sent + self._ttl - self._settings.renew_interval

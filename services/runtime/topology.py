@@ -218,7 +218,22 @@ async def ensure_topology(
             subjects.RESULTS_STREAM,
             work_consumer_config(subjects.STATUS_CONSUMER, subjects.RESULTS_WILDCARD, bus),
         )
-    return await open_buckets(nc, bus=bus, partitions=partitions)
+    buckets = await open_buckets(nc, bus=bus, partitions=partitions)
+    await _ensure_bucket_ttl(js, subjects.LEASES_BUCKET, partitions.lease_ttl)
+    return buckets
+
+
+async def _ensure_bucket_ttl(js: JetStreamContext, bucket: str, ttl: float) -> None:
+    """Give an existing bucket ``ttl`` (one created with another lease TTL keeps it otherwise: members
+    would fence by one TTL while entries expire by another)."""
+    info = await js.stream_info(f"KV_{bucket}")
+    config = info.config
+    if config.max_age == ttl:
+        return
+    config.max_age = ttl
+    config.duplicate_window = min(config.duplicate_window or ttl, ttl)  # JetStream wants it within the max age
+    await js.update_stream(config)
+    log.info("bucket %s: entries now expire after %.1fs", bucket, ttl)
 
 
 def _leases_config(bus: BusSettings, partitions: PartitionSettings) -> KeyValueConfig:
