@@ -37,12 +37,16 @@ from nats.js.kv import KeyValue
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from services.runtime.settings import BusSettings, PartitionSettings  # noqa: E402
-from services.runtime.topology import ensure_topology  # noqa: E402
+from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings  # noqa: E402
+from services.runtime.topology import provision  # noqa: E402
 from tests.fixtures.natscluster import LEASES_STREAM, NatsCluster, Node  # noqa: E402
 
 TRY_TIMEOUT = 0.5
 """Seconds one write waits for its answer."""
+
+
+async def _quiet(exc: Exception) -> None:
+    """The client's reports of the killed node: expected here."""
 
 
 async def _write_back(kv: KeyValue, key: str) -> float:
@@ -93,10 +97,12 @@ async def _run(rounds: int, which: str) -> tuple[list[float], list[float]]:
         cluster.start()
         try:
             cluster.wait_ready()
-            nc = await nats.connect(servers=cluster.servers, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+            bus, leases = BusSettings(replicas=3), PartitionSettings()
+            await provision(NatsSettings(url=cluster.url), bus=bus, partitions=leases, timeout=120)
+            nc = await nats.connect(
+                servers=cluster.servers, reconnect_time_wait=0.1, max_reconnect_attempts=-1, error_cb=_quiet
+            )
             try:
-                leases = PartitionSettings()
-                await ensure_topology(nc, bus=BusSettings(replicas=3), partitions=leases, with_consumers=False)
                 kv = await nc.jetstream().key_value("raybus-leases")
                 await _caught_up(cluster)
                 writes, leaders = [], []

@@ -10,16 +10,19 @@ are deleted, and the run waits until everything converged and every consumer dra
 
 Figures: seconds from each kill until the bus answered and until every cluster converged, the longest
 time each service's lease group held no valid partition (from the services' logs), Pod names created
-twice, Pods left for deleted clusters, dead letters, services unhealthy at the end.
+twice, Pods left for deleted clusters, dead letters, consumers left undrained (stuck keys), services
+unhealthy at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import nats
 from kubernetes import client
 
 from schema import subjects
@@ -39,6 +42,7 @@ from tests.e2e.faults import (
     wait,
 )
 from tests.fixtures.natscluster import LEASES_STREAM, NatsCluster, Node
+from tests.helpers import work_consumers
 from tests.topology.stack import ClusterStack
 
 META = "meta"
@@ -62,6 +66,8 @@ class NodeLossFigures:
     created_twice: dict[str, int]
     left_for_deleted: int
     dead_letters: int
+    undrained: list[str]
+    """Consumers with messages pending or unacknowledged at the end: keys stuck behind them."""
     unhealthy: list[str]
 
     @property
@@ -84,6 +90,21 @@ def leader_of(cluster: NatsCluster, victim: str) -> Node | None:
 def bus_answers(cluster: NatsCluster) -> bool:
     """The meta group and every stream the services use have a leader among the live nodes."""
     return cluster.meta_leader() is not None and all(cluster.stream_leader(s) is not None for s in STREAMS)
+
+
+async def undrained(nats_url: str, partitions: int) -> list[str]:
+    """The durable consumers with messages pending or unacknowledged."""
+    nc = await nats.connect(servers=nats_url.split(","))
+    try:
+        js = nc.jetstream()
+        found = []
+        for stream, name in work_consumers(partitions):
+            info = await js.consumer_info(stream, name)
+            if info.num_pending or info.num_ack_pending:
+                found.append(f"{stream}/{name}")
+        return found
+    finally:
+        await nc.close()
 
 
 def run_node_losses(
@@ -134,12 +155,13 @@ def _run(
             custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
             del expected[name]
         wait(lambda: converged(api, expected), "convergence after the deletions", timeout, stack)
-        wait(
-            lambda: asyncio.run(drained(cluster.url, subjects.DEFAULT_PARTITIONS)),
-            "every consumer drained",
-            timeout,
-            stack,
-        )
+        with contextlib.suppress(AssertionError):  # what stays undrained is counted below
+            wait(
+                lambda: asyncio.run(drained(cluster.url, subjects.DEFAULT_PARTITIONS)),
+                "every consumer drained",
+                timeout,
+                stack,
+            )
         cycles = creates.cycles
         wait(lambda: creates.caught_up_from(cycles), "the Pod watch caught up", 60, stack)
         pods = pods_by_cluster(api)
@@ -154,6 +176,7 @@ def _run(
             created_twice={name: n for name, n in creates.added.items() if n > 1},
             left_for_deleted=sum(pods.get(name, 0) for name in gone),
             dead_letters=asyncio.run(dead_letters(cluster.url)),
+            undrained=asyncio.run(undrained(cluster.url, subjects.DEFAULT_PARTITIONS)),
             unhealthy=[s.name for s in stack.services.values() if not s.healthy()],
         )
     finally:
@@ -173,5 +196,6 @@ def describe(figures: NodeLossFigures) -> dict[str, Any]:
         "names_created_twice": len(figures.created_twice),
         "pods_left_for_deleted_clusters": figures.left_for_deleted,
         "dead_letters": figures.dead_letters,
+        "undrained_consumers": figures.undrained,
         "unhealthy": figures.unhealthy,
     }

@@ -26,5 +26,6 @@ def test_losing_each_leader_during_bursts_converges_without_duplicates_or_long_l
     assert figures.created_twice == {}, summary
     assert figures.left_for_deleted == 0, summary
     assert figures.dead_letters == 0, summary
+    assert figures.undrained == [], summary
     assert figures.unhealthy == [], summary
     assert figures.longest_gap <= figures.gap_bound, summary
