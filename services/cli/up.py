@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status-port", type=int, default=0, help="history API port (0 = a free port)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each component")
     parser.add_argument(
+        "--nats-nodes", type=int, default=1, help="nats-servers of the stack's own JetStream cluster (3: as deploy/)"
+    )
+    parser.add_argument(
         "--ray",
         choices=("sim", "real"),
         default="sim",
