@@ -133,7 +133,7 @@ class PartitionLeases:
         self._releasing: set[int] = set()
         """Partitions being drained for release: their leases are kept, no longer counted valid."""
         self._lost: set[int] = set()
-        """Partitions whose lease the renewal found expired or taken; stopped by the next round."""
+        """Partitions whose lease the renewal found expired or taken, until their stop is over."""
         self._stopping: dict[int, asyncio.Task[None]] = {}
         """Lost partitions being stopped; claimable again once their stop is over."""
         self._wake = asyncio.Event()
@@ -308,23 +308,47 @@ class PartitionLeases:
         try:
             renewed = await kv.update(key, self._me.encode(), last=revision)
         except (KeyWrongLastSequenceError, KeyNotFoundError):
-            # Expired or taken. Even a lease that expired unclaimed is not simply taken again: another
-            # member may have held the partition meanwhile and released it, and only a restarted
-            # partition rebuilds the in-flight memory of what that member published.
-            with self._lock:
-                if self._revisions.get(partition) != revision or partition in self._releasing:
-                    return  # released or re-claimed meanwhile: not this renewal's to judge
-                self._drop_validity(partition)
-                self._lost.add(partition)
-            log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
-            self._wake_round()
-            return
+            # A renewal whose answer was given up on (a slow answer during a leader election) may still
+            # have been written: a lease that names this member is still its own.
+            sent = time.monotonic()
+            adopted = await self._renew_own(kv, key)
+            if adopted is None:
+                self._mark_lost(partition, revision)
+                return
+            renewed = adopted
         with self._lock:
             if self._revisions.get(partition) != revision:
                 return
             self._revisions[partition] = renewed  # also while draining: the release deletes this revision
             if partition not in self._releasing:
                 self._set_validity(partition, self._deadline(sent))
+
+    async def _renew_own(self, kv: KeyValue, key: str) -> int | None:
+        """Renew lease ``key`` at its current revision if it names this member; None when it does not."""
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:
+            return None
+        if entry.value != self._me.encode() or entry.revision is None:
+            return None
+        try:
+            return await kv.update(key, self._me.encode(), last=entry.revision)
+        except (KeyWrongLastSequenceError, KeyNotFoundError):
+            return None
+
+    def _mark_lost(self, partition: int, revision: int) -> None:
+        """Expired or taken. Even a lease that expired unclaimed is not simply taken again: another member
+        may have held the partition meanwhile and released it, and only a restarted partition rebuilds the
+        in-flight memory of what that member published. It stays in ``_lost`` until its stop is over, so
+        no renewal tries it again meanwhile."""
+        with self._lock:
+            stale = self._revisions.get(partition) != revision
+            if stale or partition in self._releasing or partition in self._lost:
+                return  # released, re-claimed or already found lost: not this renewal's to judge
+            self._drop_validity(partition)
+            self._lost.add(partition)
+        log.warning("%s: lost the lease of partition %d; stopping it", self._group, partition)
+        self._wake_round()
 
     def _wake_round(self) -> None:
         """Have the lease loop run a round now (from the renewal thread or the caller's loop)."""
@@ -346,7 +370,7 @@ class PartitionLeases:
             Exception: what a finished stop raised (a crashed partition).
         """
         with self._lock:
-            lost, self._lost = self._lost, set()
+            lost = self._lost - self._releasing  # a partition being released is stopped by its release
         started = []
         for partition in sorted(lost - set(self._stopping)):
             task = asyncio.create_task(self._stop_one_lost(partition), name=f"{self._group}-stop-{partition}")
@@ -367,6 +391,7 @@ class PartitionLeases:
             with self._lock:
                 self._revisions.pop(partition, None)
                 self._valid_until.pop(partition, None)
+                self._lost.discard(partition)
 
     async def _create(self, key: str) -> int | None:
         """Create the lease ``key`` for this member; None when another member holds it."""
@@ -401,6 +426,7 @@ class PartitionLeases:
             with self._lock:
                 self._revisions.pop(partition, None)
                 self._releasing.discard(partition)
+                self._lost.discard(partition)
         log.info("%s: released partition %d", self._group, partition)
 
     def _set_validity(self, partition: int, until: float) -> None:

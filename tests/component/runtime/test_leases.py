@@ -170,3 +170,32 @@ async def test_lost_leases_are_stopped_at_once_and_claimed_again_without_waiting
     finally:
         stop.set()
         await nc.close()
+
+
+async def test_a_renewal_written_after_its_answer_was_given_up_keeps_the_lease(nats_server: NatsServer) -> None:
+    """During a leader election a renewal can be stored after the member stopped waiting for the answer:
+    the entry still names the member, so the lease is still its own, not lost (a partition stopped and
+    restarted for nothing). An entry naming another member is lost."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=PartitionSettings())
+        stopped: list[int] = []
+
+        async def start(partition: int) -> None:
+            pass
+
+        async def stop(partition: int) -> None:
+            stopped.append(partition)
+
+        membership = Membership(nc, buckets.leases, "m1", 2, PartitionSettings())
+        leases = PartitionLeases(membership, "apply", start=start, stop=stop)
+        await leases.tick()
+        assert leases.owned == frozenset({0, 1})
+
+        await buckets.leases.put(subjects.lease_key("apply", 0), b"m1")  # the renewal that landed unseen
+        await buckets.leases.put(subjects.lease_key("apply", 1), b"m2")  # taken (what a bug elsewhere would do)
+        await leases.tick()
+        assert stopped == [1] and leases.valid(0)
+        await leases.release_all()
+    finally:
+        await nc.close()
