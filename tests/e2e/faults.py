@@ -85,6 +85,10 @@ class Service:
             return False
         return all(_ok(f"http://127.0.0.1:{self.health_port}/{path}") for path in ("healthz", "readyz"))
 
+    def answers(self, path: str) -> bool:
+        """Whether ``/healthz`` or ``/readyz`` (``path``) answers 200 now."""
+        return _ok(f"http://127.0.0.1:{self.health_port}/{path}")
+
     def log_tail(self) -> str:
         with contextlib.suppress(OSError):
             return (self.workdir / f"{self.name}.log").read_text(errors="replace")[-3000:]
@@ -175,8 +179,8 @@ def wait(check: Callable[[], bool], what: str, timeout: float, stack: Checked | 
 
 
 @contextlib.contextmanager
-def fault_stack(workdir: Path) -> Iterator[Stack]:
-    """Start every process; stop them all afterwards."""
+def fault_stack(workdir: Path, *, db_url: str | None = None) -> Iterator[Stack]:
+    """Start every process (the status service on ``db_url``, SQLite by default); stop them all afterwards."""
     workdir.mkdir(parents=True, exist_ok=True)
     nats_server = NatsServer(workdir / "nats")
     nats_server.start()
@@ -196,7 +200,7 @@ def fault_stack(workdir: Path) -> Iterator[Stack]:
                 "status",
                 *common,
                 "--db-url",
-                f"sqlite+aiosqlite:///{workdir}/raybus.db",
+                db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db",
                 "--http-port",
                 "0",  # a free one at every start: the history API is not what this test reads
             ],
