@@ -3,10 +3,12 @@
 
 For each victim in turn — the JetStream meta leader, the leader of ``RAYBUS_EVENTS``, of
 ``RAYBUS_COMMANDS``, of the leases bucket — a burst of RayClusters (1 head, 3 workers) is created and
-right after it the node leading that group is killed with SIGKILL. The run notes when the bus answers
-again (the meta group and every stream have a leader among the live nodes), waits until every cluster
-created so far is ready, restarts the node on its store and waits until it caught up. Then some clusters
-are deleted, and the run waits until everything converged and every consumer drained.
+right after it the node leading that group is killed with SIGKILL (``QUORUM``: that of the leases
+bucket and one more, both restarted after a lease TTL and 5 s, so every lease expires). The run notes
+when the bus answers again (the meta group and every stream have a leader among the live nodes), waits
+until every cluster created so far is ready, restarts the node on its store and waits until it caught
+up. Then some clusters are deleted, and the run waits until everything converged and every consumer
+drained.
 
 Figures: seconds from each kill until the bus answered and until every cluster converged, the longest
 time each service's lease group held no valid partition (from the services' logs), Pod names created
@@ -46,6 +48,10 @@ from tests.helpers import work_consumers
 from tests.topology.stack import ClusterStack
 
 META = "meta"
+QUORUM = "quorum"
+"""Two of the three nodes at once, the leases bucket's leader among them, down for ``QUORUM_OUTAGE``."""
+QUORUM_OUTAGE = PartitionSettings().lease_ttl + 5.0
+"""Seconds the quorum stays lost: longer than a lease lives, so every member loses its leases."""
 VICTIMS = (META, subjects.EVENTS_STREAM, subjects.COMMANDS_STREAM, LEASES_STREAM)
 """What each burst is followed by a kill -9 of the leader of, in order."""
 STREAMS = [subjects.EVENTS_STREAM, subjects.COMMANDS_STREAM, subjects.RESULTS_STREAM, LEASES_STREAM]
@@ -83,8 +89,10 @@ class NodeLossFigures:
 
 
 def leader_of(cluster: NatsCluster, victim: str) -> Node | None:
-    """The node leading ``victim`` (the meta group, or a stream)."""
-    return cluster.meta_leader() if victim == META else cluster.stream_leader(victim)
+    """The node leading ``victim`` (the meta group, or a stream; the leases bucket for the quorum loss)."""
+    if victim == META:
+        return cluster.meta_leader()
+    return cluster.stream_leader(LEASES_STREAM if victim == QUORUM else victim)
 
 
 def bus_answers(cluster: NatsCluster) -> bool:
@@ -145,12 +153,22 @@ def _run(
                 expected[name] = 1 + WORKERS
                 names.append(name)
             killed_at = time.monotonic()
-            cluster.kill(node)
-            killed[victim] = node.name
-            bus_back[victim] = wait(lambda: bus_answers(cluster), f"the bus answers after {victim}'s loss", timeout)
+            down = [node]
+            if victim == QUORUM:  # the leases leader and one more node: no group has a quorum left
+                down.append(next(other for other in cluster.nodes if other is not node))
+            for each in down:
+                cluster.kill(each)
+            killed[victim] = ",".join(each.name for each in down)
+            if victim == QUORUM:
+                time.sleep(QUORUM_OUTAGE)  # the outage itself: the leases must expire meanwhile
+                for each in down:
+                    cluster.restart(each)
+            wait(lambda: bus_answers(cluster), f"the bus answers after {victim}'s loss", timeout)
+            bus_back[victim] = time.monotonic() - killed_at
             wait(lambda: converged(api, expected), f"convergence after the loss of {victim}", timeout, stack)
             converge[victim] = time.monotonic() - killed_at
-            cluster.restart(node)
+            if victim != QUORUM:
+                cluster.restart(node)
         for name in names[-deleted:] if deleted else []:
             custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
             del expected[name]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.topology.nodeloss import describe, run_node_losses
+from tests.topology.nodeloss import QUORUM, describe, run_node_losses
 from tests.topology.stack import cluster_stack
 
 
@@ -23,6 +23,25 @@ def test_losing_each_leader_during_bursts_converges_without_duplicates_or_long_l
         figures = run_node_losses(stack, per_burst=10, deleted=8)
     summary = describe(figures)
     print(summary)  # the figures, for whoever runs it with -s
+    assert figures.created_twice == {}, summary
+    assert figures.left_for_deleted == 0, summary
+    assert figures.dead_letters == 0, summary
+    assert figures.undrained == [], summary
+    assert figures.unhealthy == [], summary
+    assert figures.longest_gap <= figures.gap_bound, summary
+
+
+@pytest.mark.timeout(1800)
+def test_losing_the_quorum_for_longer_than_a_lease_lives_costs_the_leases_for_a_bounded_time(
+    tmp_path: Path,
+) -> None:
+    """Two nodes down for longer than a lease lives: every member loses its leases, stops its partitions
+    at once and holds partitions again within one lease TTL and one renewal of the bus's return."""
+    with cluster_stack(tmp_path) as stack:
+        figures = run_node_losses(stack, per_burst=12, deleted=4, victims=(QUORUM,))
+    summary = describe(figures)
+    print(summary)
+    assert figures.lease_gaps, summary  # the leases were lost: the path under test ran
     assert figures.created_twice == {}, summary
     assert figures.left_for_deleted == 0, summary
     assert figures.dead_letters == 0, summary
