@@ -16,7 +16,8 @@ Run: ``.venv/bin/python bench/fault_bench.py [--clusters 150] [--scaled 50] [--d
 ``--node-loss`` runs ``tests/topology/nodeloss.py`` instead, N times: the stack on a 3-node JetStream
 cluster (3 replicas per stream), a burst of ``--per-burst`` RayClusters before each kill -9 of the
 leader of the meta group, ``RAYBUS_EVENTS``, ``RAYBUS_COMMANDS`` and the leases bucket, then the last
-``--deleted`` clusters deleted. Per run: seconds from each kill until the bus answered and until every
+``--deleted`` clusters deleted (``--quorum-loss`` adds a last burst with two nodes down for longer than
+a lease lives). Per run: seconds from each kill until the bus answered and until every
 cluster converged, the longest time each service's lease group held no valid partition (and the bound
 the topology tier asserts), consumers left undrained (stuck keys), Pod names created twice, Pods left
 for deleted clusters.
@@ -37,8 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.e2e.faults import describe, fault_stack, run_faults  # noqa: E402
+from tests.topology.nodeloss import QUORUM, VICTIMS, run_node_losses  # noqa: E402
 from tests.topology.nodeloss import describe as describe_node_loss  # noqa: E402
-from tests.topology.nodeloss import run_node_losses  # noqa: E402
 from tests.topology.stack import cluster_stack  # noqa: E402
 
 
@@ -51,10 +52,16 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds each wait of a run may take")
     parser.add_argument("--node-loss", action="store_true", help="the node-loss runs on a 3-node NATS cluster")
     parser.add_argument("--per-burst", type=int, default=25, help="RayClusters before each kill (--node-loss)")
+    parser.add_argument(
+        "--quorum-loss", action="store_true", help="end each node-loss run with two nodes down past a lease TTL"
+    )
     args = parser.parse_args()
     _print_setting()
     if args.node_loss:
-        return node_loss_runs(args.runs, per_burst=args.per_burst, deleted=args.deleted, timeout=args.timeout)
+        victims = (*VICTIMS, QUORUM) if args.quorum_loss else VICTIMS
+        return node_loss_runs(
+            args.runs, per_burst=args.per_burst, deleted=args.deleted, timeout=args.timeout, victims=victims
+        )
     failed = 0
     for run in range(1, args.runs + 1):
         with tempfile.TemporaryDirectory(prefix="raybus-fault-") as tmp, fault_stack(Path(tmp)) as stack:
@@ -78,12 +85,12 @@ def _print_setting() -> None:
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit.stdout.strip()}")
 
 
-def node_loss_runs(runs: int, *, per_burst: int, deleted: int, timeout: float) -> int:
+def node_loss_runs(runs: int, *, per_burst: int, deleted: int, timeout: float, victims: tuple[str, ...]) -> int:
     """The node-loss scenario ``runs`` times; 1 when a run duplicated, stranded or exceeded the gap bound."""
     failed = 0
     for run in range(1, runs + 1):
         with tempfile.TemporaryDirectory(prefix="raybus-node-loss-") as tmp, cluster_stack(Path(tmp)) as stack:
-            figures = run_node_losses(stack, per_burst=per_burst, deleted=deleted, timeout=timeout)
+            figures = run_node_losses(stack, per_burst=per_burst, deleted=deleted, timeout=timeout, victims=victims)
         print(f"\nnode-loss run {run}:")
         for name, value in describe_node_loss(figures).items():
             print(f"  {name:<34} {value}")
