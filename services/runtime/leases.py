@@ -154,6 +154,11 @@ class PartitionLeases:
         with self._lock:
             return frozenset(self._revisions)
 
+    @property
+    def ttl(self) -> float:
+        """Seconds a lease entry lives: the configured TTL, or the bucket's when that is shorter."""
+        return self._ttl
+
     def valid(self, partition: int) -> bool:
         """Whether this member may still process ``partition`` (self-fencing)."""
         with self._lock:

@@ -199,3 +199,30 @@ async def test_a_renewal_written_after_its_answer_was_given_up_keeps_the_lease(n
         await leases.release_all()
     finally:
         await nc.close()
+
+
+async def test_the_bucket_ttl_follows_the_setting_and_a_member_fences_by_the_shorter(nats_server: NatsServer) -> None:
+    """``raybus topology`` gives an existing bucket the configured TTL; a member whose setting is longer
+    than its bucket's (services rolled before the topology ran) fences by the bucket's, never past the
+    moment its entries expire."""
+    nc = await nats.connect(nats_server.url)
+    stop = asyncio.Event()
+    try:
+        bus = BusSettings(partitions=2)
+        await ensure_topology(nc, bus=bus, partitions=PartitionSettings(lease_ttl=10.0))
+        buckets = await ensure_topology(nc, bus=bus, partitions=PartitionSettings(lease_ttl=4.0))
+        assert (await buckets.leases.status()).ttl == 4.0
+
+        async def nothing(partition: int) -> None:
+            await asyncio.sleep(0)
+
+        longer = PartitionSettings(lease_ttl=20.0, renew_interval=0.5)
+        leases = PartitionLeases(Membership(nc, buckets.leases, "m1", 2, longer), "apply", start=nothing, stop=nothing)
+        running = asyncio.create_task(leases.run(stop))
+        await eventually(lambda: leases.owned == frozenset({0, 1}), message="both partitions claimed")
+        assert leases.ttl == 4.0
+        stop.set()
+        await running
+    finally:
+        stop.set()
+        await nc.close()
