@@ -13,8 +13,8 @@ import time
 import nats
 
 from services.runtime.leases import Membership, PartitionLeases
-from services.runtime.settings import BusSettings, PartitionSettings
-from services.runtime.topology import ensure_topology
+from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings
+from services.runtime.topology import open_buckets, provision
 from tests.fixtures.natscluster import NatsCluster
 from tests.helpers import eventually
 
@@ -29,7 +29,9 @@ async def test_a_member_holds_partitions_again_within_a_ttl_and_a_renewal_of_the
     stop = asyncio.Event()
     try:
         bus = BusSettings(partitions=PARTITIONS, replicas=3)
-        buckets = await ensure_topology(nc, bus=bus, partitions=settings, with_consumers=False)
+        # As deploy/'s Job does: a cluster that just formed may still time out creating a stream.
+        await provision(NatsSettings(url=nats_cluster.url), bus=bus, partitions=settings, timeout=120)
+        buckets = await open_buckets(nc, bus=bus, partitions=settings)
         stops: list[int] = []
 
         async def on_start(partition: int) -> None:
