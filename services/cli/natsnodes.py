@@ -3,7 +3,8 @@
 Each node gets its own client and route ports, a configuration naming it and routing to every node (as
 deploy/'s StatefulSet does), and its JetStream store under ``STATE/nats/<node>``. The stack then runs
 ``raybus topology --stream-replicas N`` once the cluster answers, and the services with
-``--no-ensure-topology`` (a service would otherwise set its own replica count on the streams).
+``--no-ensure-topology`` (a service would otherwise set its own replica count on the streams). It is for
+the local stack (kubesim): with ``--kubeconfig`` the stack's bus stays one nats-server.
 """
 
 from __future__ import annotations
@@ -26,11 +27,9 @@ class NatsNode:
     argv: list[str]
 
 
-def cluster_nodes(
-    binary: str, store: Path, ports: list[int], route_ports: list[int], *, authorization: str = ""
-) -> list[NatsNode]:
+def cluster_nodes(binary: str, store: Path, ports: list[int], route_ports: list[int]) -> list[NatsNode]:
     """The nodes of a cluster on ``ports`` (clients) and ``route_ports`` (routes), their configurations
-    written under ``store``; ``authorization`` is a nats-server ``authorization`` block for clients."""
+    written under ``store``."""
     routes = ", ".join(json.dumps(f"nats-route://127.0.0.1:{port}") for port in route_ports)
     nodes = []
     for index, (port, route_port) in enumerate(zip(ports, route_ports, strict=True)):
@@ -39,7 +38,6 @@ def cluster_nodes(
         text = (
             f"server_name: {name}\n"
             f"cluster {{ name: {CLUSTER_NAME}, listen: 127.0.0.1:{route_port}, routes: [{routes}] }}\n"
-            f"{authorization}"
         )
         write_private(config, text.encode())
         argv = [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store / name), "-c", str(config)]

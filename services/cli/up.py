@@ -343,6 +343,11 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
     try:
         nats_url = args.nats_url
         bus: PrivateBus | None = None
+        clustered = not nats_url and args.nats_nodes > 1
+        if clustered:
+            if args.kubeconfig:
+                raise StackError("--nats-nodes runs the local stack's bus: with --kubeconfig it is one nats-server")
+            nats_url = start_nats_cluster(stack, state, args)
         if not nats_url:
             port = free_port()
             nats_url = f"nats://127.0.0.1:{port}"
