@@ -4,7 +4,7 @@ Each node gets its own client and route ports, a configuration naming it and rou
 deploy/'s StatefulSet does), and its JetStream store under ``STATE/nats/<node>``. The stack then runs
 ``raybus topology --stream-replicas N`` once the cluster answers, and the services with
 ``--no-ensure-topology`` (a service would otherwise set its own replica count on the streams). It is for
-the local stack (kubesim): with ``--kubeconfig`` the stack's bus stays one nats-server.
+the stack on kubesim: with ``--kubeconfig`` or ``--kube real`` the stack's bus stays one nats-server.
 """
 
 from __future__ import annotations
