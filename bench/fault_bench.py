@@ -12,6 +12,15 @@ consumer drained (the killed watcher's batches come back after the 30 s ack wait
 at the end, dead letters.
 
 Run: ``.venv/bin/python bench/fault_bench.py [--clusters 150] [--scaled 50] [--deleted 25] [--runs 1]``.
+
+``--node-loss`` runs ``tests/topology/nodeloss.py`` instead, N times: the stack on a 3-node JetStream
+cluster (3 replicas per stream), a burst of ``--per-burst`` RayClusters before each kill -9 of the
+leader of the meta group, ``RAYBUS_EVENTS``, ``RAYBUS_COMMANDS`` and the leases bucket, then the last
+``--deleted`` clusters deleted (``--quorum-loss`` adds a last burst with two nodes down for longer than
+a lease lives). Per run: seconds from each kill until the bus answered and until every
+cluster converged, the longest time each service's lease group held no valid partition (and the bound
+the topology tier asserts), consumers left undrained (stuck keys), Pod names created twice, Pods left
+for deleted clusters.
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.e2e.faults import describe, fault_stack, run_faults  # noqa: E402
+from tests.topology.nodeloss import QUORUM, VICTIMS, run_node_losses  # noqa: E402
+from tests.topology.nodeloss import describe as describe_node_loss  # noqa: E402
+from tests.topology.stack import cluster_stack  # noqa: E402
 
 
 def main() -> int:
@@ -38,11 +50,18 @@ def main() -> int:
     parser.add_argument("--deleted", type=int, default=25)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600, help="seconds each wait of a run may take")
+    parser.add_argument("--node-loss", action="store_true", help="the node-loss runs on a 3-node NATS cluster")
+    parser.add_argument("--per-burst", type=int, default=25, help="RayClusters before each kill (--node-loss)")
+    parser.add_argument(
+        "--quorum-loss", action="store_true", help="end each node-loss run with two nodes down past a lease TTL"
+    )
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    cpus = len(os.sched_getaffinity(0))
-    print(f"machine: {platform.platform()}, {cpus} cpus, python {platform.python_version()}")
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit.stdout.strip()}")
+    _print_setting()
+    if args.node_loss:
+        victims = (*VICTIMS, QUORUM) if args.quorum_loss else VICTIMS
+        return node_loss_runs(
+            args.runs, per_burst=args.per_burst, deleted=args.deleted, timeout=args.timeout, victims=victims
+        )
     failed = 0
     for run in range(1, args.runs + 1):
         with tempfile.TemporaryDirectory(prefix="raybus-fault-") as tmp, fault_stack(Path(tmp)) as stack:
@@ -56,6 +75,32 @@ def main() -> int:
         if figures.created_twice:
             print(f"  {'names created twice':<46} {sorted(figures.created_twice)[:10]}")
         failed += bool(figures.left_for_deleted or figures.created_twice or figures.unhealthy)
+    return 1 if failed else 0
+
+
+def _print_setting() -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    cpus = len(os.sched_getaffinity(0))
+    print(f"machine: {platform.platform()}, {cpus} cpus, python {platform.python_version()}")
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {commit.stdout.strip()}")
+
+
+def node_loss_runs(runs: int, *, per_burst: int, deleted: int, timeout: float, victims: tuple[str, ...]) -> int:
+    """The node-loss scenario ``runs`` times; 1 when a run duplicated, stranded or exceeded the gap bound."""
+    failed = 0
+    for run in range(1, runs + 1):
+        with tempfile.TemporaryDirectory(prefix="raybus-node-loss-") as tmp, cluster_stack(Path(tmp)) as stack:
+            figures = run_node_losses(stack, per_burst=per_burst, deleted=deleted, timeout=timeout, victims=victims)
+        print(f"\nnode-loss run {run}:")
+        for name, value in describe_node_loss(figures).items():
+            print(f"  {name:<34} {value}")
+        failed += bool(
+            figures.created_twice
+            or figures.left_for_deleted
+            or figures.undrained
+            or figures.unhealthy
+            or figures.longest_gap > figures.gap_bound
+        )
     return 1 if failed else 0
 
 

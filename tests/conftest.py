@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.fixtures.nats import _ensure_nats_server_binary, nats_server  # noqa: F401
+from tests.fixtures.natscluster import nats_cluster  # noqa: F401
+from tests.fixtures.pgserver import private_postgres  # noqa: F401
 from tests.fixtures.postgres import db_url, pg_url  # noqa: F401
 from tests.helpers import reap_tasks
 

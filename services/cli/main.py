@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from services.cli import flags
 from services.runtime.settings import RaybusSettings
 
+TOPOLOGY_TIMEOUT = 120.0
+"""Seconds ``raybus topology`` keeps trying: a cluster that is starting elects its JetStream leader first."""
 PASSTHROUGH = {
     "kubesim": ("kubesim.cli", "run the embedded Kubernetes API server emulator (a simulator)"),
     "crds": ("schema.crd", "generate the ray.io CRDs from schema/ (raybus crds --out deploy/crds)"),
@@ -47,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     topology = sub.add_parser("topology", help="create or update the streams, consumers and KV buckets, then exit")
     flags.add_common(topology)
     topology.add_argument("--stream-replicas", type=int, help="replicas of each stream and bucket (3 on a cluster)")
+    topology.add_argument(
+        "--timeout",
+        type=float,
+        default=TOPOLOGY_TIMEOUT,
+        help=f"seconds to keep trying while the NATS cluster does not answer (default {TOPOLOGY_TIMEOUT:.0f})",
+    )
     from services.cli.up import add_arguments as add_up_arguments
 
     add_up_arguments(sub.add_parser("up", help="run the whole stack on loopback (nats-server, kubesim, services)"))
@@ -86,7 +94,7 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"raybus {args.command}: {exc}", file=sys.stderr)
         return 2
     if args.command == "topology":
-        return await _topology(settings, args.stream_replicas)
+        return await _topology(settings, args.stream_replicas, args.timeout)
     if args.command == "watcher":
         from services.watcher.service import run_watcher
 
@@ -100,19 +108,22 @@ async def _serve(args: argparse.Namespace) -> int:
     return await run_service("status", settings, lambda stop, health: run_status(settings, stop, health))
 
 
-async def _topology(settings: RaybusSettings, replicas: int | None) -> int:
+async def _topology(settings: RaybusSettings, replicas: int | None, timeout: float) -> int:
     """``raybus topology``: what the admin Job of deploy/ runs before the services start."""
     import dataclasses
 
-    from services.runtime.bus import connect
-    from services.runtime.topology import ensure_topology
+    from services.runtime.errors import TopologyError
+    from services.runtime.topology import provision
+
+    def retrying(failure: str, pause: float) -> None:
+        print(f"raybus topology: not ready yet ({failure}); trying again in {pause:.1f}s", file=sys.stderr)
 
     bus = dataclasses.replace(settings.bus, replicas=replicas) if replicas else settings.bus
-    nc = await connect(settings.nats, name="raybus-topology")
     try:
-        await ensure_topology(nc, bus=bus, partitions=settings.partitions)
-    finally:
-        await nc.close()
+        await provision(settings.nats, bus=bus, partitions=settings.partitions, timeout=timeout, on_retry=retrying)
+    except TopologyError as exc:
+        print(f"raybus topology: {exc}", file=sys.stderr)
+        return 1
     print(f"topology ready: {bus.partitions} partitions, {bus.replicas} replica(s)")
     return 0
 

@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status-port", type=int, default=0, help="history API port (0 = a free port)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each component")
     parser.add_argument(
+        "--nats-nodes", type=int, default=1, help="nats-servers of the stack's own JetStream cluster (3: as deploy/)"
+    )
+    parser.add_argument(
         "--ray",
         choices=("sim", "real"),
         default="sim",
@@ -326,6 +329,35 @@ def _log_mentions(log: Path, words: str) -> bool:
     return False
 
 
+def start_nats_cluster(stack: Stack, state: Path, args: argparse.Namespace) -> str:
+    """Start ``--nats-nodes`` nats-servers routed to each other; their URLs, comma-separated."""
+    from services.cli.natsnodes import cluster_nodes
+
+    store = state / "nats"
+    private_dir(store)
+    ports = [free_port() for _ in range(args.nats_nodes)]
+    routes = [free_port() for _ in range(args.nats_nodes)]
+    for node in cluster_nodes(nats_server_binary(), store, ports, routes):
+        where = f"nats://127.0.0.1:{node.port}"
+        child = Child(f"nats-{node.name}", node.argv, state / "logs" / f"nats-{node.name}.log", where, infra=True)
+        stack.add(child, functools.partial(port_open, node.port), args.timeout)
+    return ",".join(f"nats://127.0.0.1:{port}" for port in ports)
+
+
+def make_topology(logs: Path, bus_flags: list[str], args: argparse.Namespace) -> None:
+    """``raybus topology --stream-replicas N`` on the stack's cluster (it waits until the cluster answers).
+
+    Raises:
+        StackError: it failed, with its log's tail.
+    """
+    log_path = logs / "topology.log"
+    argv = _raybus("topology", *bus_flags, "--stream-replicas", str(args.nats_nodes))
+    with open_private_log(log_path) as log:
+        done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise StackError(f"raybus topology failed:\n{log_path.read_text(errors='replace')[-2000:]}")
+
+
 def _raybus(*args: str) -> list[str]:
     return [sys.executable, "-m", "services.cli.main", *args]
 
@@ -340,6 +372,11 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
     try:
         nats_url = args.nats_url
         bus: PrivateBus | None = None
+        clustered = not nats_url and args.nats_nodes > 1
+        if clustered:
+            if args.kubeconfig or args.kube == "real":
+                raise StackError("--nats-nodes is for the stack on kubesim: with a real cluster the bus is one server")
+            nats_url = start_nats_cluster(stack, state, args)
         if not nats_url:
             port = free_port()
             nats_url = f"nats://127.0.0.1:{port}"
@@ -387,6 +424,9 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         bus_flags, bus_env = ([], {NATS_URL_ENV: nats_url}) if secret_url else (["--nats-url", nats_url], {})
         if bus is not None and bus.per_stage:
             bus_flags = ["--no-ensure-topology"]  # created above, by the admin user
+        if clustered:
+            make_topology(logs, bus_flags, args)
+            bus_flags = [*bus_flags, "--no-ensure-topology"]  # a service would set its own replica count
 
         # One process per stage, as deploy/ runs them: each scales on its own.
         def kube_flags(role: str) -> list[str]:

@@ -67,10 +67,11 @@ class BusSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class PartitionSettings:
-    lease_ttl: float = 10.0
-    """Seconds a partition lease lives without renewal; a dead worker's partitions move after this."""
-    renew_interval: float = 3.0
-    """Seconds between lease renewals and membership heartbeats."""
+    lease_ttl: float = 20.0
+    """Seconds a partition lease lives without renewal; a dead worker's partitions move after this. Long
+    enough that one JetStream leader election (4 to 9 s; docs/architecture.md) does not cost the leases."""
+    renew_interval: float = 2.0
+    """Seconds between lease renewals and membership heartbeats (a failed renewal is retried sooner)."""
     worker_id: str = ""
     """Stable worker identity; empty means hostname + pid."""
     exit_timeout: float = 20.0

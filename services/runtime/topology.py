@@ -8,10 +8,13 @@ changes it cannot make, e.g. a different partition count on a live stream; that 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -28,13 +31,18 @@ from nats.js.errors import BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 
 from schema import subjects
-from services.runtime.errors import TopologyError
-from services.runtime.settings import BusSettings, PartitionSettings
+from services.runtime.backoff import Backoff
+from services.runtime.bus import connect
+from services.runtime.errors import RetryableError, TopologyError
+from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings
 
 log = logging.getLogger(__name__)
 
 MIN_SERVER_VERSION = (2, 12, 0)
 """Message schedules (bus timers) need nats-server 2.12; 2.15 is what raybus is tested with."""
+
+PROVISION_BACKOFF: Final = Backoff(base=0.5, cap=5.0)
+"""Pauses between tries of :func:`provision` while the cluster does not answer."""
 
 DUPLICATE_WINDOW = 120.0
 """Seconds JetStream remembers Nats-Msg-Id: covers watcher HA races and publish retries."""
@@ -210,7 +218,22 @@ async def ensure_topology(
             subjects.RESULTS_STREAM,
             work_consumer_config(subjects.STATUS_CONSUMER, subjects.RESULTS_WILDCARD, bus),
         )
-    return await open_buckets(nc, bus=bus, partitions=partitions)
+    buckets = await open_buckets(nc, bus=bus, partitions=partitions)
+    await _ensure_bucket_ttl(js, subjects.LEASES_BUCKET, partitions.lease_ttl)
+    return buckets
+
+
+async def _ensure_bucket_ttl(js: JetStreamContext, bucket: str, ttl: float) -> None:
+    """Give an existing bucket ``ttl`` (one created with another lease TTL keeps it otherwise: members
+    would fence by one TTL while entries expire by another)."""
+    info = await js.stream_info(f"KV_{bucket}")
+    config = info.config
+    if config.max_age == ttl:
+        return
+    config.max_age = ttl
+    config.duplicate_window = min(config.duplicate_window or ttl, ttl)  # JetStream wants it within the max age
+    await js.update_stream(config)
+    log.info("bucket %s: entries now expire after %.1fs", bucket, ttl)
 
 
 def _leases_config(bus: BusSettings, partitions: PartitionSettings) -> KeyValueConfig:
@@ -257,3 +280,51 @@ async def open_buckets(nc: Client, *, bus: BusSettings, partitions: PartitionSet
         ),
     )
     return Buckets(objects=objects, leases=leases, watcher=watcher)
+
+
+async def provision(
+    nats_settings: NatsSettings,
+    *,
+    bus: BusSettings,
+    partitions: PartitionSettings,
+    timeout: float,
+    on_retry: Callable[[str, float], None] | None = None,
+) -> None:
+    """Connect and :func:`ensure_topology`, trying again while the servers do not answer or JetStream is
+    not ready (a cluster still electing its meta leader or placing a stream's replicas: a stream not found
+    and then a timeout creating it), for at most ``timeout`` seconds overall. Each try starts over on a
+    fresh connection; what an earlier try created is found and updated, so a retry is harmless.
+
+    Args:
+        on_retry: told (the failure in one line, the pause in seconds) before each pause.
+
+    Raises:
+        TopologyError: a refusal that no retry changes (server too old, conflicting stream), or no
+            success within ``timeout``, with the last failure.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    failures = 0
+    last = "no answer"
+    while True:
+        try:
+            async with asyncio.timeout_at(deadline):
+                nc = await connect(nats_settings, name="raybus-topology")
+                try:
+                    await ensure_topology(nc, bus=bus, partitions=partitions)
+                finally:
+                    await nc.close()
+            return
+        except (RetryableError, nats.errors.Error, TimeoutError) as exc:
+            failure = str(exc).splitlines()[0] if str(exc) else ""
+            if loop.time() >= deadline:  # a try cut short by the deadline says nothing new
+                said = failure or last
+                raise TopologyError(
+                    f"NATS JetStream did not accept the topology within {timeout:.0f}s (last failure: {said})"
+                ) from exc
+            last = failure or type(exc).__name__
+            failures += 1
+            pause = min(PROVISION_BACKOFF.delay(failures), max(0.0, deadline - loop.time()))
+            if on_retry is not None:
+                on_retry(last, pause)
+            await asyncio.sleep(pause)

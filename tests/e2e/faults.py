@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import nats
 from kubernetes import client, config, watch
@@ -84,6 +84,10 @@ class Service:
         if self.proc is None or self.proc.poll() is not None:
             return False
         return all(_ok(f"http://127.0.0.1:{self.health_port}/{path}") for path in ("healthz", "readyz"))
+
+    def answers(self, path: str) -> bool:
+        """Whether ``/healthz`` or ``/readyz`` (``path``) answers 200 now."""
+        return _ok(f"http://127.0.0.1:{self.health_port}/{path}")
 
     def log_tail(self) -> str:
         with contextlib.suppress(OSError):
@@ -155,7 +159,13 @@ class Stack:
                 raise AssertionError(f"{service.name} exited with {service.proc.returncode}:\n{service.log_tail()}")
 
 
-def wait(check: Callable[[], bool], what: str, timeout: float, stack: Stack | None = None) -> float:
+class Checked(Protocol):
+    """A set of processes that raises when one that should run has died."""
+
+    def check(self) -> None: ...
+
+
+def wait(check: Callable[[], bool], what: str, timeout: float, stack: Checked | None = None) -> float:
     """Poll ``check`` until true; returns the seconds it took (AssertionError on timeout)."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
@@ -169,8 +179,8 @@ def wait(check: Callable[[], bool], what: str, timeout: float, stack: Stack | No
 
 
 @contextlib.contextmanager
-def fault_stack(workdir: Path) -> Iterator[Stack]:
-    """Start every process; stop them all afterwards."""
+def fault_stack(workdir: Path, *, db_url: str | None = None) -> Iterator[Stack]:
+    """Start every process (the status service on ``db_url``, SQLite by default); stop them all afterwards."""
     workdir.mkdir(parents=True, exist_ok=True)
     nats_server = NatsServer(workdir / "nats")
     nats_server.start()
@@ -190,7 +200,7 @@ def fault_stack(workdir: Path) -> Iterator[Stack]:
                 "status",
                 *common,
                 "--db-url",
-                f"sqlite+aiosqlite:///{workdir}/raybus.db",
+                db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db",
                 "--http-port",
                 "0",  # a free one at every start: the history API is not what this test reads
             ],
@@ -243,7 +253,7 @@ class Figures:
         return self.creates - self.minimum
 
 
-def _pods_by_cluster(api: client.ApiClient) -> Counter[str]:
+def pods_by_cluster(api: client.ApiClient) -> Counter[str]:
     pods = client.CoreV1Api(api).list_namespaced_pod(NAMESPACE).items
     return Counter(pod.metadata.labels.get("ray.io/cluster", "") for pod in pods)
 
@@ -253,16 +263,16 @@ def _states(api: client.ApiClient) -> dict[str, str]:
     return {c["metadata"]["name"]: (c.get("status") or {}).get("state", "") for c in items}
 
 
-def _converged(api: client.ApiClient, expected: dict[str, int]) -> bool:
+def converged(api: client.ApiClient, expected: dict[str, int]) -> bool:
     """Every named cluster ready with its expected Pods, every other cluster's Pods gone."""
-    states, pods = _states(api), _pods_by_cluster(api)
+    states, pods = _states(api), pods_by_cluster(api)
     if any(states.get(name) != "ready" or pods.get(name, 0) != count for name, count in expected.items()):
         return False
     return set(states) <= set(expected) and set(pods) <= set(expected)
 
 
-async def _drained(nats_url: str, partitions: int) -> bool:
-    nc = await nats.connect(nats_url)
+async def drained(nats_url: str, partitions: int) -> bool:
+    nc = await nats.connect(servers=nats_url.split(","))  # one URL, or a cluster's
     try:
         js = nc.jetstream()
         for stream, name in work_consumers(partitions):
@@ -274,8 +284,8 @@ async def _drained(nats_url: str, partitions: int) -> bool:
         await nc.close()
 
 
-async def _dead_letters(nats_url: str) -> int:
-    nc = await nats.connect(nats_url)
+async def dead_letters(nats_url: str) -> int:
+    nc = await nats.connect(servers=nats_url.split(","))  # one URL, or a cluster's
     try:
         info = await nc.jetstream().stream_info(subjects.DEADLETTER_STREAM)
         return int(info.state.messages)
@@ -305,7 +315,7 @@ def _run(stack: Stack, api: client.ApiClient, *, clusters: int, scaled: int, del
                 expected[name] = 1 + WORKERS
             _kill(stack, victim)
             converge_after_kill[victim] = wait(
-                lambda: _converged(api, expected), f"convergence after the kill of {victim}", timeout, stack
+                lambda: converged(api, expected), f"convergence after the kill of {victim}", timeout, stack
             )
         # every cluster reached its head and 3 workers: the minimum is fixed before anything changes
         minimum = sum(expected.values())
@@ -319,10 +329,10 @@ def _run(stack: Stack, api: client.ApiClient, *, clusters: int, scaled: int, del
         for name in names[-deleted:] if deleted else []:
             custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
             del expected[name]
-        wait(lambda: _converged(api, expected), "convergence after scale and delete", timeout, stack)
+        wait(lambda: converged(api, expected), "convergence after scale and delete", timeout, stack)
         # the watcher's unfinished batches come back after the ack wait: wait until every consumer drained
         wait(
-            lambda: asyncio.run(_drained(stack.nats.url, subjects.DEFAULT_PARTITIONS)),
+            lambda: asyncio.run(drained(stack.nats.url, subjects.DEFAULT_PARTITIONS)),
             "every consumer drained",
             timeout,
             stack,
@@ -330,7 +340,7 @@ def _run(stack: Stack, api: client.ApiClient, *, clusters: int, scaled: int, del
         converge_after_changes = time.monotonic() - changed_at
         cycles = creates.cycles
         wait(lambda: creates.caught_up_from(cycles), "the Pod watch caught up", 60, stack)
-        pods = _pods_by_cluster(api)
+        pods = pods_by_cluster(api)
         gone = set(names) - set(expected)
         return Figures(
             clusters=clusters,
@@ -344,7 +354,7 @@ def _run(stack: Stack, api: client.ApiClient, *, clusters: int, scaled: int, del
             converge_after_kill=converge_after_kill,
             converge_after_changes=converge_after_changes,
             unhealthy=[s.name for s in stack.services.values() if not s.healthy()],
-            dead_letters=asyncio.run(_dead_letters(stack.nats.url)),
+            dead_letters=asyncio.run(dead_letters(stack.nats.url)),
         )
     finally:
         creates.close()

@@ -117,3 +117,112 @@ async def test_the_renewal_thread_ends_with_its_owner_even_when_cancelled_again_
 
 def renewal_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.endswith("-leases")]
+
+
+async def test_lost_leases_are_stopped_at_once_and_claimed_again_without_waiting_for_a_slow_stop(
+    nats_server: NatsServer,
+) -> None:
+    """Every lost partition stops concurrently (each stop waits until all of them are stopping, which
+    one-after-another stops never reach); those whose stop is over are claimed again while one still drains."""
+    partitions, slow = 16, 5
+    nc = await nats.connect(nats_server.url)
+    stop = asyncio.Event()
+    try:
+        settings = PartitionSettings(lease_ttl=5.0, renew_interval=0.2)
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=partitions), partitions=settings)
+        starts: dict[int, int] = dict.fromkeys(range(partitions), 0)
+        stopping: set[int] = set()
+        all_stopping = asyncio.Event()
+        slow_may_end = asyncio.Event()
+
+        async def on_start(partition: int) -> None:
+            starts[partition] += 1
+
+        async def on_stop(partition: int) -> None:
+            stopping.add(partition)
+            if len(stopping) == partitions:
+                all_stopping.set()
+            await all_stopping.wait()
+            if partition == slow:
+                await slow_may_end.wait()
+            stopping.discard(partition)
+
+        membership = Membership(nc, buckets.leases, "m1", partitions, settings)
+        leases = PartitionLeases(membership, "reconcile", start=on_start, stop=on_stop)
+        running = asyncio.create_task(leases.run(stop))
+        await eventually(lambda: leases.owned == frozenset(range(partitions)), message="every partition claimed")
+
+        for partition in range(partitions):  # what the TTL does to leases nobody could renew
+            await buckets.leases.purge(subjects.lease_key("reconcile", partition))
+        await eventually(all_stopping.is_set, message="every lost partition stopping at the same time")
+        others = [p for p in range(partitions) if p != slow]
+        await eventually(
+            lambda: all(starts[p] == 2 and leases.valid(p) for p in others),
+            message="the partitions whose stop ended claimed again",
+        )
+        assert stopping == {slow} and starts[slow] == 1 and not leases.valid(slow)
+
+        slow_may_end.set()
+        await eventually(lambda: starts[slow] == 2 and leases.valid(slow), message="the slow one claimed again")
+        stop.set()
+        await running
+        assert leases.owned == frozenset()
+    finally:
+        stop.set()
+        await nc.close()
+
+
+async def test_a_renewal_written_after_its_answer_was_given_up_keeps_the_lease(nats_server: NatsServer) -> None:
+    """During a leader election a renewal can be stored after the member stopped waiting for the answer:
+    the entry still names the member, so the lease is still its own, not lost (a partition stopped and
+    restarted for nothing). An entry naming another member is lost."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        buckets = await ensure_topology(nc, bus=BusSettings(partitions=2), partitions=PartitionSettings())
+        stopped: list[int] = []
+
+        async def start(partition: int) -> None:
+            pass
+
+        async def stop(partition: int) -> None:
+            stopped.append(partition)
+
+        membership = Membership(nc, buckets.leases, "m1", 2, PartitionSettings())
+        leases = PartitionLeases(membership, "apply", start=start, stop=stop)
+        await leases.tick()
+        assert leases.owned == frozenset({0, 1})
+
+        await buckets.leases.put(subjects.lease_key("apply", 0), b"m1")  # the renewal that landed unseen
+        await buckets.leases.put(subjects.lease_key("apply", 1), b"m2")  # taken (what a bug elsewhere would do)
+        await leases.tick()
+        assert stopped == [1] and leases.valid(0)
+        await leases.release_all()
+    finally:
+        await nc.close()
+
+
+async def test_the_bucket_ttl_follows_the_setting_and_a_member_fences_by_the_shorter(nats_server: NatsServer) -> None:
+    """``raybus topology`` gives an existing bucket the configured TTL; a member whose setting is longer
+    than its bucket's (services rolled before the topology ran) fences by the bucket's, never past the
+    moment its entries expire."""
+    nc = await nats.connect(nats_server.url)
+    stop = asyncio.Event()
+    try:
+        bus = BusSettings(partitions=2)
+        await ensure_topology(nc, bus=bus, partitions=PartitionSettings(lease_ttl=10.0))
+        buckets = await ensure_topology(nc, bus=bus, partitions=PartitionSettings(lease_ttl=4.0))
+        assert (await buckets.leases.status()).ttl == 4.0
+
+        async def nothing(partition: int) -> None:
+            await asyncio.sleep(0)
+
+        longer = PartitionSettings(lease_ttl=20.0, renew_interval=0.5)
+        leases = PartitionLeases(Membership(nc, buckets.leases, "m1", 2, longer), "apply", start=nothing, stop=nothing)
+        running = asyncio.create_task(leases.run(stop))
+        await eventually(lambda: leases.owned == frozenset({0, 1}), message="both partitions claimed")
+        assert leases.ttl == 4.0
+        stop.set()
+        await running
+    finally:
+        stop.set()
+        await nc.close()
