@@ -1,11 +1,11 @@
 """The Helm chart installed into a real API server, for several values of ``tests/deploy/chart_values.py``.
 
-Per values: the release namespace is created (labelled as ``deploy/base`` labels its namespace), the CRDs,
-ServiceAccounts and RBAC objects are created for real as cluster admin (so the real RBAC authorizer holds
-them), every other object passes a server-side dry run, and
+Per values: the release namespace is created (labelled as ``deploy/base`` labels its namespace), and
 ``helm install --dry-run=server`` against the plane's kubeconfig succeeds (it runs first: a real object it
-would create makes helm refuse to install over it). Then each ServiceAccount authenticates with a token of
-its own, and SelfSubjectAccessReviews show it holds exactly what its role needs — the watcher roles'
+would create makes helm refuse to install over it). Then the CRDs, ServiceAccounts and RBAC objects are
+created for real as cluster admin (so the real RBAC authorizer holds them) and every other object passes a
+server-side dry run. Each ServiceAccount then authenticates with a token of its own, and
+SelfSubjectAccessReviews show it holds exactly what its role needs — the watcher roles'
 ``services.watcher.permissions`` tables and the status service's ``services.status.access`` rules, from
 which the chart's RBAC is generated — where the values say it works, and nothing elsewhere.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+import yaml
 from kubernetes import client, config, dynamic
 
 from realkube import ControlPlane
@@ -168,6 +169,12 @@ def test_helm_install_dry_run_server_succeeds(install: Install) -> None:
     result = install.helm_dry_run
     assert result.returncode == 0, result.stderr
     assert f"NAMESPACE: {install.namespace}" in result.stdout
+    manifest = yaml.safe_load_all(result.stdout.partition("\nMANIFEST:\n")[2])
+    would_install = sorted((o["kind"], o["metadata"]["name"]) for o in manifest if o)
+    rendered = sorted(
+        (o["kind"], o["metadata"]["name"]) for o in install.objects if o["kind"] != "CustomResourceDefinition"
+    )
+    assert would_install == rendered
 
 
 # --- what each ServiceAccount may do --------------------------------------------------------------------
