@@ -34,6 +34,7 @@ from services.watcher.rbac_manifests import component_name
 from tests.deploy.chart_values import MATRIX
 from tests.deploy.render import CHART, RELEASE, find, helm_binary, render_chart
 from tests.realkube.crds import ensure_crds
+from tests.realkube.submit import submit
 
 CASES: Final = ("defaults", "single-namespace", "watch-namespaces", "external-nats")
 
@@ -95,31 +96,6 @@ def _create_namespace(core: client.CoreV1Api, name: str, labels: Mapping[str, st
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=dict(labels))))
 
 
-def _submit(resources: dynamic.DynamicClient, objects: list[dict[str, Any]], dry_run: bool) -> list[str]:
-    """Create each object (only as a dry run with ``dry_run``); the refusals, one line each."""
-    refused = []
-    for obj in objects:
-        name = f"{obj['kind']}/{obj['metadata']['name']}"
-        try:
-            resource = resources.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        except dynamic.exceptions.ResourceNotFoundError:
-            refused.append(f"{name}: {obj['apiVersion']} {obj['kind']} is not served")
-            continue
-        namespace = obj["metadata"].get("namespace") if resource.namespaced else None
-        try:
-            resource.create(body=obj, namespace=namespace, **({"dry_run": "All"} if dry_run else {}))
-        except dynamic.exceptions.DynamicApiError as exc:
-            refused.append(f"{name}: {exc.status} {exc.summary()}")
-    return refused
-
-
-@pytest.fixture(scope="module")
-def resources(kube_admin: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> dynamic.DynamicClient:
-    """A dynamic client (its discovery cache kept in pytest's tmp, not the machine's)."""
-    cache = Path(tmp_path_factory.mktemp("discovery")) / "cache.json"
-    return dynamic.DynamicClient(kube_admin, cache_file=str(cache))
-
-
 @pytest.fixture(scope="module", params=CASES)
 def install(
     request: pytest.FixtureRequest,
@@ -144,8 +120,8 @@ def install(
     helm_dry_run = _helm_dry_run(real_kube, namespace, values, tmp_path_factory.mktemp("helm"))
     real = [o for kind in CREATED for o in objects if o["kind"] == kind]
     rest = [o for o in objects if o["kind"] not in (*CREATED, "CustomResourceDefinition")]
-    refused = _submit(resources, real, dry_run=False)
-    refused += _submit(resources, rest, dry_run=True)
+    refused = submit(resources, real, dry_run=False)
+    refused += submit(resources, rest, dry_run=True)
     try:
         yield Install(case, namespace, values, objects, refused, helm_dry_run)
     finally:
@@ -245,7 +221,9 @@ def _allowed(api: client.AuthorizationV1Api, rule: NamedRule, scope: str) -> boo
         name=name or None,
     )
     review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes))
-    return bool(api.create_self_subject_access_review(review).status.allowed)
+    status = api.create_self_subject_access_review(review).status
+    assert status is not None
+    return bool(status.allowed)
 
 
 def test_each_service_account_holds_exactly_its_roles_permissions(install: Install, real_kube: ControlPlane) -> None:
@@ -256,8 +234,9 @@ def test_each_service_account_holds_exactly_its_roles_permissions(install: Insta
         kubeconfig = real_kube.service_account_kubeconfig(install.namespace, account)
         api = config.new_client_from_config(config_file=str(kubeconfig))
         try:
-            user = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
-            assert user.status.user_info.username == f"system:serviceaccount:{install.namespace}:{account}"
+            me = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview()).status
+            assert me is not None and me.user_info is not None
+            assert me.user_info.username == f"system:serviceaccount:{install.namespace}:{account}"
             authorization = client.AuthorizationV1Api(api)
             for scope in scopes:
                 for rule in rules:
