@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, dynamic
 
 from realkube import ControlPlane
 
@@ -27,6 +28,13 @@ def kube_admin(real_kube: ControlPlane) -> Iterator[client.ApiClient]:
         yield api
     finally:
         api.close()
+
+
+@pytest.fixture(scope="session")
+def resources(kube_admin: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> dynamic.DynamicClient:
+    """A dynamic client (its discovery cache kept in pytest's tmp, not the machine's)."""
+    cache = Path(tmp_path_factory.mktemp("discovery")) / "cache.json"
+    return dynamic.DynamicClient(kube_admin, cache_file=str(cache))
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ objects that live in them or are of their kinds cannot be checked without them."
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,16 +12,10 @@ from kubernetes import client, dynamic
 
 from tests.deploy.render import TREES, render
 from tests.realkube.crds import ensure_crds
+from tests.realkube.submit import submit
 
 # Created for real, in this order, before the rest is dry-run.
 PREREQUISITES = ("Namespace", "CustomResourceDefinition")
-
-
-@pytest.fixture(scope="module")
-def resources(kube_admin: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> dynamic.DynamicClient:
-    """A dynamic client (its discovery cache kept in pytest's tmp, not the machine's)."""
-    cache = Path(tmp_path_factory.mktemp("discovery")) / "cache.json"
-    return dynamic.DynamicClient(kube_admin, cache_file=str(cache))
 
 
 def _create_for_real(api: client.ApiClient, objects: tuple[dict[str, Any], ...]) -> None:
@@ -44,19 +37,6 @@ def test_every_manifest_passes_a_server_side_dry_run(
 ) -> None:
     objects = render(tree)
     _create_for_real(kube_admin, objects)
-    refused = []
-    for obj in objects:
-        if obj["kind"] in PREREQUISITES:
-            continue
-        try:
-            resource = resources.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        except dynamic.exceptions.ResourceNotFoundError:
-            refused.append(f"{obj['kind']}/{obj['metadata']['name']}: {obj['apiVersion']} {obj['kind']} is not served")
-            continue
-        namespace = obj["metadata"].get("namespace") if resource.namespaced else None
-        try:
-            resource.create(body=obj, namespace=namespace, dry_run="All")
-        except dynamic.exceptions.DynamicApiError as exc:
-            refused.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc.status} {exc.summary()}")
+    refused = submit(resources, [o for o in objects if o["kind"] not in PREREQUISITES], dry_run=True)
     assert not refused, "\n".join(refused)
     assert len(objects) > len(PREREQUISITES)
