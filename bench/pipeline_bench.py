@@ -9,7 +9,11 @@ from the watch event to the applied command (per decision with commands: the las
 minus the earliest input's watch time), CPU seconds and peak RSS per process; and, as the ceiling,
 kubesim's raw Pod-create rate with the official client in the same run.
 
-Run: ``.venv/bin/python bench/pipeline_bench.py [--clusters 1000] [--workers 1 2] [--threads 4]``.
+``--api real`` runs the same stack against the real API server instead of kubesim (``bench/realapi.py``:
+etcd, kube-apiserver and kube-controller-manager of the pinned release, kubesim's simulators attached over
+HTTP as its kubelet); the services use its admin kubeconfig, and the ceiling is its raw Pod-create rate.
+
+Run: ``.venv/bin/python bench/pipeline_bench.py [--clusters 1000] [--workers 1 2] [--threads 4] [--api real]``.
 With ``RAYBUS_BENCH_KEEP=1`` (here and in the benches built on this stack) the stack's working directory,
 with every process's log, is kept and named on stderr.
 """
@@ -45,6 +49,7 @@ from cpuquota import CpuQuotas
 from follow import Follow
 from kubernetes import client, config
 from kubesim_bench import _accepts, _free_port, _pod, cpu_seconds, kubesim_process
+from realapi import bare_plane, node_registered, real_plane, simulators_argv
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -71,7 +76,10 @@ def peak_rss_mb(pid: int) -> float:
 @dataclass
 class Proc:
     name: str
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | None
+    """None: a process another owner starts and stops (the real API server's programs), only sampled."""
+    observed_pid: int = 0
+    """The process id when ``popen`` is None."""
     restart: Callable[[], subprocess.Popen[bytes]] | None = None
     """Starts it again after it exited (as a Deployment would); None: it is not restarted."""
     restarts: int = 0
@@ -81,11 +89,16 @@ class Proc:
     peak: float = 0.0
     """The highest peak RSS of every incarnation."""
 
+    @property
+    def pid(self) -> int:
+        """The process id of the live incarnation."""
+        return self.popen.pid if self.popen is not None else self.observed_pid
+
     def sample(self) -> None:
         """Read the figures of the live process; they are kept when it exits."""
         with contextlib.suppress(OSError, ValueError, IndexError):
-            self.cpu = cpu_seconds(self.popen.pid)
-            self.peak = max(self.peak, peak_rss_mb(self.popen.pid))
+            self.cpu = cpu_seconds(self.pid)
+            self.peak = max(self.peak, peak_rss_mb(self.pid))
 
     def usage(self) -> tuple[float, float]:
         """CPU seconds of every incarnation, and the highest peak RSS among them."""
@@ -122,6 +135,10 @@ class Stack:
         self.procs.append(proc)
         return proc
 
+    def observe(self, name: str, pid: int) -> None:
+        """Sample a process the stack does not own (its owner stops it) with the stack's own."""
+        self.procs.append(Proc(name, None, observed_pid=pid))
+
     def supervise(self) -> None:
         """In a thread until :meth:`stop`: sample every process each second and start again a restartable
         one that exited, as Kubernetes restarts a crashed container."""
@@ -131,6 +148,8 @@ class Stack:
             while not self._stopping.wait(1.0):
                 for proc in self.procs:
                     proc.sample()
+                    if proc.popen is None:
+                        continue
                     code = proc.popen.poll()
                     if code is not None and proc.restart is not None and not self._stopping.is_set():
                         progress(f"{proc.name} exited with {code}; restarted", started)
@@ -143,14 +162,15 @@ class Stack:
 
     def stop(self) -> None:
         self._stopping.set()
-        for proc in reversed(self.procs):
+        owned = [proc.popen for proc in reversed(self.procs) if proc.popen is not None]
+        for popen in owned:
             with contextlib.suppress(ProcessLookupError):
-                proc.popen.terminate()
-        for proc in reversed(self.procs):
+                popen.terminate()
+        for popen in owned:
             try:
-                proc.popen.wait(30)
+                popen.wait(30)
             except subprocess.TimeoutExpired:
-                proc.popen.kill()
+                popen.kill()
 
 
 def wait_for(check: Any, what: str, timeout: float = 60) -> None:
@@ -166,6 +186,26 @@ def wait_for(check: Any, what: str, timeout: float = 60) -> None:
 def ready(url: str) -> bool:
     with urllib.request.urlopen(url, timeout=1) as response:
         return bool(response.status == 200)
+
+
+API_SERVERS = ("kubesim", "real")
+"""What a stack's API server is: kubesim with its kubelet ``instant``, or the real one (``realapi``)."""
+
+API_SIDE = frozenset({"kubesim", "etcd", "kube-apiserver", "kube-controller-manager", "simulators"})
+"""The processes that stand in for Kubernetes: not the operator's cost."""
+
+
+def start_api(s: Stack, api: str, scope: contextlib.ExitStack) -> Path:
+    """The stack's API server (``API_SERVERS``), its Pods run by a simulated kubelet; its admin kubeconfig.
+    The real one is stopped when ``scope`` closes."""
+    if api == "kubesim":
+        return start_kubesim(s)
+    plane = scope.enter_context(real_plane(s.workdir))
+    for name, pid in plane.pids.items():
+        s.observe(name, pid)
+    s.spawn("simulators", simulators_argv(plane.kubeconfig))
+    wait_for(lambda: node_registered(plane.kubeconfig), "the simulators' Node")
+    return plane.kubeconfig
 
 
 def start_kubesim(s: Stack) -> Path:
@@ -266,55 +306,59 @@ def stack(
     watcher_args: Sequence[str] = (),
     launcher: Sequence[str] = (sys.executable, "-m", "services.cli.main"),
     layout: Layout | None = None,
+    api: str = "kubesim",
 ) -> Iterator[tuple[Stack, str, Path]]:
     """The processes of a pipeline; the status service on ``db_url`` (default: SQLite in ``workdir``);
     each raybus service started as ``launcher <service> …``. The watcher runs as its three role processes,
     as ``raybus up`` and deploy/ run it (``watch``, ``applier-i``, ``prober-i``), each given ``watcher_args``,
     unless ``layout`` combines them; ``layout`` also sets the replicas (its ``reconcilers`` is replaced by
-    the argument) and their CPU limit. Yields once every partition is leased as the replicas share them."""
+    the argument) and their CPU limit. ``api`` names the API server (``API_SERVERS``); the services use its
+    admin kubeconfig either way. Yields once every partition is leased as the replicas share them."""
     layout = dataclasses.replace(layout or Layout(), reconcilers=reconcilers)
     quotas = CpuQuotas(layout.cpu_share) if layout.cpu_share else None
     s = Stack(workdir)
-    try:
-        port = _free_port()
-        argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(workdir / "js")]
-        s.spawn("nats-server", argv, env={**os.environ, **nats_server_environment()})
-        wait_for(lambda: _accepts(port), "nats-server")
-        nats_url = f"nats://127.0.0.1:{port}"
-        kubeconfig = start_kubesim(s)
-        kube = ["--kubeconfig", str(kubeconfig), *watcher_args]
-        db = db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
-        members: dict[subjects.LeaseGroup, list[str]] = {}
-        for stage, count in (("applier", layout.appliers), ("prober", layout.probers)):
-            members[STAGE_GROUPS[stage]] = balanced_ids(stage, count)
-        members["reconcile"] = balanced_ids("reconciler", layout.reconcilers)
-        services: list[tuple[str, list[str]]] = []
-        if layout.combined_watcher:
-            members = {"reconcile": members["reconcile"], "apply": ["watcher"], "probe": ["watcher"]}
-            services.append(("watcher", ["watcher", "--worker-id", "watcher", *kube]))
-        else:
-            services.append(("watch", ["watcher", "--roles", "watch", "--worker-id", "watch", *kube]))
-            for i, worker in enumerate(members["apply"]):
-                services.append((f"applier-{i + 1}", ["watcher", "--roles", "apply", "--worker-id", worker, *kube]))
-            for i, worker in enumerate(members["probe"]):
-                services.append((f"prober-{i + 1}", ["watcher", "--roles", "probe", "--worker-id", worker, *kube]))
-        services.append(("status", ["status", "--db-url", db, "--http-port", str(_free_port())]))
-        for i, worker in enumerate(members["reconcile"]):
-            services.append((f"reconciler-{i + 1}", ["reconciler", "--worker-id", worker]))
-        for name, (command, *extra) in services:
-            health = _free_port()
-            common = ["--nats-url", nats_url, "--health-port", str(health), "--log-level", "WARNING"]
-            limited = quotas is not None and name.split("-")[0] in STAGE_GROUPS
-            join = quotas.group(name) if quotas is not None and limited else None
-            s.spawn(name, [*launcher, command, *common, *extra], preexec=join, restart=True)
-            wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name, timeout=300 if limited else 60)
-        wait_for(lambda: asyncio.run(partitions_settled(nats_url, members)), "the partitions' leases", timeout=300)
-        s.supervise()
-        yield s, nats_url, kubeconfig
-    finally:
-        s.stop()
-        if quotas is not None:
-            quotas.remove()
+    # The real API server outlives the processes of the stack, which are its clients.
+    with contextlib.ExitStack() as plane_scope:
+        try:
+            port = _free_port()
+            argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(workdir / "js")]
+            s.spawn("nats-server", argv, env={**os.environ, **nats_server_environment()})
+            wait_for(lambda: _accepts(port), "nats-server")
+            nats_url = f"nats://127.0.0.1:{port}"
+            kubeconfig = start_api(s, api, plane_scope)
+            kube = ["--kubeconfig", str(kubeconfig), *watcher_args]
+            db = db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
+            members: dict[subjects.LeaseGroup, list[str]] = {}
+            for stage, count in (("applier", layout.appliers), ("prober", layout.probers)):
+                members[STAGE_GROUPS[stage]] = balanced_ids(stage, count)
+            members["reconcile"] = balanced_ids("reconciler", layout.reconcilers)
+            services: list[tuple[str, list[str]]] = []
+            if layout.combined_watcher:
+                members = {"reconcile": members["reconcile"], "apply": ["watcher"], "probe": ["watcher"]}
+                services.append(("watcher", ["watcher", "--worker-id", "watcher", *kube]))
+            else:
+                services.append(("watch", ["watcher", "--roles", "watch", "--worker-id", "watch", *kube]))
+                for i, worker in enumerate(members["apply"]):
+                    services.append((f"applier-{i + 1}", ["watcher", "--roles", "apply", "--worker-id", worker, *kube]))
+                for i, worker in enumerate(members["probe"]):
+                    services.append((f"prober-{i + 1}", ["watcher", "--roles", "probe", "--worker-id", worker, *kube]))
+            services.append(("status", ["status", "--db-url", db, "--http-port", str(_free_port())]))
+            for i, worker in enumerate(members["reconcile"]):
+                services.append((f"reconciler-{i + 1}", ["reconciler", "--worker-id", worker]))
+            for name, (command, *extra) in services:
+                health = _free_port()
+                common = ["--nats-url", nats_url, "--health-port", str(health), "--log-level", "WARNING"]
+                limited = quotas is not None and name.split("-")[0] in STAGE_GROUPS
+                join = quotas.group(name) if quotas is not None and limited else None
+                s.spawn(name, [*launcher, command, *common, *extra], preexec=join, restart=True)
+                wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name, timeout=300 if limited else 60)
+            wait_for(lambda: asyncio.run(partitions_settled(nats_url, members)), "the partitions' leases", timeout=300)
+            s.supervise()
+            yield s, nats_url, kubeconfig
+        finally:
+            s.stop()
+            if quotas is not None:
+                quotas.remove()
 
 
 def count_ready(api: client.ApiClient) -> int:
@@ -400,7 +444,7 @@ def profiling(procs: Sequence[Proc], directory: Path | None) -> Iterator[None]:
                 spy,
                 "record",
                 "--pid",
-                str(p.popen.pid),
+                str(p.pid),
                 "--rate",
                 "50",
                 "--nonblocking",
@@ -413,7 +457,7 @@ def profiling(procs: Sequence[Proc], directory: Path | None) -> Iterator[None]:
             stderr=subprocess.DEVNULL,
         )
         for p in procs
-        if p.name != "nats-server"
+        if p.name != "nats-server" and p.popen is not None  # Go programs: nats-server and the real API server's
     ]
     try:
         yield
@@ -487,10 +531,11 @@ def run_pipeline(
     qps: float,
     profile: Path | None = None,
     layout: Layout | None = None,
+    api: str = "kubesim",
 ) -> dict[str, Any]:
     with (
         stack_dir("pipeline-bench-") as tmp,
-        stack(tmp, reconcilers, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
+        stack(tmp, reconcilers, watcher_args=["--qps", str(qps)], layout=layout, api=api) as (s, nats_url, kubeconfig),
         profiling(s.procs, profile),
     ):
         r = burst(s, kubeconfig, clusters, threads, timeout)
@@ -508,9 +553,11 @@ def run_peer(clusters: int, threads: int, timeout: float, python: Path, profile:
         return burst(s, kubeconfig, clusters, threads, timeout)
 
 
-def pod_create_ceiling(pods: int, threads: int) -> float:
-    """kubesim's raw Pod-create rate through the official client (kubelet off)."""
-    with tempfile.TemporaryDirectory(prefix="ceiling-") as tmp, kubesim_process(Path(tmp)) as (kubeconfig, _):
+def pod_create_ceiling(pods: int, threads: int, api: str = "kubesim") -> float:
+    """The API server's raw Pod-create rate through the official client, no kubelet running them: kubesim
+    (kubelet off) or the real one (``API_SERVERS``)."""
+    server = kubesim_process if api == "kubesim" else bare_plane
+    with tempfile.TemporaryDirectory(prefix="ceiling-") as tmp, server(Path(tmp)) as (kubeconfig, _):
         api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         api.configuration.connection_pool_maxsize = threads + 2
         core = client.CoreV1Api(client.ApiClient(api.configuration))
@@ -533,13 +580,19 @@ def print_flow(r: dict[str, Any]) -> None:
 
 
 def print_usage(processes: dict[str, dict[str, float]]) -> None:
-    """CPU seconds and peak RSS per process, and their sums without kubesim (the operator's own cost)."""
+    """CPU seconds and peak RSS per process, and their sums without the API server's side (``API_SIDE``: the
+    operator's own cost) and, when that side is several processes, its own sums."""
     for name, u in processes.items():
         restarted = f"   restarted {u['restarts']:.0f} times" if u.get("restarts") else ""
         print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB{restarted}")
-    own = [u for name, u in processes.items() if name != "kubesim"]
+    own = [u for name, u in processes.items() if name not in API_SIDE]
     cpu, rss = sum(u["cpu_s"] for u in own), sum(u["peak_rss_mb"] for u in own)
-    print(f"  {'operator sum':<14} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB   (every process but kubesim)")
+    side = [name for name in processes if name in API_SIDE]
+    print(f"  {'operator sum':<14} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB   (every process but {', '.join(side)})")
+    if len(side) > 1:
+        cpu = sum(processes[name]["cpu_s"] for name in side)
+        rss = sum(processes[name]["peak_rss_mb"] for name in side)
+        print(f"  {'API side sum':<14} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB")
 
 
 def main() -> int:
@@ -564,17 +617,27 @@ def main() -> int:
         metavar="PYTHON",
         help="also run the burst against the Kopf peer (bench/peer) with this interpreter of its virtualenv",
     )
-    parser.add_argument("--no-ceiling", action="store_true", help="skip kubesim's raw Pod-create rate")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the API server's raw Pod-create rate")
+    parser.add_argument(
+        "--api",
+        choices=API_SERVERS,
+        default="kubesim",
+        help="the API server: kubesim, or real (etcd, kube-apiserver and kube-controller-manager of the pinned "
+        "release, kubesim's simulators attached as its kubelet)",
+    )
     parser.add_argument(
         "--combined-watcher", action="store_true", help="one raybus watcher process with all three roles"
     )
     args = parser.parse_args()
+    if args.peer and args.api != "kubesim":
+        parser.error("the Kopf peer runs against kubesim only")
     layout = Layout(combined_watcher=args.combined_watcher)
     cpus = len(os.sched_getaffinity(0))
     print(f"machine: {platform.platform()}, {cpus} cpus, python {platform.python_version()}")
     print(f"load average: {os.getloadavg()[0]:.1f}")
-    ceiling = float("nan") if args.no_ceiling else pod_create_ceiling(args.clusters * 4, args.threads)
-    print(f"ceiling: kubesim raw Pod creates/s with the official client ({args.threads} threads): {ceiling:.0f}")
+    print(f"API server: {args.api}")
+    ceiling = float("nan") if args.no_ceiling else pod_create_ceiling(args.clusters * 4, args.threads, args.api)
+    print(f"ceiling: {args.api} raw Pod creates/s with the official client ({args.threads} threads): {ceiling:.0f}")
     if args.peer:
         profile = args.profile / "peer" if args.profile else None
         peer = run_peer(args.clusters, args.threads, args.timeout, args.peer, profile)
@@ -586,7 +649,7 @@ def main() -> int:
     print(f"applier qps: {args.qps:g} (0 = unlimited)")
     for workers in args.workers:
         profile = args.profile / f"{workers}-reconcilers" if args.profile else None
-        r = run_pipeline(args.clusters, workers, args.threads, args.timeout, args.qps, profile, layout)
+        r = run_pipeline(args.clusters, workers, args.threads, args.timeout, args.qps, profile, layout, args.api)
         pods_per_s = r["pods"] / r["all_ready_in_s"]
         print(
             f"\n{workers} reconciler(s): {r['ready']}/{r['clusters']} clusters ready ({r['pods']} pods) "

@@ -25,6 +25,9 @@ the figures to compare across runs on a shared machine; wall-clock times move wi
 After (a)'s figures are taken, the cluster is patched down to 0 workers: seconds until no worker Pod is
 left, and the outcomes of the commands that took.
 
+``--api real`` runs (a) and (b) against the real API server (``pipeline_bench --api real``); the floor is
+then its raw Pod-create rate.
+
 Run: ``.venv/bin/python bench/scale_bench.py [--workers 2000] [--clusters 0] [--rayjobs 0] [--scale-out 0]``,
 e.g. ``--workers 0 --clusters 10000`` or ``--workers 0 --scale-out 1000``.
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import sys
 import time
@@ -44,7 +48,16 @@ import msgspec
 import nats
 import rayjob_bench
 from kubernetes import client, config
-from pipeline_bench import Layout, pod_create_ceiling, print_flow, run_pipeline, stack, stack_dir, stream_figures
+from pipeline_bench import (
+    API_SERVERS,
+    Layout,
+    pod_create_ceiling,
+    print_flow,
+    run_pipeline,
+    stack,
+    stack_dir,
+    stream_figures,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -102,11 +115,11 @@ def scale_to_zero(
     return 0.0, len(worker_phases(core, "scale"))
 
 
-def run_scale(workers: int, timeout: float, qps: float, layout: Layout) -> dict[str, Any]:
-    """(a): one cluster, 1 → ``workers`` workers, then → 0 (its figures measured apart)."""
+def run_scale(workers: int, timeout: float, qps: float, layout: Layout, api: str = "kubesim") -> dict[str, Any]:
+    """(a): one cluster, 1 → ``workers`` workers, then → 0 (its figures measured apart), on API server ``api``."""
     with (
         stack_dir("scale-bench-") as tmp,
-        stack(tmp, 1, watcher_args=["--qps", str(qps)], layout=layout) as (s, nats_url, kubeconfig),
+        stack(tmp, 1, watcher_args=["--qps", str(qps)], layout=layout, api=api) as (s, nats_url, kubeconfig),
     ):
         api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         api = client.ApiClient(api.configuration)
@@ -182,13 +195,19 @@ def main() -> int:
     parser.add_argument(
         "--combined-watcher", action="store_true", help="(a)-(c): one raybus watcher process with all three roles"
     )
+    parser.add_argument(
+        "--api", choices=API_SERVERS, default="kubesim", help="(a), (b): the API server (pipeline_bench --api)"
+    )
     args = parser.parse_args()
+    if args.api != "kubesim" and (args.rayjobs or args.scale_out):
+        parser.error("--rayjobs and --scale-out run against kubesim only")
     layout = Layout(combined_watcher=args.combined_watcher)
     print(f"machine: {platform.platform()} ({platform.machine()}), python {platform.python_version()}")
+    print(f"API server: {args.api}; load average: {os.getloadavg()[0]:.1f}")
     if args.workers:
-        r = run_scale(args.workers, args.timeout, args.qps, layout)
+        r = run_scale(args.workers, args.timeout, args.qps, layout, args.api)
         calls = r["results"]
-        ceiling = pod_create_ceiling(min(calls, 4000), args.threads)
+        ceiling = pod_create_ceiling(min(calls, 4000), args.threads, args.api)
         floor = calls / ceiling
         print(f"(a) 1 → {r['workers']} workers at --qps {args.qps:g}")
         print(f"  counted ready in {r['ready_in_s']:.1f} s, every worker Pod Running at {r['running_in_s']:.1f} s")
@@ -201,10 +220,10 @@ def main() -> int:
             f"  {r['decisions_in_parts']} decision(s) in {r['parts']} parts; largest message "
             f"{r['largest_message_bytes']} B (max_payload {r['max_payload']} B)"
         )
-        print(f"  floor: {calls} calls at kubesim's {ceiling:.0f} creates/s = {floor:.1f} s")
+        print(f"  floor: {calls} calls at {args.api}'s {ceiling:.0f} creates/s = {floor:.1f} s")
         print_flow(r)
     if args.clusters:
-        r = run_pipeline(args.clusters, 1, args.threads, args.timeout, args.qps, layout=layout)
+        r = run_pipeline(args.clusters, 1, args.threads, args.timeout, args.qps, layout=layout, api=args.api)
         duplicates = r["outcomes"].get("create_object/already_done", 0)
         watch = watch_process(r["processes"])
         per_thousand = r["processes"][watch]["peak_rss_mb"] / (r["pods"] / 1000)
