@@ -582,17 +582,19 @@ def print_flow(r: dict[str, Any]) -> None:
 def print_usage(processes: dict[str, dict[str, float]]) -> None:
     """CPU seconds and peak RSS per process, and their sums without the API server's side (``API_SIDE``: the
     operator's own cost) and, when that side is several processes, its own sums."""
+    width = max(14, *(len(name) for name in processes))
     for name, u in processes.items():
         restarted = f"   restarted {u['restarts']:.0f} times" if u.get("restarts") else ""
-        print(f"  {name:<14} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB{restarted}")
+        print(f"  {name:<{width}} cpu {u['cpu_s']:6.1f} s   peak rss {u['peak_rss_mb']:6.0f} MB{restarted}")
     own = [u for name, u in processes.items() if name not in API_SIDE]
     cpu, rss = sum(u["cpu_s"] for u in own), sum(u["peak_rss_mb"] for u in own)
     side = [name for name in processes if name in API_SIDE]
-    print(f"  {'operator sum':<14} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB   (every process but {', '.join(side)})")
+    but = ", ".join(side)
+    print(f"  {'operator sum':<{width}} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB   (every process but {but})")
     if len(side) > 1:
         cpu = sum(processes[name]["cpu_s"] for name in side)
         rss = sum(processes[name]["peak_rss_mb"] for name in side)
-        print(f"  {'API side sum':<14} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB")
+        print(f"  {'API side sum':<{width}} cpu {cpu:6.1f} s   peak rss {rss:6.0f} MB")
 
 
 def main() -> int:

@@ -38,7 +38,8 @@ def real_plane(workdir: Path) -> Iterator[ControlPlane]:
         crds = workdir / "crds"
         bodies: list[dict[str, Any]] = []
         for path in sorted(write_crds(crds)):
-            bodies += [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "CustomResourceDefinition"]
+            documents = yaml.safe_load_all(path.read_text())
+            bodies += [d for d in documents if d and d.get("kind") == "CustomResourceDefinition"]
         api = config.new_client_from_config(str(plane.kubeconfig))  # type: ignore[no-untyped-call]
         try:
             ensure_crds(api, bodies)
