@@ -195,10 +195,10 @@ API_SIDE = frozenset({"kubesim", "etcd", "kube-apiserver", "kube-controller-mana
 """The processes that stand in for Kubernetes: not the operator's cost."""
 
 
-def start_api(s: Stack, api: str, scope: contextlib.ExitStack) -> Path:
+def start_api(s: Stack, server: str, scope: contextlib.ExitStack) -> Path:
     """The stack's API server (``API_SERVERS``), its Pods run by a simulated kubelet; its admin kubeconfig.
     The real one is stopped when ``scope`` closes."""
-    if api == "kubesim":
+    if server == "kubesim":
         return start_kubesim(s)
     plane = scope.enter_context(real_plane(s.workdir))
     for name, pid in plane.pids.items():
@@ -306,13 +306,13 @@ def stack(
     watcher_args: Sequence[str] = (),
     launcher: Sequence[str] = (sys.executable, "-m", "services.cli.main"),
     layout: Layout | None = None,
-    api: str = "kubesim",
+    api_server: str = "kubesim",
 ) -> Iterator[tuple[Stack, str, Path]]:
     """The processes of a pipeline; the status service on ``db_url`` (default: SQLite in ``workdir``);
     each raybus service started as ``launcher <service> …``. The watcher runs as its three role processes,
     as ``raybus up`` and deploy/ run it (``watch``, ``applier-i``, ``prober-i``), each given ``watcher_args``,
     unless ``layout`` combines them; ``layout`` also sets the replicas (its ``reconcilers`` is replaced by
-    the argument) and their CPU limit. ``api`` names the API server (``API_SERVERS``); the services use its
+    the argument) and their CPU limit. ``api_server`` names the API server (``API_SERVERS``); the services use its
     admin kubeconfig either way. Yields once every partition is leased as the replicas share them."""
     layout = dataclasses.replace(layout or Layout(), reconcilers=reconcilers)
     quotas = CpuQuotas(layout.cpu_share) if layout.cpu_share else None
@@ -325,7 +325,7 @@ def stack(
             s.spawn("nats-server", argv, env={**os.environ, **nats_server_environment()})
             wait_for(lambda: _accepts(port), "nats-server")
             nats_url = f"nats://127.0.0.1:{port}"
-            kubeconfig = start_api(s, api, plane_scope)
+            kubeconfig = start_api(s, api_server, plane_scope)
             kube = ["--kubeconfig", str(kubeconfig), *watcher_args]
             db = db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
             members: dict[subjects.LeaseGroup, list[str]] = {}
@@ -531,11 +531,15 @@ def run_pipeline(
     qps: float,
     profile: Path | None = None,
     layout: Layout | None = None,
-    api: str = "kubesim",
+    api_server: str = "kubesim",
 ) -> dict[str, Any]:
     with (
         stack_dir("pipeline-bench-") as tmp,
-        stack(tmp, reconcilers, watcher_args=["--qps", str(qps)], layout=layout, api=api) as (s, nats_url, kubeconfig),
+        stack(tmp, reconcilers, watcher_args=["--qps", str(qps)], layout=layout, api_server=api_server) as (
+            s,
+            nats_url,
+            kubeconfig,
+        ),
         profiling(s.procs, profile),
     ):
         r = burst(s, kubeconfig, clusters, threads, timeout)
@@ -553,10 +557,10 @@ def run_peer(clusters: int, threads: int, timeout: float, python: Path, profile:
         return burst(s, kubeconfig, clusters, threads, timeout)
 
 
-def pod_create_ceiling(pods: int, threads: int, api: str = "kubesim") -> float:
+def pod_create_ceiling(pods: int, threads: int, api_server: str = "kubesim") -> float:
     """The API server's raw Pod-create rate through the official client, no kubelet running them: kubesim
     (kubelet off) or the real one (``API_SERVERS``)."""
-    server = kubesim_process if api == "kubesim" else bare_plane
+    server = kubesim_process if api_server == "kubesim" else bare_plane
     with tempfile.TemporaryDirectory(prefix="ceiling-") as tmp, server(Path(tmp)) as (kubeconfig, _):
         api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         api.configuration.connection_pool_maxsize = threads + 2

@@ -115,11 +115,15 @@ def scale_to_zero(
     return 0.0, len(worker_phases(core, "scale"))
 
 
-def run_scale(workers: int, timeout: float, qps: float, layout: Layout, api: str = "kubesim") -> dict[str, Any]:
-    """(a): one cluster, 1 → ``workers`` workers, then → 0 (its figures measured apart), on API server ``api``."""
+def run_scale(workers: int, timeout: float, qps: float, layout: Layout, api_server: str = "kubesim") -> dict[str, Any]:
+    """(a): one cluster, 1 → ``workers`` workers, then → 0 (its figures measured apart), on ``api_server``."""
     with (
         stack_dir("scale-bench-") as tmp,
-        stack(tmp, 1, watcher_args=["--qps", str(qps)], layout=layout, api=api) as (s, nats_url, kubeconfig),
+        stack(tmp, 1, watcher_args=["--qps", str(qps)], layout=layout, api_server=api_server) as (
+            s,
+            nats_url,
+            kubeconfig,
+        ),
     ):
         api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         api = client.ApiClient(api.configuration)
@@ -223,7 +227,7 @@ def main() -> int:
         print(f"  floor: {calls} calls at {args.api}'s {ceiling:.0f} creates/s = {floor:.1f} s")
         print_flow(r)
     if args.clusters:
-        r = run_pipeline(args.clusters, 1, args.threads, args.timeout, args.qps, layout=layout, api=args.api)
+        r = run_pipeline(args.clusters, 1, args.threads, args.timeout, args.qps, layout=layout, api_server=args.api)
         duplicates = r["outcomes"].get("create_object/already_done", 0)
         watch = watch_process(r["processes"])
         per_thousand = r["processes"][watch]["peak_rss_mb"] / (r["pods"] / 1000)
