@@ -203,7 +203,7 @@ def start_api(s: Stack, server: str, scope: contextlib.ExitStack) -> Path:
     plane = scope.enter_context(real_plane(s.workdir))
     for name, pid in plane.pids.items():
         s.observe(name, pid)
-    s.spawn("simulators", simulators_argv(plane.kubeconfig))
+    s.spawn("simulators", simulators_argv(plane))
     wait_for(lambda: node_registered(plane.kubeconfig), "the simulators' Node")
     return plane.kubeconfig
 

@@ -1,9 +1,10 @@
 """The real API server for a bench: etcd, kube-apiserver and kube-controller-manager of the pinned release
 (``realkube``), raybus's CRDs installed, and kubesim's node-side simulators attached over HTTP.
 
-kube-controller-manager already runs the Job and EndpointSlice controllers, so the attached simulators
-leave those out (``--without jobs --without endpointslices``): what they add is the kubelet (binding,
-running and readying Pods, finishing deleted ones), the simulated Ray dashboards and Gateway status.
+The simulators attach as ``raybus up --kube real`` attaches them (``services.cli.realcluster``), without
+the controllers kube-controller-manager runs itself: what they add is the kubelet (binding, running and
+readying Pods, finishing deleted ones), the simulated Ray dashboards and Gateway status. Unlike ``raybus
+up``, every raybus process of a bench uses the admin kubeconfig.
 """
 
 from __future__ import annotations
@@ -22,13 +23,11 @@ sys.path.insert(0, str(REPO))
 
 from realkube import ControlPlane  # noqa: E402
 from schema.crd import write_crds  # noqa: E402
+from services.cli.realcluster import RealCluster, attach_argv  # noqa: E402
 from tests.realkube.crds import ensure_crds  # noqa: E402
 
 NODE = "kubesim-node"
 """The Node the attached kubelet registers."""
-
-SIMULATORS_WITHOUT = ("jobs", "endpointslices")
-"""What kube-controller-manager runs itself, so the attached simulators leave it out."""
 
 
 @contextlib.contextmanager
@@ -48,12 +47,9 @@ def real_plane(workdir: Path) -> Iterator[ControlPlane]:
         yield plane
 
 
-def simulators_argv(kubeconfig: Path) -> list[str]:
-    """``kubesim attach`` against the real API server, without the controllers it already has."""
-    argv = [sys.executable, "-m", "kubesim", "attach", "--kubeconfig", str(kubeconfig), "--kubelet", "instant"]
-    for name in SIMULATORS_WITHOUT:
-        argv += ["--without", name]
-    return argv
+def simulators_argv(plane: ControlPlane) -> list[str]:
+    """``kubesim attach`` against the plane as cluster admin, without the controllers it already has."""
+    return attach_argv(RealCluster(plane.state_dir))
 
 
 def node_registered(kubeconfig: Path) -> bool:
