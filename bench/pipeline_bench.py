@@ -317,48 +317,48 @@ def stack(
     layout = dataclasses.replace(layout or Layout(), reconcilers=reconcilers)
     quotas = CpuQuotas(layout.cpu_share) if layout.cpu_share else None
     s = Stack(workdir)
-    # The real API server outlives the processes of the stack, which are its clients.
-    with contextlib.ExitStack() as plane_scope:
-        try:
-            port = _free_port()
-            argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(workdir / "js")]
-            s.spawn("nats-server", argv, env={**os.environ, **nats_server_environment()})
-            wait_for(lambda: _accepts(port), "nats-server")
-            nats_url = f"nats://127.0.0.1:{port}"
-            kubeconfig = start_api(s, api_server, plane_scope)
-            kube = ["--kubeconfig", str(kubeconfig), *watcher_args]
-            db = db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
-            members: dict[subjects.LeaseGroup, list[str]] = {}
-            for stage, count in (("applier", layout.appliers), ("prober", layout.probers)):
-                members[STAGE_GROUPS[stage]] = balanced_ids(stage, count)
-            members["reconcile"] = balanced_ids("reconciler", layout.reconcilers)
-            services: list[tuple[str, list[str]]] = []
-            if layout.combined_watcher:
-                members = {"reconcile": members["reconcile"], "apply": ["watcher"], "probe": ["watcher"]}
-                services.append(("watcher", ["watcher", "--worker-id", "watcher", *kube]))
-            else:
-                services.append(("watch", ["watcher", "--roles", "watch", "--worker-id", "watch", *kube]))
-                for i, worker in enumerate(members["apply"]):
-                    services.append((f"applier-{i + 1}", ["watcher", "--roles", "apply", "--worker-id", worker, *kube]))
-                for i, worker in enumerate(members["probe"]):
-                    services.append((f"prober-{i + 1}", ["watcher", "--roles", "probe", "--worker-id", worker, *kube]))
-            services.append(("status", ["status", "--db-url", db, "--http-port", str(_free_port())]))
-            for i, worker in enumerate(members["reconcile"]):
-                services.append((f"reconciler-{i + 1}", ["reconciler", "--worker-id", worker]))
-            for name, (command, *extra) in services:
-                health = _free_port()
-                common = ["--nats-url", nats_url, "--health-port", str(health), "--log-level", "WARNING"]
-                limited = quotas is not None and name.split("-")[0] in STAGE_GROUPS
-                join = quotas.group(name) if quotas is not None and limited else None
-                s.spawn(name, [*launcher, command, *common, *extra], preexec=join, restart=True)
-                wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name, timeout=300 if limited else 60)
-            wait_for(lambda: asyncio.run(partitions_settled(nats_url, members)), "the partitions' leases", timeout=300)
-            s.supervise()
-            yield s, nats_url, kubeconfig
-        finally:
-            s.stop()
-            if quotas is not None:
-                quotas.remove()
+    plane_scope = contextlib.ExitStack()
+    try:
+        port = _free_port()
+        argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(workdir / "js")]
+        s.spawn("nats-server", argv, env={**os.environ, **nats_server_environment()})
+        wait_for(lambda: _accepts(port), "nats-server")
+        nats_url = f"nats://127.0.0.1:{port}"
+        kubeconfig = start_api(s, api_server, plane_scope)
+        kube = ["--kubeconfig", str(kubeconfig), *watcher_args]
+        db = db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
+        members: dict[subjects.LeaseGroup, list[str]] = {}
+        for stage, count in (("applier", layout.appliers), ("prober", layout.probers)):
+            members[STAGE_GROUPS[stage]] = balanced_ids(stage, count)
+        members["reconcile"] = balanced_ids("reconciler", layout.reconcilers)
+        services: list[tuple[str, list[str]]] = []
+        if layout.combined_watcher:
+            members = {"reconcile": members["reconcile"], "apply": ["watcher"], "probe": ["watcher"]}
+            services.append(("watcher", ["watcher", "--worker-id", "watcher", *kube]))
+        else:
+            services.append(("watch", ["watcher", "--roles", "watch", "--worker-id", "watch", *kube]))
+            for i, worker in enumerate(members["apply"]):
+                services.append((f"applier-{i + 1}", ["watcher", "--roles", "apply", "--worker-id", worker, *kube]))
+            for i, worker in enumerate(members["probe"]):
+                services.append((f"prober-{i + 1}", ["watcher", "--roles", "probe", "--worker-id", worker, *kube]))
+        services.append(("status", ["status", "--db-url", db, "--http-port", str(_free_port())]))
+        for i, worker in enumerate(members["reconcile"]):
+            services.append((f"reconciler-{i + 1}", ["reconciler", "--worker-id", worker]))
+        for name, (command, *extra) in services:
+            health = _free_port()
+            common = ["--nats-url", nats_url, "--health-port", str(health), "--log-level", "WARNING"]
+            limited = quotas is not None and name.split("-")[0] in STAGE_GROUPS
+            join = quotas.group(name) if quotas is not None and limited else None
+            s.spawn(name, [*launcher, command, *common, *extra], preexec=join, restart=True)
+            wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name, timeout=300 if limited else 60)
+        wait_for(lambda: asyncio.run(partitions_settled(nats_url, members)), "the partitions' leases", timeout=300)
+        s.supervise()
+        yield s, nats_url, kubeconfig
+    finally:
+        s.stop()
+        if quotas is not None:
+            quotas.remove()
+        plane_scope.close()  # the real API server outlives its clients, the stack's processes
 
 
 def count_ready(api: client.ApiClient) -> int:
