@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -121,6 +122,13 @@ class SnapshotReader:
         self._held_entries = held_entries
         self._held: OrderedDict[ReconcileKey, _Held] = OrderedDict()
         self._whole_reads = 0
+
+    def forget(self, which: Callable[[ReconcileKey], bool]) -> None:
+        """Read the keys ``which`` selects whole next time: another reader may have decided them since this
+        one held them (a partition that comes back), and a decision must not be made on an older revision
+        than one already decided on, even where the key's entries did not change."""
+        for key in [key for key in self._held if which(key)]:
+            del self._held[key]
 
     @property
     def whole_reads(self) -> int:

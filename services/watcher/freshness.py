@@ -19,10 +19,9 @@ are not compared.
 
 Known limits: the memory is this process's, per partition holder: after the partition moves to another
 applier replica (or the applier restarts), a batch older than the new holder has seen is not recognised
-until the key's next decision is applied there. A reconciler worker that takes a key back within the
-time it keeps snapshots (``services.runtime.snapshots``) and finds no change of the key since its own
-last read decides on that older revision, and such a decision is refused too (the key's next input
-brings a new one). A reconciler that forges a current revision is not a
+until the key's next decision is applied there. A reconciler worker reads the keys of a partition it
+takes whole (``SnapshotReader.forget``), so it never decides on a revision older than one another worker
+already decided on, even for a key whose entries did not change. A reconciler that forges a current revision is not a
 replay; what it may then do is bounded by ``authorize`` and ``provenance``.
 
 Not here: the newest-decision check (``staleness``), the content of commands (``provenance``).

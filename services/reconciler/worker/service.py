@@ -74,6 +74,7 @@ async def run_reconciler(
                 stop.set()
 
         async def start(partition: int) -> None:
+            reader.forget(lambda key: subjects.partition_of(key, settings.bus.partitions) == partition)
             consumer = PartitionConsumer(
                 partition,
                 js=js,

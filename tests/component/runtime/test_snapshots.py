@@ -119,3 +119,20 @@ async def test_the_least_recently_read_keys_are_let_go_beyond_the_bound(objects:
     for key in reversed(keys):
         await reader.read(key)
     assert reader.whole_reads == 6
+
+
+async def test_a_forgotten_key_is_read_whole_at_the_revision_of_now(objects: tuple[Client, KeyValue]) -> None:
+    # A partition that comes back: another reader may have decided its keys on a later revision meanwhile,
+    # so a decision here must not carry the revision this reader held, even though nothing changed.
+    nc, kv = objects
+    for i in range(HELD_FROM):
+        await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
+    reader = SnapshotReader(nc, clock=Clock())
+    held = await reader.read(KEY)
+    later = await put(kv, OTHER, "Pod", "x", {})  # the bucket moves on; this key does not
+    assert (await reader.read(KEY)).revision == held.revision
+
+    reader.forget(lambda key: key == KEY)
+    again = await reader.read(KEY)
+    assert reader.whole_reads == 2
+    assert again.revision >= later and again.entries == held.entries
