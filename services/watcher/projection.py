@@ -63,7 +63,7 @@ from services.runtime.clock import Clock, utc_now
 from services.runtime.tracing import current_trace_id, tracer
 from services.watcher import pipeline_metrics
 from services.watcher.calls import ApiError
-from services.watcher.informer import Batch, Bookmark, Change, Handoff, Listing, Scope
+from services.watcher.informer import Batch, Bookmark, Change, Check, Handoff, Item, Listing, Scope
 from services.watcher.keymap import dependencies, keys_for
 from services.watcher.owners import OwnerReader, deleting, owners_of_going
 from services.watcher.packing import Packer
@@ -183,8 +183,12 @@ class Projection:
         """uid of a custom resource projected from a read → its resourceVersion (older events are stale)."""
         self._deleting_at: dict[str, int] = {}
         """uid of a custom resource being deleted → KV revision of the first write that showed it so."""
+        self._suspects: dict[str, dict[str, str]] = {}
+        """Scope → uid → resourceVersion of held objects its last check did not list (``_plan_check``)."""
         self.events_published = 0
         self.writes_done = 0
+        self.repairs = 0
+        """Drift repairs planned (``raybus_projection_repairs_total``)."""
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -317,12 +321,14 @@ class Projection:
 
     # --- planning (synchronous: the cache and relations change atomically) ------------------------
 
-    def plan(self, scope: Scope, item: Change | Listing | Bookmark) -> list[_Op]:
+    def plan(self, scope: Scope, item: Item) -> list[_Op]:
         """Update the cache for one informer item and return the writes it needs."""
         if isinstance(item, Bookmark):
             return []
         if isinstance(item, Listing):
             return self._plan_listing(scope, item)
+        if isinstance(item, Check):
+            return self._plan_check(scope, item)
         return self._plan_change(scope.resource, item)
 
     def _plan_change(self, resource: ResourceType, change: Change, cause: Change | None = None) -> list[_Op]:
@@ -421,6 +427,72 @@ class Projection:
             if known is not None and known.change.resource_version == change.resource_version:
                 continue
             ops.extend(self._plan_change(resource, replace(change, type="MODIFIED" if known else "ADDED")))
+        return ops
+
+    def _plan_check(self, scope: Scope, check: Check) -> list[_Op]:
+        """Repair what the watch should have shown by ``check.resource_version`` and the projection lacks.
+
+        The cache holds exactly the watch's events up to that point (a check arrives in order with them),
+        the list shows the API server at ``check.listed_at``, later. A listed object unchanged since the
+        watch's point must be held at its version (else ``missing``/``stale``). A held object that is not
+        listed was deleted before the list, maybe after the watch's point (its DELETED is on the way): it
+        is repaired (``vanished``) when the next check of the scope still finds it so.
+        """
+        watched, listed_at = _rv(check.resource_version), _rv(check.listed_at)
+        if watched < 0 or listed_at < 0:
+            return []  # resourceVersions that are not numbers tell nothing about order: nothing to compare
+        resource = scope.resource
+        listed = {change.uid: change for change in check.objects}
+        held = self._by_kind.get(resource.kind, {})
+        ops: list[_Op] = []
+        tag = f"check/{check.listed_at}"
+        earlier = self._suspects.pop(scope.name, {})
+        suspects: dict[str, str] = {}
+        for uid, placed in list(held.items()):
+            version = placed.change.resource_version
+            if (
+                uid in listed
+                or uid in check.refused
+                or (scope.namespace and placed.change.namespace != scope.namespace)
+                or not 0 <= _rv(version) <= listed_at
+            ):
+                continue
+            if earlier.get(uid) == version:
+                ops.extend(self._repair(resource, replace(self._whole(placed), type="DELETED"), "vanished", tag))
+            else:
+                suspects[uid] = version
+        if suspects:
+            self._suspects[scope.name] = suspects
+        for uid, change in listed.items():
+            listed_version = _rv(change.resource_version)
+            if not 0 <= listed_version <= watched:
+                continue  # changed after the watch's point: its event is on the way
+            known = held.get(uid)
+            if known is None:
+                if uid in self._gone:
+                    continue  # its deletion was read from the API server and projected already
+                ops.extend(self._repair(resource, change, "missing", tag))
+            elif _rv(known.change.resource_version) < listed_version:
+                ops.extend(self._repair(resource, replace(change, type="MODIFIED"), "stale", tag))
+        return ops
+
+    def _repair(self, resource: ResourceType, change: Change, reason: str, tag: str) -> list[_Op]:
+        """Plan ``change`` as an ordinary one, written under fresh message ids (``tag``): the bus may have
+        de-duplicated the same version's earlier writes that were lost since."""
+        log.warning(
+            "projection drift: %s %s/%s %s (resourceVersion %s); repairing",
+            resource.kind,
+            change.namespace,
+            change.name,
+            reason,
+            change.resource_version,
+        )
+        pipeline_metrics.repaired(resource.kind, reason)
+        self.repairs += 1
+        ops = self._plan_change(resource, change)
+        for op in ops:
+            if isinstance(op, _Write):
+                op.msg_id = f"{op.msg_id}/{tag}"
         return ops
 
     # --- writing ----------------------------------------------------------------------------------

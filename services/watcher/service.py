@@ -229,7 +229,13 @@ class Watcher:
 
         handoff = Handoff(asyncio.get_running_loop(), QUEUE_SIZE, self._stopping)
         informers = [
-            Informer(self.api, scope, resource_version=points.get(scope.name), deliver=handoff.deliver)
+            Informer(
+                self.api,
+                scope,
+                resource_version=points.get(scope.name),
+                deliver=handoff.deliver,
+                check_interval=self.settings.kube.check_interval,
+            )
             for scope in scopes
         ]
         self._spawn(projection.run(handoff), "watcher-projection")
