@@ -331,6 +331,12 @@ class WatchDriver:
         return tuple(query)
 
 
+def check_delay(interval: float) -> float:
+    """Seconds until a drift check: ``interval`` ±20 %, so the informers of one watcher (and the watchers of
+    several clusters) spread their lists over time."""
+    return interval * random.uniform(0.8, 1.2)
+
+
 Deliver = Callable[[Batch], bool]
 """Hands a batch to the event loop; blocks while the queue is full; False once stopping."""
 
@@ -509,8 +515,7 @@ class Informer:
         """When the next drift check is due (monotonic seconds; infinity without checks)."""
         if self._check_interval <= 0:
             return math.inf
-        # Jittered, so the informers of one watcher (and the watchers of several clusters) spread their lists.
-        return time.monotonic() + self._check_interval * random.uniform(0.8, 1.2)
+        return time.monotonic() + check_delay(self._check_interval)
 
     def _check_due(self) -> bool:
         return time.monotonic() >= self._next_check

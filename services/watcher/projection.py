@@ -48,6 +48,7 @@ from typing import Any, Final, cast
 import msgspec
 import nats.errors
 from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 from opentelemetry.trace import Tracer
 
@@ -63,7 +64,7 @@ from services.runtime.clock import Clock, utc_now
 from services.runtime.tracing import current_trace_id, tracer
 from services.watcher import pipeline_metrics
 from services.watcher.calls import ApiError
-from services.watcher.informer import Batch, Bookmark, Change, Check, Handoff, Item, Listing, Scope
+from services.watcher.informer import Batch, Bookmark, Change, Check, Handoff, Item, Listing, Scope, make_change
 from services.watcher.keymap import dependencies, keys_for
 from services.watcher.owners import OwnerReader, deleting, owners_of_going
 from services.watcher.packing import Packer
@@ -494,6 +495,104 @@ class Projection:
             if isinstance(op, _Write):
                 op.msg_id = f"{op.msg_id}/{tag}"
         return ops
+
+    # --- the entries check (KV against what is held) -------------------------------------------------
+
+    async def check_entries(self, kv: KeyValue) -> int:
+        """Compare KV ``raybus-objects`` with what the projection holds; repair, as ordinary events, an entry
+        a held object should have and KV lacks (``lost``: deleted behind the projection's back, or gone with
+        a bus that lost acknowledged writes), and delete an entry KV holds that no held object places there
+        (``orphaned``). Only the keys are read, unless one differs; an entry with a write under way is left
+        to that write. Not seen: an entry overwritten with other content under the right key.
+
+        Returns:
+            The entries repaired.
+        """
+        live = await self._live_entries(kv)
+        expected = self._expected_entries()
+        tag = f"entries/{int(self._clock().timestamp() * 1000)}"
+        ops: list[_Op] = []
+        for entry, (key, oid) in expected.items():
+            if entry in live or KV_PREFIX + entry in self._tails:
+                continue
+            try:
+                await kv.get(entry)
+                continue  # written meanwhile
+            except KeyNotFoundError:
+                pass
+            placed = self._objects.get(oid)
+            if placed is None or key not in placed.keys or KV_PREFIX + entry in self._tails:
+                continue  # changed meanwhile: its own writes decide
+            ops.append(self._entry_repair(key, placed.resource, self._whole(placed), "MODIFIED", "lost", tag))
+        for entry, (key, resource) in live.items():
+            if entry in expected or KV_PREFIX + entry in self._tails:
+                continue
+            try:
+                found = await kv.get(entry)
+                change = make_change(resource, "DELETED", found.value or b"")
+            except KeyNotFoundError:
+                continue  # deleted meanwhile
+            except (msgspec.DecodeError, TooComplex) as exc:
+                log.warning("KV entry %s is not an object (%s); leaving it", entry, exc)
+                continue
+            if entry in self._expected_entries() or KV_PREFIX + entry in self._tails:
+                continue
+            ops.append(self._entry_repair(key, resource, change, "DELETED", "orphaned", tag))
+        if ops:
+            self._chain(ops)
+            now = self._clock()
+            await asyncio.gather(*(self._do(op, now) for op in ops))
+        return len(ops)
+
+    async def _live_entries(self, kv: KeyValue) -> dict[str, tuple[ReconcileKey, ResourceType]]:
+        """The KV entries of watched objects that are not deleted, by entry key (headers only, no values)."""
+        live: dict[str, tuple[ReconcileKey, ResourceType]] = {}
+        watcher = await kv.watch(">", ignore_deletes=True, meta_only=True)
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                parts = entry.key.split(".")
+                resource = by_kind(parts[3]) if len(parts) == 5 else None
+                if resource is None or not resource.watched:
+                    continue
+                try:
+                    live[entry.key] = (ReconcileKey.from_token(".".join(parts[:3])), resource)
+                except ValueError:
+                    continue
+        finally:
+            with contextlib.suppress(Exception):
+                await cast(Callable[[], Awaitable[None]], watcher.stop)()
+        return live
+
+    def _expected_entries(self) -> dict[str, tuple[ReconcileKey, ObjectId]]:
+        """Every entry the held objects should have in KV, with its key and object."""
+        return {
+            subjects.entry_key(key, oid[0], placed.change.name): (key, oid)
+            for oid, placed in self._objects.items()
+            for key in placed.keys
+        }
+
+    def _entry_repair(
+        self,
+        key: ReconcileKey,
+        resource: ResourceType,
+        change: Change,
+        event_type: WatchEventType,
+        reason: str,
+        tag: str,
+    ) -> _Write:
+        log.warning(
+            "projection drift: the KV entry of %s %s/%s under %s is %s; repairing",
+            resource.kind,
+            change.namespace,
+            change.name,
+            key,
+            reason,
+        )
+        pipeline_metrics.repaired(resource.kind, reason)
+        self.repairs += 1
+        return _Write(key, resource, change, event_type, f"{message_id(change, event_type, key)}/{tag}")
 
     # --- writing ----------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import nats.errors
 from nats.aio.client import Client
 
 from schema.probes import PROBED_KEYS
@@ -49,7 +50,7 @@ from services.watcher.calls import ApiError
 from services.watcher.dashboard import DashboardClient
 from services.watcher.election import ElectionTimings, LeaseElection
 from services.watcher.failures import FailureReporter
-from services.watcher.informer import RECONNECT_BACKOFF, Handoff, Informer, scopes_for
+from services.watcher.informer import RECONNECT_BACKOFF, Handoff, Informer, check_delay, scopes_for
 from services.watcher.kubeapi import KubeApi, load_configuration
 from services.watcher.kvfacts import KvFacts
 from services.watcher.owners import api_owner_reader
@@ -239,10 +240,24 @@ class Watcher:
             for scope in scopes
         ]
         self._spawn(projection.run(handoff), "watcher-projection")
+        if self.settings.kube.check_interval > 0:
+            self._spawn(self._check_entries(projection), "watcher-entries-check")
         for informer in informers:
             informer.start()
         self.informers = informers
         return projection
+
+    async def _check_entries(self, projection: Projection) -> None:
+        """Every check interval (jittered), compare KV ``raybus-objects`` with the projection and repair it
+        (``Projection.check_entries``; the informers check the projection against the API server)."""
+        assert self.buckets is not None
+        while True:
+            await asyncio.sleep(check_delay(self.settings.kube.check_interval))
+            try:
+                await projection.check_entries(self.buckets.objects)
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise_if_cancelling()
+                log.warning("checking the projection's KV entries failed: %s", exc)
 
     def _start_stages(self, facts: Projection | KvFacts) -> None:
         """Start this process's applier and prober on ``facts`` (the projection, or KV)."""
@@ -340,9 +355,8 @@ class Watcher:
 
         await asyncio.to_thread(join_all)
         by_name = {task.get_name(): task for task in self._tasks}
-        projection_task = by_name.get("watcher-projection")
-        if projection_task is not None:
-            await cancel_and_wait([projection_task], timeout=STOP_TIMEOUT)
+        writing = [by_name.get("watcher-projection"), by_name.get("watcher-entries-check")]
+        await cancel_and_wait([task for task in writing if task is not None], timeout=STOP_TIMEOUT)
         if self.projection is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.projection.drain(), DRAIN_TIMEOUT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -115,3 +116,37 @@ async def test_a_check_repairs_changes_the_watch_never_showed_and_then_writes_no
         checks = informer.checks
         await eventually(lambda: informer.checks >= checks + 2, message="two more checks")
         assert (projection.repairs, projection.writes_done, projection.events_published) == (3, 3, 3)
+
+
+async def test_a_check_writes_again_an_entry_lost_from_kv_and_deletes_one_nothing_placed(
+    nats_server: NatsServer, bus: Bus, kube: KubeSimHandle, kubesim_namespace: str
+) -> None:
+    setup_metrics("raybus-test")
+    ns = kubesim_namespace
+    key = ReconcileKey(kind="RayCluster", namespace=ns, name="e")
+    settings = watcher_settings(nats_server.url, str(kube.kubeconfig), ns, check_interval=0.5)
+    async with running_watcher(settings) as watcher:
+        assert watcher.projection is not None
+        await in_thread(create_custom, kube.api_client, ns, "rayclusters", raycluster("e"))
+        await in_thread(create_pod, kube.api_client, ns, pod("e-head", "e"))
+        await until(lambda: bus.entry(key, "Pod", "e-head"), message="the pod projected")
+        before = repairs()
+
+        # Behind the watcher's back: the pod's entry deleted, and an entry of a Pod that does not exist.
+        await bus.buckets.objects.delete(subjects.entry_key(key, "Pod", "e-head"))
+        ghost = pod("e-ghost", "e")
+        ghost["metadata"].update(namespace=ns, uid="ghost-uid", resourceVersion="1")
+        await bus.buckets.objects.put(subjects.entry_key(key, "Pod", "e-ghost"), msgspec.json.encode(ghost))
+
+        async def repaired() -> bool:
+            return await bus.entry(key, "Pod", "e-head") is not None and await bus.entry(key, "Pod", "e-ghost") is None
+
+        await until(repaired, message="the check repaired KV", timeout=30)
+        after = repairs()
+        counted = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        assert {k: v for k, v in counted.items() if v} == {("Pod", "lost"): 1, ("Pod", "orphaned"): 1}
+        events = await bus.events(key)
+        assert sorted((e["event_type"], e["object"]["metadata"]["name"]) for e in events[-2:]) == [
+            ("DELETED", "e-ghost"),
+            ("MODIFIED", "e-head"),
+        ]
