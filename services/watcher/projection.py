@@ -6,8 +6,11 @@ revision on ``events_subject(key)``; finally advance the scope's resume point. T
 cache of every object it placed (its JSON packed, ``packing``) and under which keys, so it can (a) move
 an object between keys when its labels/owners or a relation changes (a RayJob starts selecting a
 cluster; a Service gains keys and its EndpointSlices follow), (b) answer a relist with synthetic DELETED
-events for vanished objects, and (c) rebuild itself from the KV at start, which is what lets a restarted
-watcher resume its watches instead of relisting.
+events for vanished objects, (c) rebuild itself from the KV at start, which is what lets a restarted
+watcher resume its watches instead of relisting, and (d) repair drift: an informer's periodic
+:class:`~services.watcher.informer.Check` is compared with what it holds (``_plan_check``), and what it
+holds with the keys of KV (:meth:`Projection.check_entries`); each difference is written as an ordinary
+event and counted in ``raybus_projection_repairs_total{kind, reason}``.
 
 Lifecycle facts: the first sight of a RayCluster/RayJob/RayService/RayCronJob and its deletion are
 published as ``CommandResult(verb="observe")`` with a ``lifecycle`` transition on the key's results

@@ -14,6 +14,9 @@ Role: :func:`run_watcher` is what ``raybus watcher`` runs. One process runs any 
   the projection as their facts and start once it leads; on their own they follow KV ``raybus-objects``
   (``kvfacts``).
 
+Every ``check_interval`` (jittered) the leader checks its projection against the API server (the
+informers) and against KV (``Projection.check_entries``), and repairs what lost events left wrong.
+
 Readiness = NATS connected, and per role: informers synced once leading; the facts loaded; the applier
 not stalled. On ``stop``: informers stop first, in-flight projection writes finish (bounded), resume
 points are stored, the Lease is released, the prober and the applier finish their in-flight work and
