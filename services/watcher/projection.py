@@ -505,8 +505,10 @@ class Projection:
         """Compare KV ``raybus-objects`` with what the projection holds; repair, as ordinary events, an entry
         a held object should have and KV lacks (``lost``: deleted behind the projection's back, or gone with
         a bus that lost acknowledged writes), and delete an entry KV holds that no held object places there
-        (``orphaned``). Only the keys are read, unless one differs; an entry with a write under way is left
-        to that write. Not seen: an entry overwritten with other content under the right key.
+        (``orphaned``) once the API server confirms the object is gone; if it is not, the projection is what
+        lacks it (``missing``), and it is projected again. Only the keys are read, unless one differs; an
+        entry with a write under way is left to that write. Not seen: an entry overwritten with other
+        content under the right key.
 
         Returns:
             The entries repaired.
@@ -538,6 +540,13 @@ class Projection:
             except (msgspec.DecodeError, TooComplex) as exc:
                 log.warning("KV entry %s is not an object (%s); leaving it", entry, exc)
                 continue
+            alive = await self._alive(resource, change)
+            if alive is None:
+                continue  # the API server did not say: the next check asks again
+            if alive.uid and (resource.kind, alive.uid) not in self._objects:
+                # The API server has it: what lacks it is the projection, not KV.
+                ops.extend(self._repair(resource, replace(alive, type="ADDED"), "missing", tag))
+                continue
             if entry in self._expected_entries() or KV_PREFIX + entry in self._tails:
                 continue
             ops.append(self._entry_repair(key, resource, change, "DELETED", "orphaned", tag))
@@ -546,6 +555,21 @@ class Projection:
             now = self._clock()
             await asyncio.gather(*(self._do(op, now) for op in ops))
         return len(ops)
+
+    async def _alive(self, resource: ResourceType, change: Change) -> Change | None:
+        """The object of an entry nothing places, as the API server has it now (an empty change when it
+        has none of that uid); None when it cannot be read (or there is no API server to ask)."""
+        if self._owners is None:
+            return None
+        try:
+            current = await self._owners(resource, change.namespace, change.name)
+        except (ApiError, TooComplex) as exc:
+            log.warning("could not read %s %s/%s: %s", resource.kind, change.namespace, change.name, exc)
+            return None
+        found = current.change
+        if found is None or found.uid != change.uid:
+            return replace(change, uid="")
+        return found
 
     async def _live_entries(self, kv: KeyValue) -> dict[str, tuple[ReconcileKey, ResourceType]]:
         """The KV entries of watched objects that are not deleted, by entry key (headers only, no values)."""

@@ -1,8 +1,8 @@
 """A fault-injection run of the whole stack, every component its own process (the e2e test and
 ``bench/fault_bench.py`` share it).
 
-nats-server, kubesim (kubelet ``instant``), ``raybus watcher``, two ``raybus reconciler`` workers and
-``raybus status`` (SQLite). RayClusters of 1 head and 3 workers are created in four bursts; right after
+nats-server, kubesim (kubelet ``instant``), ``raybus watcher`` (drift checks every
+:data:`CHECK_INTERVAL` seconds), two ``raybus reconciler`` workers and ``raybus status`` (SQLite). RayClusters of 1 head and 3 workers are created in four bursts; right after
 each burst one component is killed with SIGKILL and restarted (a reconciler: a third worker starts
 instead; the watcher; nats-server on its file store; the status service), and the run waits until every
 cluster created so far is ready. Then, while the batches the killed watcher left unfinished are still
@@ -40,6 +40,9 @@ from tests.helpers import work_consumers
 
 GROUP, VERSION, PLURAL, NAMESPACE = "ray.io", "v1", "rayclusters", "default"
 WORKERS = 3
+CHECK_INTERVAL = 30
+"""The watcher's drift check interval here: a run lasts minutes, so drift a kill left must be repaired
+within one (the default, 300 s, is for a cluster that runs for days)."""
 KILLED = ("reconciler", "watcher", "nats-server", "status")
 """What each burst is followed by a kill -9 of, in order."""
 
@@ -209,7 +212,17 @@ def fault_stack(workdir: Path, *, db_url: str | None = None) -> Iterator[Stack]:
         services["watcher"] = Service(
             "watcher",
             # A stable identity: restarted after a kill -9, it takes its Lease back at once (as a Pod keeps its name).
-            ["watcher", *common, "--kubeconfig", str(kubeconfig), "--use-kubernetes-proxy", "--worker-id", "watcher"],
+            [
+                "watcher",
+                *common,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--use-kubernetes-proxy",
+                "--worker-id",
+                "watcher",
+                "--check-interval",
+                str(CHECK_INTERVAL),
+            ],
             workdir,
         )
         for worker in ("w1", "w2"):
