@@ -461,7 +461,9 @@ class Projection:
                 or not 0 <= _rv(version) <= listed_at
             ):
                 continue
-            if earlier.get(uid) == version:
+            if not placed.keys:  # nothing of it is projected: only what is held changes
+                ops.extend(self._plan_change(resource, replace(self._whole(placed), type="DELETED")))
+            elif earlier.get(uid) == version:
                 ops.extend(self._repair(resource, replace(self._whole(placed), type="DELETED"), "vanished", tag))
             else:
                 suspects[uid] = version
@@ -472,11 +474,18 @@ class Projection:
             if not 0 <= listed_version <= watched:
                 continue  # changed after the watch's point: its event is on the way
             known = held.get(uid)
-            if known is None:
-                if uid in self._gone:
-                    continue  # its deletion was read from the API server and projected already
+            if known is not None and _rv(known.change.resource_version) >= listed_version:
+                continue
+            if known is None and uid in self._gone:
+                continue  # its deletion was read from the API server and projected already
+            if not (known.keys if known is not None else ()) and not keys_for(
+                resource.kind, change.obj, self._relations.index
+            ):
+                # Belongs to no key (a restarted watcher holds only what KV had): nothing was lost.
+                ops.extend(self._plan_change(resource, replace(change, type="MODIFIED" if known else "ADDED")))
+            elif known is None:
                 ops.extend(self._repair(resource, change, "missing", tag))
-            elif _rv(known.change.resource_version) < listed_version:
+            else:
                 ops.extend(self._repair(resource, replace(change, type="MODIFIED"), "stale", tag))
         return ops
 

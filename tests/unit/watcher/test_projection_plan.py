@@ -228,6 +228,16 @@ def test_a_check_repairs_only_what_the_watch_should_have_shown_by_its_point() ->
     assert p.plan(pods, Check(objects=check.objects[:4], listed_at="11", resource_version="10")) == []
 
 
+def test_a_check_holds_objects_of_no_key_quietly() -> None:
+    p = projection()
+    pods = scope("Pod")
+    p.plan(pods, change("Pod", "gone"))  # no ray.io/cluster label: belongs to no key
+    check = Check(objects=(change("Pod", "other", rv="2"),), listed_at="5", resource_version="4")
+    assert p.plan(pods, check) == []  # a restarted watcher holds only what KV had: nothing was lost
+    assert sorted(placed.change.name for placed in p.objects_of("Pod")) == ["other"]
+    assert p.repairs == 0
+
+
 def test_a_namespaced_listing_only_judges_its_namespace() -> None:
     p = projection()
     resource = by_kind("Pod")
