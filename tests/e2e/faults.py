@@ -2,12 +2,13 @@
 ``bench/fault_bench.py`` share it).
 
 nats-server, kubesim (kubelet ``instant``), ``raybus watcher`` (drift checks every
-:data:`CHECK_INTERVAL` seconds), two ``raybus reconciler`` workers and ``raybus status`` (SQLite). RayClusters of 1 head and 3 workers are created in four bursts; right after
-each burst one component is killed with SIGKILL and restarted (a reconciler: a third worker starts
-instead; the watcher; nats-server on its file store; the status service), and the run waits until every
-cluster created so far is ready. Then, while the batches the killed watcher left unfinished are still
-waiting for their redelivery, some clusters are scaled down to 1 worker and some deleted, and the run
-waits until everything converged and every consumer drained.
+:data:`CHECK_INTERVAL` seconds), two ``raybus reconciler`` workers and ``raybus status`` (SQLite).
+RayClusters of 1 head and 3 workers are created in four bursts; right after each burst one component is
+killed with SIGKILL and restarted (a reconciler: a third worker starts instead; the watcher; nats-server
+on its file store; the status service), and the run waits until every cluster created so far is ready.
+Then, while the batches the killed watcher left unfinished are still waiting for their redelivery, some
+clusters are scaled down to 1 worker and some deleted, and the run waits until everything converged and
+every consumer drained. (:func:`run_burst` is the other scenario: every cluster at once.)
 
 A watch on Pods counts every create by name, so the figures say what really reached the API server:
 creates against the minimum (each cluster's head and 3 workers once: every cluster was ready before it
