@@ -432,7 +432,7 @@ class BurstFigures:
 
 
 def _clusters_with_pods(api: client.ApiClient) -> int:
-    return sum(1 for name, count in _pods_by_cluster(api).items() if name and count)
+    return sum(1 for name, count in pods_by_cluster(api).items() if name and count)
 
 
 def _not_converged(api: client.ApiClient, expected: dict[str, int]) -> list[str]:
@@ -504,7 +504,7 @@ def _burst(
         converged = None if converged is None else converged - last_kill
         cycles = creates.cycles
         wait(lambda: creates.caught_up_from(cycles), "the Pod watch caught up", 60, stack)
-        pods = _pods_by_cluster(api)
+        pods = pods_by_cluster(api)
         return BurstFigures(
             clusters=clusters,
             scaled=scaled,
