@@ -21,6 +21,13 @@ a lease lives). Per run: seconds from each kill until the bus answered and until
 cluster converged, the longest time each service's lease group held no valid partition (and the bound
 the topology tier asserts), consumers left undrained (stuck keys), Pod names created twice, Pods left
 for deleted clusters.
+
+``--burst`` runs ``faults.run_burst`` instead, N times: every cluster created at once, a reconciler, the
+watcher, nats-server and the status service killed with SIGKILL (and restarted) as 10, 30, 50 and 70 % of
+the clusters have Pods, the scale-downs and deletions right after the last kill. Per run: the clusters
+stuck (not converged within ``--bound`` seconds of the last kill, each with what differs), the seconds
+from the last kill until every surviving cluster converged, Pod names created twice, Pods left for
+deleted clusters; then the runs with stuck clusters and the spread of convergence times.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.faults import describe, fault_stack, run_faults  # noqa: E402
+from tests.e2e.faults import describe, describe_burst, fault_stack, run_burst, run_faults  # noqa: E402
 from tests.topology.nodeloss import QUORUM, VICTIMS, run_node_losses  # noqa: E402
 from tests.topology.nodeloss import describe as describe_node_loss  # noqa: E402
 from tests.topology.stack import cluster_stack  # noqa: E402
@@ -55,8 +63,17 @@ def main() -> int:
     parser.add_argument(
         "--quorum-loss", action="store_true", help="end each node-loss run with two nodes down past a lease TTL"
     )
+    parser.add_argument("--burst", action="store_true", help="every cluster at once, the kills while they come up")
+    parser.add_argument(
+        "--bound",
+        type=float,
+        default=300,
+        help="seconds after the last kill before a cluster counts as stuck (--burst)",
+    )
     args = parser.parse_args()
     _print_setting()
+    if args.burst:
+        return burst_runs(args)
     if args.node_loss:
         victims = (*VICTIMS, QUORUM) if args.quorum_loss else VICTIMS
         return node_loss_runs(
@@ -100,6 +117,35 @@ def node_loss_runs(runs: int, *, per_burst: int, deleted: int, timeout: float, v
             or figures.undrained
             or figures.unhealthy
             or figures.longest_gap > figures.gap_bound
+        )
+    return 1 if failed else 0
+
+
+def burst_runs(args: argparse.Namespace) -> int:
+    """``--runs`` burst runs, each on a fresh stack; 1 when any run had a stuck cluster, a Pod name created
+    twice, a Pod left for a deleted cluster or an unhealthy component."""
+    converged: list[float] = []
+    failed = 0
+    for run in range(1, args.runs + 1):
+        with tempfile.TemporaryDirectory(prefix="raybus-burst-") as tmp, fault_stack(Path(tmp)) as stack:
+            figures = run_burst(
+                stack, clusters=args.clusters, scaled=args.scaled, deleted=args.deleted, bound=args.bound
+            )
+        print(f"\nburst run {run}:")
+        for name, value in describe_burst(figures).items():
+            print(f"  {name:<46} {value}")
+        for line in figures.stuck[:10]:
+            print(f"  stuck: {line}")
+        if figures.created_twice:
+            print(f"  {'names created twice':<46} {sorted(figures.created_twice)[:10]}")
+        if figures.converge_after_last_kill is not None:
+            converged.append(figures.converge_after_last_kill)
+        failed += bool(figures.stuck or figures.created_twice or figures.left_for_deleted or figures.unhealthy)
+    print(f"\n{args.runs} runs: {failed} with a failure; {args.runs - len(converged)} with stuck clusters")
+    if converged:
+        print(
+            f"seconds from the last kill to convergence: min {min(converged):.1f}, "
+            f"median {statistics.median(converged):.1f}, max {max(converged):.1f}"
         )
     return 1 if failed else 0
 

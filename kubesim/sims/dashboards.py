@@ -137,6 +137,10 @@ class RayDashboards:
         self._clock = clock
         self._store: Store | None = None
         self._heads: dict[tuple[str, str], _Head] = {}
+        self._open: dict[int, _Head] = {}
+        """Every head started and not yet stopped, by ``id``: also one a racing start or a stop cut short by
+        cancellation dropped from ``_heads``. :meth:`stop_all` stops them all, so no listener outlives
+        kubesim (its socket would be collected unclosed once the event loop is gone)."""
 
     def attach(self, store: Store) -> None:
         """Give the registry the store it reads Secrets, Services and Pods from."""
@@ -158,7 +162,7 @@ class RayDashboards:
         key = cluster_key(pod)
         previous = self._heads.pop(key, None)
         if previous is not None:
-            await previous.stop()
+            await self._stop_head(previous)
         if self._options.real_ray:
             await self._start_real(pod, key)
             return
@@ -194,8 +198,12 @@ class RayDashboards:
     async def _start_registered(self, key: tuple[str, str], head: _Head) -> None:
         # Registered before it listens, so a pod deleted (or kubesim stopped) meanwhile still stops it;
         # a start that fails or is cancelled half-way closes whatever it opened.
+        replaced = self._heads.get(key)
         self._heads[key] = head
+        self._open[id(head)] = head
         try:
+            if replaced is not None:  # another start of this cluster's head registered it meanwhile
+                await self._stop_head(replaced)
             if head.real is not None:
                 await head.real.start()
             elif head.server is not None:
@@ -203,7 +211,7 @@ class RayDashboards:
         except BaseException:
             if self._heads.get(key) is head:
                 del self._heads[key]
-            await head.stop()
+            await self._stop_head(head)
             raise
 
     def adapt_request(self, base_url: str, method: str, path: str, body: bytes) -> bytes:
@@ -221,12 +229,17 @@ class RayDashboards:
         head = self._heads.get(key)
         if head is not None and head.pod_uid == uid_of(pod):
             del self._heads[key]
-            await head.stop()
+            await self._stop_head(head)
 
     async def stop_all(self) -> None:
-        """Stop every dashboard (simulator shutdown)."""
-        heads, self._heads = list(self._heads.values()), {}
-        await asyncio.gather(*(head.stop() for head in heads), return_exceptions=True)
+        """Stop every dashboard (simulator shutdown), also those already being stopped."""
+        self._heads = {}
+        heads = list(self._open.values())
+        await asyncio.gather(*(self._stop_head(head) for head in heads), return_exceptions=True)
+
+    async def _stop_head(self, head: _Head) -> None:
+        await head.stop()
+        self._open.pop(id(head), None)
 
     def refresh(self, pod: Mapping[str, Any]) -> None:
         """Re-read a live head pod's failure annotations into its dashboard."""

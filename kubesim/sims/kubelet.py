@@ -157,6 +157,14 @@ class Kubelet:
         elif uid not in self._finished and status_of(pod).get("phase") not in TERMINAL_PHASES:
             self._workers[uid] = PodWorker(self._node_context(), pod)
 
+    def _retire(self, task: asyncio.Task[None]) -> None:
+        """Cancel a pod's task and keep it until it has ended: shutdown waits for it, so a worker cancelled
+        while it stops its head's dashboard is not cut off by the event loop closing."""
+        task.cancel()
+        if not task.done():
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     def _node_context(self) -> Node:
         if self._node is None:
             self._node = Node(
@@ -177,10 +185,10 @@ class Kubelet:
     def _forget(self, uid: str, pod: Mapping[str, Any]) -> None:
         worker = self._workers.pop(uid, None)
         if worker is not None:
-            worker.task.cancel()
+            self._retire(worker.task)
         terminator = self._terminating.pop(uid, None)
         if terminator is not None:
-            terminator.cancel()
+            self._retire(terminator)
         self._finished.discard(uid)
         if is_head_pod(pod):
             self.spawn(self.dashboards.stop_for(pod))

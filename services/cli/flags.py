@@ -15,6 +15,7 @@ import msgspec
 
 from services.runtime.errors import PermanentError
 from services.runtime.settings import (
+    CHECK_INTERVAL_ENV,
     RESYNC_PERIOD_ENV,
     ROLES_ENV,
     STALL_AFTER_ENV,
@@ -67,6 +68,12 @@ def add_kube(parser: argparse.ArgumentParser) -> None:
         "--qps", type=float, help="API requests per second of the applier, 0 = unlimited (default 100) [RAYBUS_QPS]"
     )
     parser.add_argument("--burst", type=int, help="API requests at once above --qps (default 200) [RAYBUS_BURST]")
+    parser.add_argument(
+        "--check-interval",
+        type=float,
+        help=f"mean seconds between drift checks of each watched resource, 0 = none (default 300) "
+        f"[{CHECK_INTERVAL_ENV}]",
+    )
     parser.add_argument(
         "--roles",
         help=f"stages this process runs, comma-separated: {','.join(WATCHER_ROLES)} (default: all) [{ROLES_ENV}]",
@@ -135,7 +142,7 @@ def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None) -
     partitions = dataclasses.replace(s.partitions, **pick("worker_id", "resync_period", "stall_after"))
     if partitions.resync_period < 0 or partitions.stall_after < 0:
         raise PermanentError("--resync-period and --stall-after must be >= 0")
-    kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy", "qps", "burst"))
+    kube = dataclasses.replace(s.kube, **pick("kubeconfig", "use_kubernetes_proxy", "qps", "burst", "check_interval"))
     if "roles" in given:
         kube = dataclasses.replace(kube, roles=parse_roles(given["roles"]))
     if "watch_namespace" in given:

@@ -29,6 +29,7 @@ STATUS_AUTH_ENV: Final = "RAYBUS_STATUS_AUTH"
 ROLES_ENV: Final = "RAYBUS_WATCHER_ROLES"
 RESYNC_PERIOD_ENV: Final = "RAYBUS_RESYNC_PERIOD"
 STALL_AFTER_ENV: Final = "RAYBUS_STALL_AFTER"
+CHECK_INTERVAL_ENV: Final = "RAYBUS_CHECK_INTERVAL"
 IN_CLUSTER_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 IN_CLUSTER_CA_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
@@ -138,6 +139,9 @@ class KubeSettings:
     """Command batches applied in parallel (one per key at a time)."""
     dashboard_poll_interval: float = 3.0
     """Seconds between dashboard polls of one Running RayJob / RayService."""
+    check_interval: float = 300.0
+    """Mean seconds between two drift checks of one watched resource (a list compared with the projection,
+    jittered by ±20 %); 0 turns them off."""
     roles: tuple[WatcherRole, ...] = WATCHER_ROLES
     """The stages this watcher process runs; each scales on its own (one Deployment per role in deploy/)."""
     election_namespace: str = "default"
@@ -321,6 +325,7 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
         use_kubernetes_proxy=_bool("RAYBUS_USE_KUBERNETES_PROXY", env.get("RAYBUS_USE_KUBERNETES_PROXY", "false")),
         qps=_number("RAYBUS_QPS", env.get("RAYBUS_QPS"), s.kube.qps),
         burst=int(_number("RAYBUS_BURST", env.get("RAYBUS_BURST"), s.kube.burst)),
+        check_interval=_number(CHECK_INTERVAL_ENV, env.get(CHECK_INTERVAL_ENV), s.kube.check_interval),
         roles=parse_roles(env[ROLES_ENV]) if env.get(ROLES_ENV) else s.kube.roles,
         election_namespace=env.get("POD_NAMESPACE") or s.kube.election_namespace,
     )

@@ -10,6 +10,11 @@ last resourceVersion seen and builds the next request from it; a ``410 Gone`` (H
 line) clears it, and the next request is a list, never a silent restart. The projection compares a
 listing with what it holds and publishes synthetic DELETED events for objects that vanished.
 
+Drift check: every ``check_interval`` seconds (jittered, so the scopes do not list at once) an informer
+lists its scope again between two watch requests (the watch before it is asked to end by then) and hands
+the list over as a :class:`Check`, then watches on from where the watch stood. The projection compares
+the check with what it holds and repairs what a lost event left wrong (``projection``).
+
 Invariants:
 - Lines are decoded with msgspec in the informer thread; objects are sanitized there
   (``resources.sanitize``), so Secret content never even reaches the event loop.
@@ -27,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -108,13 +115,28 @@ class Listing:
 
 
 @dataclass(frozen=True, slots=True)
+class Check:
+    """A complete list of the scope at ``listed_at``, taken while the watch stood at ``resource_version``.
+
+    The watch goes on from ``resource_version``: what changed between the two still arrives as events, so
+    only what the watch should already have shown may differ from the projection (``projection``).
+    ``refused`` as in :class:`Listing`.
+    """
+
+    objects: tuple[Change, ...]
+    listed_at: str
+    resource_version: str
+    refused: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Bookmark:
     """The watch reached ``resource_version`` with nothing to report."""
 
     resource_version: str
 
 
-Item = Change | Listing | Bookmark
+Item = Change | Listing | Check | Bookmark
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +331,12 @@ class WatchDriver:
         return tuple(query)
 
 
+def check_delay(interval: float) -> float:
+    """Seconds until a drift check: ``interval`` ±20 %, so the informers of one watcher (and the watchers of
+    several clusters) spread their lists over time."""
+    return interval * random.uniform(0.8, 1.2)
+
+
 Deliver = Callable[[Batch], bool]
 """Hands a batch to the event loop; blocks while the queue is full; False once stopping."""
 
@@ -324,18 +352,24 @@ class Informer:
         resource_version: str | None,
         deliver: Deliver,
         watch_timeout: int = WATCH_TIMEOUT,
+        check_interval: float = 0.0,
     ) -> None:
+        """``check_interval``: mean seconds between drift checks (0: none)."""
         self.scope = scope
         self._api = api
         self._driver = WatchDriver(scope, resource_version)
         self._deliver = deliver
         self._watch_timeout = watch_timeout
+        self._check_interval = check_interval
+        self._next_check = self._after_interval()
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._response: urllib3.BaseHTTPResponse | None = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"informer-{scope.name}", daemon=True)
         self.relists = 0
+        self.checks = 0
+        """Drift checks handed to the projection."""
         self.failure: BaseException | None = None
 
     @property
@@ -364,8 +398,11 @@ class Informer:
         attempt = 0
         while not self._stop.is_set():
             try:
-                if self._driver.needs_list and not self._list():
-                    return  # stopping: the listing was not delivered, and a watch needs its resourceVersion
+                if self._driver.needs_list:
+                    if not self._list():
+                        return  # stopping: the listing was not delivered, and a watch needs its resourceVersion
+                elif self._check_due() and not self._check():
+                    return
                 self._watch()
                 attempt = 0
             except Gone as exc:
@@ -421,8 +458,9 @@ class Informer:
             log.warning("%s: the event on %s was not recorded: %s", self.scope.name, change.name, exc)
         return change.uid
 
-    def _list(self) -> bool:
-        """List the scope and deliver the listing; False when stopped first or the listing was not taken."""
+    def _pages(self) -> tuple[list[Change], frozenset[str], str] | None:
+        """List the scope page by page: its objects, the uids of those refused, the list's resourceVersion;
+        None when stopped first."""
         resource = self.scope.resource
         path = resource.collection_path(self.scope.namespace)
         objects: list[Change] = []
@@ -455,21 +493,54 @@ class Informer:
             if not continue_token or self._stop.is_set():
                 break
         if self._stop.is_set():
+            return None
+        return objects, frozenset(refused), resource_version
+
+    def _list(self) -> bool:
+        """List the scope and deliver the listing; False when stopped first or the listing was not taken."""
+        listed = self._pages()
+        if listed is None:
             return False
+        objects, refused, resource_version = listed
         self.relists += 1
-        pipeline_metrics.relisted(resource.plural)
-        listing = Listing(tuple(objects), resource_version, frozenset(refused))
-        if not self._deliver(Batch(self.scope, (listing,))):
+        pipeline_metrics.relisted(self.scope.resource.plural)
+        if not self._deliver(Batch(self.scope, (Listing(tuple(objects), resource_version, refused),))):
             return False
         self._driver.listed(resource_version)
+        self._next_check = self._after_interval()
         self._synced.set()
         return True
 
+    def _after_interval(self) -> float:
+        """When the next drift check is due (monotonic seconds; infinity without checks)."""
+        if self._check_interval <= 0:
+            return math.inf
+        return time.monotonic() + check_delay(self._check_interval)
+
+    def _check_due(self) -> bool:
+        return time.monotonic() >= self._next_check
+
+    def _check(self) -> bool:
+        """List the scope and deliver it as a :class:`Check` at the watch's current resourceVersion; False
+        when stopped first or the check was not taken. The watch then goes on from where it stood."""
+        watched = self._driver.resource_version
+        assert watched is not None, "a check needs the watch's resourceVersion"
+        listed = self._pages()
+        if listed is None:
+            return False
+        objects, refused, resource_version = listed
+        self._next_check = self._after_interval()
+        self.checks += 1
+        return self._deliver(Batch(self.scope, (Check(tuple(objects), resource_version, watched, refused),)))
+
     def _watch(self) -> None:
         path = self.scope.resource.collection_path(self.scope.namespace)
+        # The server ends the watch when the next check is due (timeoutSeconds): no read is cut short.
+        until_check = self._next_check - time.monotonic()
+        timeout = self._watch_timeout if until_check >= self._watch_timeout else max(1, math.ceil(until_check))
         response = self._api.open_stream(
             path,
-            query=self._driver.watch_query(self._watch_timeout),
+            query=self._driver.watch_query(timeout),
             connect_timeout=CONNECT_TIMEOUT,
             read_timeout=READ_TIMEOUT,
         )

@@ -6,6 +6,8 @@
 - ``raybus_applier_rate_limit_wait_seconds``: how long a request waited for a token of ``--qps``/``--burst``;
 - ``raybus_informer_events_total{resource, type}``: watch events received (ADDED, MODIFIED, DELETED);
 - ``raybus_informer_relists_total{resource}``: complete lists (at start and after a 410);
+- ``raybus_projection_repairs_total{kind, reason}``: objects a drift check found wrong in the projection
+  and wrote again (``missing``, ``stale``, ``vanished``, ``lost``, ``orphaned``: see ``projection``);
 - ``raybus_informer_lag_seconds{resource}``: from receiving a batch of watch events to its projection on
   the bus (KV written, events published);
 - ``raybus_prober_polls_total{probe}``, ``raybus_prober_changes_total{probe}`` (answers that changed
@@ -51,6 +53,9 @@ _limiter_wait = _meter.create_histogram(
 )
 _events = _meter.create_counter("raybus_informer_events_total", description="watch events received")
 _relists = _meter.create_counter("raybus_informer_relists_total", description="complete lists of a resource")
+_repairs = _meter.create_counter(
+    "raybus_projection_repairs_total", description="objects a drift check found wrong in the projection, repaired"
+)
 _informer_lag = _meter.create_histogram(
     "raybus_informer_lag_seconds", unit="s", description="from receiving watch events to their projection on the bus"
 )
@@ -82,6 +87,11 @@ def watch_event(resource: str, event_type: str) -> None:
 def relisted(resource: str) -> None:
     """An informer listed its resource completely."""
     _relists.add(1, {"resource": resource})
+
+
+def repaired(kind: str, reason: str) -> None:
+    """A drift check found one object wrong in the projection (``reason``) and wrote it again."""
+    _repairs.add(1, {"kind": kind, "reason": reason})
 
 
 def projected(resource: str, seconds: float) -> None:

@@ -6,8 +6,11 @@ revision on ``events_subject(key)``; finally advance the scope's resume point. T
 cache of every object it placed (its JSON packed, ``packing``) and under which keys, so it can (a) move
 an object between keys when its labels/owners or a relation changes (a RayJob starts selecting a
 cluster; a Service gains keys and its EndpointSlices follow), (b) answer a relist with synthetic DELETED
-events for vanished objects, and (c) rebuild itself from the KV at start, which is what lets a restarted
-watcher resume its watches instead of relisting.
+events for vanished objects, (c) rebuild itself from the KV at start, which is what lets a restarted
+watcher resume its watches instead of relisting, and (d) repair drift: an informer's periodic
+:class:`~services.watcher.informer.Check` is compared with what it holds (``_plan_check``), and what it
+holds with the keys of KV (:meth:`Projection.check_entries`); each difference is written as an ordinary
+event and counted in ``raybus_projection_repairs_total{kind, reason}``.
 
 Lifecycle facts: the first sight of a RayCluster/RayJob/RayService/RayCronJob and its deletion are
 published as ``CommandResult(verb="observe")`` with a ``lifecycle`` transition on the key's results
@@ -48,6 +51,7 @@ from typing import Any, Final, cast
 import msgspec
 import nats.errors
 from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 from opentelemetry.trace import Tracer
 
@@ -63,7 +67,7 @@ from services.runtime.clock import Clock, utc_now
 from services.runtime.tracing import current_trace_id, tracer
 from services.watcher import pipeline_metrics
 from services.watcher.calls import ApiError
-from services.watcher.informer import Batch, Bookmark, Change, Handoff, Listing, Scope
+from services.watcher.informer import Batch, Bookmark, Change, Check, Handoff, Item, Listing, Scope, make_change
 from services.watcher.keymap import dependencies, keys_for
 from services.watcher.owners import OwnerReader, deleting, owners_of_going
 from services.watcher.packing import Packer
@@ -183,8 +187,12 @@ class Projection:
         """uid of a custom resource projected from a read → its resourceVersion (older events are stale)."""
         self._deleting_at: dict[str, int] = {}
         """uid of a custom resource being deleted → KV revision of the first write that showed it so."""
+        self._suspects: dict[str, dict[str, str]] = {}
+        """Scope → uid → resourceVersion of held objects its last check did not list (``_plan_check``)."""
         self.events_published = 0
         self.writes_done = 0
+        self.repairs = 0
+        """Drift repairs planned (``raybus_projection_repairs_total``)."""
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -317,12 +325,14 @@ class Projection:
 
     # --- planning (synchronous: the cache and relations change atomically) ------------------------
 
-    def plan(self, scope: Scope, item: Change | Listing | Bookmark) -> list[_Op]:
+    def plan(self, scope: Scope, item: Item) -> list[_Op]:
         """Update the cache for one informer item and return the writes it needs."""
         if isinstance(item, Bookmark):
             return []
         if isinstance(item, Listing):
             return self._plan_listing(scope, item)
+        if isinstance(item, Check):
+            return self._plan_check(scope, item)
         return self._plan_change(scope.resource, item)
 
     def _plan_change(self, resource: ResourceType, change: Change, cause: Change | None = None) -> list[_Op]:
@@ -422,6 +432,203 @@ class Projection:
                 continue
             ops.extend(self._plan_change(resource, replace(change, type="MODIFIED" if known else "ADDED")))
         return ops
+
+    def _plan_check(self, scope: Scope, check: Check) -> list[_Op]:
+        """Repair what the watch should have shown by ``check.resource_version`` and the projection lacks.
+
+        The cache holds exactly the watch's events up to that point (a check arrives in order with them),
+        the list shows the API server at ``check.listed_at``, later. A listed object unchanged since the
+        watch's point must be held at its version (else ``missing``/``stale``). A held object that is not
+        listed was deleted before the list, maybe after the watch's point (its DELETED is on the way): it
+        is repaired (``vanished``) when the next check of the scope still finds it so.
+        """
+        watched, listed_at = _rv(check.resource_version), _rv(check.listed_at)
+        if watched < 0 or listed_at < 0:
+            return []  # resourceVersions that are not numbers tell nothing about order: nothing to compare
+        resource = scope.resource
+        listed = {change.uid: change for change in check.objects}
+        held = self._by_kind.get(resource.kind, {})
+        ops: list[_Op] = []
+        tag = f"check/{check.listed_at}"
+        earlier = self._suspects.pop(scope.name, {})
+        suspects: dict[str, str] = {}
+        for uid, placed in list(held.items()):
+            version = placed.change.resource_version
+            if (
+                uid in listed
+                or uid in check.refused
+                or (scope.namespace and placed.change.namespace != scope.namespace)
+                or not 0 <= _rv(version) <= listed_at
+            ):
+                continue
+            if not placed.keys:  # nothing of it is projected: only what is held changes
+                ops.extend(self._plan_change(resource, replace(self._whole(placed), type="DELETED")))
+            elif earlier.get(uid) == version:
+                ops.extend(self._repair(resource, replace(self._whole(placed), type="DELETED"), "vanished", tag))
+            else:
+                suspects[uid] = version
+        if suspects:
+            self._suspects[scope.name] = suspects
+        for uid, change in listed.items():
+            listed_version = _rv(change.resource_version)
+            if not 0 <= listed_version <= watched:
+                continue  # changed after the watch's point: its event is on the way
+            known = held.get(uid)
+            if known is not None and _rv(known.change.resource_version) >= listed_version:
+                continue
+            if known is None and uid in self._gone:
+                continue  # its deletion was read from the API server and projected already
+            if not (known.keys if known is not None else ()) and not keys_for(
+                resource.kind, change.obj, self._relations.index
+            ):
+                # Belongs to no key (a restarted watcher holds only what KV had): nothing was lost.
+                ops.extend(self._plan_change(resource, replace(change, type="MODIFIED" if known else "ADDED")))
+            elif known is None:
+                ops.extend(self._repair(resource, change, "missing", tag))
+            else:
+                ops.extend(self._repair(resource, replace(change, type="MODIFIED"), "stale", tag))
+        return ops
+
+    def _repair(self, resource: ResourceType, change: Change, reason: str, tag: str) -> list[_Op]:
+        """Plan ``change`` as an ordinary one, written under fresh message ids (``tag``): the bus may have
+        de-duplicated the same version's earlier writes that were lost since."""
+        log.warning(
+            "projection drift: %s %s/%s %s (resourceVersion %s); repairing",
+            resource.kind,
+            change.namespace,
+            change.name,
+            reason,
+            change.resource_version,
+        )
+        pipeline_metrics.repaired(resource.kind, reason)
+        self.repairs += 1
+        ops = self._plan_change(resource, change)
+        for op in ops:
+            if isinstance(op, _Write):
+                op.msg_id = f"{op.msg_id}/{tag}"
+        return ops
+
+    # --- the entries check (KV against what is held) -------------------------------------------------
+
+    async def check_entries(self, kv: KeyValue) -> int:
+        """Compare KV ``raybus-objects`` with what the projection holds; repair, as ordinary events, an entry
+        a held object should have and KV lacks (``lost``: deleted behind the projection's back, or gone with
+        a bus that lost acknowledged writes), and delete an entry KV holds that no held object places there
+        (``orphaned``) once the API server confirms the object is gone; if it is not, the projection is what
+        lacks it (``missing``), and it is projected again. Only the keys are read, unless one differs; an
+        entry with a write under way is left to that write. Not seen: an entry overwritten with other
+        content under the right key.
+
+        Returns:
+            The entries repaired.
+        """
+        live = await self._live_entries(kv)
+        expected = self._expected_entries()
+        tag = f"entries/{int(self._clock().timestamp() * 1000)}"
+        ops: list[_Op] = []
+        for entry, (key, oid) in expected.items():
+            if entry in live or KV_PREFIX + entry in self._tails:
+                continue
+            try:
+                await kv.get(entry)
+                continue  # written meanwhile
+            except KeyNotFoundError:
+                pass
+            placed = self._objects.get(oid)
+            if placed is None or key not in placed.keys or KV_PREFIX + entry in self._tails:
+                continue  # changed meanwhile: its own writes decide
+            ops.append(self._entry_repair(key, placed.resource, self._whole(placed), "MODIFIED", "lost", tag))
+        for entry, (key, resource) in live.items():
+            if entry in expected or KV_PREFIX + entry in self._tails:
+                continue
+            try:
+                found = await kv.get(entry)
+                change = make_change(resource, "DELETED", found.value or b"")
+            except KeyNotFoundError:
+                continue  # deleted meanwhile
+            except (msgspec.DecodeError, TooComplex) as exc:
+                log.warning("KV entry %s is not an object (%s); leaving it", entry, exc)
+                continue
+            alive = await self._alive(resource, change)
+            if alive is None:
+                continue  # the API server did not say: the next check asks again
+            if alive.uid and (resource.kind, alive.uid) not in self._objects:
+                # The API server has it: what lacks it is the projection, not KV.
+                ops.extend(self._repair(resource, replace(alive, type="ADDED"), "missing", tag))
+                continue
+            if entry in self._expected_entries() or KV_PREFIX + entry in self._tails:
+                continue
+            ops.append(self._entry_repair(key, resource, change, "DELETED", "orphaned", tag))
+        if ops:
+            self._chain(ops)
+            now = self._clock()
+            await asyncio.gather(*(self._do(op, now) for op in ops))
+        return len(ops)
+
+    async def _alive(self, resource: ResourceType, change: Change) -> Change | None:
+        """The object of an entry nothing places, as the API server has it now (an empty change when it
+        has none of that uid); None when it cannot be read (or there is no API server to ask)."""
+        if self._owners is None:
+            return None
+        try:
+            current = await self._owners(resource, change.namespace, change.name)
+        except (ApiError, TooComplex) as exc:
+            log.warning("could not read %s %s/%s: %s", resource.kind, change.namespace, change.name, exc)
+            return None
+        found = current.change
+        if found is None or found.uid != change.uid:
+            return replace(change, uid="")
+        return found
+
+    async def _live_entries(self, kv: KeyValue) -> dict[str, tuple[ReconcileKey, ResourceType]]:
+        """The KV entries of watched objects that are not deleted, by entry key (headers only, no values)."""
+        live: dict[str, tuple[ReconcileKey, ResourceType]] = {}
+        watcher = await kv.watch(">", ignore_deletes=True, meta_only=True)
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                parts = entry.key.split(".")
+                resource = by_kind(parts[3]) if len(parts) == 5 else None
+                if resource is None or not resource.watched:
+                    continue
+                try:
+                    live[entry.key] = (ReconcileKey.from_token(".".join(parts[:3])), resource)
+                except ValueError:
+                    continue
+        finally:
+            with contextlib.suppress(Exception):
+                await cast(Callable[[], Awaitable[None]], watcher.stop)()
+        return live
+
+    def _expected_entries(self) -> dict[str, tuple[ReconcileKey, ObjectId]]:
+        """Every entry the held objects should have in KV, with its key and object."""
+        return {
+            subjects.entry_key(key, oid[0], placed.change.name): (key, oid)
+            for oid, placed in self._objects.items()
+            for key in placed.keys
+        }
+
+    def _entry_repair(
+        self,
+        key: ReconcileKey,
+        resource: ResourceType,
+        change: Change,
+        event_type: WatchEventType,
+        reason: str,
+        tag: str,
+    ) -> _Write:
+        log.warning(
+            "projection drift: the KV entry of %s %s/%s under %s is %s; repairing",
+            resource.kind,
+            change.namespace,
+            change.name,
+            key,
+            reason,
+        )
+        pipeline_metrics.repaired(resource.kind, reason)
+        self.repairs += 1
+        return _Write(key, resource, change, event_type, f"{message_id(change, event_type, key)}/{tag}")
 
     # --- writing ----------------------------------------------------------------------------------
 

@@ -14,6 +14,9 @@ Role: :func:`run_watcher` is what ``raybus watcher`` runs. One process runs any 
   the projection as their facts and start once it leads; on their own they follow KV ``raybus-objects``
   (``kvfacts``).
 
+Every ``check_interval`` (jittered) the leader checks its projection against the API server (the
+informers) and against KV (``Projection.check_entries``), and repairs what lost events left wrong.
+
 Readiness = NATS connected, and per role: informers synced once leading; the facts loaded; the applier
 not stalled. On ``stop``: informers stop first, in-flight projection writes finish (bounded), resume
 points are stored, the Lease is released, the prober and the applier finish their in-flight work and
@@ -33,6 +36,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import nats.errors
 from nats.aio.client import Client
 
 from schema.probes import PROBED_KEYS
@@ -49,7 +53,7 @@ from services.watcher.calls import ApiError
 from services.watcher.dashboard import DashboardClient
 from services.watcher.election import ElectionTimings, LeaseElection
 from services.watcher.failures import FailureReporter
-from services.watcher.informer import RECONNECT_BACKOFF, Handoff, Informer, scopes_for
+from services.watcher.informer import RECONNECT_BACKOFF, Handoff, Informer, check_delay, scopes_for
 from services.watcher.kubeapi import KubeApi, load_configuration
 from services.watcher.kvfacts import KvFacts
 from services.watcher.owners import api_owner_reader
@@ -229,14 +233,34 @@ class Watcher:
 
         handoff = Handoff(asyncio.get_running_loop(), QUEUE_SIZE, self._stopping)
         informers = [
-            Informer(self.api, scope, resource_version=points.get(scope.name), deliver=handoff.deliver)
+            Informer(
+                self.api,
+                scope,
+                resource_version=points.get(scope.name),
+                deliver=handoff.deliver,
+                check_interval=self.settings.kube.check_interval,
+            )
             for scope in scopes
         ]
         self._spawn(projection.run(handoff), "watcher-projection")
+        if self.settings.kube.check_interval > 0:
+            self._spawn(self._check_entries(projection), "watcher-entries-check")
         for informer in informers:
             informer.start()
         self.informers = informers
         return projection
+
+    async def _check_entries(self, projection: Projection) -> None:
+        """Every check interval (jittered), compare KV ``raybus-objects`` with the projection and repair it
+        (``Projection.check_entries``; the informers check the projection against the API server)."""
+        assert self.buckets is not None
+        while True:
+            await asyncio.sleep(check_delay(self.settings.kube.check_interval))
+            try:
+                await projection.check_entries(self.buckets.objects)
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise_if_cancelling()
+                log.warning("checking the projection's KV entries failed: %s", exc)
 
     def _start_stages(self, facts: Projection | KvFacts) -> None:
         """Start this process's applier and prober on ``facts`` (the projection, or KV)."""
@@ -334,9 +358,8 @@ class Watcher:
 
         await asyncio.to_thread(join_all)
         by_name = {task.get_name(): task for task in self._tasks}
-        projection_task = by_name.get("watcher-projection")
-        if projection_task is not None:
-            await cancel_and_wait([projection_task], timeout=STOP_TIMEOUT)
+        writing = [by_name.get("watcher-projection"), by_name.get("watcher-entries-check")]
+        await cancel_and_wait([task for task in writing if task is not None], timeout=STOP_TIMEOUT)
         if self.projection is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.projection.drain(), DRAIN_TIMEOUT)

@@ -1,13 +1,14 @@
 """A fault-injection run of the whole stack, every component its own process (the e2e test and
 ``bench/fault_bench.py`` share it).
 
-nats-server, kubesim (kubelet ``instant``), ``raybus watcher``, two ``raybus reconciler`` workers and
-``raybus status`` (SQLite). RayClusters of 1 head and 3 workers are created in four bursts; right after
-each burst one component is killed with SIGKILL and restarted (a reconciler: a third worker starts
-instead; the watcher; nats-server on its file store; the status service), and the run waits until every
-cluster created so far is ready. Then, while the batches the killed watcher left unfinished are still
-waiting for their redelivery, some clusters are scaled down to 1 worker and some deleted, and the run
-waits until everything converged and every consumer drained.
+nats-server, kubesim (kubelet ``instant``), ``raybus watcher`` (drift checks every
+:data:`CHECK_INTERVAL` seconds), two ``raybus reconciler`` workers and ``raybus status`` (SQLite).
+RayClusters of 1 head and 3 workers are created in four bursts; right after each burst one component is
+killed with SIGKILL and restarted (a reconciler: a third worker starts instead; the watcher; nats-server
+on its file store; the status service), and the run waits until every cluster created so far is ready.
+Then, while the batches the killed watcher left unfinished are still waiting for their redelivery, some
+clusters are scaled down to 1 worker and some deleted, and the run waits until everything converged and
+every consumer drained. (:func:`run_burst` is the other scenario: every cluster at once.)
 
 A watch on Pods counts every create by name, so the figures say what really reached the API server:
 creates against the minimum (each cluster's head and 3 workers once: every cluster was ready before it
@@ -40,6 +41,9 @@ from tests.helpers import work_consumers
 
 GROUP, VERSION, PLURAL, NAMESPACE = "ray.io", "v1", "rayclusters", "default"
 WORKERS = 3
+CHECK_INTERVAL = 30
+"""The watcher's drift check interval here: a run lasts minutes, so drift a kill left must be repaired
+within one (the default, 300 s, is for a cluster that runs for days)."""
 KILLED = ("reconciler", "watcher", "nats-server", "status")
 """What each burst is followed by a kill -9 of, in order."""
 
@@ -209,7 +213,17 @@ def fault_stack(workdir: Path, *, db_url: str | None = None) -> Iterator[Stack]:
         services["watcher"] = Service(
             "watcher",
             # A stable identity: restarted after a kill -9, it takes its Lease back at once (as a Pod keeps its name).
-            ["watcher", *common, "--kubeconfig", str(kubeconfig), "--use-kubernetes-proxy", "--worker-id", "watcher"],
+            [
+                "watcher",
+                *common,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--use-kubernetes-proxy",
+                "--worker-id",
+                "watcher",
+                "--check-interval",
+                str(CHECK_INTERVAL),
+            ],
             workdir,
         )
         for worker in ("w1", "w2"):
@@ -391,4 +405,149 @@ def describe(figures: Figures) -> dict[str, Any]:
         "converge_s_after_scale_and_delete_incl_drain": round(figures.converge_after_changes, 1),
         "unhealthy": figures.unhealthy,
         "dead_letters": figures.dead_letters,
+    }
+
+
+# --- the burst: every cluster at once, every component killed while they come up ----------------------
+
+BURST_KILLS = (("reconciler", 0.1), ("watcher", 0.3), ("nats-server", 0.5), ("status", 0.7))
+"""Each victim, and the share of the clusters that must have Pods before it is killed (then restarted)."""
+
+
+@dataclass
+class BurstFigures:
+    """What one burst run measured."""
+
+    clusters: int
+    scaled: int
+    deleted: int
+    stuck: list[str]
+    """Surviving clusters that had not converged within the bound, and why each."""
+    converge_after_last_kill: float | None
+    """Seconds from the last kill until every surviving cluster converged (None: not within the bound)."""
+    creates: int
+    created_twice: dict[str, int]
+    left_for_deleted: int
+    unhealthy: list[str]
+
+
+def _clusters_with_pods(api: client.ApiClient) -> int:
+    return sum(1 for name, count in pods_by_cluster(api).items() if name and count)
+
+
+def _not_converged(api: client.ApiClient, expected: dict[str, int]) -> list[str]:
+    """The clusters that differ from what is expected, each with why: every named cluster ``ready`` with
+    ``readyWorkerReplicas`` = its expected workers = its running worker Pods and one running head; every
+    other cluster gone with its Pods."""
+    custom = client.CustomObjectsApi(api)
+    items = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
+    clusters = {c["metadata"]["name"]: c for c in items}
+    heads: Counter[str] = Counter()
+    workers: Counter[str] = Counter()
+    for pod in client.CoreV1Api(api).list_namespaced_pod(NAMESPACE).items:
+        labels = pod.metadata.labels or {}
+        cluster = labels.get("ray.io/cluster", "")
+        running = pod.status is not None and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
+        if labels.get("ray.io/node-type") == "head":
+            heads[cluster] += 1 if running else 100  # a head that is not running (or a second one) is wrong
+        else:
+            workers[cluster] += 1 if running else 100
+    wrong: list[str] = []
+    for name, want in expected.items():
+        status = (clusters.get(name) or {}).get("status") or {}
+        seen = (status.get("state"), status.get("readyWorkerReplicas", 0), heads[name], workers[name])
+        if seen != ("ready", want, 1, want):
+            wrong.append(f"{name}: state, readyWorkerReplicas, heads, workers = {seen}, want ready, {want}, 1, {want}")
+    for name in (set(clusters) | set(heads) | set(workers)) - set(expected) - {""}:
+        wrong.append(f"{name}: deleted, yet {heads[name] + workers[name]} Pods and the cluster {name in clusters}")
+    return sorted(wrong)
+
+
+def run_burst(stack: Stack, *, clusters: int, scaled: int, deleted: int, bound: float = 240) -> BurstFigures:
+    """Create every cluster at once; kill -9 (and restart) each of :data:`BURST_KILLS` once its share of
+    the clusters has Pods; right after the last kill scale ``scaled`` clusters to 1 worker and delete
+    ``deleted``; then wait up to ``bound`` seconds for every surviving cluster to converge."""
+    with stack.api() as api:
+        return _burst(stack, api, clusters=clusters, scaled=scaled, deleted=deleted, bound=bound)
+
+
+def _burst(
+    stack: Stack, api: client.ApiClient, *, clusters: int, scaled: int, deleted: int, bound: float
+) -> BurstFigures:
+    custom = client.CustomObjectsApi(api)
+    creates = PodCreates(api)
+    names = [f"burst-{i:04d}" for i in range(clusters)]
+    expected = dict.fromkeys(names, WORKERS)
+    try:
+        for name in names:
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, PLURAL, small_cluster(name, workers=WORKERS)
+            )
+        for victim, share in BURST_KILLS:
+            wait(
+                lambda s=share: _clusters_with_pods(api) >= s * clusters,
+                f"{share:.0%} of the clusters with Pods",
+                bound,
+            )
+            _kill(stack, victim)
+        last_kill = time.monotonic()
+        for name in names[:scaled]:
+            group = {**small_cluster(name)["spec"]["workerGroupSpecs"][0], "replicas": 1}
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, PLURAL, name, {"spec": {"workerGroupSpecs": [group]}}
+            )
+            expected[name] = 1
+        for name in names[-deleted:] if deleted else []:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+            del expected[name]
+        converged, stuck = _converge(stack, api, expected, deadline=last_kill + bound)
+        converged = None if converged is None else converged - last_kill
+        cycles = creates.cycles
+        wait(lambda: creates.caught_up_from(cycles), "the Pod watch caught up", 60, stack)
+        pods = pods_by_cluster(api)
+        return BurstFigures(
+            clusters=clusters,
+            scaled=scaled,
+            deleted=deleted,
+            stuck=stuck,
+            converge_after_last_kill=converged,
+            creates=sum(creates.added.values()),
+            created_twice={name: n for name, n in creates.added.items() if n > 1},
+            left_for_deleted=sum(pods.get(name, 0) for name in set(names) - set(expected)),
+            unhealthy=[s.name for s in stack.services.values() if not s.healthy()],
+        )
+    finally:
+        creates.close()
+
+
+def _converge(
+    stack: Stack, api: client.ApiClient, expected: dict[str, int], *, deadline: float
+) -> tuple[float | None, list[str]]:
+    """Poll until every cluster is as expected (when, monotonic) or the deadline passed (what is not)."""
+    wrong: list[str] = ["not read yet"]
+    while True:
+        stack.check()  # a service that died is a failure of its own, not a stuck cluster
+        with contextlib.suppress(Exception):  # the API server is read again at the next poll
+            wrong = _not_converged(api, expected)
+        if not wrong:
+            return time.monotonic(), []
+        if time.monotonic() > deadline:
+            return None, wrong
+        time.sleep(0.5)
+
+
+def describe_burst(figures: BurstFigures) -> dict[str, Any]:
+    """A burst run's figures as plain data (what the bench prints)."""
+    return {
+        "clusters": figures.clusters,
+        "scaled_to_1_worker": figures.scaled,
+        "deleted": figures.deleted,
+        "stuck_clusters": len(figures.stuck),
+        "converge_s_after_last_kill": None
+        if figures.converge_after_last_kill is None
+        else round(figures.converge_after_last_kill, 1),
+        "pod_creates": figures.creates,
+        "names_created_twice": len(figures.created_twice),
+        "pods_left_for_deleted_clusters": figures.left_for_deleted,
+        "unhealthy": figures.unhealthy,
     }

@@ -30,6 +30,15 @@ def test_environment_then_flags() -> None:
     assert (kube.qps, kube.burst) == (0.0, 10)
 
 
+def test_the_drift_check_interval_from_the_environment_then_the_flag() -> None:
+    assert load_settings({}).kube.check_interval == 300.0
+    env = {"RAYBUS_CHECK_INTERVAL": "60"}
+    assert load_settings(env).kube.check_interval == 60.0
+    assert settings_from(_parse("--check-interval", "0"), env).kube.check_interval == 0.0
+    with pytest.raises(PermanentError, match="RAYBUS_CHECK_INTERVAL"):
+        load_settings({"RAYBUS_CHECK_INTERVAL": "-5"})
+
+
 @pytest.mark.parametrize("value", ["fast", "-1"])
 def test_bad_qps_is_named(value: str) -> None:
     with pytest.raises(PermanentError, match="RAYBUS_QPS"):

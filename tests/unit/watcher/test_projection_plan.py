@@ -7,7 +7,7 @@ from typing import Any, cast
 import msgspec
 
 from schema.keys import ReconcileKey
-from services.watcher.informer import Bookmark, Change, Listing, Scope
+from services.watcher.informer import Bookmark, Change, Check, Listing, Scope
 from services.watcher.projection import Projection, _Write, lifecycle_id, message_id
 from services.watcher.resources import by_kind
 
@@ -191,6 +191,51 @@ def test_listing_diff_deletes_vanished_objects_and_skips_unchanged_ones() -> Non
     assert ops[0].msg_id == f"uid-vanish/1/DELETED/RayCluster.{NS}.c"
     assert ops[0].change.raw == change("Pod", "vanish", labels={"ray.io/cluster": "c"}).raw
     assert sorted(placed.change.name for placed in p.objects_of("Pod")) == ["change", "keep", "new"]
+
+
+def test_a_check_repairs_only_what_the_watch_should_have_shown_by_its_point() -> None:
+    p = projection()
+    pods = scope("Pod")
+    labels = {"ray.io/cluster": "c"}
+    for name in ("keep", "stale", "vanish", "later", "going"):
+        p.plan(pods, change("Pod", name, labels=labels))
+    check = Check(
+        objects=(
+            change("Pod", "keep", labels=labels),
+            change("Pod", "stale", rv="4", labels=labels),  # changed before the watch's point: missed
+            change("Pod", "missed", rv="5", labels=labels),  # created before it: missed
+            change("Pod", "later", rv="7", labels=labels),  # changed after it: its event is on the way
+            change("Pod", "new", rv="8", labels=labels),  # created after it: likewise
+        ),
+        listed_at="9",
+        resource_version="6",
+    )
+    ops = p.plan(pods, check)
+    assert summary(ops) == [
+        (f"RayCluster/{NS}/c", "Pod", "stale", "MODIFIED"),
+        (f"RayCluster/{NS}/c", "Pod", "missed", "ADDED"),
+    ]
+    assert {op.msg_id for op in ops if isinstance(op, _Write)} == {
+        f"uid-stale/4/MODIFIED/RayCluster.{NS}.c/check/9",
+        f"uid-missed/5/ADDED/RayCluster.{NS}.c/check/9",
+    }
+    # "vanish" and "going" are not listed: deleted after the watch's point, maybe. "going"'s DELETED arrives.
+    p.plan(pods, change("Pod", "later", rv="7", type_="MODIFIED", labels=labels))
+    p.plan(pods, change("Pod", "going", rv="8", type_="DELETED", labels=labels))
+    again = Check(objects=check.objects[:4], listed_at="10", resource_version="9")  # "new" went since
+    assert summary(p.plan(pods, again)) == [(f"RayCluster/{NS}/c", "Pod", "vanish", "DELETED")]
+    assert p.repairs == 3
+    assert p.plan(pods, Check(objects=check.objects[:4], listed_at="11", resource_version="10")) == []
+
+
+def test_a_check_holds_objects_of_no_key_quietly() -> None:
+    p = projection()
+    pods = scope("Pod")
+    p.plan(pods, change("Pod", "gone"))  # no ray.io/cluster label: belongs to no key
+    check = Check(objects=(change("Pod", "other", rv="2"),), listed_at="5", resource_version="4")
+    assert p.plan(pods, check) == []  # a restarted watcher holds only what KV had: nothing was lost
+    assert sorted(placed.change.name for placed in p.objects_of("Pod")) == ["other"]
+    assert p.repairs == 0
 
 
 def test_a_namespaced_listing_only_judges_its_namespace() -> None:
