@@ -22,7 +22,7 @@ from aiohttp import web
 
 from kubesim import codec, tables
 from kubesim.deletion import DeleteOptions
-from kubesim.errors import ApiError, bad_request, method_not_allowed, page_not_found, too_large
+from kubesim.errors import ApiError, Cause, bad_request, invalid, method_not_allowed, page_not_found, too_large
 from kubesim.resources import POD_KEY, ResourceInfo
 from kubesim.routing import Target
 from kubesim.selectors import combine, parse_field_selector, parse_label_selector
@@ -211,7 +211,9 @@ class ResourceApi:
             objs = objs[:limit]
             last = objs[-1]["metadata"]
             list_meta["continue"] = _encode_continue(rv, last.get("namespace", ""), last["name"])
-            list_meta["remainingItemCount"] = remaining
+            # The real server counts what remains only when no selector filters the list.
+            if matcher is None:
+                list_meta["remainingItemCount"] = remaining
         items = [present(info, o) for o in objs]
         if tables.wants_table(request.headers.get("Accept", "")):
             table = tables.to_table(info, items, resource_version=str(rv), now=time.time())
@@ -227,6 +229,14 @@ class ResourceApi:
         self, request: web.Request, info: ResourceInfo, namespace: str | None, name: str | None
     ) -> web.StreamResponse:
         store = self._store
+        if (
+            _flag(request.query.get("sendInitialEvents"))
+            and request.query.get("resourceVersionMatch") != "NotOlderThan"
+        ):
+            message = "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+            raise invalid(
+                "ListOptions", "meta.k8s.io", "", [Cause("FieldValueForbidden", "resourceVersionMatch", message)]
+            )
         render = self._table_renderer(info) if tables.wants_table(request.headers.get("Accept", "")) else None
         watcher = Watcher(info.storage_key, namespace, self._matcher(request, info, name), info.api_version, render)
         rv_param = request.query.get("resourceVersion") or "0"

@@ -217,7 +217,8 @@ def parse_field_selector(text: str | None, storage_key: tuple[str, str]) -> Matc
         field = field.strip()
         value = value.strip()
         if field not in ("metadata.name", "metadata.namespace") and field not in allowed:
-            raise ApiError(400, "BadRequest", f"field label not supported: {field}")
+            known = ", ".join(f'"{f}"' for f in ("metadata.name", "metadata.namespace", *sorted(allowed)))
+            raise ApiError(400, "BadRequest", f'"{field}" is not a known field selector: only {known}')
         reqs.append(_field_differs(field, value) if op == "!=" else _field_equals(field, value))
     return Selector(reqs)
 

@@ -390,14 +390,15 @@ class ObjectStore:
         Raises:
             ApiError: 400/404/409/422 as the real server would.
         """
-        old = self.require(info, namespace or "", name)
         meta = body.get("metadata")
         if not isinstance(meta, dict):
             meta = body["metadata"] = {}
+        # The body is checked against the URL before the object is looked up, as the real server does.
         if meta.get("name") and meta["name"] != name:
             raise bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
         if info.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        old = self.require(info, namespace or "", name)
         self._check_kind(info, body)
         rv = meta.get("resourceVersion")
         if rv:
@@ -503,10 +504,13 @@ class ObjectStore:
             if old_meta.get("deletionTimestamp"):
                 added = set(meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
                 if added:
+                    # The real message ends with the added finalizers in Go's %#v form.
+                    found = ", ".join(f'"{f}"' for f in sorted(added))
                     cause = Cause(
                         "FieldValueForbidden",
                         "metadata.finalizers",
-                        "Forbidden: no new finalizers can be added if the object is being deleted",
+                        "Forbidden: no new finalizers can be added if the object is being deleted, "
+                        f"found new finalizers []string{{{found}}}",
                     )
                     raise invalid(info.kind, info.group, old_meta["name"], [cause])
             if key == POD_KEY and subresource != "binding":
