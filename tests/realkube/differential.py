@@ -34,6 +34,8 @@ class Side:
     name: str
     api: client.ApiClient
     namespace: str
+    expire: Callable[[], None] = lambda: None
+    """Makes every resourceVersion seen so far too old (a no-op where a small event window does it)."""
     recorded: dict[str, Any] = field(default_factory=dict)
 
     def call(self, step: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -18,8 +18,9 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kubesim.settings import KubeSimSettings
 from realkube import ControlPlane
-from tests.fixtures.kubesim import KubeSimHandle, kubesim_server  # noqa: F401
+from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, kubesim_server, start_kubesim  # noqa: F401
 from tests.helpers import eventually_sync
 from tests.realkube.crds import ensure_crds
 from tests.realkube.differential import Side, differences, normalised
@@ -86,7 +87,6 @@ KNOWN: list[Known] = [
         ROOT_CA,
     ),
     Known("delete_collection", "list|left", r"items|\.", ROOT_CA),
-    Known("watch_from_resource_version_one", "events", r"\.", ROOT_CA),
     Known("watch_bookmarks_and_initial_events", "initial events", r"\.", ROOT_CA),
     # Answers.
     Known(
@@ -105,6 +105,7 @@ KNOWN: list[Known] = [
         r"body\.(message|details\.causes)",
         "Schema errors come in another order, without the note on unchecked rules",
     ),
+    Known("expired_resource_versions", ".*", ".*", "A resourceVersion expires sooner"),
     Known(
         "watch_bookmarks_and_initial_events", "types until the timeout", r"\.", "No BOOKMARK before a watch times out"
     ),
@@ -116,6 +117,10 @@ KNOWN: list[Known] = [
     Known("services", "no ports: 422", ".*", NOT_VALIDATED),
 ]
 
+
+# Scenarios run on a kubesim keeping EVENT_WINDOW events per resource, and make more changes than that.
+EVENT_WINDOW = 4
+EXPIRING = {"expired_resource_versions"}
 
 ScenarioFn = Callable[[Side], None]
 SCENARIOS: dict[str, ScenarioFn] = {}
@@ -135,11 +140,36 @@ def real_api(real_kube: ControlPlane, kube_admin: client.ApiClient) -> client.Ap
     return kube_admin
 
 
+@pytest.fixture(scope="module")
+def small_window_kubesim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]:
+    """A kubesim keeping only a few events per resource, so a resourceVersion soon expires."""
+    handle = start_kubesim(
+        crd_paths=default_crd_paths(),
+        settings=KubeSimSettings(event_window=EVENT_WINDOW),
+        workdir=tmp_path_factory.mktemp("kubesim-small-window"),
+    )
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
 @pytest.fixture
-def sides(real_api: client.ApiClient, kubesim_server: KubeSimHandle) -> Iterator[tuple[Side, Side]]:  # noqa: F811
+def sides(
+    request: pytest.FixtureRequest,
+    real_kube: ControlPlane,
+    real_api: client.ApiClient,
+    kubesim_server: KubeSimHandle,  # noqa: F811
+) -> Iterator[tuple[Side, Side]]:
     """The same fresh namespace on both servers; the real one waits for its default ServiceAccount."""
     namespace = f"diff-{secrets.token_hex(4)}"
-    pair = (Side("kubesim", kubesim_server.api_client, namespace), Side("real", real_api, namespace))
+    sim = kubesim_server
+    if request.node.callspec.params.get("name") in EXPIRING:
+        sim = request.getfixturevalue("small_window_kubesim")
+    pair = (
+        Side("kubesim", sim.api_client, namespace),
+        Side("real", real_api, namespace, expire=lambda: None if real_kube.compact_etcd() else None),
+    )
     for side in pair:
         client.CoreV1Api(side.api).create_namespace({"metadata": {"name": namespace}})
     real_core = client.CoreV1Api(real_api)
@@ -302,11 +332,23 @@ def watch_bookmarks_and_initial_events(side: Side) -> None:
 
 
 @scenario
-def watch_from_resource_version_one(side: Side) -> None:
+def expired_resource_versions(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
-    core.create_namespaced_config_map(ns, _cm("x"))
+    for name in ("a", "b"):
+        core.create_namespaced_config_map(ns, _cm(name))
+    first = core.list_namespaced_config_map(ns, limit=1)
+    for value in range(EVENT_WINDOW + 1):
+        core.patch_namespaced_config_map("a", ns, {"data": {"k": str(value)}})
+    side.expire()
     events = list(side.watch(core.list_namespaced_config_map, ns, resource_version="1", timeout_seconds=30))
-    side.note("events", events)
+    side.note("watch from an expired resourceVersion", events)
+    side.call(
+        "list with an expired continue: 410",
+        core.list_namespaced_config_map,
+        ns,
+        limit=1,
+        _continue=first.metadata._continue,
+    )
 
 
 @scenario
