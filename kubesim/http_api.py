@@ -372,7 +372,7 @@ class ResourceApi:
     async def _delete(self, request: web.Request, info: ResourceInfo, namespace: str | None, name: str) -> web.Response:
         options = await self._delete_options(request)
         obj, gone = self._store.deletion.delete_object(info, namespace or "", name, options)
-        if gone and not info.custom and info.storage_key not in _DELETE_RETURNS_OBJECT:
+        if gone and info.storage_key not in _DELETE_RETURNS_OBJECT:
             details: Obj = {"name": name, "kind": info.plural, "uid": obj["metadata"]["uid"]}
             if info.group:
                 details["group"] = info.group

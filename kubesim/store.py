@@ -405,10 +405,11 @@ class ObjectStore:
             if rv != old["metadata"]["resourceVersion"]:
                 raise conflict(info.group, info.plural, name)
         elif require_rv:
+            # The custom-resource handler names the resource by its plural here, as kube-apiserver does.
             cause = Cause(
-                "FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update"
+                "FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0: must be specified for an update"
             )
-            raise invalid(info.kind, info.group, name, [cause])
+            raise invalid(info.plural, info.group, name, [cause])
         return self.write(info, old, body, subresource=subresource)
 
     def patch_object(

@@ -24,7 +24,10 @@ VOLATILE_METADATA = ("uid", "resourceVersion", "creationTimestamp", "deletionTim
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 # A resourceVersion inside an error message ("too old resource version: 12 (340)").
 NUMBERS_IN_RV_MESSAGE = re.compile(r"resource version: \d+ \(\d+\)")
+RV_IN_RECORD = re.compile(r"ResourceVersion in record \(\d+\)")
 CLUSTER_IP_KEYS = ("clusterIP", "clusterIPs")
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 @dataclass
@@ -98,7 +101,10 @@ def normalised(value: Any, *, key: str = "") -> Any:
     if isinstance(value, str):
         if TIMESTAMP.match(value):
             return "<time>"
-        return NUMBERS_IN_RV_MESSAGE.sub("resource version: <rv> (<rv>)", value)
+        value = NUMBERS_IN_RV_MESSAGE.sub("resource version: <rv> (<rv>)", value)
+        value = RV_IN_RECORD.sub("ResourceVersion in record (<rv>)", value)
+        # An object's uid quoted in a message (a precondition's all-zero uid, sent by the client, stays).
+        return UUID.sub(lambda m: m.group() if m.group() == ZERO_UUID else "<uid>", value)
     return value
 
 

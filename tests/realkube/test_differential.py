@@ -246,6 +246,20 @@ def config_map_crud_and_errors(side: Side) -> None:
     side.call("create invalid label: 422", core.create_namespaced_config_map, ns, _cm("two", {"bad key!": "v"}))
     side.call("generateName", core.create_namespaced_config_map, ns, {"metadata": {"generateName": "gen-"}})
     side.call("empty labels", core.create_namespaced_config_map, ns, {"metadata": {"name": "empty", "labels": {}}})
+    side.call(
+        "delete with a wrong uid precondition: 409",
+        core.delete_namespaced_config_map,
+        "one",
+        ns,
+        body={"preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}},
+    )
+    side.call(
+        "delete with a wrong resourceVersion precondition: 409",
+        core.delete_namespaced_config_map,
+        "one",
+        ns,
+        body={"preconditions": {"resourceVersion": "1"}},
+    )
     side.call("delete", core.delete_namespaced_config_map, "one", ns)
     side.call("delete again: 404", core.delete_namespaced_config_map, "one", ns)
     side.call("update missing: 404", core.replace_namespaced_config_map, "one", ns, _cm("one"))
@@ -515,6 +529,71 @@ def status_subresource(side: Side) -> None:
         {"metadata": {"labels": {"from-status": "1"}}, "status": {"message": "hi"}},
         _content_type=MERGE,
     )
+
+
+@scenario
+def custom_objects(side: Side) -> None:
+    ray, (group, version, ns, plural) = _ray(side)
+    coords = (group, version, ns, plural)
+    created = side.call("create", ray.create_namespaced_custom_object, *coords, _raycluster("rc"))
+    side.call("create again: 409 AlreadyExists", ray.create_namespaced_custom_object, *coords, _raycluster("rc"))
+    side.call("get missing: 404", ray.get_namespaced_custom_object, *coords, "nope")
+    side.call(
+        "generateName",
+        ray.create_namespaced_custom_object,
+        *coords,
+        {**_raycluster(""), "metadata": {"generateName": "rc-"}},
+    )
+    stale = {**_raycluster("rc"), "metadata": {"name": "rc", "resourceVersion": created["metadata"]["resourceVersion"]}}
+    side.call(
+        "update",
+        ray.replace_namespaced_custom_object,
+        *coords,
+        "rc",
+        {**stale, "spec": {**stale["spec"], "suspend": True}},
+    )
+    side.call("update stale: 409 Conflict", ray.replace_namespaced_custom_object, *coords, "rc", stale)
+    side.call(
+        "update without resourceVersion: 422", ray.replace_namespaced_custom_object, *coords, "rc", _raycluster("rc")
+    )
+    side.call(
+        "json patch test of a stale resourceVersion: 409",
+        ray.patch_namespaced_custom_object,
+        *coords,
+        "rc",
+        {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]}, "spec": {"suspend": False}},
+        _content_type=MERGE,
+    )
+    side.call(
+        "delete with a wrong uid precondition: 409",
+        ray.delete_namespaced_custom_object,
+        *coords,
+        "rc",
+        body={"preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}},
+    )
+    side.call(
+        "create in a missing namespace: 404",
+        ray.create_namespaced_custom_object,
+        group,
+        version,
+        "no-such-namespace",
+        plural,
+        _raycluster("rc"),
+    )
+    owner = ray.get_namespaced_custom_object(*coords, "rc")
+    reference = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": owner["metadata"]["uid"]}
+    core = client.CoreV1Api(side.api)
+    core.create_namespaced_config_map(ns, _cm("owned", ownerReferences=[reference]))
+    start = owner["metadata"]["resourceVersion"]
+    ray.patch_namespaced_custom_object_status(*coords, "rc", {"status": {"state": "ready"}}, _content_type=MERGE)
+    side.call("delete", ray.delete_namespaced_custom_object, *coords, "rc")
+    events = []
+    for event in side.watch(ray.list_namespaced_custom_object, *coords, resource_version=start):
+        events.append(event)
+        if event["type"] == "DELETED":
+            break
+    side.note("events", events)
+    _until_gone(lambda: core.read_namespaced_config_map("owned", ns), "the RayCluster's ConfigMap")
 
 
 @scenario
