@@ -128,8 +128,8 @@ class ControlPlane:
     def compact_etcd(self) -> int:
         """Compact etcd's history up to its current revision, and return that revision.
 
-        Every earlier resourceVersion is then expired wherever the API server reads etcd rather than its
-        watch cache: continue tokens, and watches from before the cache's window (410 Gone).
+        Every earlier revision is then gone from etcd; the API server keeps serving what its watch cache
+        still holds (watches and continued lists within the cache's window) and answers 410 Gone beyond it.
         """
         if not self.etcd_url:
             raise RealKubeError("the control plane is not started")

@@ -50,7 +50,7 @@ class Known:
     """The item's bold title in docs/differences.md, section "kubesim and a real API server"."""
 
     def covers(self, scenario: str, step: str, path: str) -> bool:
-        return scenario == self.scenario and re.fullmatch(self.step, step) and re.fullmatch(self.path, path) is not None
+        return scenario == self.scenario and bool(re.fullmatch(self.step, step)) and bool(re.fullmatch(self.path, path))
 
 
 GENERATION = "Every object has a generation"
