@@ -192,7 +192,7 @@ class ResourceApi:
 
     def _matcher(self, request: web.Request, info: ResourceInfo, name: str | None = None) -> Any:
         label = parse_label_selector(request.query.get("labelSelector"))
-        field = parse_field_selector(request.query.get("fieldSelector"), info.storage_key)
+        field = parse_field_selector(request.query.get("fieldSelector"), info.storage_key, custom=info.custom)
         by_name = parse_field_selector(f"metadata.name={name}", info.storage_key) if name else None
         return combine(label, field, by_name)
 

@@ -98,6 +98,12 @@ KNOWN: list[Known] = [
     Known("garbage_collection", "orphan delete", ".*", "Orphaning happens at once"),
     Known("pods", "delete", r"metadata\.(deletionTimestamp|deletionGracePeriodSeconds)", "Deleting an unscheduled Pod"),
     Known("status_subresource", "list", r"metadata\.continue", "Custom-object lists omit an empty continue"),
+    Known(
+        "custom_object_selectors",
+        "(label|field) selector",
+        r"metadata\.continue",
+        "Custom-object lists omit an empty continue",
+    ),
     Known("status_subresource", "pod status patch", r"metadata\.labels", "A Pod's /status ignores metadata"),
     Known(
         "status_subresource",
@@ -106,6 +112,8 @@ KNOWN: list[Known] = [
         "Schema errors come in another order, without the note on unchecked rules",
     ),
     Known("expired_resource_versions", ".*", ".*", "A resourceVersion expires sooner"),
+    Known("service_patches", ".*", ANY_GENERATION, GENERATION),
+    Known("service_patches", "change clusterIP: 422", ".*", NOT_VALIDATED),
     Known(
         "watch_bookmarks_and_initial_events", "types until the timeout", r"\.", "No BOOKMARK before a watch times out"
     ),
@@ -612,6 +620,67 @@ def services(side: Side) -> None:
         core.create_namespaced_service,
         ns,
         {"metadata": {"name": "bad"}, "spec": {"selector": {"app": "x"}}},
+    )
+
+
+@scenario
+def service_patches(side: Side) -> None:
+    core, ns = client.CoreV1Api(side.api), side.namespace
+    spec = {"selector": {"app": "x"}, "ports": [{"name": "http", "port": 80}, {"name": "metrics", "port": 9090}]}
+    core.create_namespaced_service(ns, {"metadata": {"name": "svc"}, "spec": spec})
+    patch = core.patch_namespaced_service
+    side.call(
+        "strategic: ports merge by port",
+        patch,
+        "svc",
+        ns,
+        {"spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}},
+        _content_type=STRATEGIC,
+    )
+    side.call(
+        "strategic: $patch delete",
+        patch,
+        "svc",
+        ns,
+        {"spec": {"ports": [{"port": 9090, "$patch": "delete"}]}},
+        _content_type=STRATEGIC,
+    )
+    side.call(
+        "merge: ports replaced",
+        patch,
+        "svc",
+        ns,
+        {"spec": {"ports": [{"name": "grpc", "port": 50051}]}},
+        _content_type=MERGE,
+    )
+    side.call("change clusterIP: 422", patch, "svc", ns, {"spec": {"clusterIP": "10.0.0.99"}}, _content_type=MERGE)
+
+
+@scenario
+def custom_object_selectors(side: Side) -> None:
+    ray, (group, version, ns, plural) = _ray(side)
+    for name in ("a", "b"):
+        body = _raycluster(name)
+        body["metadata"]["labels"] = {"x": name}
+        ray.create_namespaced_custom_object(group, version, ns, plural, body)
+    side.call("label selector", ray.list_namespaced_custom_object, group, version, ns, plural, label_selector="x")
+    side.call(
+        "field selector",
+        ray.list_namespaced_custom_object,
+        group,
+        version,
+        ns,
+        plural,
+        field_selector="metadata.name=a",
+    )
+    side.call(
+        "unknown field selector: 400",
+        ray.list_namespaced_custom_object,
+        group,
+        version,
+        ns,
+        plural,
+        field_selector="spec.suspend=true",
     )
 
 
