@@ -94,10 +94,37 @@ def _default_pod(obj: Obj, *, create: bool) -> None:
     spec.setdefault("serviceAccountName", "default")
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("priority", 0)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    # The deprecated alias the real server still fills in.
+    spec.setdefault("serviceAccount", spec["serviceAccountName"])
     if create:
+        _default_tolerations(spec)
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
         status.setdefault("qosClass", _qos_class(spec))
+
+
+# What the DefaultTolerationSeconds admission plugin adds to every new Pod not tolerating these taints.
+_DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _tolerates(tolerations: list[Any], key: str) -> bool:
+    for toleration in tolerations:
+        if not isinstance(toleration, dict) or toleration.get("effect") not in (None, "", "NoExecute"):
+            continue
+        if toleration.get("key") == key or (not toleration.get("key") and toleration.get("operator") == "Exists"):
+            return True
+    return False
+
+
+def _default_tolerations(spec: Obj) -> None:
+    tolerations = spec.get("tolerations")
+    if not isinstance(tolerations, list):
+        tolerations = []
+    for key in _DEFAULT_TOLERATIONS:
+        if not _tolerates(tolerations, key):
+            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+    spec["tolerations"] = tolerations
 
 
 def _default_service(obj: Obj, ips: ClusterIPAllocator, old: Obj | None) -> None:
@@ -116,7 +143,7 @@ def _default_service(obj: Obj, ips: ClusterIPAllocator, old: Obj | None) -> None
     elif old is None and spec["clusterIP"] != "None":
         ips.reserve(spec["clusterIP"])
     spec.setdefault("clusterIPs", [spec["clusterIP"]])
-    if spec["clusterIP"] != "None":
+    if spec["clusterIP"] != "None" or spec.get("selector"):
         spec.setdefault("ipFamilies", ["IPv4"])
         spec.setdefault("ipFamilyPolicy", "SingleStack")
     spec.setdefault("internalTrafficPolicy", "Cluster")

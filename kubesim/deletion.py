@@ -70,17 +70,18 @@ class Deletion:
         obj = store.require(info, ns, name)
         meta = obj["metadata"]
         if options.precondition_uid and options.precondition_uid != meta["uid"]:
+            # kube-apiserver words this one so, and names the resource by its kind.
             why = (
-                f"Precondition failed: UID in precondition: {options.precondition_uid}, "
-                f"UID in object meta: {meta['uid']}"
+                f"the UID in the precondition ({options.precondition_uid}) does not match the UID in record "
+                f"({meta['uid']}). The object might have been deleted and then recreated"
             )
-            raise conflict(info.group, info.plural, name, why)
+            raise conflict(info.group, info.kind, name, why)
         if options.precondition_rv and options.precondition_rv != meta["resourceVersion"]:
             why = (
-                f"Precondition failed: ResourceVersion in precondition: {options.precondition_rv}, "
-                f"ResourceVersion in object meta: {meta['resourceVersion']}"
+                f"the ResourceVersion in the precondition ({options.precondition_rv}) does not match the "
+                f"ResourceVersion in record ({meta['resourceVersion']}). The object might have been modified"
             )
-            raise conflict(info.group, info.plural, name, why)
+            raise conflict(info.group, info.kind, name, why)
         key = info.storage_key
         if key == NAMESPACE_KEY:
             if name in _UNDELETABLE_NAMESPACES:

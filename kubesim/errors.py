@@ -100,7 +100,7 @@ def invalid(kind: str, group: str, name: str, causes: list[Cause]) -> ApiError:
     texts = [f"{c.field}: {c.message}" if c.field else c.message for c in causes]
     summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
     details: dict[str, Any] = {
-        "name": name,
+        **({"name": name} if name else {}),
         "kind": kind,
         "causes": [{"reason": c.reason, "message": c.message, "field": c.field} for c in causes],
     }

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from kubesim import codec, tables
 from kubesim.deletion import DeleteOptions
-from kubesim.errors import ApiError, bad_request, method_not_allowed, page_not_found, too_large
+from kubesim.errors import ApiError, Cause, bad_request, invalid, method_not_allowed, page_not_found, too_large
 from kubesim.resources import POD_KEY, ResourceInfo
 from kubesim.routing import Target
 from kubesim.selectors import combine, parse_field_selector, parse_label_selector
@@ -192,7 +192,7 @@ class ResourceApi:
 
     def _matcher(self, request: web.Request, info: ResourceInfo, name: str | None = None) -> Any:
         label = parse_label_selector(request.query.get("labelSelector"))
-        field = parse_field_selector(request.query.get("fieldSelector"), info.storage_key)
+        field = parse_field_selector(request.query.get("fieldSelector"), info.storage_key, custom=info.custom)
         by_name = parse_field_selector(f"metadata.name={name}", info.storage_key) if name else None
         return combine(label, field, by_name)
 
@@ -211,7 +211,9 @@ class ResourceApi:
             objs = objs[:limit]
             last = objs[-1]["metadata"]
             list_meta["continue"] = _encode_continue(rv, last.get("namespace", ""), last["name"])
-            list_meta["remainingItemCount"] = remaining
+            # The real server counts what remains only when no selector filters the list.
+            if matcher is None:
+                list_meta["remainingItemCount"] = remaining
         items = [present(info, o) for o in objs]
         if tables.wants_table(request.headers.get("Accept", "")):
             table = tables.to_table(info, items, resource_version=str(rv), now=time.time())
@@ -227,6 +229,14 @@ class ResourceApi:
         self, request: web.Request, info: ResourceInfo, namespace: str | None, name: str | None
     ) -> web.StreamResponse:
         store = self._store
+        if (
+            _flag(request.query.get("sendInitialEvents"))
+            and request.query.get("resourceVersionMatch") != "NotOlderThan"
+        ):
+            message = "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+            raise invalid(
+                "ListOptions", "meta.k8s.io", "", [Cause("FieldValueForbidden", "resourceVersionMatch", message)]
+            )
         render = self._table_renderer(info) if tables.wants_table(request.headers.get("Accept", "")) else None
         watcher = Watcher(info.storage_key, namespace, self._matcher(request, info, name), info.api_version, render)
         rv_param = request.query.get("resourceVersion") or "0"
@@ -362,7 +372,7 @@ class ResourceApi:
     async def _delete(self, request: web.Request, info: ResourceInfo, namespace: str | None, name: str) -> web.Response:
         options = await self._delete_options(request)
         obj, gone = self._store.deletion.delete_object(info, namespace or "", name, options)
-        if gone and not info.custom and info.storage_key not in _DELETE_RETURNS_OBJECT:
+        if gone and info.storage_key not in _DELETE_RETURNS_OBJECT:
             details: Obj = {"name": name, "kind": info.plural, "uid": obj["metadata"]["uid"]}
             if info.group:
                 details["group"] = info.group

@@ -194,7 +194,7 @@ def field_value(obj: Obj, path: str) -> str:
     return str(cur)
 
 
-def parse_field_selector(text: str | None, storage_key: tuple[str, str]) -> Matcher | None:
+def parse_field_selector(text: str | None, storage_key: tuple[str, str], *, custom: bool = False) -> Matcher | None:
     """Compile a field selector for one resource; None (or empty) matches everything.
 
     Raises:
@@ -217,7 +217,11 @@ def parse_field_selector(text: str | None, storage_key: tuple[str, str]) -> Matc
         field = field.strip()
         value = value.strip()
         if field not in ("metadata.name", "metadata.namespace") and field not in allowed:
-            raise ApiError(400, "BadRequest", f"field label not supported: {field}")
+            if custom:
+                # The custom-resource handler keeps the older wording.
+                raise ApiError(400, "BadRequest", f"field label not supported: {field}")
+            known = ", ".join(f'"{f}"' for f in ("metadata.name", "metadata.namespace", *sorted(allowed)))
+            raise ApiError(400, "BadRequest", f'"{field}" is not a known field selector: only {known}')
         reqs.append(_field_differs(field, value) if op == "!=" else _field_equals(field, value))
     return Selector(reqs)
 

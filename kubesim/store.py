@@ -390,24 +390,26 @@ class ObjectStore:
         Raises:
             ApiError: 400/404/409/422 as the real server would.
         """
-        old = self.require(info, namespace or "", name)
         meta = body.get("metadata")
         if not isinstance(meta, dict):
             meta = body["metadata"] = {}
+        # The body is checked against the URL before the object is looked up, as the real server does.
         if meta.get("name") and meta["name"] != name:
             raise bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
         if info.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        old = self.require(info, namespace or "", name)
         self._check_kind(info, body)
         rv = meta.get("resourceVersion")
         if rv:
             if rv != old["metadata"]["resourceVersion"]:
                 raise conflict(info.group, info.plural, name)
         elif require_rv:
+            # The custom-resource handler names the resource by its plural here, as kube-apiserver does.
             cause = Cause(
-                "FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update"
+                "FieldValueInvalid", "metadata.resourceVersion", "Invalid value: 0: must be specified for an update"
             )
-            raise invalid(info.kind, info.group, name, [cause])
+            raise invalid(info.plural, info.group, name, [cause])
         return self.write(info, old, body, subresource=subresource)
 
     def patch_object(
@@ -503,10 +505,13 @@ class ObjectStore:
             if old_meta.get("deletionTimestamp"):
                 added = set(meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
                 if added:
+                    # The real message ends with the added finalizers in Go's %#v form.
+                    found = ", ".join(f'"{f}"' for f in sorted(added))
                     cause = Cause(
                         "FieldValueForbidden",
                         "metadata.finalizers",
-                        "Forbidden: no new finalizers can be added if the object is being deleted",
+                        "Forbidden: no new finalizers can be added if the object is being deleted, "
+                        f"found new finalizers []string{{{found}}}",
                     )
                     raise invalid(info.kind, info.group, old_meta["name"], [cause])
             if key == POD_KEY and subresource != "binding":

@@ -70,3 +70,13 @@ def _message(detail: str) -> str:
         return str(json.loads(detail).get("message", detail))
     except (ValueError, AttributeError):
         return detail
+
+
+def etcd_request(etcd_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST ``body`` to etcd's JSON gateway (``/v3/...``) and return its decoded answer."""
+    request = urllib.request.Request(
+        f"{etcd_url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer

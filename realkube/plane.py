@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from realkube import commands
-from realkube.api import AdminApi, answers_ok, tls_context
+from realkube.api import AdminApi, answers_ok, etcd_request, tls_context
 from realkube.binaries import KubeBinaries, find_binaries
 from realkube.commands import HOST
 from realkube.errors import RealKubeError
@@ -77,6 +77,7 @@ class ControlPlane:
         self._abandoned: str | None = None
         self._admin_api: AdminApi | None = None
         self.server = ""
+        self.etcd_url = ""
         self.kubeconfig = self.state_dir / "kubeconfig"
         self.ca_file = self.state_dir / "pki" / "ca.crt"
         self.audit_log = self.state_dir / "logs" / "audit.log"
@@ -123,6 +124,18 @@ class ControlPlane:
         """Make a start under way give up at its next check (within a fraction of a second) and stop what it
         had started. Safe to call from a signal handler: it only sets a flag."""
         self._abandoned = reason
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, and return that revision.
+
+        Every earlier revision is then gone from etcd; the API server keeps serving what its watch cache
+        still holds (watches and continued lists within the cache's window) and answers 410 Gone beyond it.
+        """
+        if not self.etcd_url:
+            raise RealKubeError("the control plane is not started")
+        revision = int(etcd_request(self.etcd_url, "/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+        etcd_request(self.etcd_url, "/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
 
     def failed(self) -> str | None:
         """How a program of the running plane ended, if one did; None while all run."""
@@ -190,7 +203,7 @@ class ControlPlane:
             key_file=kcm_client.key,
         )
 
-        etcd_url = f"http://{HOST}:{etcd_port}"
+        etcd_url = self.etcd_url = f"http://{HOST}:{etcd_port}"
         etcd = self._launch("etcd", commands.etcd(binaries.etcd, data_dir=self.state_dir / "etcd", client_url=etcd_url))
         self._wait(lambda: answers_ok(f"{etcd_url}/health"), f"etcd to answer on {etcd_url}/health", etcd)
 

@@ -75,7 +75,7 @@ def test_delete_preconditions_mismatch_is_409(core: client.CoreV1Api, kubesim_na
     with pytest.raises(client.ApiException) as err:
         core.delete_namespaced_config_map("a", kubesim_namespace, body=options)
     assert err.value.status == 409
-    assert "Precondition failed" in json.loads(err.value.body)["message"]
+    assert "in the precondition (1) does not match" in json.loads(err.value.body)["message"]
 
 
 def test_delete_precondition_match_deletes(core: client.CoreV1Api, kubesim_namespace: str) -> None:

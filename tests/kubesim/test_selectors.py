@@ -109,7 +109,9 @@ def test_unsupported_field_selector_is_400(core: client.CoreV1Api, kubesim_names
     with pytest.raises(client.ApiException) as err:
         core.list_namespaced_config_map(kubesim_namespace, field_selector="data.x=1")
     assert err.value.status == 400
-    assert json.loads(err.value.body)["message"] == "field label not supported: data.x"
+    assert json.loads(err.value.body)["message"] == (
+        '"data.x" is not a known field selector: only "metadata.name", "metadata.namespace"'
+    )
 
 
 def test_malformed_label_selector_is_400(core: client.CoreV1Api, kubesim_namespace: str) -> None:
