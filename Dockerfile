@@ -19,6 +19,7 @@ COPY pyproject.toml README.md ./
 COPY schema ./schema
 COPY services ./services
 COPY kubesim ./kubesim
+COPY realkube ./realkube
 COPY migrations ./migrations
 RUN /opt/raybus/bin/pip install --no-deps . \
  && /opt/raybus/bin/pip check \

@@ -286,10 +286,16 @@ Outcome = Literal["applied", "already_done", "dropped", "failed", "superseded", 
 object is gone); the target is as it was, and the reconciler that published it decides the key again.
 ``superseded``: not sent, because the decision no longer held when the applier reached it (a newer
 decision of the key exists, or the owner of what it creates is deleted); ``error`` says which.
-``denied``: outside its key's authority (the watcher's ``authorize``), never executed; ``error`` says why."""
+``denied``: outside its key's authority (the watcher's ``authorize``), content its custom resource does
+not imply (``provenance``) or a replayed decision (``freshness``), never executed; ``error`` says why.
+The reconciler decides the key again after one too: a check made on facts that lagged the decision must
+not leave the key without one."""
 
 TAKEN_EFFECT: Final[frozenset[Outcome]] = frozenset({"applied", "already_done"})
 """Outcomes after which what the command asks for holds; after the others the target is as it was."""
+
+REDECIDE: Final[frozenset[Outcome]] = frozenset({"dropped", "denied"})
+"""Outcomes after which the key is decided again from a fresh snapshot (with a backoff while they repeat)."""
 
 
 class CommandResult(msgspec.Struct, tag_field="type", tag="command_result", frozen=True, kw_only=True):

@@ -59,6 +59,7 @@ from schema import codec, subjects
 from schema.config import OperatorConfig
 from schema.keys import ReconcileKey
 from schema.messages import (
+    TAKEN_EFFECT,
     Command,
     CommandBatch,
     CommandResult,
@@ -95,7 +96,7 @@ from services.watcher.calls import (
     requested_delay,
 )
 from services.watcher.dashboard import DashboardClient, DashboardOutcome
-from services.watcher.freshness import Freshness
+from services.watcher.freshness import Freshness, WrittenStatus
 from services.watcher.kubeapi import KubeApi, Response
 from services.watcher.provenance import ContentCheck
 from services.watcher.resources import by_kind
@@ -188,6 +189,7 @@ class Applier:
         self._facts = facts
         self._config = config if config is not None else OperatorConfig()
         self._freshness = Freshness()
+        self._written = WrittenStatus()
         self._api = api
         self._dashboard = dashboard
         self._concurrency = max(1, concurrency)
@@ -434,7 +436,7 @@ class Applier:
         replay = self._freshness.problem(batch)
         if not replay:
             self._freshness.applied(batch, verified=verified)
-        content = ContentCheck(batch.key, self._facts, self._config, batch.commands)
+        content = ContentCheck(batch.key, self._facts, self._config, (*self._written.of(batch.key), *batch.commands))
         return lambda command: replay or content.problem(command)
 
     async def _facts_at(self, batch: CommandBatch) -> bool:
@@ -511,6 +513,8 @@ class Applier:
         ) as span:
             applied = await self._apply_authorized(batch, index, command, stale, refused, sequence)
             span.set_attribute("raybus.outcome", applied.outcome)
+            if isinstance(command, PatchStatus) and applied.outcome in TAKEN_EFFECT:
+                self._written.wrote(batch.key, command)
             pipeline_metrics.command_executed(verb, applied.outcome)
             if applied.status_code:
                 span.set_attribute("http.response.status_code", applied.status_code)

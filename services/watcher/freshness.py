@@ -29,11 +29,11 @@ Not here: the newest-decision check (``staleness``), the content of commands (``
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Final
 
 from schema.keys import ReconcileKey
-from schema.messages import CommandBatch, EmitEvent
+from schema.messages import CommandBatch, EmitEvent, PatchStatus
 
 REMEMBERED_KEYS: Final = 200_000
 """Keys whose newest applied decision is remembered (the least recently applied ones are forgotten first)."""
@@ -74,3 +74,34 @@ class Freshness:
 
 def _is_report(batch: CommandBatch) -> bool:
     return bool(batch.report) and all(isinstance(command, EmitEvent) for command in batch.commands)
+
+
+WRITTEN_PER_KEY: Final = 4
+"""Status patches remembered per key: a decision builds on the ones before it that its snapshot may not show."""
+
+
+class WrittenStatus:
+    """Per key, the last status patches this applier wrote.
+
+    A decision is made on the key's snapshot plus the reconciler's own status writes still in flight (a
+    RayJob's job id and dashboard URL, decided in the pass that creates its cluster), which the facts show
+    only once the watch brings them back. The content checks read the custom resource with these folded in
+    first, then the batch's own: raybus alone writes these statuses, in decision order, so the newest it
+    wrote is what the next decision saw.
+    """
+
+    def __init__(self, *, remembered: int = REMEMBERED_KEYS) -> None:
+        self._written: OrderedDict[ReconcileKey, deque[PatchStatus]] = OrderedDict()
+        self._remembered = max(1, remembered)
+
+    def wrote(self, key: ReconcileKey, patch: PatchStatus) -> None:
+        """Remember that ``patch`` took effect for ``key``."""
+        patches = self._written.pop(key, None) or deque(maxlen=WRITTEN_PER_KEY)
+        patches.append(patch)
+        self._written[key] = patches
+        while len(self._written) > self._remembered:
+            self._written.popitem(last=False)
+
+    def of(self, key: ReconcileKey) -> tuple[PatchStatus, ...]:
+        """The status patches written for ``key``, oldest first."""
+        return tuple(self._written.get(key, ()))

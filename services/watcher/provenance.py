@@ -14,7 +14,11 @@ the applier's facts hold it, and the fields that decide what runs are compared:
   and its Ingress as ``services`` and ``ingress`` build them, a RayJob's head Service
   (``rayjob.cluster``), a RayService's head and serve Services pointing at one of its clusters
   (``kube_services``), and the patches that re-point them;
-- a Job: the Redis cleanup Job of a RayCluster (``gcsft``) or a RayJob's submitter Job (``submitter``);
+- a Job: the Redis cleanup Job of a RayCluster (``gcsft``). A RayJob's submitter Job is left to
+  ``authorize`` (its namespace, owner and labels): its command embeds the job id and dashboard address that
+  the deciding pass writes to the RayJob's status, which the facts may not show yet, and a refused submitter
+  is never created again, so comparing it would stall RayJobs (the dashboard submission of the other modes
+  is compared);
 - a RayCluster a RayJob or a RayService creates, or a RayService's in-place update of one: its spec is
   the ``rayClusterSpec`` / ``rayClusterConfig`` through the reconcile's cluster builder;
 - a RayJob a RayCronJob creates: its spec is the ``jobTemplate``;
@@ -338,32 +342,6 @@ def _cluster_job(check: ContentCheck, command: CreateObject) -> str:
     spec = check.derived(("cleanup-job",), lambda: gcsft.redis_cleanup_job(view, check.config)["spec"])
     found = first_difference("spec", command.body.get("spec"), spec)
     return f"the Job's {found}, as the Redis cleanup of {check.key} implies" if found else ""
-
-
-def _submitter_job(check: ContentCheck, command: CreateObject) -> str:
-    spec = check.rayjob_spec()
-    status = mapping(check.own().get("status"))
-    cluster_name = text(status.get("rayClusterName"))
-    cluster = check.facts.find("RayCluster", check.key.namespace, cluster_name) if cluster_name else None
-    if cluster is None:
-        return f"{check.key} has no RayCluster to submit to"
-    rayjob = check.own()
-    want = check.derived(
-        ("submitter",),
-        lambda: submitter.build_submitter_job(
-            rayjob,
-            spec,
-            raw_spec=mapping(rayjob.get("spec")),
-            job_id=text(status.get("jobId")),
-            dashboard_url=text(status.get("dashboardURL")),
-            cluster_name=cluster_name,
-            cluster_spec=mapping(cluster.get("spec")),
-            owner_reference=owner_reference_to(rayjob, "RayJob"),
-            config=check.config,
-        )["spec"],
-    )
-    found = first_difference("spec", command.body.get("spec"), want)
-    return f"the submitter Job's {found}, as {check.key} implies" if found else ""
 
 
 CLUSTER_FIELDS: Final = ("spec", "metadata.labels", "metadata.annotations")
@@ -707,7 +685,6 @@ _CHECKS: Final[Mapping[tuple[str, str, str], Check]] = {
     ("RayCluster", "patch_object", "Pod"): _pod_patch,
     ("RayCluster", "patch_object", "RayCluster"): _own_patch,
     ("RayJob", "create_object", "RayCluster"): _rayjob_cluster,
-    ("RayJob", "create_object", "Job"): _submitter_job,
     ("RayJob", "patch_object", "RayJob"): _own_patch,
     ("RayJob", "patch_object", "RayCluster"): _rayjob_cluster_patch,
     ("RayJob", "submit_ray_job", "RayCluster"): _submission,

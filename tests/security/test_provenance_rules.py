@@ -329,20 +329,6 @@ def test_a_submission_is_the_rayjobs_and_nothing_else(field: str) -> None:
     assert check(key, world.objects, forged, batch).startswith(f"the job's request.{field}")
 
 
-def test_a_submitter_job_runs_the_rayjobs_image_only() -> None:
-    world = JobWorld()
-    world.add(job_builders.rayjob())
-    world.settle(reconcile_rayjob, "RayJob", "rj")
-    cluster = world.get("RayJob", "rj")["status"]["rayClusterName"]  # type: ignore[index]
-    job_builders.make_cluster_ready(world, cluster)
-    world.settle(reconcile_rayjob, "RayJob", "rj")
-    key = ReconcileKey(kind="RayJob", namespace="default", name="rj")
-    [(job, batch)] = created(world.decisions, "Job")
-    assert check(key, world.objects, job, batch) == ""
-    evil = with_body(job, lambda b: b["spec"]["template"]["spec"]["containers"][0].__setitem__("image", "evil"))
-    assert "spec.template.spec.containers[0].image" in check(key, world.objects, evil)
-
-
 def test_a_rayjob_suspends_its_workers_and_patches_nothing_else_of_its_cluster() -> None:
     world, key, _, _ = submission_world()
     cluster = world.get("RayJob", "rj")["status"]["rayClusterName"]  # type: ignore[index]

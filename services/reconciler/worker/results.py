@@ -1,7 +1,8 @@
 """The applier's reports of what it carried out, fed to the in-flight memory of the key's partition.
 
 A write the server refused as stale (outcome ``dropped``) also makes the key due for a fresh decision
-(``InFlight.refused``): the decision that wrote it saw an older object than the server holds.
+(``InFlight.refused``): the decision that wrote it saw an older object than the server holds. So does a
+command the applier refused (``denied``): its checks may have read facts older than the decision's.
 
 The applier publishes one outcome per command (``subjects.result_subject``) before it acknowledges the
 batch. A plain subscription sees them as they are stored: no consumer, no acknowledgement, nothing kept.
@@ -24,13 +25,13 @@ from nats.aio.subscription import Subscription
 from schema import subjects
 from schema.codec import decode_result
 from schema.keys import ReconcileKey
-from schema.messages import TAKEN_EFFECT
+from schema.messages import REDECIDE, TAKEN_EFFECT
 from services.reconciler.worker.inflight import InFlight
 
 log = logging.getLogger(__name__)
 
-_DROPPED: Final = b'"dropped"'
-"""How a refused outcome shows in a result's JSON (the outcome is the only field with that value)."""
+_REDECIDE_JSON: Final = tuple(msgspec.json.encode(outcome) for outcome in REDECIDE)
+"""How those outcomes show in a result's JSON (the outcome is the only field with such a value)."""
 
 MemoryOf = Callable[[ReconcileKey], InFlight | None]
 """The in-flight memory that holds ``key``'s commands here, or ``None`` when this worker does not hold its
@@ -47,7 +48,7 @@ async def follow_results(nc: Client, memory_of: MemoryOf) -> Subscription:
         except ValueError:
             return
         memory = memory_of(key)
-        if memory is None or (not memory.tracks(key) and _DROPPED not in msg.data):
+        if memory is None or (not memory.tracks(key) and not any(o in msg.data for o in _REDECIDE_JSON)):
             # An outcome of a command no longer in flight here matters only when it was refused (its
             # publisher may have been this partition's former owner): the rest are not even decoded.
             return
@@ -58,7 +59,7 @@ async def follow_results(nc: Client, memory_of: MemoryOf) -> Subscription:
             return
         if result.key == key:
             memory.reported(
-                key, result.command_id, took_effect=result.outcome in TAKEN_EFFECT, refused=result.outcome == "dropped"
+                key, result.command_id, took_effect=result.outcome in TAKEN_EFFECT, refused=result.outcome in REDECIDE
             )
 
     return await nc.subscribe(subjects.RESULTS_WILDCARD, cb=on_result)
