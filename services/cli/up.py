@@ -256,6 +256,12 @@ class PrivateBus:
         return {NATS_URL_ENV: self.url, NATS_USER_ENV: user, NATS_PASSWORD_ENV: self.passwords[user]}
 
 
+def new_password() -> str:
+    """A fresh bus password. It starts with a letter: nats-server reads a ``$VARIABLE`` of its configuration
+    as a value of its own syntax, where a leading digit or ``-`` makes a number (and a parse error)."""
+    return "r" + secrets.token_urlsafe(32)
+
+
 def private_bus(state: Path, port: int) -> PrivateBus:
     """Fresh passwords for the stack's own nats-server and the server configuration requiring them (in the
     owner-only state directory): deploy/'s users and permissions when its file is at hand."""
@@ -263,8 +269,8 @@ def private_bus(state: Path, port: int) -> PrivateBus:
     config = state / "nats-auth.conf"
     if DEPLOY_AUTH.is_file():
         write_private(config, DEPLOY_AUTH.read_bytes())
-        return PrivateBus(url, config, {user: secrets.token_urlsafe(32) for user in sorted(set(STAGE_USERS.values()))})
-    password = secrets.token_urlsafe(32)
+        return PrivateBus(url, config, {user: new_password() for user in sorted(set(STAGE_USERS.values()))})
+    password = new_password()
     write_private(config, f'authorization {{ user: {NATS_USER}, password: "{password}" }}\n'.encode())
     return PrivateBus(url, config, {NATS_USER: password})
 
