@@ -426,7 +426,11 @@ async def test_kubectl_port_forward_to_a_closed_port_reports_why(kube: KubeSimHa
         assert line.startswith("Forwarding from 127.0.0.1:"), line
         reader, writer = await asyncio.open_connection("127.0.0.1", int(line.split("127.0.0.1:")[1].split()[0]))
         writer.write(b"PING\r\n")
-        assert await reader.read() == b""
+        try:
+            answer = await reader.read()
+        except ConnectionResetError:
+            answer = b""  # kubectl closed the tunnel with our bytes unread, so the kernel reset it
+        assert answer == b""
         writer.close()
         # Like a kubelet refusing the connection, the error ends kubectl's tunnel.
         assert await forward.wait() == 1
