@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import functools
 import os
+import random
 import secrets
 import signal
 import socket
@@ -73,11 +74,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+FREE_PORTS = range(20000, 32768)
+"""Where :func:`free_port` looks: below Linux's ephemeral range (32768-60999 by default), so no outgoing
+connection's own port takes a port that was chosen and is not bound yet."""
+
+
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free TCP port on 127.0.0.1, chosen at random from :data:`FREE_PORTS`."""
+    for _ in range(len(FREE_PORTS)):
+        port = random.choice(FREE_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port on 127.0.0.1 in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")
 
 
 def port_open(port: int) -> bool:
