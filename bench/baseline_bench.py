@@ -29,7 +29,7 @@ MODULES = (
     ("its config loaders only", "kubernetes.config"),
     ("reconciler", "services.reconciler.worker.service"),
     ("status service", "services.status.service"),
-    ("watcher (any role)", "services.watcher.service"),
+    ("watcher (any role)", "services.edge.service"),
 )
 
 PROBE = "import resource, sys\n{imports}\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(sys.modules))"

@@ -32,8 +32,8 @@ from schema.bounds import TooComplex, check_bounds  # noqa: E402
 from schema.codec import _input_decoder, decode_input, encode  # noqa: E402
 from schema.keys import ReconcileKey  # noqa: E402
 from schema.messages import WatchEvent  # noqa: E402
-from services.watcher.packing import Packer  # noqa: E402
-from services.watcher.podfacts import decode_slim_pod, slim_pod  # noqa: E402
+from services.edge.watch.packing import Packer  # noqa: E402
+from services.edge.watch.podfacts import decode_slim_pod, slim_pod  # noqa: E402
 
 GOLDEN = REPO / "tests" / "golden" / "raycluster" / "ray-cluster.complete.yaml"
 

@@ -2,7 +2,7 @@
 
 Every ``dashboard_poll_interval`` the prober asks each probe rule for its targets over everything the watch
 side holds of the kinds the rules read. The objects here are what the prober holds: RayClusters, their head
-Services and their Pods as ``services.watcher.podfacts.slim_pod`` keeps them (1 head + ``--workers``
+Services and their Pods as ``services.edge.watch.podfacts.slim_pod`` keeps them (1 head + ``--workers``
 workers per cluster), ``--rayjobs`` Running RayJobs and ``--rayservices`` RayServices, each on a cluster of
 its own. Figure: milliseconds per round, the best of ``--repeat`` loops of ``--seconds``.
 

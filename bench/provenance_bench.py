@@ -1,5 +1,5 @@
-"""What the applier's content and freshness checks cost per command (``services/watcher/provenance.py``,
-``services/watcher/freshness.py``), against the pure reconcile that made the commands.
+"""What the applier's content and freshness checks cost per command (``services/edge/apply/provenance.py``,
+``services/edge/apply/freshness.py``), against the pure reconcile that made the commands.
 
 Every decision of a RayCluster's life from nothing to converged (``reconcile_bench``'s world, its cluster of
 1 head + ``--workers`` workers) is checked as the applier checks it: one ``ContentCheck`` per batch on
@@ -35,9 +35,9 @@ from reconcile_bench import KEY, NOW, cluster  # noqa: E402
 from schema.config import OperatorConfig  # noqa: E402
 from schema.decision import Decision, Snapshot  # noqa: E402
 from schema.messages import CommandBatch, CreateObject, PatchStatus  # noqa: E402
+from services.edge.apply.freshness import Freshness  # noqa: E402
+from services.edge.apply.provenance import ContentCheck  # noqa: E402
 from services.reconciler.raycluster import reconcile  # noqa: E402
-from services.watcher.freshness import Freshness  # noqa: E402
-from services.watcher.provenance import ContentCheck  # noqa: E402
 
 
 class Objects:

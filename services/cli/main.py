@@ -19,7 +19,7 @@ TOPOLOGY_TIMEOUT = 120.0
 PASSTHROUGH = {
     "kubesim": ("kubesim.cli", "run the embedded Kubernetes API server emulator (a simulator)"),
     "crds": ("schema.crd", "generate the ray.io CRDs from schema/ (raybus crds --out deploy/crds)"),
-    "rbac": ("services.watcher.rbac_manifests", "generate the watcher's RBAC in deploy/ from its permissions"),
+    "rbac": ("services.edge.rbac_manifests", "generate the watcher's RBAC in deploy/ from its permissions"),
     "history": ("services.status.history_cli", "print a custom resource's recorded state transitions"),
     "migrate": ("services.status.migrate", "run the status database migrations"),
     "get": ("services.cli.get", "list ray.io custom resources with KubeRay's columns (-n NS | -A, -o wide|json)"),
@@ -96,7 +96,7 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.command == "topology":
         return await _topology(settings, args.stream_replicas, args.timeout)
     if args.command == "watcher":
-        from services.watcher.service import run_watcher
+        from services.edge.service import run_watcher
 
         return await run_service("watcher", settings, lambda stop, health: run_watcher(settings, stop, health))
     if args.command == "reconciler":

@@ -46,10 +46,10 @@ from schema.keys import is_dns1123_label, is_dns1123_subdomain
 from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
 from schema.probes import SERVE_APPLICATIONS_PATH, PodEndpoint
 from schema.ray.conventions import AUTH_TOKEN_SECRET_KEY
+from services.edge.calls import ApiError
+from services.edge.kubeapi import KubeApi
 from services.runtime.aio import raise_if_cancelling
 from services.runtime.errors import PermanentError
-from services.watcher.calls import ApiError
-from services.watcher.kubeapi import KubeApi
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ so no request waits for a thread and hands its answer back across threads. Bodie
 with msgspec.
 Credentials are never logged: errors carry the path, never headers.
 
-Not here: what to request (``calls``, ``informer``) or any retry (callers decide with
-``calls.RETRY_BACKOFF``).
+Not here: what to request (``apply.plan``, ``informer``) or any retry (callers decide with
+``apply.plan.RETRY_BACKOFF``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import yarl
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from services.edge.calls import JSON, ApiCall, ApiError
 from services.runtime.clock import Monotonic
 from services.runtime.errors import PermanentError
-from services.watcher.calls import JSON, ApiCall, ApiError
 
 log = logging.getLogger(__name__)
 

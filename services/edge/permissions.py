@@ -9,7 +9,7 @@ from them; each role (``KubeSettings.roles``) runs in its own Deployment under i
   own namespace only (:data:`NAMESPACE_RULES_BY_ROLE`, a namespaced Role), the Lease it is elected by
   (``election``: get and update of the Lease by name, create of it, which RBAC cannot restrict by name).
 - ``apply``: the applier's planned calls for exactly the (kind, verb) rows of the authorization table
-  (``authorize.ALLOWED``, through ``calls.plan_call`` and the dashboard client's token read and service-proxy
+  (``authorize.ALLOWED``, through ``plan.plan_call`` and the dashboard client's token read and service-proxy
   calls, with the GET that confirms a timed-out Serve config), and the failure reports' read of the key's
   custom resource (``failures.owner_path``; their Warning Events and RayCluster status patch are table
   rows). It gets no list or watch of its own: its facts come from the projection, or from KV (``kvfacts``).
@@ -57,20 +57,21 @@ from schema.messages import (
 )
 from schema.probes import HEALTHZ_PATH, SERVE_APPLICATIONS_PATH, PodEndpoint
 from schema.ray.conventions import DEFAULT_DASHBOARD_PORT, DEFAULT_SERVE_PORT
-from services.runtime.settings import WATCHER_ROLES, WatcherRole
-from services.watcher.authorize import ALLOWED, GRANTED_RULES, Rule
-from services.watcher.calls import object_path, plan_call
-from services.watcher.dashboard import (
+from services.edge.apply.authorize import ALLOWED, GRANTED_RULES, Rule
+from services.edge.apply.failures import owner_path
+from services.edge.apply.plan import plan_call
+from services.edge.calls import object_path
+from services.edge.dashboard import (
     dashboard_base_url,
     plan_dashboard_call,
     pod_base_url,
     secret_path,
 )
-from services.watcher.election import LEASE_NAME
-from services.watcher.failures import owner_path
-from services.watcher.informer import Scope, WatchDriver
-from services.watcher.owners import owner_request
-from services.watcher.resources import LEASE, RESOURCES, ResourceType, by_kind
+from services.edge.resources import LEASE, RESOURCES, ResourceType, by_kind
+from services.edge.watch.election import LEASE_NAME
+from services.edge.watch.informer import Scope, WatchDriver
+from services.edge.watch.owners import owner_request
+from services.runtime.settings import WATCHER_ROLES, WatcherRole
 
 _SAMPLE_NS: Final = "ns"
 _SAMPLE_TIME: Final = datetime(2000, 1, 1, tzinfo=UTC)

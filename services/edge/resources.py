@@ -14,7 +14,7 @@ Invariants:
   removed), and ``metadata.managedFields`` is dropped from everything (large, never read by reconcile).
 
 Not here: which reconcile keys an object maps to (``keymap``), and how a command becomes an HTTP call
-(``calls``).
+(``apply.plan``).
 
 Label selectors mirror KubeRay's informer cache filter (docs/behaviour.md#2.2): Pods only with ``ray.io/node-type``
 in {head, worker, redis-cleanup}, batch Jobs only with ``app.kubernetes.io/created-by=kuberay-operator``;

@@ -40,6 +40,20 @@ import nats.errors
 from nats.aio.client import Client
 
 from schema.probes import PROBED_KEYS
+from services.edge.apply.applier import Applier
+from services.edge.apply.failures import FailureReporter
+from services.edge.calls import ApiError
+from services.edge.dashboard import DashboardClient
+from services.edge.kubeapi import KubeApi, load_configuration
+from services.edge.probe.probekinds import PROBE_KINDS
+from services.edge.probe.prober import Prober
+from services.edge.resources import ResourceType, select_served
+from services.edge.watch.election import ElectionTimings, LeaseElection
+from services.edge.watch.informer import RECONNECT_BACKOFF, Handoff, Informer, check_delay, scopes_for
+from services.edge.watch.kvfacts import KvFacts
+from services.edge.watch.owners import api_owner_reader
+from services.edge.watch.projection import Projection
+from services.edge.watch.resume import load_resume_points
 from services.runtime.aio import cancel_and_wait, raise_if_cancelling
 from services.runtime.backoff import retry
 from services.runtime.bus import connect
@@ -48,20 +62,6 @@ from services.runtime.health import HealthServer
 from services.runtime.leases import Membership, default_member_id
 from services.runtime.settings import RaybusSettings, WatcherRole
 from services.runtime.topology import Buckets, ensure_topology, open_buckets
-from services.watcher.applier import Applier
-from services.watcher.calls import ApiError
-from services.watcher.dashboard import DashboardClient
-from services.watcher.election import ElectionTimings, LeaseElection
-from services.watcher.failures import FailureReporter
-from services.watcher.informer import RECONNECT_BACKOFF, Handoff, Informer, check_delay, scopes_for
-from services.watcher.kubeapi import KubeApi, load_configuration
-from services.watcher.kvfacts import KvFacts
-from services.watcher.owners import api_owner_reader
-from services.watcher.probekinds import PROBE_KINDS
-from services.watcher.prober import Prober
-from services.watcher.projection import Projection
-from services.watcher.resources import ResourceType, select_served
-from services.watcher.resume import load_resume_points
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import yaml
 
 from schema.config import FeatureGates
 from schema.crd import generate_crds
-from services.watcher.permissions import RULES_BY_ROLE
-from services.watcher.rbac_manifests import COMPONENTS
+from services.edge.permissions import RULES_BY_ROLE
+from services.edge.rbac_manifests import COMPONENTS
 from tests.deploy.chart_values import DEV, MATRIX
 from tests.deploy.normalise import differences, normalise
 from tests.deploy.render import (

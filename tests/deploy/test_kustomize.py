@@ -11,8 +11,8 @@ import kubernetes_validate
 import pytest
 
 from schema.crd import generate_crds
+from services.edge.rbac_manifests import component_name
 from services.runtime.settings import WATCHER_ROLES, WatcherRole
-from services.watcher.rbac_manifests import component_name
 from tests.deploy.render import TREES, container, find, render
 
 K8S_VERSION = "1.33.0"

@@ -1,4 +1,4 @@
-"""Each watcher role's RBAC grants exactly what that role needs (``services/watcher/permissions.py``) to its
+"""Each watcher role's RBAC grants exactly what that role needs (``services/edge/permissions.py``) to its
 own ServiceAccount, the status service's exactly its two reviews (``services/status/access.py``), and no
 one else has any.
 """
@@ -10,12 +10,9 @@ from typing import Any
 
 import pytest
 
-from services.runtime.settings import WATCHER_ROLES, WatcherRole
-from services.status.access import REQUIRED_RULES as STATUS_RULES
-from services.watcher.authorize import DASHBOARD_KIND, GRANTED_RULES
-from services.watcher.calls import plan_call
-from services.watcher.election import LEASE_NAME
-from services.watcher.permissions import (
+from services.edge.apply.authorize import DASHBOARD_KIND, GRANTED_RULES
+from services.edge.apply.plan import plan_call
+from services.edge.permissions import (
     NAMESPACE_RULES_BY_ROLE,
     REQUIRED_RULES,
     RULES_BY_ROLE,
@@ -24,7 +21,10 @@ from services.watcher.permissions import (
     rule_for,
     sample_command,
 )
-from services.watcher.rbac_manifests import NAMESPACE_ROLE_SUFFIX, component_name, stale_files
+from services.edge.rbac_manifests import NAMESPACE_ROLE_SUFFIX, component_name, stale_files
+from services.edge.watch.election import LEASE_NAME
+from services.runtime.settings import WATCHER_ROLES, WatcherRole
+from services.status.access import REQUIRED_RULES as STATUS_RULES
 from tests.deploy.render import DEPLOY, TREES, container, find, render
 
 WRITE_VERBS = frozenset({"create", "patch", "delete", "deletecollection", "update"})

@@ -28,6 +28,7 @@ from schema import codec, subjects
 from schema.crd import write_crds
 from schema.keys import ReconcileKey
 from schema.messages import CommandResult, command_target, command_verb
+from services.edge.service import run_watcher
 from services.reconciler.worker.service import run_reconciler
 from services.runtime.health import HealthServer
 from services.runtime.settings import (
@@ -40,7 +41,6 @@ from services.runtime.settings import (
     WatcherRole,
 )
 from services.status.service import run_status
-from services.watcher.service import run_watcher
 from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
 from tests.fixtures.nats import NatsServer, free_port
 from tests.helpers import conformance_dir, eventually, reap_tasks, stored_messages

@@ -19,9 +19,9 @@ import pytest
 from schema import subjects
 from schema.codec import decode_result
 from schema.messages import CommandResult
+from services.edge.service import run_watcher
 from services.runtime.kvread import read_latest
 from services.runtime.settings import RaybusSettings
-from services.watcher.service import run_watcher
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Component, Pipeline, as_replica, running_pipeline, spawn_raybus
 from tests.e2e.rayjobs import rayjob_statuses, small_rayjob

@@ -6,7 +6,7 @@ would create makes helm refuse to install over it). Then the CRDs, ServiceAccoun
 created for real as cluster admin (so the real RBAC authorizer holds them) and every other object passes a
 server-side dry run. Each ServiceAccount then authenticates with a token of its own, and
 SelfSubjectAccessReviews show it holds exactly what its role needs — the watcher roles'
-``services.watcher.permissions`` tables and the status service's ``services.status.access`` rules, from
+``services.edge.permissions`` tables and the status service's ``services.status.access`` rules, from
 which the chart's RBAC is generated — where the values say it works, and nothing elsewhere.
 """
 
@@ -26,11 +26,11 @@ import yaml
 from kubernetes import client, config, dynamic
 
 from realkube import ControlPlane
+from services.edge.apply.authorize import Rule
+from services.edge.permissions import NAMESPACE_RULES_BY_ROLE, RULES_BY_ROLE, NamedRule
+from services.edge.rbac_manifests import component_name
 from services.runtime.settings import WATCHER_ROLES
 from services.status.access import REQUIRED_RULES as STATUS_RULES
-from services.watcher.authorize import Rule
-from services.watcher.permissions import NAMESPACE_RULES_BY_ROLE, RULES_BY_ROLE, NamedRule
-from services.watcher.rbac_manifests import component_name
 from tests.deploy.chart_values import MATRIX
 from tests.deploy.render import CHART, RELEASE, find, helm_binary, render_chart
 from tests.realkube.crds import ensure_crds

@@ -15,8 +15,8 @@ from kubernetes import client
 
 from schema.messages import DashboardRef, PutServeConfig
 from schema.probes import SERVE_APPLICATIONS_PATH
-from services.watcher.dashboard import DashboardClient
-from services.watcher.kubeapi import KubeApi, load_configuration
+from services.edge.dashboard import DashboardClient
+from services.edge.kubeapi import KubeApi, load_configuration
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, start_kubesim
 from tests.realray.heads import Head, create_head
 from tests.realray.test_rayservice_real import APPS
@@ -71,7 +71,7 @@ async def test_a_rejected_token_is_read_again(head: Head, dashboard: DashboardCl
 async def test_a_timed_out_serve_put_that_ray_applied_counts_as_applied(
     head: Head, dashboard: DashboardClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="services.watcher.dashboard")
+    caplog.set_level(logging.INFO, logger="services.edge.dashboard")
     ref = DashboardRef(namespace="dash", service=head.service, port=8265, cluster="c", auth_secret="c")
     config = {"applications": [GREETER]}
     result = await dashboard.apply(PutServeConfig(dashboard=ref, config=config))

@@ -167,7 +167,7 @@ async def test_no_privileged_hostpath_pod_is_created_in_kube_system(pipe: Pipeli
 async def test_an_unowned_secret_is_not_overwritten_and_the_denial_shows(
     pipe: Pipeline, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="services.watcher.applier")
+    caplog.set_level(logging.WARNING, logger="services.edge.apply.applier")
     patch = PatchObject(target=ref("Secret", "db-password"), patch={"data": {"password": "b3duZWQ="}})
     results = await forge(pipe, VICTIM, patch)
     assert_denied(results, "never makes raybus patch object on a Secret")

@@ -31,7 +31,7 @@ from schema.messages import (
     SubmitRayJob,
     Transition,
 )
-from services.watcher.authorize import ALLOWED, Allowed, Denied, Gone, authorize, selector_requirements
+from services.edge.apply.authorize import ALLOWED, Allowed, Denied, Gone, authorize, selector_requirements
 
 NS = "team"
 CLUSTER = ReconcileKey(kind="RayCluster", namespace=NS, name="rc")

@@ -18,8 +18,7 @@ import pytest
 from kubernetes import client
 
 from schema.messages import DashboardRef
-from services.runtime.errors import PermanentError
-from services.watcher.dashboard import (
+from services.edge.dashboard import (
     DashboardClient,
     PodEndpoint,
     dashboard_base_url,
@@ -27,7 +26,8 @@ from services.watcher.dashboard import (
     pod_base_url,
     secret_path,
 )
-from services.watcher.kubeapi import KubeApi, load_configuration
+from services.edge.kubeapi import KubeApi, load_configuration
+from services.runtime.errors import PermanentError
 from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
 
 NS = "team"

@@ -12,7 +12,7 @@ import pytest
 import urllib3
 
 from schema import subjects
-from services.watcher.informer import REFUSED_REASON
+from services.edge.watch.informer import REFUSED_REASON
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_invariants import all_ready, create

@@ -33,11 +33,11 @@ from schema.messages import (
     PutServeConfig,
     SubmitRayJob,
 )
+from services.edge.apply.freshness import Freshness
+from services.edge.apply.provenance import ContentCheck, first_difference
 from services.reconciler.raycronjob.reconcile import reconcile as reconcile_raycronjob
 from services.reconciler.rayjob.reconcile import reconcile as reconcile_rayjob
 from services.reconciler.rayservice.serve_config import config_hash
-from services.watcher.freshness import Freshness
-from services.watcher.provenance import ContentCheck, first_difference
 from tests.helpers import samples_dir
 from tests.unit.apiserver import SimFacts
 from tests.unit.raycluster import builders

@@ -30,8 +30,8 @@ from schema.messages import (
     command_target,
     command_verb,
 )
-from services.watcher.authorize import Allowed, Denied, authorize
-from services.watcher.provenance import ContentCheck
+from services.edge.apply.authorize import Allowed, Denied, authorize
+from services.edge.apply.provenance import ContentCheck
 
 NAMESPACE = "default"
 

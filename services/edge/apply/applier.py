@@ -18,8 +18,8 @@ Invariants:
   decode error and is acked: it never crashes the applier or blocks its key. So does a batch whose
   handling raises: the key's later batches proceed.
 - A batch is acked only after every command's result is published. A stop mid-batch leaves it unacked
-  (queued batches are nak'ed), so JetStream redelivers it; commands are idempotent (``calls``).
-- Outcomes follow ``calls.outcome_of_error`` / ``calls.RETRY_BACKOFF``; nothing raised by a command escapes
+  (queued batches are nak'ed), so JetStream redelivers it; commands are idempotent (``plan``).
+- Outcomes follow ``plan.outcome_of_error`` / ``plan.RETRY_BACKOFF``; nothing raised by a command escapes
   as an exception (kopf's outcome discipline), except cancellation: a command that raises is ``failed``.
 - A command is executed only if ``authorize`` allows it for its batch's key (when the applier has
   facts: the watcher always gives it its projection), its content follows from the key's custom
@@ -33,7 +33,7 @@ Invariants:
 - ``raybus.io/generate: auth_token`` Secrets get a fresh token here (the only randomness of the
   pipeline); the token never appears in a log, a span or a result.
 
-Not here: what the calls are (``calls``, ``dashboard``), how they are sent (``kubeapi``).
+Not here: what the calls are (``plan``, ``dashboard``), how they are sent (``kubeapi``).
 """
 
 from __future__ import annotations
@@ -73,6 +73,18 @@ from schema.messages import (
     command_target,
     command_verb,
 )
+from services.edge import pipeline_metrics
+from services.edge.apply.authorize import Allowed, Facts, Gone, authorize, command_kind
+from services.edge.apply.freshness import Freshness, WrittenStatus
+from services.edge.apply.plan import RETRY_BACKOFF, is_transient, outcome_of_error, plan_call, requested_delay
+from services.edge.apply.provenance import ContentCheck
+from services.edge.apply.staleness import DecisionCheck, OwnerView
+from services.edge.apply.throttle import RateLimiter
+from services.edge.apply.waves import WAVE_CONCURRENCY, waves
+from services.edge.calls import ApiError
+from services.edge.dashboard import DashboardClient, DashboardOutcome
+from services.edge.kubeapi import KubeApi, Response
+from services.edge.resources import by_kind
 from services.runtime.aio import cancel_and_wait, raise_if_cancelling
 from services.runtime.backoff import Backoff, retry
 from services.runtime.bus import bus_unavailable, publish
@@ -85,24 +97,6 @@ from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
 from services.runtime.tracing import current_trace_id, extract_context, tracer
-from services.watcher import pipeline_metrics
-from services.watcher.authorize import Allowed, Facts, Gone, authorize, command_kind
-from services.watcher.calls import (
-    RETRY_BACKOFF,
-    ApiError,
-    is_transient,
-    outcome_of_error,
-    plan_call,
-    requested_delay,
-)
-from services.watcher.dashboard import DashboardClient, DashboardOutcome
-from services.watcher.freshness import Freshness, WrittenStatus
-from services.watcher.kubeapi import KubeApi, Response
-from services.watcher.provenance import ContentCheck
-from services.watcher.resources import by_kind
-from services.watcher.staleness import DecisionCheck, OwnerView
-from services.watcher.throttle import RateLimiter
-from services.watcher.waves import WAVE_CONCURRENCY, waves
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)

@@ -54,8 +54,8 @@ from schema.messages import (
     command_verb,
 )
 from schema.ray import conventions
-from services.watcher.dashboard import dashboard_ref_problem
-from services.watcher.resources import by_api_version_kind
+from services.edge.dashboard import dashboard_ref_problem
+from services.edge.resources import by_api_version_kind
 
 Rule = tuple[str, str, str]
 """``(apiGroup, resource[/subresource], verb)``."""

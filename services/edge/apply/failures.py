@@ -36,9 +36,10 @@ from schema.messages import (
 )
 from schema.ray import conventions
 from schema.times import format_time
+from services.edge.apply.plan import outcome_of_error, plan_call, resource_of
+from services.edge.calls import ApiError, object_path
+from services.edge.kubeapi import KubeApi
 from services.runtime.metrics import meter
-from services.watcher.calls import ApiError, object_path, outcome_of_error, plan_call, resource_of
-from services.watcher.kubeapi import KubeApi
 
 log = logging.getLogger(__name__)
 _meter = meter(__name__)

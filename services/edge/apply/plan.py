@@ -1,4 +1,4 @@
-"""Commands as Kubernetes API calls: a pure planner, the error type, outcome rules and the retry policy.
+"""The applier's commands as Kubernetes API calls: a pure planner, outcome rules and the retry policy.
 
 Role (lightkube's ``prepare_request`` / ``handle_response`` split): :func:`plan_call` turns one object
 command into an :class:`ApiCall` (method, path, query, body, content type, and how a 404/409 answer
@@ -18,19 +18,17 @@ Idempotency rules (docs/architecture.md#watcher):
 - 429, 5xx and connection errors → retried with backoff, then ``failed``;
 - any other 4xx → ``failed`` at once, with the API's message.
 
-Not here: dashboard calls (``dashboard``), threads and the official client (``kubeapi``).
+Not here: the call and error types and object paths every role uses (``services.edge.calls``), Events
+(``services.edge.events``), dashboard calls (``dashboard``), threads and the official client (``kubeapi``).
 Deliberately pure: the clock and the token generator of ``raybus.io/generate`` Secrets are arguments.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, assert_never
-from urllib.parse import quote
 
 from schema.messages import (
     GENERATE_ANNOTATION,
@@ -39,7 +37,6 @@ from schema.messages import (
     DeleteCollection,
     DeleteObject,
     EmitEvent,
-    ObjectRef,
     Outcome,
     PatchObject,
     PatchStatus,
@@ -49,14 +46,12 @@ from schema.messages import (
     SubmitRayJob,
 )
 from schema.ray import conventions
-from schema.times import format_time
+from services.edge.calls import ApiCall, ApiError, collection_path, object_path
+from services.edge.events import event_call
+from services.edge.resources import ResourceType, by_api_version_kind
 from services.runtime.backoff import Backoff
-from services.runtime.errors import PermanentError, RaybusError
-from services.watcher.resources import ResourceType, by_api_version_kind, by_kind
+from services.runtime.errors import PermanentError
 
-EVENT_COMPONENT: Final = "raybus"
-
-JSON: Final = "application/json"
 PATCH_CONTENT_TYPES: Final[Mapping[PatchType, str]] = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -66,45 +61,6 @@ _CUSTOM_GROUPS: Final = frozenset({conventions.GROUP, conventions.GATEWAY_GROUP}
 
 TokenGenerator = Callable[[str], str]
 """Makes the value of a ``raybus.io/generate`` Secret key (the auth token key → a fresh token)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApiCall:
-    """One planned HTTP request to the API server.
-
-    Attributes:
-        method: HTTP method.
-        path: absolute path (no host).
-        query: query parameters, in order.
-        body: JSON-serialisable body, or None.
-        content_type: the body's content type.
-        on_not_found: the outcome a 404 means, or None (a failure).
-        on_conflict: the outcome a 409 means, or None (a failure).
-    """
-
-    method: str
-    path: str
-    query: tuple[tuple[str, str], ...] = ()
-    body: Any = None
-    content_type: str = JSON
-    on_not_found: Outcome | None = None
-    on_conflict: Outcome | None = None
-
-
-class ApiError(RaybusError):
-    """A failed API call with the parsed ``Status`` (status 0: no HTTP answer, e.g. connection refused)."""
-
-    def __init__(self, status: int, reason: str = "", message: str = "", *, retry_after: float | None = None) -> None:
-        super().__init__(status, reason, message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    def __str__(self) -> str:
-        if self.status == 0:
-            return f"connection error: {self.message}"
-        return f"{self.status} {self.reason}: {self.message}".rstrip(": ")
 
 
 # --- planning ---------------------------------------------------------------------------------------
@@ -120,20 +76,6 @@ def resource_of(api_version: str, kind: str) -> ResourceType:
     if resource is None or not resource.writable:
         raise PermanentError(f"the applier does not write {kind} ({api_version})")
     return resource
-
-
-def object_path(resource: ResourceType, namespace: str, name: str, subresource: str = "") -> str:
-    """Path of one object (and optionally its subresource)."""
-    if resource.namespaced and not namespace:
-        raise PermanentError(f"{resource.kind} {name!r} needs a namespace")
-    path = f"{resource.collection_path(namespace)}/{quote(name, safe='')}"
-    return f"{path}/{subresource}" if subresource else path
-
-
-def _collection(resource: ResourceType, namespace: str) -> str:
-    if resource.namespaced and not namespace:
-        raise PermanentError(f"{resource.kind} needs a namespace")
-    return resource.collection_path(namespace)
 
 
 def _with_resource_version(
@@ -157,34 +99,6 @@ def _effective_patch_type(resource: ResourceType, patch_type: PatchType) -> Patc
     if patch_type == "strategic" and resource.group in _CUSTOM_GROUPS:
         return "merge"
     return patch_type
-
-
-def event_name(regarding: ObjectRef, command_id: str, reason: str, message: str) -> str:
-    """``<regarding name>.<short hash>``: deterministic, so a redelivered EmitEvent is AlreadyExists."""
-    seed = command_id or f"{regarding.uid}\x1f{reason}\x1f{message}"
-    return f"{regarding.name}.{hashlib.sha256(seed.encode()).hexdigest()[:16]}"
-
-
-def _event_body(command: EmitEvent, now: datetime) -> dict[str, Any]:
-    r = command.regarding
-    stamp = format_time(now)
-    involved: dict[str, Any] = {"apiVersion": r.api_version, "kind": r.kind, "namespace": r.namespace, "name": r.name}
-    if r.uid:
-        involved["uid"] = r.uid
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": event_name(r, command.id, command.reason, command.message), "namespace": r.namespace},
-        "involvedObject": involved,
-        "reason": command.reason,
-        "message": command.message,
-        "type": command.event_type,
-        "source": {"component": EVENT_COMPONENT},
-        "reportingComponent": EVENT_COMPONENT,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
 
 
 def _create_body(command: CreateObject, resource: ResourceType, generate: TokenGenerator | None) -> dict[str, Any]:
@@ -230,7 +144,7 @@ def plan_call(command: Command, *, now: datetime, generate: TokenGenerator | Non
             resource = resource_of(target.api_version, target.kind)
             return ApiCall(
                 method="POST",
-                path=_collection(resource, target.namespace),
+                path=collection_path(resource, target.namespace),
                 body=_create_body(command, resource, generate),
                 on_conflict="already_done",
             )
@@ -281,19 +195,12 @@ def plan_call(command: Command, *, now: datetime, generate: TokenGenerator | Non
                 raise PermanentError("refusing a deletecollection without a label selector")
             return ApiCall(
                 method="DELETE",
-                path=_collection(resource, command.namespace),
+                path=collection_path(resource, command.namespace),
                 query=(("labelSelector", command.label_selector),),
                 on_not_found="already_done",
             )
         case EmitEvent():
-            events = by_kind("Event")
-            assert events is not None
-            return ApiCall(
-                method="POST",
-                path=_collection(events, command.regarding.namespace),
-                body=_event_body(command, now),
-                on_conflict="already_done",
-            )
+            return event_call(command, now=now)
         case SubmitRayJob() | StopRayJob() | PutServeConfig():
             raise PermanentError(f"{type(command).__name__} is a dashboard command, not an API call")
         case _:

@@ -65,6 +65,7 @@ from schema.messages import Command, CreateObject, PatchObject, PatchStatus, Put
 from schema.objects import mapping, metadata_of, text
 from schema.ray import conventions
 from schema.ray.rayjob import RayJobSpec
+from services.edge.apply.authorize import command_kind
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.raycluster import auth, autoscaler_rbac, gcsft, ingress, names, pod_bodies, services
 from services.reconciler.raycluster.model import ClusterView, decode_view
@@ -76,7 +77,6 @@ from services.reconciler.rayservice import kube_services
 from services.reconciler.rayservice import names as rayservice_names
 from services.reconciler.rayservice.model import ServiceModel, read_model
 from services.reconciler.rayservice.serve_config import TARGET_CAPACITY, config_hash, serve_config_json
-from services.watcher.authorize import command_kind
 
 _json_encoder: Final = msgspec.json.Encoder()
 _json_decoder: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder()

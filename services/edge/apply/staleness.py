@@ -36,7 +36,7 @@ from nats.js import JetStreamContext
 
 from schema import codec, subjects
 from schema.messages import Command, CommandBatch, CreateObject, PatchObject, PatchStatus
-from services.watcher.owners import custom_owners
+from services.edge.ownerrefs import custom_owners
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Role: :func:`take` is the policy (given the bucket and the loop clock, how long 
 token); :class:`RateLimiter` only keeps the state and sleeps. Time comes from the event loop's clock,
 so the policy is testable with plain numbers.
 
-Not here: retries after a 429 (``calls.RETRY_BACKOFF``).
+Not here: retries after a 429 (``plan.RETRY_BACKOFF``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from services.watcher import pipeline_metrics
+from services.edge import pipeline_metrics
 
 
 @dataclass(frozen=True)

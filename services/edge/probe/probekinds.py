@@ -32,7 +32,7 @@ from schema.probes import (
     serve_significant,
     serve_targets,
 )
-from services.watcher.dashboard import DashboardAnswer
+from services.edge.dashboard import DashboardAnswer
 
 
 def answer_data(answer: DashboardAnswer) -> dict[str, Any]:

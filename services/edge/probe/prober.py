@@ -45,15 +45,15 @@ from opentelemetry.trace import Tracer
 from schema import codec, subjects
 from schema.messages import Observation
 from schema.probes import ProbeTarget
+from services.edge import pipeline_metrics
+from services.edge.dashboard import DashboardAnswer, DashboardClient
+from services.edge.probe.probekinds import PROBE_KINDS, ProbeKind
 from services.runtime.aio import raise_if_cancelling
 from services.runtime.bus import publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.errors import PermanentError
 from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.tracing import tracer
-from services.watcher import pipeline_metrics
-from services.watcher.dashboard import DashboardAnswer, DashboardClient
-from services.watcher.probekinds import PROBE_KINDS, ProbeKind
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)

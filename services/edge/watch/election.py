@@ -43,12 +43,12 @@ from typing import Any, Final
 import msgspec
 
 from schema.times import format_time_exact
+from services.edge.calls import ApiError, object_path
+from services.edge.kubeapi import KubeApi
+from services.edge.resources import LEASE
 from services.runtime.backoff import interruptible
 from services.runtime.clock import Clock, utc_now
 from services.runtime.ownloop import OwnLoop
-from services.watcher.calls import ApiError, object_path
-from services.watcher.kubeapi import KubeApi
-from services.watcher.resources import LEASE
 
 log = logging.getLogger(__name__)
 

@@ -46,12 +46,13 @@ import urllib3
 
 from schema.bounds import MAX_NESTING, TooComplex, check_bounds, truncate_nesting
 from schema.messages import EmitEvent, ObjectRef, WatchEventType
+from services.edge import pipeline_metrics
+from services.edge.calls import ApiError
+from services.edge.events import event_call
+from services.edge.kubeapi import KubeApi
+from services.edge.resources import ResourceType, sanitize
 from services.runtime.backoff import Backoff
 from services.runtime.errors import PermanentError
-from services.watcher import pipeline_metrics
-from services.watcher.calls import ApiError, plan_call
-from services.watcher.kubeapi import KubeApi
-from services.watcher.resources import ResourceType, sanitize
 
 log = logging.getLogger(__name__)
 
@@ -450,7 +451,7 @@ class Informer:
             message=f"raybus ignores this {self.scope.resource.kind} until it changes: {refused.reason}",
         )
         try:
-            self._api.execute(plan_call(event, now=datetime.now(UTC)))
+            self._api.execute(event_call(event, now=datetime.now(UTC)))
         except ApiError as exc:
             if exc.status != 409:  # 409: this version's event exists already
                 log.warning("%s: the event on %s was not recorded: %s", self.scope.name, change.name, exc)

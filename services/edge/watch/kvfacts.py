@@ -56,10 +56,10 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from schema import subjects
 from schema.keys import KeyKind, ReconcileKey, decode_token
 from schema.objects import being_deleted, metadata_of, text
+from services.edge.resources import by_kind
+from services.edge.watch.podfacts import POD, decode_slim_pod
+from services.edge.watch.projection import GONE_MEMORY, REMEMBERED_DELETIONS
 from services.runtime.aio import cancel_and_wait
-from services.watcher.podfacts import POD, decode_slim_pod
-from services.watcher.projection import GONE_MEMORY, REMEMBERED_DELETIONS
-from services.watcher.resources import by_kind
 
 log = logging.getLogger(__name__)
 

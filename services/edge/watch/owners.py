@@ -16,20 +16,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schema.keys import KEY_KINDS
-from schema.ray import conventions
-from services.watcher.informer import Change, decode_page
-from services.watcher.kubeapi import KubeApi
-from services.watcher.resources import ResourceType
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """A custom resource named by an ownerReference."""
-
-    kind: str
-    name: str
-    uid: str
+from services.edge.kubeapi import KubeApi
+from services.edge.ownerrefs import Owner, custom_owners
+from services.edge.resources import ResourceType
+from services.edge.watch.informer import Change, decode_page
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,22 +38,6 @@ OwnerReader = Callable[[ResourceType, str, str], Awaitable[Current]]
 def deleting(obj: dict[str, Any]) -> bool:
     """Whether the object carries a ``deletionTimestamp``."""
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def custom_owners(obj: dict[str, Any]) -> list[Owner]:
-    """The custom resources (RayCluster, RayJob, RayService, RayCronJob) the object's ownerReferences name."""
-    metadata = obj.get("metadata")
-    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
-    if not isinstance(refs, list):
-        return []
-    return [
-        Owner(kind=str(ref.get("kind")), name=str(ref.get("name", "")), uid=str(ref.get("uid")))
-        for ref in refs
-        if isinstance(ref, dict)
-        and ref.get("kind") in KEY_KINDS
-        and str(ref.get("apiVersion", "")).startswith(f"{conventions.GROUP}/")
-        and ref.get("uid")
-    ]
 
 
 def owners_of_going(change: Change) -> list[Owner]:

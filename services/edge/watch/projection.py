@@ -8,7 +8,7 @@ an object between keys when its labels/owners or a relation changes (a RayJob st
 cluster; a Service gains keys and its EndpointSlices follow), (b) answer a relist with synthetic DELETED
 events for vanished objects, (c) rebuild itself from the KV at start, which is what lets a restarted
 watcher resume its watches instead of relisting, and (d) repair drift: an informer's periodic
-:class:`~services.watcher.informer.Check` is compared with what it holds (``_plan_check``), and what it
+:class:`~services.edge.watch.informer.Check` is compared with what it holds (``_plan_check``), and what it
 holds with the keys of KV (:meth:`Projection.check_entries`); each difference is written as an ordinary
 event and counted in ``raybus_projection_repairs_total{kind, reason}``.
 
@@ -60,21 +60,21 @@ from schema.bounds import TooComplex
 from schema.keys import ReconcileKey, decode_token
 from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
 from schema.times import parse_time
+from services.edge import pipeline_metrics
+from services.edge.calls import ApiError
+from services.edge.resources import ResourceType, by_kind
+from services.edge.watch.informer import Batch, Bookmark, Change, Check, Handoff, Item, Listing, Scope, make_change
+from services.edge.watch.keymap import dependencies, keys_for
+from services.edge.watch.owners import OwnerReader, deleting, owners_of_going
+from services.edge.watch.packing import Packer
+from services.edge.watch.podfacts import POD, slim_pod
+from services.edge.watch.relations import ObjectId, Relations
+from services.edge.watch.resume import Ticket, Watermarks, store_resume_points
 from services.runtime.aio import cancel_and_wait, raise_if_cancelling
 from services.runtime.backoff import Backoff, retry
 from services.runtime.bus import bus_unavailable, publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.tracing import current_trace_id, tracer
-from services.watcher import pipeline_metrics
-from services.watcher.calls import ApiError
-from services.watcher.informer import Batch, Bookmark, Change, Check, Handoff, Item, Listing, Scope, make_change
-from services.watcher.keymap import dependencies, keys_for
-from services.watcher.owners import OwnerReader, deleting, owners_of_going
-from services.watcher.packing import Packer
-from services.watcher.podfacts import POD, slim_pod
-from services.watcher.relations import ObjectId, Relations
-from services.watcher.resources import ResourceType, by_kind
-from services.watcher.resume import Ticket, Watermarks, store_resume_points
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -169,7 +169,7 @@ class Projection:
         self._objects: dict[ObjectId, Placed] = {}
         self._packer = Packer()
         self._by_kind: dict[str, dict[str, Placed]] = {}
-        # The applier's facts (services/watcher/authorize.Facts): objects by name, recent deletions.
+        # The applier's facts (services/edge/apply/authorize.Facts): objects by name, recent deletions.
         self._by_name: dict[tuple[str, str, str], Placed] = {}
         self._deleted: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._watermarks = Watermarks(resume_points)
@@ -678,7 +678,7 @@ class Projection:
 
     async def _owners_first(self, scope: Scope, change: Change) -> None:
         """Before a child's deletion, project its owners' deletions that the API server already made
-        (``services/watcher/owners.py`` says why); waits until those writes are published."""
+        (``services/edge/watch/owners.py`` says why); waits until those writes are published."""
         assert self._owners is not None
         for owner in owners_of_going(change):
             placed = self._objects.get((owner.kind, owner.uid))

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from schema.keys import ReconcileKey
-from services.watcher.keymap import KeyIndex, NamespacedName, Ref, origin_keys, selected_clusters
+from services.edge.watch.keymap import KeyIndex, NamespacedName, Ref, origin_keys, selected_clusters
 
 ObjectId = tuple[str, str]
 """``(kind, uid)`` of a cached object."""

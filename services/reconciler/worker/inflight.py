@@ -9,7 +9,7 @@ with in-memory expectations that skip a worker group until its cache caught up; 
 command (:func:`in_flight_key`: a create of the same object, else an identical one) while the first is
 still in flight. A command's id names it in one decision only (``decide.Ids``), so what a batch records
 as withheld (``suppressed``) is the id of the in-flight twin that stands for it: the applier then knows
-which of an older batch's commands a newer decision still wants (``services/watcher/staleness.py``).
+which of an older batch's commands a newer decision still wants (``services/edge/apply/staleness.py``).
 
 "In flight" means: the applier has not yet reported the command's outcome (:meth:`InFlight.reported`, from
 the result it publishes) nor acknowledged the batch that carries it (the applier consumer's ack floor is

@@ -26,14 +26,14 @@ from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.keys import ReconcileKey
 from schema.messages import CONFLICT, CommandBatch, ObjectRef, PatchStatus, TimerTick, WatchEvent
+from services.edge.apply.applier import Applier
+from services.edge.kubeapi import KubeApi, load_configuration
 from services.reconciler.worker.service import run_reconciler
 from services.runtime.bus import publish
 from services.runtime.health import HealthServer
 from services.runtime.leases import Membership
 from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings, RaybusSettings
 from services.runtime.topology import ensure_topology
-from services.watcher.applier import Applier
-from services.watcher.kubeapi import KubeApi, load_configuration
 from tests.fixtures.kubesim import KubeSimHandle, kubesim_namespace, kubesim_server  # noqa: F401
 from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually, stored_messages

@@ -18,11 +18,11 @@ from nats.js.errors import NotFoundError
 
 from schema import subjects
 from schema.keys import ReconcileKey
+from services.edge.kubeapi import KubeApi, load_configuration
+from services.edge.service import Watcher
 from services.runtime.leases import Membership
 from services.runtime.settings import BusSettings, KubeSettings, NatsSettings, RaybusSettings
 from services.runtime.topology import Buckets, ensure_topology
-from services.watcher.kubeapi import KubeApi, load_configuration
-from services.watcher.service import Watcher
 from tests.fixtures.kubesim import KubeSimHandle, kubesim_namespace, kubesim_server  # noqa: F401
 from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually

@@ -26,10 +26,10 @@ from schema.messages import (
     PatchStatus,
     Transition,
 )
+from services.edge.apply.applier import Applier
+from services.edge.kubeapi import KubeApi
 from services.runtime.backoff import Backoff
 from services.runtime.bus import publish
-from services.watcher.applier import Applier
-from services.watcher.kubeapi import KubeApi
 from tests.component.watcher.conftest import (
     Bus,
     create_custom,

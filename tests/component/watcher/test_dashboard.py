@@ -28,10 +28,10 @@ from schema.messages import (
     SubmitRayJob,
 )
 from schema.probes import PodEndpoint
+from services.edge.apply.applier import Applier
+from services.edge.dashboard import DashboardClient
+from services.edge.kubeapi import KubeApi, load_configuration
 from services.runtime.bus import publish
-from services.watcher.applier import Applier
-from services.watcher.dashboard import DashboardClient
-from services.watcher.kubeapi import KubeApi, load_configuration
 from tests.component.watcher.conftest import (
     Bus,
     create_custom,

@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schema import subjects
 from schema.keys import ReconcileKey
+from services.edge.service import Watcher
 from services.runtime.metrics import render_prometheus, setup_metrics
-from services.watcher.service import Watcher
 from tests.component.watcher.conftest import (
     Bus,
     create_custom,

@@ -16,14 +16,14 @@ import msgspec
 from kubernetes import client
 
 from schema.times import format_time_exact, parse_time
+from services.edge.calls import object_path
+from services.edge.kubeapi import KubeApi
+from services.edge.resources import LEASE
+from services.edge.service import Watcher
+from services.edge.watch.election import LEASE_NAME, ElectionTimings, LeaseElection
+from services.edge.watch.projection import Projection
 from services.runtime.aio import cancel_and_wait
 from services.runtime.settings import KubeSettings, NatsSettings, RaybusSettings
-from services.watcher.calls import object_path
-from services.watcher.election import LEASE_NAME, ElectionTimings, LeaseElection
-from services.watcher.kubeapi import KubeApi
-from services.watcher.projection import Projection
-from services.watcher.resources import LEASE
-from services.watcher.service import Watcher
 from tests.component.watcher.conftest import in_thread
 from tests.fixtures.kubesim import KubeSimHandle
 from tests.fixtures.nats import NatsServer

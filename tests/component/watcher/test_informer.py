@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.watcher.informer import Informer, Scope
-from services.watcher.kubeapi import KubeApi
-from services.watcher.resources import by_kind
+from services.edge.kubeapi import KubeApi
+from services.edge.resources import by_kind
+from services.edge.watch.informer import Informer, Scope
 from tests.component.watcher.conftest import in_thread
 
 

@@ -44,13 +44,13 @@ from schema.probes import (
     probe_targets,
 )
 from schema.ray import conventions
-from services.watcher.authorize import Allowed, Denied, Facts, Gone, Verdict, authorize
-from services.watcher.informer import Batch, Change, Scope, make_change
-from services.watcher.kvfacts import FactsStopped, KvFacts
-from services.watcher.podfacts import slim_pod
-from services.watcher.prober import ObjectSource
-from services.watcher.projection import Projection
-from services.watcher.resources import ResourceType, by_kind
+from services.edge.apply.authorize import Allowed, Denied, Facts, Gone, Verdict, authorize
+from services.edge.probe.prober import ObjectSource
+from services.edge.resources import ResourceType, by_kind
+from services.edge.watch.informer import Batch, Change, Scope, make_change
+from services.edge.watch.kvfacts import FactsStopped, KvFacts
+from services.edge.watch.podfacts import slim_pod
+from services.edge.watch.projection import Projection
 from tests.component.watcher.conftest import Bus, until
 from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually

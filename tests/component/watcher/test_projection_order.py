@@ -7,9 +7,9 @@ from typing import Any
 import msgspec
 
 from schema.keys import ReconcileKey
-from services.watcher.informer import Batch, Change, Scope
-from services.watcher.projection import Projection
-from services.watcher.resources import by_kind
+from services.edge.resources import by_kind
+from services.edge.watch.informer import Batch, Change, Scope
+from services.edge.watch.projection import Projection
 from tests.component.watcher.conftest import Bus
 
 

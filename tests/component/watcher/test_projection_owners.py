@@ -13,11 +13,11 @@ import msgspec
 from kubernetes import client
 
 from schema.keys import ReconcileKey
-from services.watcher.informer import Batch, Change, Scope, make_change
-from services.watcher.kubeapi import KubeApi
-from services.watcher.owners import api_owner_reader
-from services.watcher.projection import Projection
-from services.watcher.resources import ResourceType, by_kind
+from services.edge.kubeapi import KubeApi
+from services.edge.resources import ResourceType, by_kind
+from services.edge.watch.informer import Batch, Change, Scope, make_change
+from services.edge.watch.owners import api_owner_reader
+from services.edge.watch.projection import Projection
 from tests.component.watcher.conftest import Bus, create_custom, create_pod, in_thread, owner_ref, pod, raycluster
 from tests.fixtures.kubesim import KubeSimHandle
 

@@ -9,7 +9,7 @@ from kubernetes import client
 from kubesim.settings import KubeSimSettings
 from schema import subjects
 from schema.keys import ReconcileKey
-from services.watcher.service import Watcher
+from services.edge.service import Watcher
 from tests.component.watcher.conftest import (
     Bus,
     create_custom,

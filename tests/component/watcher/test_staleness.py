@@ -12,13 +12,13 @@ from kubernetes import client
 from schema import codec, subjects
 from schema.keys import ReconcileKey
 from schema.messages import CommandBatch, CreateObject, ObjectRef, PatchStatus
+from services.edge.apply.applier import Applier
+from services.edge.apply.staleness import DecisionCheck
+from services.edge.kubeapi import KubeApi
+from services.edge.resources import by_kind
+from services.edge.watch.informer import Batch, Change, Scope, make_change
+from services.edge.watch.projection import Projection
 from services.runtime.bus import publish
-from services.watcher.applier import Applier
-from services.watcher.informer import Batch, Change, Scope, make_change
-from services.watcher.kubeapi import KubeApi
-from services.watcher.projection import Projection
-from services.watcher.resources import by_kind
-from services.watcher.staleness import DecisionCheck
 from tests.component.watcher.conftest import Bus, in_thread, partition_of, until
 from tests.component.watcher.test_applier import results_of, running_applier, sa_ref
 from tests.fixtures.kubesim import KubeSimHandle

@@ -9,8 +9,8 @@ from typing import Any, cast
 import yaml
 from kubernetes import client
 
+from services.edge.service import Watcher
 from services.runtime.settings import KubeSettings, NatsSettings, RaybusSettings
-from services.watcher.service import Watcher
 from tests.component.watcher.conftest import in_thread
 from tests.fixtures.kubesim import default_crd_paths, running_kubesim
 from tests.fixtures.nats import NatsServer

@@ -14,13 +14,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from schema import codec, subjects
 from schema.keys import ReconcileKey
 from schema.messages import CommandBatch, CreateObject, ObjectRef
+from services.edge.apply.applier import Applier
+from services.edge.kubeapi import KubeApi
+from services.edge.resources import by_kind
+from services.edge.watch.informer import Batch, Change, Scope
+from services.edge.watch.projection import Projection
 from services.runtime.bus import publish
 from services.runtime.tracing import extract_context
-from services.watcher.applier import Applier
-from services.watcher.informer import Batch, Change, Scope
-from services.watcher.kubeapi import KubeApi
-from services.watcher.projection import Projection
-from services.watcher.resources import by_kind
 from tests.component.watcher.conftest import Bus, until
 
 

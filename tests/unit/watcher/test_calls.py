@@ -20,17 +20,10 @@ from schema.messages import (
     PatchStatus,
     StopRayJob,
 )
+from services.edge.apply.plan import RETRY_BACKOFF, is_transient, outcome_of_error, plan_call, requested_delay
+from services.edge.calls import ApiCall, ApiError
+from services.edge.events import event_name
 from services.runtime.errors import PermanentError
-from services.watcher.calls import (
-    RETRY_BACKOFF,
-    ApiCall,
-    ApiError,
-    event_name,
-    is_transient,
-    outcome_of_error,
-    plan_call,
-    requested_delay,
-)
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 

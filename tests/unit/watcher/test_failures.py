@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schema.messages import Command, CreateObject, DeleteCollection, DeleteObject, EmitEvent, ObjectRef, PatchStatus
-from services.watcher.failures import failure_reasons, replica_failure
+from services.edge.apply.failures import failure_reasons, replica_failure
 
 
 def pod(name: str) -> ObjectRef:

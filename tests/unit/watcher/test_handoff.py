@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from services.watcher.informer import Batch, Bookmark, Handoff, Scope
-from services.watcher.resources import by_kind
+from services.edge.resources import by_kind
+from services.edge.watch.informer import Batch, Bookmark, Handoff, Scope
 from tests.helpers import eventually
 
 WAIT = 30.0

@@ -8,8 +8,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.watcher.calls import ApiError
-from services.watcher.informer import (
+from services.edge.calls import ApiError
+from services.edge.resources import (
+    LAST_APPLIED_ANNOTATION,
+    RESOURCES,
+    by_api_version_kind,
+    by_kind,
+    sanitize,
+    select_served,
+    watched_resources,
+)
+from services.edge.watch.informer import (
     Bookmark,
     Change,
     Gone,
@@ -20,15 +29,6 @@ from services.watcher.informer import (
     make_change,
     scopes_for,
     split_lines,
-)
-from services.watcher.resources import (
-    LAST_APPLIED_ANNOTATION,
-    RESOURCES,
-    by_api_version_kind,
-    by_kind,
-    sanitize,
-    select_served,
-    watched_resources,
 )
 
 

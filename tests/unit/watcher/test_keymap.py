@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from schema.keys import ReconcileKey
-from services.watcher.keymap import EMPTY_INDEX, KeyIndex, dependencies, keys_for, origin_keys, selected_clusters
-from services.watcher.relations import Relations
+from services.edge.watch.keymap import EMPTY_INDEX, KeyIndex, dependencies, keys_for, origin_keys, selected_clusters
+from services.edge.watch.relations import Relations
 
 NS = "team-a"
 

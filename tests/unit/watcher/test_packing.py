@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from services.watcher.packing import Packer
+from services.edge.watch.packing import Packer
 
 
 def pod(name: str, ip: str) -> bytes:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import pytest
 
 from schema.keys import KEY_KINDS
-from services.reconciler.raycluster.autoscaler_rbac import role
-from services.reconciler.raycluster.model import decode_view
-from services.watcher.authorize import ALLOWED, EVENT_KIND
-from services.watcher.election import LEASE_NAME
-from services.watcher.permissions import (
+from services.edge.apply.authorize import ALLOWED, EVENT_KIND
+from services.edge.permissions import (
     GRANTED_RULES,
     NAMESPACE_RULES_BY_ROLE,
     REQUIRED_RULES,
@@ -19,6 +16,9 @@ from services.watcher.permissions import (
     named_rule_for,
     rule_for,
 )
+from services.edge.watch.election import LEASE_NAME
+from services.reconciler.raycluster.autoscaler_rbac import role
+from services.reconciler.raycluster.model import decode_view
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.watcher.podfacts import decode_slim_pod, slim_pod
+from services.edge.watch.podfacts import decode_slim_pod, slim_pod
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 

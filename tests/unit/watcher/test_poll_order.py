@@ -6,8 +6,8 @@ from __future__ import annotations
 from schema.decision import OBS_RAY_JOB
 from schema.keys import ReconcileKey
 from schema.probes import ProbeTarget, job_path
-from services.watcher.probekinds import PROBE_KINDS
-from services.watcher.prober import poll_order, state_key
+from services.edge.probe.probekinds import PROBE_KINDS
+from services.edge.probe.prober import poll_order, state_key
 
 
 def target(name: str) -> ProbeTarget:

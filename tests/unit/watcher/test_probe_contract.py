@@ -15,8 +15,8 @@ from schema.decision import OBS_RAY_JOB, OBS_SERVE, OBS_SERVE_HEALTH, Snapshot
 from schema.keys import ReconcileKey
 from schema.messages import StopRayJob
 from schema.probes import ProbeTarget, snapshot_targets
+from services.edge.probe.probekinds import PROBE_KINDS
 from services.reconciler import raycronjob, rayjob
-from services.watcher.probekinds import PROBE_KINDS
 from tests.unit.apiserver import NAMESPACE, ApiServer
 from tests.unit.rayjob.builders import cluster_spec, make_cluster_ready
 from tests.unit.rayjob.builders import rayjob as rayjob_object

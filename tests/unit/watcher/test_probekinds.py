@@ -10,8 +10,8 @@ import pytest
 from schema.keys import ReconcileKey
 from schema.probes import PodEndpoint, ProbeTarget, serve_significant
 from schema.probes import serve_health_significant as health_significant
-from services.watcher.dashboard import DashboardAnswer, pod_base_url
-from services.watcher.probekinds import PROBE_KINDS, health_data
+from services.edge.dashboard import DashboardAnswer, pod_base_url
+from services.edge.probe.probekinds import PROBE_KINDS, health_data
 
 
 def _target() -> ProbeTarget:

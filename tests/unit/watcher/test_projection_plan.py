@@ -7,9 +7,9 @@ from typing import Any, cast
 import msgspec
 
 from schema.keys import ReconcileKey
-from services.watcher.informer import Bookmark, Change, Check, Listing, Scope
-from services.watcher.projection import Projection, _Write, lifecycle_id, message_id
-from services.watcher.resources import by_kind
+from services.edge.resources import by_kind
+from services.edge.watch.informer import Bookmark, Change, Check, Listing, Scope
+from services.edge.watch.projection import Projection, _Write, lifecycle_id, message_id
 
 NS = "ns"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.watcher.throttle import Bucket, take
+from services.edge.apply.throttle import Bucket, take
 
 
 @pytest.mark.parametrize(

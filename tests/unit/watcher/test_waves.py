@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, ObjectRef, PatchStatus
-from services.watcher.waves import waves
+from services.edge.apply.waves import waves
 
 
 def ref(kind: str, name: str) -> ObjectRef:
