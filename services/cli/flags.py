@@ -55,7 +55,7 @@ def add_operator(parser: argparse.ArgumentParser) -> None:
 
 
 def add_kube(parser: argparse.ArgumentParser) -> None:
-    """Flags of the watcher (the service whose credentials read and write Kubernetes objects)."""
+    """Flags of the edge processes (the ones whose credentials read or write Kubernetes objects)."""
     parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
     parser.add_argument("--watch-namespace", help="comma-separated namespaces to watch (default: all)")
     parser.add_argument(
@@ -74,11 +74,15 @@ def add_kube(parser: argparse.ArgumentParser) -> None:
         help=f"mean seconds between drift checks of each watched resource, 0 = none (default 300) "
         f"[{CHECK_INTERVAL_ENV}]",
     )
+    add_identity(parser)
+
+
+def add_roles(parser: argparse.ArgumentParser) -> None:
+    """The roles of ``raybus watcher``, which runs any of them in one process (each has a command of its own)."""
     parser.add_argument(
         "--roles",
         help=f"stages this process runs, comma-separated: {','.join(WATCHER_ROLES)} (default: all) [{ROLES_ENV}]",
     )
-    add_identity(parser)
 
 
 def add_identity(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
@@ -42,7 +42,7 @@ from services.runtime import endpoints
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
 from services.runtime.natsbin import nats_server_binary, nats_server_environment
 from services.runtime.private import OWNER_ONLY_UMASK, open_private_log, private_dir, write_private
-from services.runtime.settings import NATS_PASSWORD_ENV, NATS_URL_ENV, NATS_USER_ENV, STATUS_AUTH_ENV
+from services.runtime.settings import NATS_PASSWORD_ENV, NATS_URL_ENV, NATS_USER_ENV, ROLE_COMMANDS, STATUS_AUTH_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -455,19 +455,19 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
         services: list[tuple[str, list[str], str, dict[str, str]]] = [
             (
                 "watch",
-                ["watcher", "--roles", "watch", *kube_flags("watch")],
+                [ROLE_COMMANDS["watch"], *kube_flags("watch")],
                 "informers → projection (holds the Lease)",
                 watch_env,
             ),
             (
                 "applier",
-                ["watcher", "--roles", "apply", *kube_flags("applier"), "--feature-gates", args.feature_gates],
+                [ROLE_COMMANDS["apply"], *kube_flags("applier"), "--feature-gates", args.feature_gates],
                 "partitions of RAYBUS_COMMANDS",
                 {},
             ),
             (
                 "prober",
-                ["watcher", "--roles", "probe", *kube_flags("prober")],
+                [ROLE_COMMANDS["probe"], *kube_flags("prober")],
                 "Ray dashboards of live RayJobs and RayServices",
                 {},
             ),
@@ -558,3 +558,12 @@ def run_up(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("raybus stopped", flush=True)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``raybus up`` with its command line."""
+    parser = argparse.ArgumentParser(
+        prog="raybus up", description="Run the whole stack on loopback (nats-server, kubesim, services)."
+    )
+    add_arguments(parser)
+    return run_up(parser.parse_args(argv))

@@ -1,7 +1,8 @@
-"""The watcher process: the watch side (informers → projection), the applier and the dashboard prober.
+"""An edge process: the watch side (informers → projection), the applier and the dashboard prober.
 
-Role: :func:`run_watcher` is what ``raybus watcher`` runs. One process runs any of three roles
-(``KubeSettings.roles``), each a separately scalable stage (docs/architecture.md#watcher):
+Role: :func:`run_watcher` is what ``raybus watch``, ``raybus applier`` and ``raybus prober`` run, each with
+its one role, and ``raybus watcher`` with any of them (``KubeSettings.roles``): each role a separately
+scalable stage (docs/architecture.md#watcher):
 
 - ``watch``: informers → projection, in exactly one active replica: it is elected by the Kubernetes
   Lease ``raybus-watcher`` (``election``, KubeRay's leader election). A standby waits, ready (it is

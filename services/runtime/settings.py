@@ -107,6 +107,10 @@ class PartitionSettings:
 WatcherRole = Literal["watch", "apply", "probe"]
 """A stage a watcher process runs: the watch side (informers → projection), the applier, the prober."""
 WATCHER_ROLES: Final[tuple[WatcherRole, ...]] = ("watch", "apply", "probe")
+ROLE_COMMANDS: Final[Mapping[WatcherRole, str]] = {"watch": "watch", "apply": "applier", "probe": "prober"}
+"""Per role, the ``raybus`` command that runs it alone; ``deploy/`` names the role's component the same (the
+``app.kubernetes.io/component`` label, and with the ``raybus-`` prefix its Deployment, ServiceAccount and
+ClusterRole)."""
 
 
 def parse_roles(text: str) -> tuple[WatcherRole, ...]:

@@ -23,7 +23,7 @@ import yaml
 from schema.config import FeatureGates
 from schema.crd import generate_crds
 from services.edge.permissions import RULES_BY_ROLE
-from services.edge.rbac_manifests import COMPONENTS
+from services.runtime.settings import ROLE_COMMANDS
 from tests.deploy.chart_values import DEV, MATRIX
 from tests.deploy.normalise import differences, normalise
 from tests.deploy.render import (
@@ -185,7 +185,7 @@ def test_watch_namespaces_get_each_roles_rules_as_roles_there() -> None:
     objects = _render("watch-namespaces")
     cluster_roles = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole")
     assert cluster_roles == ["raybus-status"]
-    for role, component in COMPONENTS.items():
+    for role, component in ROLE_COMMANDS.items():
         name = f"raybus-{component}"
         for namespace in ("team-a", "team-b"):
             granted = _namespaced(objects, "Role", name, namespace)

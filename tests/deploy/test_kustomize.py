@@ -12,16 +12,17 @@ import pytest
 
 from schema.crd import generate_crds
 from services.edge.rbac_manifests import component_name
-from services.runtime.settings import WATCHER_ROLES, WatcherRole
+from services.runtime.settings import ROLE_COMMANDS, WATCHER_ROLES, WatcherRole
 from tests.deploy.render import TREES, container, find, render
 
 K8S_VERSION = "1.33.0"
 SERVICES = {
-    **{component_name(role): "watcher" for role in WATCHER_ROLES},
-    "raybus-reconciler": "reconciler",
-    "raybus-status": "status",
+    **{component_name(role): (ROLE_COMMANDS[role], "watcher") for role in WATCHER_ROLES},
+    "raybus-reconciler": ("reconciler", "reconciler"),
+    "raybus-status": ("status", "status"),
 }
-"""Deployment → the service it runs (its command, container and NATS user): each watcher role has its own."""
+"""Deployment → the command it runs (its container's name too) and its NATS user: each edge role has a
+command of its own; the three share the user ``watcher``."""
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job"}
 
 
@@ -77,8 +78,8 @@ def test_pods_are_restricted(tree: str) -> None:
 
 
 @pytest.mark.parametrize("tree", TREES)
-@pytest.mark.parametrize(("name", "service"), SERVICES.items())
-def test_service_container(tree: str, name: str, service: str) -> None:
+@pytest.mark.parametrize(("name", "service", "user"), [(name, *run) for name, run in SERVICES.items()])
+def test_service_container(tree: str, name: str, service: str, user: str) -> None:
     deployment = find(tree, "Deployment", name)
     item = container(deployment, service)
     assert item["image"] == "ghcr.io/raybus/raybus:0.1.0"
@@ -91,8 +92,8 @@ def test_service_container(tree: str, name: str, service: str) -> None:
     assert item["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert item["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     env = {e["name"]: e for e in item["env"]}
-    assert env["RAYBUS_NATS_USER"]["value"] == service
-    assert env["RAYBUS_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "raybus-nats-users", "key": service}
+    assert env["RAYBUS_NATS_USER"]["value"] == user
+    assert env["RAYBUS_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "raybus-nats-users", "key": user}
     if service == "status":
         assert env["RAYBUS_DB_URL"]["valueFrom"]["secretKeyRef"] == {"name": "raybus-database", "key": "url"}
     else:
@@ -157,9 +158,9 @@ def test_dev_overlay_is_small() -> None:
 
 
 def test_single_namespace_overlay_watches_its_namespace() -> None:
-    watcher = container(find("overlays/single-namespace", "Deployment", component_name("watch")), "watcher")
-    assert "--watch-namespace=$(POD_NAMESPACE)" in watcher["args"]
-    env = {e["name"]: e for e in watcher["env"]}
+    watch = container(find("overlays/single-namespace", "Deployment", component_name("watch")), ROLE_COMMANDS["watch"])
+    assert "--watch-namespace=$(POD_NAMESPACE)" in watch["args"]
+    env = {e["name"]: e for e in watch["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 

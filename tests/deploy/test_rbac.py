@@ -23,7 +23,7 @@ from services.edge.permissions import (
 )
 from services.edge.rbac_manifests import NAMESPACE_ROLE_SUFFIX, component_name, stale_files
 from services.edge.watch.election import LEASE_NAME
-from services.runtime.settings import WATCHER_ROLES, WatcherRole
+from services.runtime.settings import ROLE_COMMANDS, WATCHER_ROLES, WatcherRole
 from services.status.access import REQUIRED_RULES as STATUS_RULES
 from tests.deploy.render import DEPLOY, TREES, container, find, render
 
@@ -154,10 +154,11 @@ def test_only_the_watcher_roles_and_the_status_service_mount_an_api_token(tree: 
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("role", WATCHER_ROLES)
 def test_each_watcher_deployment_runs_its_role_only(tree: str, role: WatcherRole) -> None:
-    """Its ServiceAccount (bound to its rules) is its own, so a Deployment must run no other role."""
-    item = container(find(tree, "Deployment", component_name(role)), "watcher")
-    assert item["args"][0] == "watcher"
-    assert [a for a in item["args"] if a.startswith("--roles")] == [f"--roles={role}"]
+    """Its ServiceAccount (bound to its rules) is its own, so a Deployment must run no other role: it runs
+    the role's own command, which takes no ``--roles``."""
+    item = container(find(tree, "Deployment", component_name(role)), ROLE_COMMANDS[role])
+    assert item["args"][0] == ROLE_COMMANDS[role]
+    assert not [a for a in item["args"] if a.startswith("--roles")]
     assert "--worker-id=$(POD_NAME)" in item["args"]
     env = {e["name"]: e for e in item["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"

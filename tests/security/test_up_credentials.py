@@ -134,7 +134,7 @@ async def test_up_on_a_given_cluster_runs_a_bus_only_its_own_processes_can_use(t
             # Each stage runs as its own user of deploy/, with deploy/'s permissions.
             plain = f"nats://127.0.0.1:{port}"
             users = {stage: stage_credentials(stage, port) for stage in ("reconciler", "status")}
-            users["applier"] = stage_credentials("apply", port)
+            users["applier"] = stage_credentials("applier", port)
             assert {stage: user for stage, (user, _) in users.items()} == {
                 "reconciler": "reconciler",
                 "status": "status",
