@@ -14,13 +14,15 @@ from collections.abc import Sequence
 
 from services.cli import flags
 from services.cli.commands import COMMANDS, Service, Tool
+from services.runtime.settings import RaybusSettings
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The command line of every service (the tools parse their own)."""
+    top = argparse.ArgumentParser(
         prog="raybus", description="The KubeRay operator as an event-sourced controller on NATS JetStream."
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         if isinstance(command, Tool):
             sub.add_parser(name, help=command.help, add_help=False)
@@ -28,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
         service = sub.add_parser(name, help=command.help)
         for add in command.flags:
             add(service)
-    return parser
+    return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS.get(args_list[0]) if args_list else None
     if isinstance(command, Tool):
         return _run_tool(args_list[0], command, args_list[1:])
-    args = _parser().parse_args(args_list)
+    args = parser().parse_args(args_list)
     service = COMMANDS[args.command]
     assert isinstance(service, Service)
     return asyncio.run(_serve(args.command, service, args))
@@ -54,17 +56,23 @@ def _run_tool(name: str, tool: Tool, argv: list[str]) -> int:
         return 2
 
 
+def settings_for(service: Service, args: argparse.Namespace, env: dict[str, str] | None = None) -> RaybusSettings:
+    """A service's settings: the environment's, its flags, and an edge command's own roles over both."""
+    settings = flags.settings_from(args, env)
+    if service.roles:
+        settings = dataclasses.replace(settings, kube=dataclasses.replace(settings.kube, roles=service.roles))
+    return settings
+
+
 async def _serve(name: str, service: Service, args: argparse.Namespace) -> int:
     from services.runtime.errors import RaybusError
     from services.runtime.lifecycle import run_service
 
     try:
-        settings = flags.settings_from(args)
+        settings = settings_for(service, args)
     except RaybusError as exc:
         print(f"raybus {name}: {exc}", file=sys.stderr)
         return 2
-    if service.roles:
-        settings = dataclasses.replace(settings, kube=dataclasses.replace(settings.kube, roles=service.roles))
     module_name, function = service.runs.split(":")
     run = getattr(importlib.import_module(module_name), function)
     return await run_service(name, settings, lambda stop, health: run(settings, stop, health))
