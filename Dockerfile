@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# raybus: one image for every service (`raybus watcher|reconciler|status|topology|...`).
+# raybus: one image for every service (`raybus watch|applier|prober|reconciler|status|topology|...`).
 #
 # Build stage: install the project and its dependencies into a virtualenv; the runtime stage copies
 # only that virtualenv, so no compiler, pip cache, installer or source tree ships in the image.
