@@ -7,7 +7,8 @@ from them; each role (``KubeSettings.roles``) runs in its own Deployment under i
 - ``watch``: the informers' list and watch queries (the ``resources`` table with ``informer.WatchDriver``)
   and the projection's owner reads (``owners.owner_request``, a list by name); plus, in the watcher's
   own namespace only (:data:`NAMESPACE_RULES_BY_ROLE`, a namespaced Role), the Lease it is elected by
-  (``election``: get and update of the Lease by name, create of it, which RBAC cannot restrict by name).
+  (``election``: get and update of the Lease by name, create of it, which RBAC cannot restrict by name);
+  and the create of the Warning Event that says on an object why it is not projected.
 - ``apply``: the applier's planned calls for exactly the (kind, verb) rows of the authorization table
   (``authorize.ALLOWED``, through ``plan.plan_call`` and the dashboard client's token read and service-proxy
   calls, with the GET that confirms a timed-out Serve config), and the failure reports' read of the key's
@@ -67,6 +68,7 @@ from services.edge.dashboard import (
     pod_base_url,
     secret_path,
 )
+from services.edge.events import event_call
 from services.edge.resources import LEASE, RESOURCES, ResourceType, by_kind
 from services.edge.watch.election import LEASE_NAME
 from services.edge.watch.informer import Scope, WatchDriver
@@ -182,6 +184,13 @@ def _owner_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:
             yield rule_for("GET", *owner_request(resource, _SAMPLE_NS, "x"))
 
 
+def _refusal_rules() -> Iterator[Rule]:
+    """The informers' Warning Event on an object they do not project (``informer.Informer._refuse``)."""
+    regarding = ObjectRef(api_version="v1", kind="Pod", namespace=_SAMPLE_NS, name="x", uid="u")
+    call = event_call(EmitEvent(regarding=regarding, event_type="Warning", reason="r", message="m"), now=_SAMPLE_TIME)
+    yield rule_for(call.method, call.path, call.query)
+
+
 def _election_rules() -> Iterator[NamedRule]:
     """The requests of ``election.LeaseElection``: GET and PUT of the Lease, POST of a missing one."""
     path = object_path(LEASE, _SAMPLE_NS, LEASE_NAME)
@@ -231,7 +240,7 @@ def _finalizer_rules(resources: Iterable[ResourceType]) -> Iterator[Rule]:
 def required_rules_by_role(resources: Sequence[ResourceType] = RESOURCES) -> dict[WatcherRole, frozenset[Rule]]:
     """Per role, every permission it uses in the namespaces it works in (see the module docstring)."""
     return {
-        "watch": frozenset((*_informer_rules(resources), *_owner_rules(resources))),
+        "watch": frozenset((*_informer_rules(resources), *_owner_rules(resources), *_refusal_rules())),
         "apply": frozenset(
             (
                 *_applier_rules(allowed_pairs()),

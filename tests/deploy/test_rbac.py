@@ -93,8 +93,8 @@ def test_only_the_watch_role_has_rules_in_its_own_namespace() -> None:
     assert {role for role, rules in NAMESPACE_RULES_BY_ROLE.items() if rules} == {"watch"}
 
 
-def test_the_watch_role_writes_only_its_lease() -> None:
-    assert {rule for rule in RULES_BY_ROLE["watch"] if rule[2] not in READ_VERBS} == set()
+def test_the_watch_role_writes_only_its_lease_and_the_events_of_what_it_refuses() -> None:
+    assert {rule for rule in RULES_BY_ROLE["watch"] if rule[2] not in READ_VERBS} == {("", "events", "create")}
     writes = {rule for rule in NAMESPACE_RULES_BY_ROLE["watch"] if rule[2] in WRITE_VERBS}
     assert {rule[:2] for rule in writes} == {LEASES}
 

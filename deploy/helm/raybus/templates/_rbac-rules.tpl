@@ -2,6 +2,9 @@
 {{/* from the authorization table in services/edge/apply/authorize.py). Do not edit. */}}
 {{- define "raybus.rules.watch" -}}
 - apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+- apiGroups: [""]
   resources: [persistentvolumeclaims, pods, secrets, serviceaccounts, services]
   verbs: [list, watch]
 - apiGroups: [batch]
