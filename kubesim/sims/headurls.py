@@ -1,11 +1,12 @@
 """Where a simulated Ray head listens, recorded on its Pod for clients that cannot use kubesim's proxies.
 
 In kubesim, the service and pod proxies and the port-forward lead to a head's loopback ports. Attached to
-another API server (``kubesim attach``) nothing can: a real kube-apiserver proxies only to routable Pod IPs,
-and the simulated Pod IPs are not. So the kubelet then writes the annotation ``kubesim.raybus.io/head-urls``
-on each running head Pod: a JSON object from container port (as text) to the base URL answering it on this
-machine, e.g. ``{"8265": "http://127.0.0.1:40123", "52365": "http://127.0.0.1:40125"}``. The Serve port
-appears while Serve runs. The annotation is refreshed while the head lives and left stale when it stops
+another API server (``kubesim attach``) they cannot: a real kube-apiserver proxies only to Pod IPs, where a
+simulated head listens only with ``SimOptions.heads_on_pod_ips``. So the kubelet then writes the annotation
+``kubesim.raybus.io/head-urls`` on each running head Pod: a JSON object from container port (as text) to
+the base URL answering it on this machine, e.g.
+``{"8265": "http://127.0.0.1:40123", "52365": "http://127.0.0.1:40125"}``. The Serve port appears while
+Serve runs. The annotation is refreshed while the head lives and left stale when it stops
 (the Pod is then no longer Ready).
 
 kubesim serving without simulators of its own (``--kubelet off``) resolves its proxies from these

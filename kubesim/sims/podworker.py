@@ -49,6 +49,7 @@ from kubesim.sims.objects import (
 )
 from kubesim.sims.options import SimOptions
 from kubesim.sims.podmodel import ContainerSim, build_pod_sim
+from kubesim.sims.podnetwork import pod_ip
 from kubesim.sims.realray import RealRayUnavailableError
 from kubesim.sims.realsubmit import run_real_submitter
 from kubesim.sims.submitter import parse_submitter
@@ -64,7 +65,7 @@ class _PodGone(Exception):
 
 
 class IpAllocator:
-    """Unique pod IPs in 10.244.0.0/16 (never reused within one run)."""
+    """Unique pod IPs of the Pod network (``podnetwork``), never reused within one run."""
 
     def __init__(self) -> None:
         self._next = 0
@@ -78,7 +79,7 @@ class IpAllocator:
         """A fresh IP."""
         while True:
             self._next += 1
-            ip = f"10.244.{self._next // 250}.{self._next % 250 + 2}"
+            ip = pod_ip(self._next)
             if ip not in self._used:
                 self._used.add(ip)
                 return ip
@@ -315,9 +316,10 @@ class PodWorker:
     async def _start_dashboard(self, pod: Mapping[str, Any]) -> None:
         self.dashboard_up = True
         try:
-            await self.node.dashboards.start_for(pod)
-        except RealRayUnavailableError as error:
-            # A real head that cannot start is a Ray container that exits: the restart policy decides.
+            await self.node.dashboards.start_for(pod, pod_ip=self.sim.pod_ip)
+        except (RealRayUnavailableError, OSError) as error:
+            # A head that cannot start (a real one, or ports that cannot be bound) is a Ray container that
+            # exits: the restart policy decides.
             logger.warning("kubesim kubelet: head pod %s/%s: %s", self.namespace, self.name, error)
             self.dashboard_up = False
             self.exits.append((0, 1))
