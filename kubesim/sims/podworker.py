@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,7 @@ from kubesim.sims.objects import (
 )
 from kubesim.sims.options import SimOptions
 from kubesim.sims.podmodel import ContainerSim, build_pod_sim
-from kubesim.sims.podnetwork import pod_ip
+from kubesim.sims.podnetwork import claim, pod_ip
 from kubesim.sims.realray import RealRayUnavailableError
 from kubesim.sims.realsubmit import run_real_submitter
 from kubesim.sims.submitter import parse_submitter
@@ -65,24 +66,51 @@ class _PodGone(Exception):
 
 
 class IpAllocator:
-    """Unique pod IPs of the Pod network (``podnetwork``), never reused within one run."""
+    """Unique pod IPs of the Pod network (``podnetwork``), never reused within one run.
 
-    def __init__(self) -> None:
+    With ``claim`` (heads listen on Pod IPs) each IP is also held on this machine while its pod's worker
+    runs (``podnetwork.claim``), so two simulators of one machine never give out the same address.
+    """
+
+    def __init__(self, *, claim: bool = False) -> None:
         self._next = 0
         self._used: set[str] = set()
+        self._claim = claim
+        self._claims: dict[str, socket.socket] = {}
 
     def reserve(self, ip: str) -> None:
         """Mark an IP found on an existing pod as taken."""
         self._used.add(ip)
 
     def allocate(self) -> str:
-        """A fresh IP."""
+        """A fresh IP.
+
+        Raises:
+            ValueError: the Pod network has no address left.
+        """
         while True:
             self._next += 1
             ip = pod_ip(self._next)
-            if ip not in self._used:
-                self._used.add(ip)
+            if ip in self._used:
+                continue
+            self._used.add(ip)
+            if not self._claim:
                 return ip
+            held = claim(ip)
+            if held is not None:
+                self._claims[ip] = held
+                return ip
+
+    def release(self, ip: str) -> None:
+        """Let go of an IP's claim (its pod's life ended); the IP is not given out again."""
+        held = self._claims.pop(ip, None)
+        if held is not None:
+            held.close()
+
+    def release_all(self) -> None:
+        """Let go of every claim (the kubelet stops)."""
+        for ip in list(self._claims):
+            self.release(ip)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,6 +213,8 @@ class PodWorker:
             if self.dashboard_up:
                 self.dashboard_up = False
                 await self.node.dashboards.stop_for(self.last_pod)
+            if self.sim.pod_ip:
+                self.node.ips.release(self.sim.pod_ip)
 
     async def _stop_programs(self) -> None:
         programs = list(self.programs.values())
