@@ -24,7 +24,17 @@ from kubesim.dashboard import SystemClock
 from kubesim.hooks import Store
 from kubesim.sims.annotations import HEAD_URLS
 from kubesim.sims.dashboards import RayDashboards
-from kubesim.sims.objects import PODS, annotations_of, api_error_code, meta, name_of, namespace_of, spec_of, uid_of
+from kubesim.sims.objects import (
+    PODS,
+    annotations_of,
+    api_error_code,
+    meta,
+    name_of,
+    namespace_of,
+    spec_of,
+    uid_of,
+    update_in,
+)
 from kubesim.sims.options import INSTANT
 from schema.ray import conventions
 
@@ -55,7 +65,7 @@ def head_urls(dashboards: RayDashboards, pod: Mapping[str, Any]) -> dict[str, st
     return urls
 
 
-def publish_head_urls(store: Store, pod: Mapping[str, Any], urls: Mapping[str, str]) -> None:
+async def publish_head_urls(store: Store, pod: Mapping[str, Any], urls: Mapping[str, str]) -> None:
     """Write ``urls`` into the head Pod's annotation unless it holds them already; a conflict or a Pod gone
     meanwhile is left to the next refresh."""
     text = json.dumps(dict(urls), sort_keys=True, separators=(",", ":"))
@@ -66,7 +76,7 @@ def publish_head_urls(store: Store, pod: Mapping[str, Any], urls: Mapping[str, s
         return
     meta(fresh)["annotations"] = {**annotations_of(fresh), HEAD_URLS: text}
     try:
-        store.update(PODS, fresh)
+        await update_in(store, PODS, fresh)
     except Exception as error:
         if api_error_code(error) not in (404, 409):
             raise

@@ -40,6 +40,7 @@ from kubesim.sims.objects import (
     RETRY_SECONDS,
     api_error_code,
     controller_owner_uid,
+    create_in,
     is_terminating,
     is_transient,
     name_of,
@@ -47,6 +48,7 @@ from kubesim.sims.objects import (
     spec_of,
     status_of,
     uid_of,
+    update_in,
 )
 from kubesim.sims.options import SimOptions
 from kubesim.sims.podmodel import ContainerSim, build_pod_sim
@@ -160,7 +162,7 @@ class PodWorker:
         self.last_pod = pod
         return pod
 
-    def _write(self) -> None:
+    async def _write(self) -> None:
         pod = self._get()
         previous = status_of(pod)
         status = self.sim.render(now=self.node.clock.time(), previous=previous)
@@ -168,7 +170,7 @@ class PodWorker:
             return
         body = {"metadata": pod["metadata"], "status": status}
         try:
-            self.node.store.update(PODS, body, subresource="status")
+            await update_in(self.node.store, PODS, body, subresource="status")
         except Exception as error:
             if api_error_code(error) == 404:
                 raise _PodGone from error
@@ -183,7 +185,7 @@ class PodWorker:
     async def _pause(self, delay: float) -> None:
         """Show the current state, then let ``delay`` seconds pass (nothing at all when 0)."""
         if delay > 0:
-            self._write()
+            await self._write()
             await asyncio.sleep(delay)
 
     async def _wait(self, timeout: float | None = None) -> bool:
@@ -238,7 +240,7 @@ class PodWorker:
                     "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector "
                     "(kubesim.raybus.io/stay-pending)."
                 )
-                self._write()
+                await self._write()
                 await self._wait()
                 pod = self._get()
             self.sim.unschedulable = None
@@ -264,7 +266,7 @@ class PodWorker:
             if spec_of(pod).get("nodeName"):
                 return pod  # bound meanwhile (what this worker read was older than the binding)
             try:
-                self.node.store.create(BINDINGS, binding)
+                await create_in(self.node.store, BINDINGS, binding)
                 return pod
             except Exception as error:
                 code = api_error_code(error)
@@ -284,7 +286,7 @@ class PodWorker:
             reason, message = problem
             for container in self.sim.containers:
                 container.wait(reason, message)
-            self._write()
+            await self._write()
             await self._wait()
         for container in self.sim.containers:
             container.wait("PodInitializing" if self.sim.init_containers else "ContainerCreating")
@@ -312,7 +314,7 @@ class PodWorker:
             if self.options.wait_gcs_ready and _waits_for_gcs(raw):
                 namespace, cluster = cluster_key(self.last_pod)
                 while not self.node.dashboards.gcs_ready(namespace, cluster):
-                    self._write()
+                    await self._write()
                     await self._wait(timeout=self.options.submitter_poll_interval * 4)
                     self._get()
             container.terminate(0, self.node.clock.time())
@@ -367,7 +369,7 @@ class PodWorker:
             if self.head:
                 self.node.dashboards.refresh(pod)
                 if self.options.publish_head_urls:
-                    publish_head_urls(self.node.store, pod, head_urls(self.node.dashboards, pod))
+                    await publish_head_urls(self.node.store, pod, head_urls(self.node.dashboards, pod))
             await self._handle_exits(pod)
             if self.crash_looping and not faults.crash_loop and self.sim.containers:
                 # The annotation was removed: the container starts for good.
@@ -378,7 +380,7 @@ class PodWorker:
                     await self._start_dashboard(pod)
             for container in self.sim.containers:
                 container.ready = container.state == "running" and self.sim.readiness_passed and not faults.never_ready
-            self._write()
+            await self._write()
             if self.sim.phase() in TERMINAL_PHASES:
                 return
             woken = await self._wait(self._supervise_timeout())
@@ -404,7 +406,7 @@ class PodWorker:
                 await self._stop_dashboard()
             if not container.will_restart():
                 continue
-            self._write()
+            await self._write()
             await asyncio.sleep(self.options.image_pull_delay)
             container.restart(self.node.clock.time())
             self._launch(index, pod)
