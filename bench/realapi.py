@@ -49,7 +49,7 @@ def real_plane(workdir: Path) -> Iterator[ControlPlane]:
 
 def simulators_argv(plane: ControlPlane) -> list[str]:
     """``kubesim attach`` against the plane as cluster admin, without the controllers it already has."""
-    return attach_argv(RealCluster(plane.state_dir))
+    return attach_argv(RealCluster(plane.state_dir), heads_on_pod_ips=False)
 
 
 def node_registered(kubeconfig: Path) -> bool:

@@ -6,9 +6,11 @@ server without a scheduler or a kubelet (kubesim serving with ``--kubelet off``,
 gets its Pods bound, run and Ready, its Jobs completed and its Ray heads answering. The kubelet registers
 its Node; the API server then leaves a deleted bound Pod terminating until the kubelet finishes it.
 
-The simulated heads listen on loopback ports of this machine: the kubelet records them on each head Pod
-(annotation ``kubesim.raybus.io/head-urls``, see :mod:`kubesim.sims.headurls`), since no API server can
-proxy to them.
+By default the simulated heads listen on loopback ports of this machine, which no API server proxies to:
+the kubelet records them on each head Pod (annotation ``kubesim.raybus.io/head-urls``, see
+:mod:`kubesim.sims.headurls`). With ``heads_on_pod_ips`` (the Pod network local to this machine, see
+:mod:`kubesim.sims.podnetwork`) each head listens on its Pod's IP and the real ports instead, so a real
+kube-apiserver's service and pod proxies reach it as they reach a real head.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kubesim.apiclient import ApiConnection
 from kubesim.remote import RemoteStore
 from kubesim.sims import Simulation, build_simulation
 from kubesim.sims.options import KubeletMode, RayMode, SimOptions, options_for
+from kubesim.sims.podnetwork import pod_network_problem
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,7 @@ class Attachment:
         kubelet: KubeletMode = "instant",
         ray: RayMode = "sim",
         options: SimOptions | None = None,
+        heads_on_pod_ips: bool = False,
     ) -> None:
         """Build the simulators (nothing runs before :meth:`start`).
 
@@ -44,13 +48,17 @@ class Attachment:
             kubelet: "instant" or "realistic" (see :mod:`kubesim.sims.options`).
             ray: "sim" (dashboard simulators) or "real" (real Ray heads).
             options: simulator settings (default: the kubelet mode's preset).
+            heads_on_pod_ips: simulated heads listen on their Pod's IP (``SimOptions.heads_on_pod_ips``).
 
         Raises:
-            ValueError: for kubelet mode "off" (nothing to attach) or an unknown mode.
+            ValueError: for kubelet mode "off" (nothing to attach), an unknown mode, or heads on Pod IPs
+                where the Pod network is not local to this machine (the message says how to make it so).
         """
         if kubelet == "off":
             raise ValueError("kubelet mode 'off' attaches nothing (instant, realistic)")
-        opts = replace(options or options_for(kubelet), publish_head_urls=True)
+        if heads_on_pod_ips and (problem := pod_network_problem()) is not None:
+            raise ValueError(f"heads cannot listen on Pod IPs: {problem}")
+        opts = replace(options or options_for(kubelet), publish_head_urls=True, heads_on_pod_ips=heads_on_pod_ips)
         self.store = RemoteStore(connection)
         self.simulation: Simulation = build_simulation(kubelet, options=opts, ray=ray)
         self._tasks: list[asyncio.Task[None]] = []

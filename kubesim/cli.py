@@ -83,6 +83,12 @@ def _attach_parser() -> argparse.ArgumentParser:
         default=[],
         help="leave out a simulator the API server's own controllers already run (repeatable)",
     )
+    parser.add_argument(
+        "--heads-on-pod-ips",
+        action="store_true",
+        help="simulated Ray heads listen on their Pod's IP and real ports, so the API server's proxies reach "
+        "them (needs the Pod network 10.244.0.0/16 local to this machine)",
+    )
     return parser
 
 
@@ -111,8 +117,19 @@ async def _attach(args: argparse.Namespace) -> None:
         gateway_status="gateways" not in args.without,
     )
     stop = _stop_on_signals()
-    async with Attachment(connection, kubelet=args.kubelet, ray=args.ray, options=options) as attachment:
-        print(f"kubesim attached to {connection.host} (kubelet {args.kubelet}, ray {args.ray})", flush=True)
+    try:
+        attachment = Attachment(
+            connection, kubelet=args.kubelet, ray=args.ray, options=options, heads_on_pod_ips=args.heads_on_pod_ips
+        )
+    except ValueError as exc:
+        await connection.close()
+        raise SystemExit(f"kubesim attach: {exc}") from exc
+    heads = "Pod IPs" if args.heads_on_pod_ips else "loopback"
+    async with attachment:
+        print(
+            f"kubesim attached to {connection.host} (kubelet {args.kubelet}, ray {args.ray}, heads on {heads})",
+            flush=True,
+        )
         ended = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(attachment.failed.wait())]
         await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
         for waiter in ended:

@@ -22,7 +22,10 @@ kube-apiserver) through :class:`kubesim.apiclient.ApiConnection`:
   the cache and the differences are delivered as ADDED, MODIFIED and DELETED events. Order holds per
   resource; events of different resources arrive in the order their watches deliver them.
 
-Everything runs on one event loop, the simulators' own; each write holds that loop for one round trip.
+Everything runs on one event loop, the simulators' own; each write of the synchronous protocol holds that
+loop for one round trip. ``acreate`` and ``aupdate`` do not (their request runs in a worker thread, the
+cache is updated on the loop): the kubelet writes through them (``kubesim.sims.objects.create_in``), so
+the bindings and status writes of many Pods are in flight at once instead of one after another.
 Errors are ``kubesim.errors.ApiError`` with the HTTP code (0 when the server did not answer).
 """
 
@@ -311,6 +314,26 @@ def _not_served(gvr: GVR) -> ApiError:
     return ApiError(404, "NotFound", f"the server could not find the requested resource ({resource})")
 
 
+class _Put:
+    """One update's request, and how a 409 Conflict changes it: a status update the simulators own goes
+    again on the latest resourceVersion; any other conflict is raised."""
+
+    def __init__(self, gvr: GVR, obj: Obj, subresource: str | None, body: Obj) -> None:
+        namespace, name = _key(obj)
+        self.path = resource_path(gvr, namespace or None, name, subresource)
+        self.object_path = resource_path(gvr, namespace or None, name)
+        self.status = subresource == "status"
+        if self.status and gvr.group in UNCONDITIONAL_STATUS_GROUPS and _rv(body):
+            body = {**body, "metadata": {k: v for k, v in _meta(body).items() if k != "resourceVersion"}}
+        self.body = body
+
+    def retry_on(self, latest: Any, conflict: ApiError, *, last: bool) -> None:
+        """After a 409 and a read of the ``latest`` object: set the body to retry with, or raise."""
+        if not self.status or last or not _rv(self.body):
+            raise conflict
+        self.body = {**self.body, "metadata": {**_meta(self.body), "resourceVersion": _rv(latest)}}
+
+
 class RemoteStore:
     """A ``kubesim.hooks.Store`` on an API server reached over HTTP (use it on one event loop)."""
 
@@ -413,28 +436,51 @@ class RemoteStore:
         self._took(gvr, answer)
         return dict(answer) if isinstance(answer, dict) else {}
 
+    async def acreate(self, gvr: GVR, obj: Obj) -> Obj:
+        """:meth:`create` without holding the event loop: the request runs in a worker thread, so the writes
+        of many simulated objects (a burst of Pods' bindings) are in flight at once."""
+        namespace = str(_meta(obj).get("namespace") or "") or None
+        body = self._typed(gvr, obj)
+        answer = await asyncio.to_thread(self.connection.request, "POST", resource_path(gvr, namespace), body=body)
+        self._took(gvr, answer)
+        return dict(answer) if isinstance(answer, dict) else {}
+
     def update(self, gvr: GVR, obj: Obj, *, subresource: str | None = None) -> None:
         """Replace the object, or only its status with ``subresource="status"``.
 
         Raises:
             ApiError: as the server answered; a status update's 409 only after :data:`CONFLICT_RETRIES`.
         """
-        namespace, name = _key(obj)
-        path = resource_path(gvr, namespace or None, name, subresource)
-        body = self._typed(gvr, obj)
-        if subresource == "status" and gvr.group in UNCONDITIONAL_STATUS_GROUPS and _rv(body):
-            body = {**body, "metadata": {k: v for k, v in _meta(body).items() if k != "resourceVersion"}}
+        put = _Put(gvr, obj, subresource, self._typed(gvr, obj))
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
-                answer = self.connection.request("PUT", path, body=body)
+                answer = self.connection.request("PUT", put.path, body=put.body)
             except ApiError as exc:
                 if exc.code != 409:
                     raise
-                latest = self.connection.request("GET", resource_path(gvr, namespace or None, name))
+                latest = self.connection.request("GET", put.object_path)
                 self._took(gvr, latest)
-                if subresource != "status" or attempt == CONFLICT_RETRIES or not _rv(body):
+                put.retry_on(latest, exc, last=attempt == CONFLICT_RETRIES)
+                continue
+            self._took(gvr, answer)
+            return
+
+    async def aupdate(self, gvr: GVR, obj: Obj, *, subresource: str | None = None) -> None:
+        """:meth:`update` without holding the event loop (see :meth:`acreate`).
+
+        Raises:
+            ApiError: as :meth:`update`.
+        """
+        put = _Put(gvr, obj, subresource, self._typed(gvr, obj))
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                answer = await asyncio.to_thread(self.connection.request, "PUT", put.path, body=put.body)
+            except ApiError as exc:
+                if exc.code != 409:
                     raise
-                body = {**body, "metadata": {**_meta(body), "resourceVersion": _rv(latest)}}
+                latest = await asyncio.to_thread(self.connection.request, "GET", put.object_path)
+                self._took(gvr, latest)
+                put.retry_on(latest, exc, last=attempt == CONFLICT_RETRIES)
                 continue
             self._took(gvr, answer)
             return

@@ -1,8 +1,10 @@
-"""Serving one simulated Ray head on loopback ports: the dashboard, the dashboard agent and, while Serve
-runs, the Serve proxy, each on a port of its own as on a real head.
+"""Serving one simulated Ray head: the dashboard, the dashboard agent and, while Serve runs, the Serve proxy,
+each on a port of its own as on a real head.
 
-Ports are chosen by the OS (port 0) so any number of simulated clusters coexist; the URLs are known once
-:meth:`DashboardServer.start` returns (the Serve proxy's once Serve started). The agent's port opens when
+By default they listen on loopback ports chosen by the OS (port 0), so any number of simulated clusters
+coexist; given an address of their own (a Pod IP local to this machine) they listen on the real head's
+ports there instead. The URLs are known once :meth:`DashboardServer.start` returns (the Serve proxy's
+once Serve started). The agent's port opens when
 its URL is first asked for: nothing of raybus talks to the agent, and a listener per head that nobody uses
 would put thousands of simulated clusters past the process's open-files limit. Stopping closes the listeners
 and every open connection, which is what a client of a Ray head that died would see; a Serve shutdown
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Mapping
 
 from aiohttp import web
 
@@ -24,17 +27,18 @@ logger = logging.getLogger(__name__)
 
 
 class _Site:
-    """One app on one loopback port.
+    """One app on one port (``0``: any free one) of one address.
 
     A site opens either at once (:meth:`start`) or on first use (:meth:`reserve`): the port is bound and
     listening before the method returns, so its URL can be handed out synchronously, and the server starts
     accepting in a task of its own; a client that connects meanwhile waits in the listen backlog.
     """
 
-    def __init__(self, state: DashboardState, role: Role, host: str) -> None:
+    def __init__(self, state: DashboardState, role: Role, host: str, port: int) -> None:
         self._state = state
         self._role = role
         self._host = host
+        self._port = port
         self._runner: web.AppRunner | None = None
         self._lock = asyncio.Lock()
         self._reserved: socket.socket | None = None
@@ -61,7 +65,7 @@ class _Site:
         return self._url_of(reserved)
 
     def _reserve_socket(self) -> socket.socket:
-        sock = socket.create_server((self._host, 0))
+        sock = socket.create_server((self._host, self._port))
         sock.setblocking(False)
         self._reserved = sock
         self.url = self._url_of(sock)
@@ -113,18 +117,25 @@ class _Site:
 class DashboardServer:
     """The aiohttp servers of one :class:`DashboardState`."""
 
-    def __init__(self, state: DashboardState, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, state: DashboardState, *, host: str = "127.0.0.1", ports: Mapping[Role, int] | None = None
+    ) -> None:
+        """Serve ``state`` on ``host``; ``ports`` fixes a role's port (the others take any free port)."""
         self.state = state
-        self._dashboard = _Site(state, "dashboard", host)
-        self._agent = _Site(state, "agent", host)
-        self._serve = _Site(state, "serve", host)
+        fixed = ports or {}
+        self._dashboard = _Site(state, "dashboard", host, fixed.get("dashboard", 0))
+        self._agent = _Site(state, "agent", host, fixed.get("agent", 0))
+        self._serve = _Site(state, "serve", host, fixed.get("serve", 0))
+        self._agent_port = fixed.get("agent", conventions.DEFAULT_DASHBOARD_AGENT_PORT)
+        self._serve_port = fixed.get("serve", conventions.DEFAULT_SERVE_PORT)
+        """The container ports that lead to the agent and the Serve proxy (any other: the dashboard)."""
         self._running = False
         self._generation = 0
         """Counts :meth:`stop` calls, so a start they overtook closes what it opened."""
 
     @property
     def url(self) -> str:
-        """The dashboard's base URL (``http://127.0.0.1:PORT``).
+        """The dashboard's base URL (``http://HOST:PORT``).
 
         Raises:
             RuntimeError: the server is not started.
@@ -143,14 +154,14 @@ class DashboardServer:
         or, for any other HTTP port, the dashboard's."""
         if not self._running:
             return None
-        if container_port == conventions.DEFAULT_DASHBOARD_AGENT_PORT:
+        if container_port == self._agent_port:
             return self._agent.reserve()
-        if container_port == conventions.DEFAULT_SERVE_PORT:
+        if container_port == self._serve_port:
             return self._serve.url
         return self._dashboard.url
 
     async def start(self) -> str:
-        """Listen on free loopback ports; return the dashboard's base URL.
+        """Listen on the head's ports; return the dashboard's base URL.
 
         Raises:
             RuntimeError: :meth:`stop` ran while the listeners were opening (none is left open).

@@ -1,7 +1,8 @@
 """Ray head wiring: one dashboard simulator per running head pod, and where the kubesim proxies forward.
 
-The kubelet starts a dashboard (``kubesim.dashboard``) on a loopback port just before it reports a head pod
-(``ray.io/node-type=head``) Running, so anyone who sees the pod Running can reach it; it stops it when the
+The kubelet starts a dashboard (``kubesim.dashboard``) on loopback ports (or, with
+``SimOptions.heads_on_pod_ips``, on the pod's IP and the head's real ports) just before it reports a head
+pod (``ray.io/node-type=head``) Running, so anyone who sees the pod Running can reach it; it stops it when the
 head's Ray container dies or the pod goes away. A new head pod gets a fresh dashboard: jobs and serve apps
 are lost, as with a real head restart without GCS fault tolerance.
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubesim.dashboard import Clock, DashboardServer, DashboardState, new_state
+from kubesim.dashboard.app import Role
 from kubesim.hooks import Store
 from kubesim.sims.annotations import pod_faults, recorded_head_urls
 from kubesim.sims.envresolve import resolve_env
@@ -51,6 +53,7 @@ from kubesim.sims.objects import (
 from kubesim.sims.options import SimOptions
 from kubesim.sims.rayresources import fits, node_resources
 from kubesim.sims.realray import RealRayHead
+from schema.objects import container_port, first_container
 from schema.ray import conventions
 
 logger = logging.getLogger(__name__)
@@ -120,6 +123,18 @@ def is_head_pod(pod: Mapping[str, Any]) -> bool:
     return labels_of(pod).get(conventions.LABEL_NODE_TYPE) == conventions.NODE_HEAD
 
 
+def head_ports(pod: Mapping[str, Any]) -> dict[Role, int]:
+    """The ports a head Pod's dashboard, agent and Serve proxy listen on: those its Ray container names
+    so, else Ray's defaults."""
+    container = first_container(spec_of(pod))
+    return {
+        "dashboard": container_port(container, conventions.PORT_DASHBOARD) or conventions.DEFAULT_DASHBOARD_PORT,
+        "agent": container_port(container, conventions.PORT_DASHBOARD_AGENT)
+        or conventions.DEFAULT_DASHBOARD_AGENT_PORT,
+        "serve": container_port(container, conventions.PORT_SERVE) or conventions.DEFAULT_SERVE_PORT,
+    }
+
+
 def cluster_key(pod: Mapping[str, Any]) -> tuple[str, str]:
     """(namespace, cluster) of a Ray pod; a pod without the label is its own cluster."""
     return namespace_of(pod), labels_of(pod).get(conventions.LABEL_CLUSTER) or name_of(pod)
@@ -153,11 +168,13 @@ class RayDashboards:
         """True when head pods run real Ray heads."""
         return self._options.real_ray
 
-    async def start_for(self, pod: Mapping[str, Any]) -> None:
-        """Start a fresh dashboard for a head pod (replacing any previous head of its cluster).
+    async def start_for(self, pod: Mapping[str, Any], *, pod_ip: str | None = None) -> None:
+        """Start a fresh dashboard for a head pod (replacing any previous head of its cluster); with
+        ``SimOptions.heads_on_pod_ips`` it listens on ``pod_ip`` (the IP the kubelet gave the pod).
 
         Raises:
             RealRayUnavailableError: a real head was asked for and could not start.
+            OSError: the head's ports on ``pod_ip`` could not be bound.
         """
         key = cluster_key(pod)
         previous = self._heads.pop(key, None)
@@ -179,7 +196,11 @@ class RayDashboards:
         if store is not None:
             state.jobs.fits = lambda request: fits(request, node_resources(store, key[0], key[1]))
         self.apply_faults(pod, state)
-        head = _Head(uid_of(pod), name_of(pod), server=DashboardServer(state))
+        if self._options.heads_on_pod_ips and pod_ip:
+            server = DashboardServer(state, host=pod_ip, ports=head_ports(pod))
+        else:
+            server = DashboardServer(state)
+        head = _Head(uid_of(pod), name_of(pod), server=server)
         await self._start_registered(key, head)
         logger.info("kubesim: Ray dashboard of %s/%s serving at %s", key[0], key[1], head.url)
 

@@ -1,11 +1,12 @@
 """Where a simulated Ray head listens, recorded on its Pod for clients that cannot use kubesim's proxies.
 
 In kubesim, the service and pod proxies and the port-forward lead to a head's loopback ports. Attached to
-another API server (``kubesim attach``) nothing can: a real kube-apiserver proxies only to routable Pod IPs,
-and the simulated Pod IPs are not. So the kubelet then writes the annotation ``kubesim.raybus.io/head-urls``
-on each running head Pod: a JSON object from container port (as text) to the base URL answering it on this
-machine, e.g. ``{"8265": "http://127.0.0.1:40123", "52365": "http://127.0.0.1:40125"}``. The Serve port
-appears while Serve runs. The annotation is refreshed while the head lives and left stale when it stops
+another API server (``kubesim attach``) they cannot: a real kube-apiserver proxies only to Pod IPs, where a
+simulated head listens only with ``SimOptions.heads_on_pod_ips``. So the kubelet then writes the annotation
+``kubesim.raybus.io/head-urls`` on each running head Pod: a JSON object from container port (as text) to
+the base URL answering it on this machine, e.g.
+``{"8265": "http://127.0.0.1:40123", "52365": "http://127.0.0.1:40125"}``. The Serve port appears while
+Serve runs. The annotation is refreshed while the head lives and left stale when it stops
 (the Pod is then no longer Ready).
 
 kubesim serving without simulators of its own (``--kubelet off``) resolves its proxies from these
@@ -23,7 +24,17 @@ from kubesim.dashboard import SystemClock
 from kubesim.hooks import Store
 from kubesim.sims.annotations import HEAD_URLS
 from kubesim.sims.dashboards import RayDashboards
-from kubesim.sims.objects import PODS, annotations_of, api_error_code, meta, name_of, namespace_of, spec_of, uid_of
+from kubesim.sims.objects import (
+    PODS,
+    annotations_of,
+    api_error_code,
+    meta,
+    name_of,
+    namespace_of,
+    spec_of,
+    uid_of,
+    update_in,
+)
 from kubesim.sims.options import INSTANT
 from schema.ray import conventions
 
@@ -54,7 +65,7 @@ def head_urls(dashboards: RayDashboards, pod: Mapping[str, Any]) -> dict[str, st
     return urls
 
 
-def publish_head_urls(store: Store, pod: Mapping[str, Any], urls: Mapping[str, str]) -> None:
+async def publish_head_urls(store: Store, pod: Mapping[str, Any], urls: Mapping[str, str]) -> None:
     """Write ``urls`` into the head Pod's annotation unless it holds them already; a conflict or a Pod gone
     meanwhile is left to the next refresh."""
     text = json.dumps(dict(urls), sort_keys=True, separators=(",", ":"))
@@ -65,7 +76,7 @@ def publish_head_urls(store: Store, pod: Mapping[str, Any], urls: Mapping[str, s
         return
     meta(fresh)["annotations"] = {**annotations_of(fresh), HEAD_URLS: text}
     try:
-        store.update(PODS, fresh)
+        await update_in(store, PODS, fresh)
     except Exception as error:
         if api_error_code(error) not in (404, 409):
             raise

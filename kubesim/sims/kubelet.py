@@ -76,7 +76,7 @@ class Kubelet:
         self._finished: set[str] = set()
         self._terminating: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self.ips = IpAllocator()
+        self.ips = IpAllocator(claim=options.heads_on_pod_ips)
 
     @property
     def store(self) -> Store:
@@ -128,6 +128,7 @@ class Kubelet:
         self._workers.clear()
         self._terminating.clear()
         await self.dashboards.stop_all()
+        self.ips.release_all()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a fire-and-forget coroutine that shutdown will cancel."""

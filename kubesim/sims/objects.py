@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubesim.hooks import BINDINGS as BINDINGS  # the simulators bind Pods through the store
-from kubesim.hooks import GVR
+from kubesim.hooks import GVR, Store
 from schema.ray import conventions
 
 Obj = dict[str, Any]
@@ -120,3 +120,22 @@ RETRY_SECONDS = 0.5
 def is_transient(error: BaseException) -> bool:
     """True for an error a later attempt may not meet (:data:`TRANSIENT_CODES`)."""
     return api_error_code(error) in TRANSIENT_CODES
+
+
+async def create_in(store: Store, gvr: GVR, obj: Obj) -> Obj:
+    """``store.create``, without holding the event loop where the store can (a store over HTTP:
+    ``RemoteStore.acreate``), so many simulated objects' writes are in flight at once."""
+    acreate = getattr(store, "acreate", None)
+    if acreate is None:
+        return store.create(gvr, obj)
+    created: Obj = await acreate(gvr, obj)
+    return created
+
+
+async def update_in(store: Store, gvr: GVR, obj: Obj, *, subresource: str | None = None) -> None:
+    """``store.update``, without holding the event loop where the store can (see :func:`create_in`)."""
+    aupdate = getattr(store, "aupdate", None)
+    if aupdate is None:
+        store.update(gvr, obj, subresource=subresource)
+    else:
+        await aupdate(gvr, obj, subresource=subresource)

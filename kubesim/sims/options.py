@@ -62,6 +62,11 @@ class SimOptions:
     publish_head_urls: bool = False
     """Record where each simulated head listens on its Pod (``kubesim.sims.headurls``): for API servers
     whose proxies cannot reach the heads (``kubesim attach``)."""
+    heads_on_pod_ips: bool = False
+    """Simulated heads listen on their Pod's IP and the real head's ports (dashboard 8265, agent 52365, Serve
+    8000, or the ports the head container names so) instead of loopback ports: for an API server that
+    proxies to Pod IPs (``kubesim attach`` to a real kube-apiserver). Needs the Pod network local to this
+    machine (``kubesim.sims.podnetwork``)."""
     real_ray: bool = False
     """Head pods run real Ray heads (``ray start --head``, needs ``raybus[realray]``) instead of the dashboard
     simulator, and Ray job submitters run their real script with the real ``ray`` CLI."""

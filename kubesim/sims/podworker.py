@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from kubesim.sims.objects import (
     RETRY_SECONDS,
     api_error_code,
     controller_owner_uid,
+    create_in,
     is_terminating,
     is_transient,
     name_of,
@@ -46,9 +48,11 @@ from kubesim.sims.objects import (
     spec_of,
     status_of,
     uid_of,
+    update_in,
 )
 from kubesim.sims.options import SimOptions
 from kubesim.sims.podmodel import ContainerSim, build_pod_sim
+from kubesim.sims.podnetwork import claim, pod_ip
 from kubesim.sims.realray import RealRayUnavailableError
 from kubesim.sims.realsubmit import run_real_submitter
 from kubesim.sims.submitter import parse_submitter
@@ -64,24 +68,51 @@ class _PodGone(Exception):
 
 
 class IpAllocator:
-    """Unique pod IPs in 10.244.0.0/16 (never reused within one run)."""
+    """Unique pod IPs of the Pod network (``podnetwork``), never reused within one run.
 
-    def __init__(self) -> None:
+    With ``claim`` (heads listen on Pod IPs) each IP is also held on this machine while its pod's worker
+    runs (``podnetwork.claim``), so two simulators of one machine never give out the same address.
+    """
+
+    def __init__(self, *, claim: bool = False) -> None:
         self._next = 0
         self._used: set[str] = set()
+        self._claim = claim
+        self._claims: dict[str, socket.socket] = {}
 
     def reserve(self, ip: str) -> None:
         """Mark an IP found on an existing pod as taken."""
         self._used.add(ip)
 
     def allocate(self) -> str:
-        """A fresh IP."""
+        """A fresh IP.
+
+        Raises:
+            ValueError: the Pod network has no address left.
+        """
         while True:
             self._next += 1
-            ip = f"10.244.{self._next // 250}.{self._next % 250 + 2}"
-            if ip not in self._used:
-                self._used.add(ip)
+            ip = pod_ip(self._next)
+            if ip in self._used:
+                continue
+            self._used.add(ip)
+            if not self._claim:
                 return ip
+            held = claim(ip)
+            if held is not None:
+                self._claims[ip] = held
+                return ip
+
+    def release(self, ip: str) -> None:
+        """Let go of an IP's claim (its pod's life ended); the IP is not given out again."""
+        held = self._claims.pop(ip, None)
+        if held is not None:
+            held.close()
+
+    def release_all(self) -> None:
+        """Let go of every claim (the kubelet stops)."""
+        for ip in list(self._claims):
+            self.release(ip)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,7 +162,7 @@ class PodWorker:
         self.last_pod = pod
         return pod
 
-    def _write(self) -> None:
+    async def _write(self) -> None:
         pod = self._get()
         previous = status_of(pod)
         status = self.sim.render(now=self.node.clock.time(), previous=previous)
@@ -139,7 +170,7 @@ class PodWorker:
             return
         body = {"metadata": pod["metadata"], "status": status}
         try:
-            self.node.store.update(PODS, body, subresource="status")
+            await update_in(self.node.store, PODS, body, subresource="status")
         except Exception as error:
             if api_error_code(error) == 404:
                 raise _PodGone from error
@@ -154,7 +185,7 @@ class PodWorker:
     async def _pause(self, delay: float) -> None:
         """Show the current state, then let ``delay`` seconds pass (nothing at all when 0)."""
         if delay > 0:
-            self._write()
+            await self._write()
             await asyncio.sleep(delay)
 
     async def _wait(self, timeout: float | None = None) -> bool:
@@ -184,6 +215,8 @@ class PodWorker:
             if self.dashboard_up:
                 self.dashboard_up = False
                 await self.node.dashboards.stop_for(self.last_pod)
+            if self.sim.pod_ip:
+                self.node.ips.release(self.sim.pod_ip)
 
     async def _stop_programs(self) -> None:
         programs = list(self.programs.values())
@@ -207,7 +240,7 @@ class PodWorker:
                     "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector "
                     "(kubesim.raybus.io/stay-pending)."
                 )
-                self._write()
+                await self._write()
                 await self._wait()
                 pod = self._get()
             self.sim.unschedulable = None
@@ -233,7 +266,7 @@ class PodWorker:
             if spec_of(pod).get("nodeName"):
                 return pod  # bound meanwhile (what this worker read was older than the binding)
             try:
-                self.node.store.create(BINDINGS, binding)
+                await create_in(self.node.store, BINDINGS, binding)
                 return pod
             except Exception as error:
                 code = api_error_code(error)
@@ -253,7 +286,7 @@ class PodWorker:
             reason, message = problem
             for container in self.sim.containers:
                 container.wait(reason, message)
-            self._write()
+            await self._write()
             await self._wait()
         for container in self.sim.containers:
             container.wait("PodInitializing" if self.sim.init_containers else "ContainerCreating")
@@ -281,7 +314,7 @@ class PodWorker:
             if self.options.wait_gcs_ready and _waits_for_gcs(raw):
                 namespace, cluster = cluster_key(self.last_pod)
                 while not self.node.dashboards.gcs_ready(namespace, cluster):
-                    self._write()
+                    await self._write()
                     await self._wait(timeout=self.options.submitter_poll_interval * 4)
                     self._get()
             container.terminate(0, self.node.clock.time())
@@ -315,9 +348,10 @@ class PodWorker:
     async def _start_dashboard(self, pod: Mapping[str, Any]) -> None:
         self.dashboard_up = True
         try:
-            await self.node.dashboards.start_for(pod)
-        except RealRayUnavailableError as error:
-            # A real head that cannot start is a Ray container that exits: the restart policy decides.
+            await self.node.dashboards.start_for(pod, pod_ip=self.sim.pod_ip)
+        except (RealRayUnavailableError, OSError) as error:
+            # A head that cannot start (a real one, or ports that cannot be bound) is a Ray container that
+            # exits: the restart policy decides.
             logger.warning("kubesim kubelet: head pod %s/%s: %s", self.namespace, self.name, error)
             self.dashboard_up = False
             self.exits.append((0, 1))
@@ -335,7 +369,7 @@ class PodWorker:
             if self.head:
                 self.node.dashboards.refresh(pod)
                 if self.options.publish_head_urls:
-                    publish_head_urls(self.node.store, pod, head_urls(self.node.dashboards, pod))
+                    await publish_head_urls(self.node.store, pod, head_urls(self.node.dashboards, pod))
             await self._handle_exits(pod)
             if self.crash_looping and not faults.crash_loop and self.sim.containers:
                 # The annotation was removed: the container starts for good.
@@ -346,7 +380,7 @@ class PodWorker:
                     await self._start_dashboard(pod)
             for container in self.sim.containers:
                 container.ready = container.state == "running" and self.sim.readiness_passed and not faults.never_ready
-            self._write()
+            await self._write()
             if self.sim.phase() in TERMINAL_PHASES:
                 return
             woken = await self._wait(self._supervise_timeout())
@@ -372,7 +406,7 @@ class PodWorker:
                 await self._stop_dashboard()
             if not container.will_restart():
                 continue
-            self._write()
+            await self._write()
             await asyncio.sleep(self.options.image_pull_delay)
             container.restart(self.node.clock.time())
             self._launch(index, pod)

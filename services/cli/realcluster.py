@@ -95,9 +95,18 @@ def plane_argv(cluster: RealCluster) -> list[str]:
     return [sys.executable, "-m", "realkube", "--state-dir", str(cluster.state)]
 
 
-def attach_argv(cluster: RealCluster) -> list[str]:
+def heads_unreachable() -> str | None:
+    """Why the API server's proxies cannot reach the simulated Ray heads here (RayJobs and RayServices then
+    stall), or None when the heads can listen on their Pod IPs (the Pod network is local to the machine)."""
+    from kubesim.sims.podnetwork import pod_network_problem
+
+    return pod_network_problem()
+
+
+def attach_argv(cluster: RealCluster, *, heads_on_pod_ips: bool) -> list[str]:
     """The command line of kubesim's simulators attached to the plane (as cluster admin: a kubelet and a
-    Job controller's work spans every namespace)."""
+    Job controller's work spans every namespace); ``heads_on_pod_ips`` puts the Ray heads where the API
+    server's proxies reach them."""
     without = [flag for name in SIMULATED_ELSEWHERE for flag in ("--without", name)]
     return [
         sys.executable,
@@ -109,6 +118,7 @@ def attach_argv(cluster: RealCluster) -> list[str]:
         "--kubelet",
         "instant",
         *without,
+        *(["--heads-on-pod-ips"] if heads_on_pod_ips else []),
     ]
 
 

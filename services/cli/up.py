@@ -336,7 +336,12 @@ def _start_real_cluster(stack: Stack, state: Path, timeout: float) -> tuple[str,
     except realcluster.RealClusterError as exc:
         raise StackError(str(exc)) from None
     attach_log = logs / "kubesim.log"
-    attached = Child("kubesim", realcluster.attach_argv(cluster), attach_log, "kubelet and Ray heads", infra=True)
+    unreachable = realcluster.heads_unreachable()
+    where = "kubelet and Ray heads on Pod IPs"
+    if unreachable is not None:
+        where = f"kubelet and Ray heads on loopback: RayJobs and RayServices cannot progress, {unreachable}"
+    argv = realcluster.attach_argv(cluster, heads_on_pod_ips=unreachable is None)
+    attached = Child("kubesim", argv, attach_log, where, infra=True)
     stack.add(attached, functools.partial(_log_mentions, attach_log, "kubesim attached"), timeout)
     return str(cluster.admin_kubeconfig), {role: str(path) for role, path in roles.items()}
 

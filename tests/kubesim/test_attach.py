@@ -4,6 +4,7 @@ only the API (no in-process simulator), driven through the official kubernetes c
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import secrets
 import signal
@@ -26,6 +27,9 @@ from kubesim.remote import RemoteStore
 from kubesim.settings import KubeSimSettings
 from kubesim.sims.headurls import HEAD_URLS
 from kubesim.sims.objects import CONFIGMAPS
+from kubesim.sims.podnetwork import POD_NETWORK, claim, pod_ip, pod_network_problem
+from kubesim.sims.podworker import IpAllocator
+from schema.ray import conventions
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, running_kubesim, start_kubesim
 from tests.fixtures.nats import free_port
 from tests.helpers import REPO, eventually, eventually_sync
@@ -168,6 +172,58 @@ async def test_a_head_pod_records_where_its_dashboard_answers(kube: KubeSimHandl
         return [address for s in slices for e in s.endpoints or [] for address in e.addresses]
 
     assert await eventually(lambda: asyncio.to_thread(endpoints)) == [ready.status.pod_ip]
+
+
+async def test_heads_on_pod_ips_listen_on_the_pod_ip_and_the_real_ports(tmp_path: Path) -> None:
+    """With the Pod network local to the machine (scripts/provision adds its route), a head answers on its
+    Pod's IP and the ports its container names, where a real API server's proxies dial."""
+    problem = pod_network_problem()
+    assert problem is None, problem
+    async with running_kubesim(crd_paths=default_crd_paths(), workdir=tmp_path) as kube:
+        attachment = Attachment(ApiConnection.from_kubeconfig(str(kube.kubeconfig)), heads_on_pod_ips=True)
+        async with attachment:
+            core = client.CoreV1Api(kube.api_client)
+            namespace = await _namespace(kube)
+            containers = [
+                {
+                    "name": "ray-head",
+                    "image": "rayproject/ray:2.52.0",
+                    "ports": [{"name": "dashboard", "containerPort": 8266}, {"name": "serve", "containerPort": 9000}],
+                }
+            ]
+            body = head_pod("head", "raycluster", namespace=namespace, containers=containers)
+            await asyncio.to_thread(core.create_namespaced_pod, namespace, body)
+            ip = (await _ready_pod(core, namespace, "head")).status.pod_ip
+            assert ipaddress.ip_address(ip) in POD_NETWORK
+            async with aiohttp.ClientSession() as session:
+                for port, path in (
+                    (8266, "/api/gcs_healthz"),
+                    (conventions.DEFAULT_DASHBOARD_AGENT_PORT, "/api/healthz"),
+                ):
+                    async with session.get(f"http://{ip}:{port}{path}") as answer:
+                        assert answer.status == 200, port
+        assert not attachment.errors, attachment.errors
+
+
+def test_two_simulators_of_one_machine_never_give_out_the_same_pod_ip() -> None:
+    first, second = IpAllocator(claim=True), IpAllocator(claim=True)
+    try:
+        given = [first.allocate() for _ in range(3)]
+        assert not set(given) & {second.allocate() for _ in range(3)}
+        first.release(given[0])
+        taken = claim(given[0])  # released: another simulator may take it
+        assert taken is not None
+        taken.close()
+    finally:
+        first.release_all()
+        second.release_all()
+
+
+def test_provision_routes_the_pod_network_kubesim_allocates_from() -> None:
+    assert f"pod_network={POD_NETWORK}" in (REPO / "scripts" / "provision").read_text()
+    assert {ipaddress.ip_address(pod_ip(n)) in POD_NETWORK for n in (1, 250, 60_000)} == {True}
+    with pytest.raises(ValueError, match="no address left"):
+        pod_ip(70_000)
 
 
 async def test_simulators_attached_before_the_api_server_answers_catch_up(

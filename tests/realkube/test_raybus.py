@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, config, dynamic, watch
 
-from services.cli.realcluster import NAMESPACE, ROLE_ACCOUNTS
+from services.cli.realcluster import NAMESPACE, ROLE_ACCOUNTS, heads_unreachable
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import load_yaml_docs
+from tests.e2e.rayservices import active, is_ready, pending, sample_service
 from tests.e2e.test_raycluster_samples import CONFORMANCE, expected_workers
+from tests.e2e.test_rayservice import with_env
 from tests.helpers import samples_dir
-from tests.realkube import audit
+from tests.realkube import audit, workloads
 from tests.realkube.raybus_stack import GROUP, PLURAL, VERSION, RaybusStack, running_stack, wait
 
 # What a RayCluster's children can be (every kind raybus creates for one), as (apiVersion, kind).
@@ -152,6 +155,139 @@ def test_a_deleted_cluster_is_collected_by_the_garbage_collector(real: RaybusSta
         # Whatever finalizer raybus put on the cluster is removed, then the collector deletes the children
         # (the attached kubelet finishes each Pod's graceful deletion).
         wait(real, gone, "the cluster and its Pods and Services gone")
+
+
+JOB_SAMPLES = {
+    "k8s-job": ("ray-job.shutdown.yaml", "K8sJobMode"),
+    "http": ("ray-job.sample.yaml", "HTTPMode"),
+    "sidecar": ("ray-job.sidecar-mode.yaml", "SidecarMode"),
+    "interactive": ("ray-job.interactive-mode.yaml", "InteractiveMode"),
+}
+"""Per submission mode: the KubeRay sample run in it (KubeRay ships none for HTTPMode: its basic sample,
+with the mode set) and the mode."""
+INTERACTIVE_JOB_ID = "interactive-sample"
+
+
+def require_reachable_heads(real: RaybusStack) -> None:
+    """RayJobs and RayServices need the simulated heads where the API server's proxies reach them: fail
+    (never skip) where the machine lacks the Pod network route."""
+    problem = heads_unreachable()
+    assert problem is None, f"the API server cannot proxy to the simulated Ray heads: {problem}"
+    assert "--heads-on-pod-ips" in real.child("kubesim").argv
+
+
+def rayjob_ended(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    status = workloads.status_of(api, "rayjobs", namespace, name)
+    return status if status.get("jobDeploymentStatus") in ("Complete", "Failed") else None
+
+
+def submit_interactive_job(real: RaybusStack, api: client.ApiClient, namespace: str, name: str) -> None:
+    """What a user of InteractiveMode does: wait for the cluster, set ``spec.jobId``, submit that job to
+    the head's dashboard (here through the API server's service proxy)."""
+
+    def waiting() -> dict[str, Any] | None:
+        status = workloads.status_of(api, "rayjobs", namespace, name)
+        return status if status.get("jobDeploymentStatus") == "Waiting" else None
+
+    cluster = wait(real, waiting, "the interactive RayJob waiting for its job")["rayClusterName"]
+    workloads.patch(api, "rayjobs", namespace, name, {"spec": {"jobId": INTERACTIVE_JOB_ID}})
+    wait(
+        real,
+        lambda: workloads.status_of(api, "rayjobs", namespace, name).get("jobId") == INTERACTIVE_JOB_ID,
+        "the interactive RayJob took its job id",
+    )
+    request = {"entrypoint": "python -c 'import ray; ray.init()'", "submission_id": INTERACTIVE_JOB_ID}
+    workloads.service_proxy_post(api, namespace, f"{cluster}-head-svc:dashboard", "/api/jobs/", request)
+
+
+def test_rayjobs_reach_their_end_in_every_submission_mode(real: RaybusStack) -> None:
+    """Each submission mode's RayJob ends Complete + SUCCEEDED: the prober follows the job through the API
+    server's service proxy to the head's dashboard; HTTPMode's submit and InteractiveMode's user go the same
+    way. K8sJobMode's submitter Job is run by the controller manager's Job controller and the attached
+    kubelet, and its shutdownAfterJobFinishes deletes the cluster, whose Pods the garbage collector removes."""
+    require_reachable_heads(real)
+    with real.api() as api:
+        started: dict[str, tuple[str, str]] = {}
+        for mode, (sample, submission_mode) in JOB_SAMPLES.items():
+            docs = workloads.sample_docs(sample)
+            rayjob = next(d for d in docs if d["kind"] == "RayJob")
+            rayjob["spec"]["submissionMode"] = submission_mode
+            namespace = f"rayjob-{mode}"
+            workloads.apply_docs(api, docs, namespace)
+            started[mode] = (namespace, rayjob["metadata"]["name"])
+        submit_interactive_job(real, api, *started["interactive"])
+        ended = {
+            mode: wait(real, lambda n=namespace, j=name: rayjob_ended(api, n, j), f"the {mode} RayJob ended")
+            for mode, (namespace, name) in started.items()
+        }
+        assert {mode: (s["jobDeploymentStatus"], s.get("jobStatus")) for mode, s in ended.items()} == {
+            mode: ("Complete", "SUCCEEDED") for mode in JOB_SAMPLES
+        }
+        submitters = {mode: workloads.jobs(api, namespace) for mode, (namespace, _) in started.items()}
+        assert {mode: len(found) for mode, found in submitters.items()} == {
+            "k8s-job": 1,
+            "http": 0,
+            "sidecar": 0,
+            "interactive": 0,
+        }
+        (submitter,) = submitters["k8s-job"]
+        assert workloads.job_complete(submitter), submitter.status
+        assert [r.kind for r in submitter.metadata.owner_references] == ["RayJob"]
+        sidecar_head = workloads.head_pod(api, started["sidecar"][0], ended["sidecar"]["rayClusterName"])
+        assert [c.name for c in sidecar_head.spec.containers] == ["ray-head", "ray-job-submitter"]
+        for mode in ("http", "sidecar", "interactive"):
+            namespace, _ = started[mode]
+            assert workloads.names(api, "rayclusters", namespace) == {ended[mode]["rayClusterName"]}, mode
+
+        namespace, _ = started["k8s-job"]
+        shut_down = ended["k8s-job"]["rayClusterName"]
+        wait(
+            real,
+            lambda: not workloads.names(api, "rayclusters", namespace)
+            and not workloads.cluster_pods(api, namespace, shut_down),
+            "the K8sJobMode RayJob's cluster and its Pods gone after ttlSecondsAfterFinished",
+        )
+
+
+def test_a_rayservice_runs_and_a_blue_green_upgrade_replaces_its_cluster(real: RaybusStack) -> None:
+    """KubeRay's RayService sample reaches Running with its Serve applications (read through the service
+    proxy) and a healthy head Serve proxy (through the pod proxy); a change of its cluster spec brings up
+    a new cluster, moves the serve Service to it, and the old cluster is deleted after the deletion delay
+    (2 s instead of KubeRay's 60 s), its Pods removed by the garbage collector."""
+    namespace = "rayservice"
+    body = sample_service("ray-service.sample.yaml")
+    body["spec"]["rayClusterDeletionDelaySeconds"] = 2
+    name = body["metadata"]["name"]
+    serve_service = f"{name}-serve-svc"
+    require_reachable_heads(real)
+    with real.api() as api:
+        workloads.apply_docs(api, [body], namespace)
+
+        def running(cluster_other_than: str = "") -> dict[str, Any] | None:
+            status = workloads.status_of(api, "rayservices", namespace, name)
+            serving = is_ready(status) and not pending(status) and active(status) not in ("", cluster_other_than)
+            return status if serving else None
+
+        def served_by(cluster: str) -> bool:
+            pods = workloads.ready_endpoint_pods(api, namespace, serve_service)
+            return bool(pods) and all(pod.startswith(f"{cluster}-") for pod in pods)
+
+        status = wait(real, running, "the RayService Running")
+        old = active(status)
+        applications = {app["name"] for app in yaml.safe_load(body["spec"]["serveConfigV2"])["applications"]}
+        assert set(status["activeServiceStatus"]["applicationStatuses"]) == applications
+        wait(real, lambda: served_by(old), "the serve Service's endpoints on the first cluster")
+
+        upgraded = with_env(body["spec"]["rayClusterConfig"], "UPGRADE", "1")
+        workloads.patch(api, "rayservices", namespace, name, {"spec": {"rayClusterConfig": upgraded}})
+        new = active(wait(real, lambda: running(old), "the RayService Running on a new cluster"))
+        wait(real, lambda: served_by(new), "the serve Service's endpoints on the new cluster")
+        wait(
+            real,
+            lambda: workloads.names(api, "rayclusters", namespace) == {new}
+            and not workloads.cluster_pods(api, namespace, old),
+            "the old cluster and its Pods gone",
+        )
 
 
 class PodCreates:
