@@ -7,6 +7,7 @@ fails it), and the permissions deploy/ grants that no request used are written t
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import yaml
 from kubernetes import client, config, dynamic, watch
 
 from services.cli.realcluster import NAMESPACE, ROLE_ACCOUNTS, heads_unreachable
+from services.edge.watch.informer import REFUSED_REASON
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import load_yaml_docs
 from tests.e2e.rayservices import active, is_ready, pending, sample_service
@@ -26,6 +28,7 @@ from tests.e2e.test_rayservice import with_env
 from tests.helpers import samples_dir
 from tests.realkube import audit, workloads
 from tests.realkube.raybus_stack import GROUP, PLURAL, VERSION, RaybusStack, running_stack, wait
+from tests.security.test_hostile_objects import deep_cluster
 
 # What a RayCluster's children can be (every kind raybus creates for one), as (apiVersion, kind).
 CHILD_KINDS = (
@@ -155,6 +158,33 @@ def test_a_deleted_cluster_is_collected_by_the_garbage_collector(real: RaybusSta
         # Whatever finalizer raybus put on the cluster is removed, then the collector deletes the children
         # (the attached kubelet finishes each Pod's graceful deletion).
         wait(real, gone, "the cluster and its Pods and Services gone")
+
+
+def test_an_object_too_deep_to_decode_gets_the_watch_roles_warning_event(real: RaybusStack) -> None:
+    """The watch role says on an object why it does not project it, with its own ServiceAccount's rights."""
+    namespace = "refused"
+    with real.api() as api:
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        headers = {"Content-Type": "application/json"}
+        token = api.configuration.get_api_key_with_prefix("authorization")
+        if token:
+            headers["Authorization"] = token
+        # Sent as bytes: the client's serializer is recursive, and the object is deeper than it goes.
+        response = api.rest_client.pool_manager.request(
+            "POST",
+            f"{api.configuration.host}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}",
+            body=deep_cluster("too-deep").encode(),
+            headers=headers,
+        )
+        assert response.status == 201, response.data[:500]
+        uid = json.loads(response.data)["metadata"]["uid"]
+
+        def warned() -> bool:
+            events = core.list_namespaced_event(namespace).items
+            return any(e.involved_object.uid == uid and e.reason == REFUSED_REASON for e in events)
+
+        wait(real, warned, "the watch role's Warning Event on the refused RayCluster")
 
 
 JOB_SAMPLES = {
