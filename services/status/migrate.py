@@ -1,8 +1,9 @@
 """Alembic migrations of the status database, configured in code (there is no ``alembic.ini`` to keep in
 sync: the script location is this package's sibling ``migrations/``).
 
-``raybus status`` calls :func:`upgrade` at start (unless ``--no-migrate``); on PostgreSQL the migration
-takes an advisory lock, so replicas starting together do not race. Operators who want Alembic's own
+``raybus status`` runs ``raybus migrate upgrade`` in a child at start (unless ``--no-migrate``; see
+:mod:`services.status.migrating`); on PostgreSQL the migration takes an advisory lock, so replicas
+starting together do not race. Operators who want Alembic's own
 commands generate a config file and point ``alembic`` at it::
 
     raybus migrate config /tmp/raybus-alembic.ini       # or: python -m services.status.migrate config ...
@@ -33,8 +34,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 import migrations
-from services.runtime.errors import RaybusError
+from services.runtime.errors import RaybusError, RetryableError
 from services.runtime.settings import load_settings
+from services.status.migrating import RETRY_LATER
 from services.status.store import StatusStore, create_engine
 
 SCRIPT_LOCATION = Path(migrations.__file__).resolve().parent
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(upgrade(db_url, revision=args.revision))
     except RaybusError as exc:
         print(f"raybus: {exc}", file=sys.stderr)
-        return 1
+        return RETRY_LATER if isinstance(exc, RetryableError) else 1
     print(f"database at {asyncio.run(current_revision(db_url))}")
     return 0
 

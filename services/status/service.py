@@ -2,9 +2,9 @@
 
 Start-up order fails fast and clearly: the database is checked first (an unreachable one raises
 ``RetryableError`` naming the URL without its password, within the connect timeout, instead of hanging),
-then migrated, then NATS is connected and the topology ensured; only then does the API listen and the
-consumer start. Readiness (``/readyz`` on the runtime's health server) means "connected to NATS and the
-database answered its last probe".
+then migrated (in a child process: Alembic stays out of this one), then NATS is connected and the
+topology ensured; only then does the API listen and the consumer start. Readiness (``/readyz`` on the
+runtime's health server) means "connected to NATS and the database answered its last probe".
 
 Shutdown (``stop`` set): the consumer finishes and acks the batch in flight, then the API stops, the NATS
 connection is flushed and closed (so the last acks leave), and the engine is disposed. Nothing
@@ -26,7 +26,7 @@ from services.status.api import ApiServer, StatusApi
 from services.status.console import Console
 from services.status.consumer import ResultConsumer
 from services.status.metrics import ResourceMetrics
-from services.status.migrate import upgrade
+from services.status.migrating import upgrade_in_child
 from services.status.store import StatusStore, create_engine, redact_db_url
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
     try:
         await store.ping()
         if status.migrate:
-            await upgrade(status.db_url)
+            await upgrade_in_child(status.db_url)
         log.info("status database %s ready", redact_db_url(status.db_url))
         nc = await connect(settings.nats, name="raybus-status")
         try:

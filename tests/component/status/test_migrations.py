@@ -13,7 +13,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
+from services.runtime.errors import RetryableError
 from services.status.migrate import alembic_config, current_revision, head_revision, upgrade, write_config
+from services.status.migrating import upgrade_in_child
 from services.status.models import Base
 from services.status.store import create_engine
 
@@ -40,6 +42,25 @@ async def test_step_by_step_upgrade(db_url: str) -> None:
     assert await current_revision(db_url) == "0001"
     await upgrade(db_url)
     assert await current_revision(db_url) == "0004"
+
+
+async def test_the_status_service_migrates_in_a_child(db_url: str) -> None:
+    await upgrade_in_child(db_url)
+    await upgrade_in_child(db_url)  # a second start changes nothing
+    assert await current_revision(db_url) == head_revision()
+
+
+@pytest.mark.parametrize(
+    "bad_url",
+    [
+        pytest.param("postgresql+asyncpg://raybus:s3cret@127.0.0.1:1/raybus", id="postgresql-port-closed"),
+        pytest.param("sqlite+aiosqlite:////proc/version/raybus.db", id="sqlite-path-impossible"),
+    ],
+)
+async def test_a_child_that_cannot_reach_the_database_says_so_without_the_password(bad_url: str) -> None:
+    with pytest.raises(RetryableError, match="unreachable") as raised:
+        await upgrade_in_child(bad_url)
+    assert "s3cret" not in str(raised.value)
 
 
 def test_generated_config_drives_the_alembic_command(
