@@ -31,12 +31,14 @@ class Service:
         flags: what adds its options.
         runs: ``module:function`` of its main coroutine.
         roles: an edge process's roles, fixed by its command (empty: ``--roles`` or the environment say).
+        without: modules the process never loads: a library's optional import of one fails instead.
     """
 
     help: str
     flags: tuple[AddFlags, ...]
     runs: str
     roles: tuple[WatcherRole, ...] = ()
+    without: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +80,9 @@ COMMANDS: Final[Mapping[str, Service | Tool]] = {
         help="a stateless reconcile worker (NATS only)",
         flags=(flags.add_common, flags.add_operator, flags.add_identity, flags.add_liveness),
         runs="services.reconciler.worker.service:run_reconciler",
+        # nats-py imports aiohttp, when installed, for a websocket transport raybus never uses; the reconciler
+        # serves no HTTP but its health endpoints, so it goes without (about 12 MB resident).
+        without=("aiohttp",),
     ),
     "status": Service(
         help="persist transitions and the command audit trail; serve the history API",

@@ -65,6 +65,8 @@ def settings_for(service: Service, args: argparse.Namespace, env: dict[str, str]
 
 
 async def _serve(name: str, service: Service, args: argparse.Namespace) -> int:
+    for module in service.without:
+        sys.modules.setdefault(module, None)  # type: ignore[arg-type]  # None: importing it fails
     from services.runtime.errors import RaybusError
     from services.runtime.lifecycle import run_service
 

@@ -1,4 +1,4 @@
-"""Serving an aiohttp application on loopback or pod ports, without leaking a listener.
+"""Serving on loopback or pod ports, without leaking a listener.
 
 A start that fails or is cancelled half-way (a service stopped while it comes up) closes whatever it
 opened. asyncio's ``create_server`` cancelled at its last step returns nothing to its caller but keeps
@@ -8,9 +8,26 @@ listening, so the start runs in a task of its own that a cancelled caller lets f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from aiohttp import web
+if TYPE_CHECKING:
+    from aiohttp import web
+
+Started = TypeVar("Started")
+
+
+async def start_cleanly(start: Coroutine[Any, Any, Started], close: Callable[[Started], Awaitable[None]]) -> Started:
+    """Await ``start``; if the caller is cancelled meanwhile, let it finish, ``close`` what it opened, and
+    re-raise the cancellation."""
+    starting = asyncio.ensure_future(start)
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        (outcome,) = await asyncio.gather(starting, return_exceptions=True)
+        if not isinstance(outcome, BaseException):
+            await close(outcome)
+        raise
 
 
 async def serve_app(app: web.Application, host: str, ports: Sequence[int]) -> tuple[web.AppRunner, list[int]]:
@@ -19,17 +36,14 @@ async def serve_app(app: web.Application, host: str, ports: Sequence[int]) -> tu
     Returns:
         The runner (``cleanup()`` stops serving) and the bound port of each of ``ports``, in order.
     """
-    starting = asyncio.ensure_future(_serve(app, host, ports))
-    try:
-        return await asyncio.shield(starting)
-    except asyncio.CancelledError:
-        (outcome,) = await asyncio.gather(starting, return_exceptions=True)
-        if isinstance(outcome, tuple):
-            await outcome[0].cleanup()
-        raise
+    return await start_cleanly(_serve(app, host, ports), lambda outcome: outcome[0].cleanup())
 
 
 async def _serve(app: web.Application, host: str, ports: Sequence[int]) -> tuple[web.AppRunner, list[int]]:
+    # Imported here: the health server starts its listeners with start_cleanly in processes that never load
+    # aiohttp (the reconciler).
+    from aiohttp import web
+
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     bound: list[int] = []
