@@ -83,6 +83,10 @@ _refusals_redecided = _meter.create_counter(
 FETCH_BATCH = 256
 FETCH_TIMEOUT = 1.0
 KEY_CONCURRENCY = 64
+DECIDING_AT_ONCE = 128
+"""Keys a worker decides at once over all its partitions. Each holds its snapshot, its decision and the
+encoded batch until published, so this bounds the worker's memory in a burst (16 partitions of
+``KEY_CONCURRENCY`` keys would be 1,024 at once); on a few cores, more at once adds no throughput."""
 TEND_INTERVAL = 0.25
 REDELIVERY_BACKOFF = Backoff(base=0.5, cap=30.0)
 """Delay of the redelivery after a failed reconcile, by the number of deliveries so far."""
@@ -175,6 +179,7 @@ class PartitionConsumer:
         part_budget: int = part_budget(DEFAULT_MAX_PAYLOAD),
         recall: Recall | None = None,
         resync_period: float = 0.0,
+        deciding: asyncio.Semaphore | None = None,
     ) -> None:
         self.partition = partition
         self._js = js
@@ -194,6 +199,7 @@ class PartitionConsumer:
         self._recalled: set[ReconcileKey] = set()
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(KEY_CONCURRENCY)
+        self._deciding = deciding or asyncio.Semaphore(DECIDING_AT_ONCE)
         self._tended_at = float("-inf")
 
     @property
@@ -283,7 +289,7 @@ class PartitionConsumer:
             await asyncio.gather(*(self._guarded(key, items) for key, items in groups.items()))
 
     async def _guarded(self, key: ReconcileKey, items: list[_Item]) -> None:
-        async with self._limit:
+        async with self._limit, self._deciding:
             try:
                 await self._reconcile_key(key, items)
             except Exception as exc:  # outside the reconcile's own guard: still only this key's inputs fail

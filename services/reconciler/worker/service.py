@@ -20,7 +20,7 @@ from schema.keys import KeyKind, ReconcileKey
 from schema.parts import part_budget
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.applied import AppliedFloor
-from services.reconciler.worker.consumer import PartitionConsumer
+from services.reconciler.worker.consumer import DECIDING_AT_ONCE, PartitionConsumer
 from services.reconciler.worker.handover import recent_batches
 from services.reconciler.worker.inflight import InFlight
 from services.reconciler.worker.results import follow_results
@@ -66,6 +66,7 @@ async def run_reconciler(
         running: dict[int, tuple[PartitionConsumer, asyncio.Task[None]]] = {}
         crashed: list[BaseException] = []
         progress = Progress("reconcile")
+        deciding = asyncio.Semaphore(DECIDING_AT_ONCE)  # shared: the bound is the worker's, over its partitions
         leases: PartitionLeases
 
         def on_done(task: asyncio.Task[None]) -> None:
@@ -95,6 +96,7 @@ async def run_reconciler(
                 part_budget=part_budget(nc.max_payload),
                 recall=lambda key: recent_batches(nc, key, within=settings.partitions.inflight_max_age),
                 resync_period=settings.partitions.resync_period,
+                deciding=deciding,
             )
             task = asyncio.create_task(consumer.run(), name=f"partition-{partition}")
             task.add_done_callback(on_done)
