@@ -17,7 +17,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 
-from services.runtime.errors import RetryableError
+from services.runtime.errors import PermanentError, RetryableError
 from services.runtime.settings import NatsSettings
 from services.runtime.tracing import inject_headers
 
@@ -41,9 +41,16 @@ async def connect(settings: NatsSettings, *, name: str) -> Client:
 
     Raises:
         RetryableError: no server answered.
+        PermanentError: a websocket URL in a process that goes without aiohttp (the reconciler).
     """
+    servers = [u.strip() for u in settings.url.split(",")]
+    if any(urlsplit(server).scheme in ("ws", "wss") for server in servers) and not _websockets():
+        raise PermanentError(
+            f"NATS URL {redact_url(settings.url)}: websocket URLs need aiohttp, which this process goes without; "
+            "use nats:// or tls://"
+        )
     options: dict[str, Any] = {
-        "servers": [u.strip() for u in settings.url.split(",")],
+        "servers": servers,
         "name": name,
         "connect_timeout": settings.connect_timeout,
         "max_reconnect_attempts": -1,
@@ -68,6 +75,15 @@ async def connect(settings: NatsSettings, *, name: str) -> Client:
         raise RetryableError(f"cannot connect to NATS at {redact_url(settings.url)}: {exc}") from exc
     log.info("connected to NATS %s (server %s)", redact_url(settings.url), nc.connected_server_version)
     return nc
+
+
+def _websockets() -> bool:
+    """Whether nats-py's websocket transport can run here: it needs aiohttp."""
+    try:
+        import aiohttp  # noqa: F401  (already loaded, or kept out of this process)
+    except ImportError:
+        return False
+    return True
 
 
 async def publish(

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nats
+import pytest
 
-from services.runtime.bus import flush_sent
+from services.runtime.bus import connect, flush_sent
+from services.runtime.errors import PermanentError
+from services.runtime.settings import NatsSettings
 from tests.fixtures.nats import NatsServer
 
 SUBJECT = "raybus.flush-test"
@@ -33,3 +37,11 @@ async def test_flush_sent_returns_after_the_server_processed_a_subscription(tmp_
     subscribed = next(i for i, command in enumerate(received) if command.startswith(f"[SUB {SUBJECT} "))
     last_ping = max(i for i, command in enumerate(received) if command == "[PING]")
     assert subscribed < last_ping, received
+
+
+async def test_a_websocket_url_without_aiohttp_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As in ``raybus reconciler``, which keeps aiohttp out of its process.
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # type: ignore[arg-type]
+    with pytest.raises(PermanentError, match="websocket URLs need aiohttp") as raised:
+        await connect(NatsSettings(url="ws://raybus:s3cret@127.0.0.1:1"), name="test")
+    assert "s3cret" not in str(raised.value)
