@@ -115,24 +115,33 @@ def autoscaled() -> dict[str, Any]:
     return body
 
 
-async def applier_holds_every_partition(p: Pipeline) -> bool:
+async def applier_holds_every_partition(p: Pipeline, member: str = APPLIER) -> bool:
     nc = await p.nc()
     try:
         read = await read_latest(nc, subjects.LEASES_BUCKET, subjects.leases_filter("apply"))
     finally:
         await nc.close()
     held = {int(key.rsplit(".", 1)[1]): value.decode() for key, value in read.values.items()}
-    return held == dict.fromkeys(range(p.settings.bus.partitions), APPLIER)
+    return held == dict.fromkeys(range(p.settings.bus.partitions), member)
 
 
-def applier_process(p: Pipeline) -> subprocess.Popen[bytes]:
+def applier_process(p: Pipeline, member: str = APPLIER) -> subprocess.Popen[bytes]:
     """``raybus watcher --roles apply``: the applier in a process of its own, on its KV facts."""
-    workdir = p.workdir / "applier"
+    workdir = p.workdir / member
     workdir.mkdir(exist_ok=True)
-    args = ["watcher", "--roles", "apply", "--worker-id", APPLIER, "--nats-url", p.nats.url]
+    args = ["watcher", "--roles", "apply", "--worker-id", member, "--nats-url", p.nats.url]
     args += ["--kubeconfig", str(p.kube.kubeconfig), "--use-kubernetes-proxy", "--health-port", "0"]
     args += ["--partitions", str(p.settings.bus.partitions)]
     return spawn_raybus(args, log_path=workdir / "applier.log", home=workdir / "home")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(30)
 
 
 async def head_service_of(p: Pipeline, owner: str) -> tuple[str, str]:
@@ -161,11 +170,19 @@ async def head_service_of(p: Pipeline, owner: str) -> tuple[str, str]:
     return result
 
 
+@pytest.fixture(scope="module")
+def appliers() -> list[subprocess.Popen[bytes]]:
+    """The applier processes started for the module (stopped with the pipeline)."""
+    return []
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeline]:
+async def pipe(
+    tmp_path_factory: pytest.TempPathFactory, appliers: list[subprocess.Popen[bytes]]
+) -> AsyncIterator[Pipeline]:
     setup_metrics("raybus-e2e")
     async with shared_pipeline(tmp_path_factory.mktemp("provenance"), replicas=1) as p:
-        process = applier_process(p)
+        appliers.append(applier_process(p))
         try:
             await p.components["applier-1"].stop()  # every partition goes to the applier process
             await eventually(
@@ -182,12 +199,8 @@ async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeli
             )
             yield p
         finally:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(30)
+            for process in appliers:
+                stop(process)
 
 
 async def legitimate(p: Pipeline, key: ReconcileKey) -> list[tuple[int, bytes, CommandBatch]]:
@@ -433,14 +446,26 @@ def _role_bindings(p: Pipeline) -> set[str]:
     return {b.metadata.name for b in found.items}
 
 
-async def test_8_a_replayed_batch_does_not_bring_back_a_deleted_worker(pipe: Pipeline) -> None:
+async def last_pod_creates(p: Pipeline) -> tuple[bytes, CommandBatch]:
+    """The last batch that created Pods of ``rc``, as stored: what the attacker captured."""
     creates = [
-        (sequence, data, batch)
-        for sequence, data, batch in await legitimate(pipe, CLUSTER)
+        (data, batch)
+        for _, data, batch in await legitimate(p, CLUSTER)
         if any(isinstance(c, CreateObject) and c.target.kind == "Pod" for c in batch.commands)
     ]
     assert creates, "the reconciler never created a Pod of rc"
-    _, captured, original = creates[-1]
+    return creates[-1]
+
+
+async def replayed(p: Pipeline, captured: bytes, original: CommandBatch) -> list[CommandResult]:
+    async def replay() -> tuple[str, int, int]:  # the same bytes, a new message id
+        return original.id, await publish(p, CLUSTER, captured), len(original.commands)
+
+    return await judged(p, CLUSTER, replay)
+
+
+async def test_8_a_replayed_batch_does_not_bring_back_a_deleted_worker(pipe: Pipeline) -> None:
+    captured, original = await last_pod_creates(pipe)
     await asyncio.to_thread(
         pipe.custom().patch_namespaced_custom_object,
         "ray.io",
@@ -456,12 +481,7 @@ async def test_8_a_replayed_batch_does_not_bring_back_a_deleted_worker(pipe: Pip
         return names if len(names) == 1 else None
 
     remaining = await eventually(scaled_down, timeout=60, message="rc was not scaled down to its head")
-
-    async def replay() -> tuple[str, int, int]:  # the same bytes, a new message id
-        return original.id, await publish(pipe, CLUSTER, captured), len(original.commands)
-
-    results = await judged(pipe, CLUSTER, replay)
-    assert_denied(results, "a replayed decision")
+    assert_denied(await replayed(pipe, captured, original), "a replayed decision")
     await denial_event(pipe, CLUSTER, "a replayed decision")
     assert await pod_names(pipe, CLUSTER.name) == remaining
 
@@ -526,3 +546,19 @@ async def test_9_a_submitter_job_runs_the_rayjobs_image_and_entrypoint_only(pipe
     assert after.metadata.uid == created.metadata.uid
     assert [c.image for c in after.spec.template.spec.containers] == ["rayproject/ray:2.46.0"]
     assert after.spec.template.spec.service_account_name is None and not after.spec.template.spec.volumes
+
+
+async def test_10_a_replay_is_refused_by_a_restarted_applier_that_never_saw_the_decision(
+    pipe: Pipeline, appliers: list[subprocess.Popen[bytes]]
+) -> None:
+    remaining = await pod_names(pipe, CLUSTER.name)
+    stop(appliers[-1])
+    appliers.append(applier_process(pipe, "applier-process-2"))  # another replica, with nothing in memory
+    await eventually(
+        lambda: applier_holds_every_partition(pipe, "applier-process-2"),
+        timeout=60,
+        message="the second applier process took no lease",
+    )
+    captured, original = await last_pod_creates(pipe)
+    assert_denied(await replayed(pipe, captured, original), "a replayed decision")
+    assert await pod_names(pipe, CLUSTER.name) == remaining
