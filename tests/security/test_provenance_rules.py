@@ -216,6 +216,44 @@ def test_the_autoscaler_rbac_binds_only_its_role_to_the_pods_service_account() -
     assert "the Role's rules[0].verbs" in check(world.key, world.objects, wider)
 
 
+def test_the_autoscaler_service_account_carries_nothing_but_its_name() -> None:
+    world = ClusterWorld(builders.sample("ray-cluster.autoscaler"))
+    world.converge()
+    [(account, batch)] = created(world.decisions, "ServiceAccount")
+    assert check(world.key, world.objects, account, batch) == ""
+    role_arn = "eks.amazonaws.com/role-arn"
+    cloud = with_body(
+        account, lambda b: b["metadata"].setdefault("annotations", {}).__setitem__(role_arn, "arn:aws:iam::1:role/x")
+    )
+    assert check(world.key, world.objects, cloud).startswith(f"the ServiceAccount's metadata.annotations.{role_arn}")
+    pull = with_body(account, lambda b: b.__setitem__("imagePullSecrets", [{"name": "registry"}]))
+    assert check(world.key, world.objects, pull).startswith("the ServiceAccount's imagePullSecrets")
+    other = CreateObject(target=msgspec.structs.replace(account.target, name="admin"), body=account.body)
+    assert "runs as" in check(world.key, world.objects, other)
+    plain = ClusterWorld(builders.cluster())
+    plain.converge()
+    assert "needs no ServiceAccount" in check(plain.key, plain.objects, account)
+
+
+def test_the_gcs_claim_is_the_storage_the_cluster_asks_for() -> None:
+    config = OperatorConfig(gates=FeatureGates(gcs_fault_tolerance_embedded_storage=True))
+    rocksdb = {"backend": "rocksdb", "storage": {"subPath": "gcs", "size": "2Gi"}}
+    world = ClusterWorld(builders.cluster(gcsFaultToleranceOptions=rocksdb), config=config)
+    world.converge()
+    [(claim, batch)] = created(world.decisions, "PersistentVolumeClaim")
+
+    def problem(command: CreateObject) -> str:
+        return ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(command)
+
+    assert problem(claim) == ""
+    bound = with_body(claim, lambda b: b["spec"].__setitem__("volumeName", "pv-of-another-team"))
+    assert problem(bound).startswith("the PersistentVolumeClaim's spec.volumeName 'pv-of-another-team'")
+    bigger = with_body(claim, lambda b: b["spec"]["resources"]["requests"].__setitem__("storage", "100Ti"))
+    assert problem(bigger).startswith("the PersistentVolumeClaim's spec.resources.requests.storage is '100Ti'")
+    other = CreateObject(target=msgspec.structs.replace(claim.target, name="data"), body=claim.body)
+    assert "has no PersistentVolumeClaim data" in problem(other)
+
+
 def test_a_pod_patch_changes_only_what_raybus_patches() -> None:
     world = ClusterWorld(builders.cluster())
     world.converge()
@@ -504,6 +542,75 @@ def test_a_rayservice_cluster_is_its_cluster_config() -> None:
         assert check(key, world.objects, public, batch).startswith("the Service's spec.type")
         elsewhere = with_body(service, lambda b: b["spec"]["selector"].__setitem__("ray.io/cluster", "other"))
         assert "selects no RayCluster of RayService/default/rs" in check(key, world.objects, elsewhere, batch)
+
+
+def incremental_world() -> tuple[ServiceWorld, ReconcileKey]:
+    world = ServiceWorld()
+    strategy = service_builders.incremental_strategy(step=50, interval=30, surge=50)
+    config = service_builders.cluster_config(autoscaling=True)
+    world.add(service_builders.rayservice(upgradeStrategy=strategy, rayClusterConfig=config))
+    world.settle("rs")
+    world.update("RayService", "rs", lambda o: o["spec"]["rayClusterConfig"].update(rayVersion="2.53.0"), spec=True)
+    decision = world.settle("rs")
+    while decision.wake_at is not None and len(list(patched(world.decisions, "HTTPRoute"))) < 2:
+        world.advance_to(decision.wake_at)
+        decision = world.settle("rs")
+    return world, ReconcileKey(kind="RayService", namespace="default", name="rs")
+
+
+def patched(decisions: list[Any], kind: str) -> Iterator[tuple[PatchObject, tuple[Command, ...]]]:
+    for decision in decisions:
+        for command in decision.commands:
+            if isinstance(command, PatchObject) and command.target.kind == kind:
+                yield command, decision.commands
+
+
+ROUTE_MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "elsewhere": (
+        lambda spec: spec["rules"][0]["backendRefs"][0].__setitem__("name", "billing"),
+        "the HTTPRoute's backend 'billing' is no serve Service of a RayCluster of RayService/default/rs",
+    ),
+    "weight": (
+        lambda spec: spec["rules"][0]["backendRefs"][0].__setitem__("weight", 500),
+        "the HTTPRoute's weight 500",
+    ),
+    "hostnames": (
+        lambda spec: spec.__setitem__("hostnames", ["pay.example.com"]),
+        "the HTTPRoute's spec.hostnames ['pay.example.com'] is not derived",
+    ),
+    "gateway": (
+        lambda spec: spec["parentRefs"][0].__setitem__("name", "public-gateway"),
+        "the HTTPRoute's spec.parentRefs[0].name is 'public-gateway'",
+    ),
+    "port": (
+        lambda spec: spec["rules"][0]["backendRefs"][0].__setitem__("port", 8265),
+        "the HTTPRoute's spec.rules[0].backendRefs[0].port is 8265",
+    ),
+}
+
+
+def test_the_gateway_and_route_of_an_incremental_upgrade_are_the_rayservices() -> None:
+    world, key = incremental_world()
+    [(gateway, batch)] = created(world.decisions, "Gateway")
+    assert check(key, world.objects, gateway, batch) == ""
+    listener = {"name": "https", "protocol": "HTTPS", "port": 443, "hostname": "pay.example.com"}
+    public = with_body(gateway, lambda b: b["spec"]["listeners"].append(listener))
+    assert check(key, world.objects, public).startswith("the Gateway's spec.listeners[1]")
+    ref = msgspec.structs.replace(gateway.target, kind="Gateway")
+    classed = PatchObject(target=ref, patch={"spec": {**gateway.body["spec"], "gatewayClassName": "public"}})
+    assert "patch.spec.gatewayClassName is 'public'" in check(key, world.objects, classed)
+    [(route, batch)] = created(world.decisions, "HTTPRoute")
+    assert check(key, world.objects, route, batch) == ""
+    patches = list(patched(world.decisions, "HTTPRoute"))
+    assert patches
+    for patch, batch in patches:
+        assert check(key, world.objects, patch, batch) == ""
+    for mutate, why in ROUTE_MUTATIONS.values():
+        forged = with_body(route, lambda b, mutate=mutate: mutate(b["spec"]))
+        assert check(key, world.objects, forged).startswith(why), why
+        spec = copy.deepcopy(patches[-1][0].patch["spec"])  # type: ignore[call-overload]
+        mutate(spec)
+        assert check(key, world.objects, msgspec.structs.replace(patches[-1][0], patch={"spec": spec})).startswith(why)
 
 
 # --- RayCronJobs -----------------------------------------------------------------------------------

@@ -60,18 +60,18 @@ from schema.config import OperatorConfig
 from schema.keys import ReconcileKey
 from schema.messages import Command, CreateObject, PatchObject, PatchStatus, PutServeConfig, SubmitRayJob, command_verb
 from schema.objects import mapping, metadata_of, text
-from schema.probes import head_service_name
+from schema.probes import head_service_name, serve_port
 from schema.ray import conventions
 from schema.ray.rayjob import RayJobSpec
 from services.edge.apply.authorize import command_kind
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.raycluster import auth, autoscaler_rbac, gcsft, ingress, names, pod_bodies, services
-from services.reconciler.raycluster.model import ClusterView, decode_view
+from services.reconciler.raycluster.model import ClusterView, autoscaling_enabled, decode_view
 from services.reconciler.rayjob import cluster as rayjob_cluster
 from services.reconciler.rayjob import submitter
 from services.reconciler.rayjob.validation import validate_rayjob
 from services.reconciler.rayservice import clusters as rayservice_clusters
-from services.reconciler.rayservice import kube_services
+from services.reconciler.rayservice import incremental, kube_services
 from services.reconciler.rayservice import names as rayservice_names
 from services.reconciler.rayservice.model import ServiceModel, read_model
 from services.reconciler.rayservice.serve_config import TARGET_CAPACITY, config_hash, serve_config_json
@@ -396,6 +396,113 @@ def _submitter_job(check: ContentCheck, command: CreateObject) -> str:
 def _distinct(*values: str) -> list[str]:
     """The non-empty ``values`` once each, in order ([""] when there is none)."""
     return list(dict.fromkeys(v for v in values if v)) or [""]
+
+
+def _service_account(check: ContentCheck, command: CreateObject) -> str:
+    """The autoscaler's ServiceAccount: only when the cluster autoscales and names none of its own, and
+    with nothing but its name, labels and owner (an annotation can bind a cloud identity to it)."""
+    view = check.cluster(check.key.name)
+    if not autoscaling_enabled(view.spec) or autoscaler_rbac.user_service_account(view):
+        return f"{check.key} needs no ServiceAccount from raybus"
+    want = check.derived(("serviceaccount",), lambda: autoscaler_rbac.service_account(view))
+    if command.target.name != metadata_of(want).get("name"):
+        return f"{check.key}'s autoscaler runs as {metadata_of(want).get('name')}, not {command.target.name}"
+    return _same_object("ServiceAccount", command.body, want, f"the autoscaler of {check.key} needs")
+
+
+def _same_object(kind: str, got: Mapping[str, Any], want: Mapping[str, Any], source: str) -> str:
+    """``got`` has ``want``'s fields, labels and annotations (name, namespace and owner are ``authorize``'s)."""
+    for field in sorted(set(got) | set(want)):
+        if field not in ("metadata", "apiVersion", "kind"):
+            found = first_difference(field, got.get(field), want.get(field))
+            if found:
+                return f"the {kind}'s {found}, as {source}"
+    for field in ("metadata.labels", "metadata.annotations"):
+        found = first_difference(field, _field(got, field) or {}, _field(want, field) or {})
+        if found:
+            return f"the {kind}'s {found}, as {source}"
+    return ""
+
+
+def _gcs_claim(check: ContentCheck, command: CreateObject) -> str:
+    """The operator-managed RocksDB claim of GCS fault tolerance: its size, access modes and class only."""
+    view = check.cluster(check.key.name)
+    want = check.derived(("gcs-pvc",), lambda: gcsft.gcs_pvc(view))
+    if not isinstance(want, Mapping) or command.target.name != metadata_of(want).get("name"):
+        return f"{check.key} has no PersistentVolumeClaim {command.target.name} of its own"
+    return _same_object("PersistentVolumeClaim", command.body, want, f"the GCS storage of {check.key} asks")
+
+
+def _gateway_spec(check: ContentCheck, name: str) -> Any:
+    model = check.rayservice()
+    if model.upgrade_options is None or name != rayservice_names.gateway_name(model.name):
+        raise Unreadable(f"{check.key} has no Gateway {name}")
+    class_name = model.upgrade_options.gateway_class_name
+    return check.derived(("gateway",), lambda: incremental.gateway_spec(class_name))
+
+
+def _gateway(check: ContentCheck, command: CreateObject) -> str:
+    """The incremental upgrade's Gateway: one HTTP listener of the RayService's gateway class."""
+    found = _same_object(
+        "Gateway",
+        {"spec": command.body.get("spec")},
+        {"spec": _gateway_spec(check, command.target.name)},
+        f"the upgrade options of {check.key} ask",
+    )
+    return found
+
+
+def _gateway_patch(check: ContentCheck, command: PatchObject) -> str:
+    want = {"spec": _gateway_spec(check, command.target.name)}
+    if command.patch_type != "merge" or not isinstance(command.patch, Mapping):
+        return f"{check.key} updates its Gateway only with a merge patch of its spec"
+    found = first_difference("patch", command.patch, want)
+    return f"the Gateway update's {found}, as the upgrade options of {check.key} ask" if found else ""
+
+
+def _route_spec(check: ContentCheck, name: str, spec: Any) -> str:
+    """An HTTPRoute spec of the RayService: its Gateway, the prefix ``/``, weighted backends that are
+    the per-cluster serve Services of its own RayClusters on their serve ports ("" when it is one)."""
+    model = check.rayservice()
+    if model.upgrade_options is None or name != rayservice_names.httproute_name(model.name):
+        return f"{check.key} has no HTTPRoute {name}"
+    rules = mapping(spec).get("rules")
+    first = mapping(rules[0]) if isinstance(rules, list) and rules else {}
+    refs = first.get("backendRefs")
+    refs = refs if isinstance(refs, list) else []
+    owner = text(metadata_of(check.own()).get("uid"))
+    backends: list[tuple[str, int, int]] = []
+    for raw in refs[:2]:
+        ref = mapping(raw)
+        service, weight = text(ref.get("name")), ref.get("weight")
+        suffix = rayservice_names.serve_service_name("")
+        cluster_name = service[: -len(suffix)] if service.endswith(suffix) else ""
+        cluster = check.facts.find("RayCluster", check.key.namespace, cluster_name) if cluster_name else None
+        owners = metadata_of(cluster or {}).get("ownerReferences")
+        owned = isinstance(owners, list) and any(
+            mapping(o).get("controller") is True and mapping(o).get("uid") == owner and owner for o in owners
+        )
+        if cluster is None or not owned:
+            return f"the HTTPRoute's backend {_short(service)} is no serve Service of a RayCluster of {check.key}"
+        if type(weight) is not int or not 0 <= weight <= 100:
+            return f"the HTTPRoute's weight {_short(weight)} for {service} is not a percentage"
+        backends.append((service, serve_port(cluster), weight))
+    if sum(weight for _, _, weight in backends) != 100:
+        return "the HTTPRoute's weights do not add up to 100"
+    want = incremental.httproute_spec(rayservice=model.name, namespace=model.namespace, backends=backends)
+    found = first_difference("spec", _as_sent(spec), _as_sent(want))
+    return f"the HTTPRoute's {found}, as {check.key} routes" if found else ""
+
+
+def _httproute(check: ContentCheck, command: CreateObject) -> str:
+    return _route_spec(check, command.target.name, command.body.get("spec"))
+
+
+def _httproute_patch(check: ContentCheck, command: PatchObject) -> str:
+    patch = command.patch
+    if command.patch_type != "merge" or not isinstance(patch, Mapping) or set(patch) != {"spec"}:
+        return f"{check.key} updates its HTTPRoute only with a merge patch of its spec"
+    return _route_spec(check, command.target.name, patch["spec"])
 
 
 CLUSTER_FIELDS: Final = ("spec", "metadata.labels", "metadata.annotations")
@@ -734,6 +841,8 @@ _CHECKS: Final[Mapping[tuple[str, str, str], Check]] = {
     ("RayCluster", "create_object", "Secret"): _secret,
     ("RayCluster", "create_object", "Job"): _cluster_job,
     ("RayCluster", "create_object", "Service"): _cluster_service,
+    ("RayCluster", "create_object", "ServiceAccount"): _service_account,
+    ("RayCluster", "create_object", "PersistentVolumeClaim"): _gcs_claim,
     ("RayCluster", "create_object", "Ingress"): _cluster_ingress,
     ("RayCluster", "patch_object", "Ingress"): _cluster_ingress_patch,
     ("RayCluster", "patch_object", "Pod"): _pod_patch,
@@ -752,6 +861,10 @@ _CHECKS: Final[Mapping[tuple[str, str, str], Check]] = {
     ("RayService", "put_serve_config", "RayCluster"): _serve_config,
     ("RayService", "create_object", "Service"): _rayservice_service,
     ("RayService", "patch_object", "Service"): _rayservice_service_patch,
+    ("RayService", "create_object", "Gateway"): _gateway,
+    ("RayService", "patch_object", "Gateway"): _gateway_patch,
+    ("RayService", "create_object", "HTTPRoute"): _httproute,
+    ("RayService", "patch_object", "HTTPRoute"): _httproute_patch,
     ("RayCronJob", "create_object", "RayJob"): _cron_rayjob,
 }
 """(key kind, verb, target kind) → its content check; the rest of ``authorize.ALLOWED`` carries no code."""
