@@ -140,6 +140,10 @@ class ObjectFacts(Protocol):
         """The object of ``kind`` with that namespace and name, as last seen, or None."""
         ...
 
+    def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether that object was seen deleted lately (and not seen since)."""
+        ...
+
 
 class Unreadable(Exception):
     """The custom resource the expected content derives from cannot be read (or the builder refuses it)."""
@@ -192,6 +196,13 @@ class ContentCheck:
                     status = merge_patch(status, command.status)
             self._own = {**found, "status": status} if status is not None else found
         return self._own
+
+    def created(self, kind: str, name: str) -> Mapping[str, Any] | None:
+        """The body of the batch's create of the ``kind`` ``name`` (itself checked like any create), or None."""
+        for command in self._commands:
+            if isinstance(command, CreateObject) and (command.target.kind, command.target.name) == (kind, name):
+                return command.body
+        return None
 
     def derived(self, what: tuple[str, ...], build: Callable[[], Any]) -> Any:
         """``build()`` as the bus would carry it, computed once per batch for ``what``."""
@@ -482,11 +493,22 @@ def _route_spec(check: ContentCheck, name: str, spec: Any) -> str:
         owned = isinstance(owners, list) and any(
             mapping(o).get("controller") is True and mapping(o).get("uid") == owner and owner for o in owners
         )
-        if cluster is None or not owned:
+        if cluster is None and cluster_name:  # the pending cluster, created by the same decision
+            cluster = check.created("RayCluster", cluster_name)
+            owned = cluster is not None
+        gone = (
+            cluster is None
+            and bool(cluster_name)
+            and check.facts.recently_deleted("RayCluster", check.key.namespace, cluster_name)
+        )
+        if not (owned or gone):
             return f"the HTTPRoute's backend {_short(service)} is no serve Service of a RayCluster of {check.key}"
         if type(weight) is not int or not 0 <= weight <= 100:
             return f"the HTTPRoute's weight {_short(weight)} for {service} is not a percentage"
-        backends.append((service, serve_port(cluster), weight))
+        # A route decided just before its cluster's deletion was projected names it still (as ``authorize``
+        # lets such a command through as gone): its Service goes with the cluster.
+        port = ref.get("port") if gone else serve_port(cluster)
+        backends.append((service, port if type(port) is int else 0, weight))
     if sum(weight for _, _, weight in backends) != 100:
         return "the HTTPRoute's weights do not add up to 100"
     want = incremental.httproute_spec(rayservice=model.name, namespace=model.namespace, backends=backends)
