@@ -6,8 +6,9 @@ current snapshot revision; they pass every authority check (namespace, verb tabl
 changes only what runs: an image, a hostPath volume and privilege, a ServiceAccount, a running Pod's
 image, a job's entrypoint, a submitter Job's image, command, volumes, privilege, ServiceAccount or
 dashboard, a Serve application (with the record that would hide it from the reconciler),
-an autoscaler RoleBinding, and finally a legitimate batch replayed after a scale-down. The applier is a
-real ``raybus watcher --roles apply`` process; nats-server, kubesim, the watch side, the reconciler and
+an autoscaler RoleBinding, a legitimate batch replayed after a scale-down, and the same replay to
+another applier process started after the first stopped. The applier is a real
+``raybus watcher --roles apply`` process; nats-server, kubesim, the watch side, the reconciler and
 the status service are the real ones. Each attack is refused with a reason naming what differs from the
 custom resource (outcome ``denied``), leaves a ``CommandDenied`` Warning Event on the custom resource,
 and changes nothing on the cluster.

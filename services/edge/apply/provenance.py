@@ -20,7 +20,11 @@ the applier's facts hold it, and the fields that decide what runs are compared:
   the ``rayClusterSpec`` / ``rayClusterConfig`` through the reconcile's cluster builder;
 - a RayJob a RayCronJob creates: its spec is the ``jobTemplate``;
 - the autoscaler Role and RoleBinding: the Role's rules, and the RoleBinding's Role and its only subject,
-  the ServiceAccount the cluster's head Pod runs as (``autoscaler_rbac``);
+  the ServiceAccount the cluster's head Pod runs as (``autoscaler_rbac``); the autoscaler's
+  ServiceAccount, with nothing but its name, labels and owner;
+- a PersistentVolumeClaim: the RocksDB claim of GCS fault tolerance (``gcsft.gcs_pvc``);
+- a RayService's Gateway and HTTPRoute of an incremental upgrade (``incremental``): the Gateway's spec,
+  and a route to the per-cluster serve Services of the RayService's own clusters, weights adding up to 100;
 - the auth Secret: it carries no data of its own (the applier generates the token);
 - a patch changes only fields raybus patches (:data:`POD_PATCHED`, :data:`RAYSERVICE_CLUSTER_PATCHED`,
   :data:`OWN_FINALIZER`): a Pod's serve label and recreate annotations, the key's own finalizer, a
@@ -31,10 +35,10 @@ the applier's facts hold it, and the fields that decide what runs are compared:
   ``target_capacity`` chosen by raybus.
 
 The key's custom resource is read with the status patches of the same batch applied (a RayJob's job id
-and dashboard URL are decided in the pass that creates its cluster). The other commands of the table
-(Gateway API objects, ServiceAccounts, PersistentVolumeClaims, Events, deletes, status patches) start
-and expose nothing and are left to ``authorize``. A builder that raises on the custom resource (a
-malformed one) refuses: nothing is derived from what cannot be read.
+and dashboard URL are decided in the pass that creates its cluster), after the ones this applier wrote
+for the key lately (``freshness.WrittenStatus``). The other commands of the table (Events, deletes,
+status patches) start and expose nothing and are left to ``authorize``. A builder that raises on the
+custom resource (a malformed one) refuses: nothing is derived from what cannot be read.
 
 Known limit: the facts may be newer than the decision's snapshot. A command decided just before the user
 changed the custom resource (a new worker image while a scale-up is applied) no longer follows from it and
