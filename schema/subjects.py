@@ -17,7 +17,7 @@ Layout (docs/architecture.md#flow):
   ``probe``), partition leases ``<group>.p.<n>`` and member heartbeats ``<group>.w.<id>`` (TTL).
 - KV ``raybus-watcher``: informer resume points ``rv.<resource>``.
 - KV ``raybus-applied``: per key (``<key token>``), the newest snapshot revision of a decision the
-  appliers applied (``services.watcher.freshness``); entries expire after ``APPLIED_TTL``.
+  appliers applied (``services.edge.apply.freshness``); entries expire after ``APPLIED_TTL``.
 - ``raybus.replay``: request/reply (no stream): a reconciler replays a key's recorded decisions with the
   code it runs (``schema.replayview``), for the status service's console.
 """

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from schema import subjects
 from schema.keys import ReconcileKey
 from schema.messages import CommandBatch
-from services.watcher.freshness import Freshness
+from services.edge.apply.freshness import Freshness
 from tests.component.watcher.conftest import Bus
 
 KEY = ReconcileKey(kind="RayCluster", namespace="default", name="rc")
