@@ -40,7 +40,7 @@ from collections import OrderedDict, deque
 from typing import Final
 
 import nats.errors
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from schema.keys import ReconcileKey
@@ -87,7 +87,7 @@ class Freshness:
             return 0
         try:
             entry = await self._floors.get(applied_key(key))
-        except KeyNotFoundError:
+        except NotFoundError:  # never written, or expired
             return 0
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("the applied revision of %s cannot be read (%s); judging on this process's", key, exc)
