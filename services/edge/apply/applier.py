@@ -23,8 +23,9 @@ Invariants:
   as an exception (kopf's outcome discipline), except cancellation: a command that raises is ``failed``.
 - A command is executed only if ``authorize`` allows it for its batch's key (when the applier has
   facts: the watcher always gives it its projection), its content follows from the key's custom
-  resource (``provenance``) and its batch is no replay of an older decision (``freshness``). A denied
-  command gets the outcome ``denied`` with the reason, a warning log, ``raybus_commands_denied_total``
+  resource (``provenance``) and its batch is no replay of an older decision (``freshness``, whose
+  memory the replicas share in KV ``raybus-applied``). A denied command gets the outcome ``denied``
+  with the reason, a warning log, ``raybus_commands_denied_total``
   and a Warning Event ``CommandDenied`` on the key's custom resource (when it exists); a command whose
   target was deleted meanwhile gets the outcome a 404 would have meant, without a call.
 - Every batch received and not yet acked is kept in progress (``kept_in_progress``), also while it waits
@@ -52,6 +53,7 @@ import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
@@ -178,11 +180,12 @@ class Applier:
         owners: OwnerView | None = None,
         facts: Facts | None = None,
         config: OperatorConfig | None = None,
+        applied: KeyValue | None = None,
     ) -> None:
         self._js = js
         self._facts = facts
         self._config = config if config is not None else OperatorConfig()
-        self._freshness = Freshness()
+        self._freshness = Freshness(floors=applied)
         self._written = WrittenStatus()
         self._api = api
         self._dashboard = dashboard
@@ -416,20 +419,18 @@ class Applier:
         returns: waiting for each publish ack in turn doubled the time a batch held its slot."""
         publishing: list[asyncio.Future[None]] = []
         verified = self._facts is not None and (not batch.snapshot_revision or await self._facts_at(batch))
+        replay = await self._freshness.judge(batch, verified=verified) if self._facts is not None else ""
         try:
-            await self._apply_commands(msg, batch, publishing, self._refusals(batch, verified=verified))
+            await self._apply_commands(msg, batch, publishing, self._refusals(batch, replay))
         finally:
             if publishing:
                 await asyncio.gather(*publishing)
 
-    def _refusals(self, batch: CommandBatch, *, verified: bool) -> Callable[[Command], str]:
+    def _refusals(self, batch: CommandBatch, replay: str) -> Callable[[Command], str]:
         """Why each command of ``batch`` must not run although its key may send it: a replayed decision
-        (``freshness``), or content its custom resource does not imply (``provenance``)."""
+        (``replay``, from ``freshness``), or content its custom resource does not imply (``provenance``)."""
         if self._facts is None:
             return lambda command: ""
-        replay = self._freshness.problem(batch)
-        if not replay:
-            self._freshness.applied(batch, verified=verified)
         content = ContentCheck(batch.key, self._facts, self._config, (*self._written.of(batch.key), *batch.commands))
         return lambda command: replay or content.problem(command)
 

@@ -17,37 +17,94 @@ older than one applied before it.
 Failure reports (a batch of Warning Events after the key's inputs were dead-lettered) are no decision and
 are not compared.
 
-Known limits: the memory is this process's, per partition holder: after the partition moves to another
-applier replica (or the applier restarts), a batch older than the new holder has seen is not recognised
-until the key's next decision is applied there. A reconciler worker reads the keys of a partition it
-takes whole (``SnapshotReader.forget``), so it never decides on a revision older than one another worker
-already decided on, even for a key whose entries did not change. A reconciler that forges a current revision is not a
-replay; what it may then do is bounded by ``authorize`` and ``provenance``.
+The newest revision applied per key is kept in KV ``raybus-applied`` (:meth:`Freshness.judge`), read
+before each batch and raised before its commands run, so it survives a restart of the applier and is
+shared by its replicas: a batch replayed to the next holder of its partition is refused there too. Only
+the watcher's NATS user may write that bucket (a reconciler can neither lower nor raise it). Each process
+also keeps it in memory, which answers alone while the bucket cannot be read (a warning is logged).
+A reconciler worker reads the keys of a partition it takes whole (``SnapshotReader.forget``), so it
+never decides on a revision older than one another worker already decided on, even for a key whose
+entries did not change.
+
+Known limits: an entry expires ``APPLIED_TTL`` after its key's last applied decision; a replay of a
+key quiet for that long is refused only by a process that still remembers it. A reconciler that forges
+a current revision is not a replay; what it may then do is bounded by ``authorize`` and ``provenance``.
 
 Not here: the newest-decision check (``staleness``), the content of commands (``provenance``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict, deque
 from typing import Final
 
+import nats.errors
+from nats.js.errors import NotFoundError
+from nats.js.kv import KeyValue
+
 from schema.keys import ReconcileKey
 from schema.messages import CommandBatch, EmitEvent, PatchStatus
+from schema.subjects import applied_key
+
+log = logging.getLogger(__name__)
 
 REMEMBERED_KEYS: Final = 200_000
 """Keys whose newest applied decision is remembered (the least recently applied ones are forgotten first)."""
 
 
 class Freshness:
-    """Per key, the newest verified snapshot revision applied; refuses batches decided before it."""
+    """Per key, the newest verified snapshot revision applied; refuses batches decided before it.
 
-    def __init__(self, *, remembered: int = REMEMBERED_KEYS) -> None:
+    Args:
+        remembered: keys kept in memory.
+        floors: KV ``raybus-applied``, where the revisions are kept for every replica (None: memory only).
+    """
+
+    def __init__(self, *, remembered: int = REMEMBERED_KEYS, floors: KeyValue | None = None) -> None:
         self._applied: OrderedDict[ReconcileKey, int] = OrderedDict()
         self._remembered = max(1, remembered)
+        self._floors = floors
+
+    async def judge(self, batch: CommandBatch, *, verified: bool) -> str:
+        """Why ``batch`` must not be applied ("" when it is a current decision); a current one is
+        remembered as applied (``verified``: the facts reached its revision), in the bucket first."""
+        if _is_report(batch):
+            return ""
+        stored = await self._stored(batch.key)
+        if stored > self._applied.get(batch.key, 0):
+            self._remember(batch.key, stored)
+        replay = self.problem(batch)
+        if replay:
+            return replay
+        if verified and batch.snapshot_revision > stored:
+            await self._store(batch.key, batch.snapshot_revision)
+        self.applied(batch, verified=verified)
+        return ""
+
+    async def _stored(self, key: ReconcileKey) -> int:
+        if self._floors is None:
+            return 0
+        try:
+            entry = await self._floors.get(applied_key(key))
+        except NotFoundError:  # never written, or expired
+            return 0
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("the applied revision of %s cannot be read (%s); judging on this process's", key, exc)
+            return 0
+        value = (entry.value or b"").decode(errors="replace")
+        return int(value) if value.isdigit() else 0
+
+    async def _store(self, key: ReconcileKey, revision: int) -> None:
+        if self._floors is None:
+            return
+        try:
+            await self._floors.put(applied_key(key), str(revision).encode())
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("the applied revision %d of %s cannot be stored: %s", revision, key, exc)
 
     def problem(self, batch: CommandBatch) -> str:
-        """Why ``batch`` must not be applied ("" when it is a current decision)."""
+        """Why ``batch`` must not be applied, by this process's memory alone ("" when current)."""
         if _is_report(batch):
             return ""
         newest = self._applied.get(batch.key, 0)
@@ -62,8 +119,11 @@ class Freshness:
         """Remember that ``batch`` is being applied; ``verified``: the facts reached its revision."""
         if not verified or _is_report(batch):
             return
-        newest = self._applied.pop(batch.key, 0)
-        self._applied[batch.key] = max(newest, batch.snapshot_revision)
+        self._remember(batch.key, batch.snapshot_revision)
+
+    def _remember(self, key: ReconcileKey, revision: int) -> None:
+        newest = self._applied.pop(key, 0)
+        self._applied[key] = max(newest, revision)
         while len(self._applied) > self._remembered:
             self._applied.popitem(last=False)
 

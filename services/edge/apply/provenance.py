@@ -14,16 +14,17 @@ the applier's facts hold it, and the fields that decide what runs are compared:
   and its Ingress as ``services`` and ``ingress`` build them, a RayJob's head Service
   (``rayjob.cluster``), a RayService's head and serve Services pointing at one of its clusters
   (``kube_services``), and the patches that re-point them;
-- a Job: the Redis cleanup Job of a RayCluster (``gcsft``). A RayJob's submitter Job is left to
-  ``authorize`` (its namespace, owner and labels): its command embeds the job id and dashboard address that
-  the deciding pass writes to the RayJob's status, which the facts may not show yet, and a refused submitter
-  is never created again, so comparing it would stall RayJobs (the dashboard submission of the other modes
-  is compared);
+- a Job: the Redis cleanup Job of a RayCluster (``gcsft``) or a RayJob's submitter Job
+  (``submitter``), whose job id and dashboard address are the RayJob's (``_submitter_job``);
 - a RayCluster a RayJob or a RayService creates, or a RayService's in-place update of one: its spec is
   the ``rayClusterSpec`` / ``rayClusterConfig`` through the reconcile's cluster builder;
 - a RayJob a RayCronJob creates: its spec is the ``jobTemplate``;
 - the autoscaler Role and RoleBinding: the Role's rules, and the RoleBinding's Role and its only subject,
-  the ServiceAccount the cluster's head Pod runs as (``autoscaler_rbac``);
+  the ServiceAccount the cluster's head Pod runs as (``autoscaler_rbac``); the autoscaler's
+  ServiceAccount, with nothing but its name, labels and owner;
+- a PersistentVolumeClaim: the RocksDB claim of GCS fault tolerance (``gcsft.gcs_pvc``);
+- a RayService's Gateway and HTTPRoute of an incremental upgrade (``incremental``): the Gateway's spec,
+  and a route to the per-cluster serve Services of the RayService's own clusters, weights adding up to 100;
 - the auth Secret: it carries no data of its own (the applier generates the token);
 - a patch changes only fields raybus patches (:data:`POD_PATCHED`, :data:`RAYSERVICE_CLUSTER_PATCHED`,
   :data:`OWN_FINALIZER`): a Pod's serve label and recreate annotations, the key's own finalizer, a
@@ -34,10 +35,10 @@ the applier's facts hold it, and the fields that decide what runs are compared:
   ``target_capacity`` chosen by raybus.
 
 The key's custom resource is read with the status patches of the same batch applied (a RayJob's job id
-and dashboard URL are decided in the pass that creates its cluster). The other commands of the table
-(Gateway API objects, ServiceAccounts, PersistentVolumeClaims, Events, deletes, status patches) start
-and expose nothing and are left to ``authorize``. A builder that raises on the custom resource (a
-malformed one) refuses: nothing is derived from what cannot be read.
+and dashboard URL are decided in the pass that creates its cluster), after the ones this applier wrote
+for the key lately (``freshness.WrittenStatus``). The other commands of the table (Events, deletes,
+status patches) start and expose nothing and are left to ``authorize``. A builder that raises on the
+custom resource (a malformed one) refuses: nothing is derived from what cannot be read.
 
 Known limit: the facts may be newer than the decision's snapshot. A command decided just before the user
 changed the custom resource (a new worker image while a scale-up is applied) no longer follows from it and
@@ -63,17 +64,18 @@ from schema.config import OperatorConfig
 from schema.keys import ReconcileKey
 from schema.messages import Command, CreateObject, PatchObject, PatchStatus, PutServeConfig, SubmitRayJob, command_verb
 from schema.objects import mapping, metadata_of, text
+from schema.probes import head_service_name, serve_port
 from schema.ray import conventions
 from schema.ray.rayjob import RayJobSpec
 from services.edge.apply.authorize import command_kind
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.raycluster import auth, autoscaler_rbac, gcsft, ingress, names, pod_bodies, services
-from services.reconciler.raycluster.model import ClusterView, decode_view
+from services.reconciler.raycluster.model import ClusterView, autoscaling_enabled, decode_view
 from services.reconciler.rayjob import cluster as rayjob_cluster
 from services.reconciler.rayjob import submitter
 from services.reconciler.rayjob.validation import validate_rayjob
 from services.reconciler.rayservice import clusters as rayservice_clusters
-from services.reconciler.rayservice import kube_services
+from services.reconciler.rayservice import incremental, kube_services
 from services.reconciler.rayservice import names as rayservice_names
 from services.reconciler.rayservice.model import ServiceModel, read_model
 from services.reconciler.rayservice.serve_config import TARGET_CAPACITY, config_hash, serve_config_json
@@ -142,6 +144,10 @@ class ObjectFacts(Protocol):
         """The object of ``kind`` with that namespace and name, as last seen, or None."""
         ...
 
+    def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether that object was seen deleted lately (and not seen since)."""
+        ...
+
 
 class Unreadable(Exception):
     """The custom resource the expected content derives from cannot be read (or the builder refuses it)."""
@@ -194,6 +200,13 @@ class ContentCheck:
                     status = merge_patch(status, command.status)
             self._own = {**found, "status": status} if status is not None else found
         return self._own
+
+    def created(self, kind: str, name: str) -> Mapping[str, Any] | None:
+        """The body of the batch's create of the ``kind`` ``name`` (itself checked like any create), or None."""
+        for command in self._commands:
+            if isinstance(command, CreateObject) and (command.target.kind, command.target.name) == (kind, name):
+                return command.body
+        return None
 
     def derived(self, what: tuple[str, ...], build: Callable[[], Any]) -> Any:
         """``build()`` as the bus would carry it, computed once per batch for ``what``."""
@@ -342,6 +355,180 @@ def _cluster_job(check: ContentCheck, command: CreateObject) -> str:
     spec = check.derived(("cleanup-job",), lambda: gcsft.redis_cleanup_job(view, check.config)["spec"])
     found = first_difference("spec", command.body.get("spec"), spec)
     return f"the Job's {found}, as the Redis cleanup of {check.key} implies" if found else ""
+
+
+def _submitter_job(check: ContentCheck, command: CreateObject) -> str:
+    """A RayJob's K8sJobMode submitter Job, built for the job id and dashboard address the decision used.
+
+    Those two are written to the RayJob's status by the pass that creates the Job (or the one before), so
+    the facts may not show them yet, and the batch may not carry that write (a status patch still in
+    flight from an earlier decision of the same resourceVersion withholds it). They are taken from the
+    status (the facts, the statuses this applier wrote, the batch's own patch) and, for the address, also
+    from the cluster's head Service as the facts hold it: both are what the RayJob implies, and nothing
+    else is accepted. Everything else (image, command and args, env, volumes, securityContext,
+    serviceAccountName, backoffLimit) is compared whole."""
+    spec = check.rayjob_spec()
+    rayjob = check.own()
+    status = mapping(rayjob.get("status"))
+    selected = (spec.cluster_selector or {}).get(conventions.LABEL_CLUSTER, "")
+    cluster_name = text(status.get("rayClusterName")) or selected
+    cluster = check.facts.find("RayCluster", check.key.namespace, cluster_name) if cluster_name else None
+    if cluster is None:
+        return f"{check.key} has no RayCluster {cluster_name!r} the watcher knows to submit to"
+    service_name = head_service_name(cluster_name, cluster)
+    served = rayjob_cluster.dashboard_url_of(
+        check.facts.find("Service", check.key.namespace, service_name),
+        service_name=service_name,
+        namespace=check.key.namespace,
+        config=check.config,
+    )
+    job_ids = _distinct(text(status.get("jobId")), spec.job_id)
+    urls = _distinct(text(status.get("dashboardURL")), served or "")
+    owner = owner_reference_to(rayjob, "RayJob")
+
+    def build(job_id: str, url: str) -> Any:
+        return submitter.build_submitter_job(
+            rayjob,
+            spec,
+            raw_spec=mapping(rayjob.get("spec")),
+            job_id=job_id,
+            dashboard_url=url,
+            cluster_name=cluster_name,
+            cluster_spec=mapping(cluster.get("spec")),
+            owner_reference=owner,
+            config=check.config,
+        )["spec"]
+
+    wants = [
+        check.derived(("submitter", job_id, url), functools.partial(build, job_id, url))
+        for job_id in job_ids
+        for url in urls
+    ]
+    found = _matches_one("spec", command.body.get("spec"), wants)
+    return f"the submitter Job's {found}, as {check.key} implies" if found else ""
+
+
+def _distinct(*values: str) -> list[str]:
+    """The non-empty ``values`` once each, in order ([""] when there is none)."""
+    return list(dict.fromkeys(v for v in values if v)) or [""]
+
+
+def _service_account(check: ContentCheck, command: CreateObject) -> str:
+    """The autoscaler's ServiceAccount: only when the cluster autoscales and names none of its own, and
+    with nothing but its name, labels and owner (an annotation can bind a cloud identity to it)."""
+    view = check.cluster(check.key.name)
+    if not autoscaling_enabled(view.spec) or autoscaler_rbac.user_service_account(view):
+        return f"{check.key} needs no ServiceAccount from raybus"
+    want = check.derived(("serviceaccount",), lambda: autoscaler_rbac.service_account(view))
+    if command.target.name != metadata_of(want).get("name"):
+        return f"{check.key}'s autoscaler runs as {metadata_of(want).get('name')}, not {command.target.name}"
+    return _same_object("ServiceAccount", command.body, want, f"the autoscaler of {check.key} needs")
+
+
+def _same_object(kind: str, got: Mapping[str, Any], want: Mapping[str, Any], source: str) -> str:
+    """``got`` has ``want``'s fields, labels and annotations (name, namespace and owner are ``authorize``'s)."""
+    for field in sorted(set(got) | set(want)):
+        if field not in ("metadata", "apiVersion", "kind"):
+            found = first_difference(field, got.get(field), want.get(field))
+            if found:
+                return f"the {kind}'s {found}, as {source}"
+    for field in ("metadata.labels", "metadata.annotations"):
+        found = first_difference(field, _field(got, field) or {}, _field(want, field) or {})
+        if found:
+            return f"the {kind}'s {found}, as {source}"
+    return ""
+
+
+def _gcs_claim(check: ContentCheck, command: CreateObject) -> str:
+    """The operator-managed RocksDB claim of GCS fault tolerance: its size, access modes and class only."""
+    view = check.cluster(check.key.name)
+    want = check.derived(("gcs-pvc",), lambda: gcsft.gcs_pvc(view))
+    if not isinstance(want, Mapping) or command.target.name != metadata_of(want).get("name"):
+        return f"{check.key} has no PersistentVolumeClaim {command.target.name} of its own"
+    return _same_object("PersistentVolumeClaim", command.body, want, f"the GCS storage of {check.key} asks")
+
+
+def _gateway_spec(check: ContentCheck, name: str) -> Any:
+    model = check.rayservice()
+    if model.upgrade_options is None or name != rayservice_names.gateway_name(model.name):
+        raise Unreadable(f"{check.key} has no Gateway {name}")
+    class_name = model.upgrade_options.gateway_class_name
+    return check.derived(("gateway",), lambda: incremental.gateway_spec(class_name))
+
+
+def _gateway(check: ContentCheck, command: CreateObject) -> str:
+    """The incremental upgrade's Gateway: one HTTP listener of the RayService's gateway class."""
+    found = _same_object(
+        "Gateway",
+        {"spec": command.body.get("spec")},
+        {"spec": _gateway_spec(check, command.target.name)},
+        f"the upgrade options of {check.key} ask",
+    )
+    return found
+
+
+def _gateway_patch(check: ContentCheck, command: PatchObject) -> str:
+    want = {"spec": _gateway_spec(check, command.target.name)}
+    if command.patch_type != "merge" or not isinstance(command.patch, Mapping):
+        return f"{check.key} updates its Gateway only with a merge patch of its spec"
+    found = first_difference("patch", command.patch, want)
+    return f"the Gateway update's {found}, as the upgrade options of {check.key} ask" if found else ""
+
+
+def _route_spec(check: ContentCheck, name: str, spec: Any) -> str:
+    """An HTTPRoute spec of the RayService: its Gateway, the prefix ``/``, weighted backends that are
+    the per-cluster serve Services of its own RayClusters on their serve ports ("" when it is one)."""
+    model = check.rayservice()
+    if model.upgrade_options is None or name != rayservice_names.httproute_name(model.name):
+        return f"{check.key} has no HTTPRoute {name}"
+    rules = mapping(spec).get("rules")
+    first = mapping(rules[0]) if isinstance(rules, list) and rules else {}
+    refs = first.get("backendRefs")
+    refs = refs if isinstance(refs, list) else []
+    owner = text(metadata_of(check.own()).get("uid"))
+    backends: list[tuple[str, int, int]] = []
+    for raw in refs[:2]:
+        ref = mapping(raw)
+        service, weight = text(ref.get("name")), ref.get("weight")
+        suffix = rayservice_names.serve_service_name("")
+        cluster_name = service[: -len(suffix)] if service.endswith(suffix) else ""
+        cluster = check.facts.find("RayCluster", check.key.namespace, cluster_name) if cluster_name else None
+        owners = metadata_of(cluster or {}).get("ownerReferences")
+        owned = isinstance(owners, list) and any(
+            mapping(o).get("controller") is True and mapping(o).get("uid") == owner and owner for o in owners
+        )
+        if cluster is None and cluster_name:  # the pending cluster, created by the same decision
+            cluster = check.created("RayCluster", cluster_name)
+            owned = cluster is not None
+        gone = (
+            cluster is None
+            and bool(cluster_name)
+            and check.facts.recently_deleted("RayCluster", check.key.namespace, cluster_name)
+        )
+        if not (owned or gone):
+            return f"the HTTPRoute's backend {_short(service)} is no serve Service of a RayCluster of {check.key}"
+        if type(weight) is not int or not 0 <= weight <= 100:
+            return f"the HTTPRoute's weight {_short(weight)} for {service} is not a percentage"
+        # A route decided just before its cluster's deletion was projected names it still (as ``authorize``
+        # lets such a command through as gone): its Service goes with the cluster.
+        port = ref.get("port") if gone else serve_port(cluster)
+        backends.append((service, port if type(port) is int else 0, weight))
+    if sum(weight for _, _, weight in backends) != 100:
+        return "the HTTPRoute's weights do not add up to 100"
+    want = incremental.httproute_spec(rayservice=model.name, namespace=model.namespace, backends=backends)
+    found = first_difference("spec", _as_sent(spec), _as_sent(want))
+    return f"the HTTPRoute's {found}, as {check.key} routes" if found else ""
+
+
+def _httproute(check: ContentCheck, command: CreateObject) -> str:
+    return _route_spec(check, command.target.name, command.body.get("spec"))
+
+
+def _httproute_patch(check: ContentCheck, command: PatchObject) -> str:
+    patch = command.patch
+    if command.patch_type != "merge" or not isinstance(patch, Mapping) or set(patch) != {"spec"}:
+        return f"{check.key} updates its HTTPRoute only with a merge patch of its spec"
+    return _route_spec(check, command.target.name, patch["spec"])
 
 
 CLUSTER_FIELDS: Final = ("spec", "metadata.labels", "metadata.annotations")
@@ -680,11 +867,14 @@ _CHECKS: Final[Mapping[tuple[str, str, str], Check]] = {
     ("RayCluster", "create_object", "Secret"): _secret,
     ("RayCluster", "create_object", "Job"): _cluster_job,
     ("RayCluster", "create_object", "Service"): _cluster_service,
+    ("RayCluster", "create_object", "ServiceAccount"): _service_account,
+    ("RayCluster", "create_object", "PersistentVolumeClaim"): _gcs_claim,
     ("RayCluster", "create_object", "Ingress"): _cluster_ingress,
     ("RayCluster", "patch_object", "Ingress"): _cluster_ingress_patch,
     ("RayCluster", "patch_object", "Pod"): _pod_patch,
     ("RayCluster", "patch_object", "RayCluster"): _own_patch,
     ("RayJob", "create_object", "RayCluster"): _rayjob_cluster,
+    ("RayJob", "create_object", "Job"): _submitter_job,
     ("RayJob", "patch_object", "RayJob"): _own_patch,
     ("RayJob", "patch_object", "RayCluster"): _rayjob_cluster_patch,
     ("RayJob", "submit_ray_job", "RayCluster"): _submission,
@@ -697,6 +887,10 @@ _CHECKS: Final[Mapping[tuple[str, str, str], Check]] = {
     ("RayService", "put_serve_config", "RayCluster"): _serve_config,
     ("RayService", "create_object", "Service"): _rayservice_service,
     ("RayService", "patch_object", "Service"): _rayservice_service_patch,
+    ("RayService", "create_object", "Gateway"): _gateway,
+    ("RayService", "patch_object", "Gateway"): _gateway_patch,
+    ("RayService", "create_object", "HTTPRoute"): _httproute,
+    ("RayService", "patch_object", "HTTPRoute"): _httproute_patch,
     ("RayCronJob", "create_object", "RayJob"): _cron_rayjob,
 }
 """(key kind, verb, target kind) → its content check; the rest of ``authorize.ALLOWED`` carries no code."""

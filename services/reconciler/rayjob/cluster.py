@@ -100,7 +100,16 @@ def dashboard_url(
     """KubeRay's ``FetchHeadServiceURL``: ``<svc>.<ns>.svc.<domain>:<dashboard port>``; None until the head
     Service (with a port named ``dashboard``) is in the snapshot."""
     service_name = head_service_name(cluster_name, cluster)
-    port = service_port(snapshot.get("Service", service_name), PORT_DASHBOARD)
+    return dashboard_url_of(
+        snapshot.get("Service", service_name), service_name=service_name, namespace=namespace, config=config
+    )
+
+
+def dashboard_url_of(
+    service: Mapping[str, Any] | None, *, service_name: str, namespace: str, config: OperatorConfig
+) -> str | None:
+    """The dashboard URL the head Service ``service_name`` gives, None without a port named ``dashboard``."""
+    port = service_port(service, PORT_DASHBOARD)
     if port is None:
         return None
     return f"{service_name}.{namespace}.svc.{config.switches.cluster_domain}:{port}"

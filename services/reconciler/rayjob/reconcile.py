@@ -53,7 +53,6 @@ from schema.ray.rayjob import (
     K8S_JOB_MODE,
 )
 from schema.times import format_time, parse_time
-from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
 from services.reconciler.rayjob import running
 from services.reconciler.rayjob.cleanup import plan_cleanup
@@ -66,8 +65,12 @@ from services.reconciler.rayjob.cluster import (
 from services.reconciler.rayjob.names import attempt_suffix
 from services.reconciler.rayjob.passes import Pass
 from services.reconciler.rayjob.status import TERMINAL_DEPLOYMENT_STATUSES, TERMINAL_JOB_STATUSES, StatusDraft
-from services.reconciler.rayjob.steps import get_or_create_cluster, pre_running_deadline_passed, preflight
-from services.reconciler.rayjob.submitter import SubmitterError, build_submitter_job
+from services.reconciler.rayjob.steps import (
+    create_submitter_job,
+    get_or_create_cluster,
+    pre_running_deadline_passed,
+    preflight,
+)
 from services.reconciler.rayjob.validation import validate_rayjob
 
 
@@ -257,35 +260,9 @@ def _initializing(job: Pass) -> None:
         status.move(JOB_DEPLOYMENT_WAITING, reason="ClusterReady", message="waiting for spec.jobId (InteractiveMode)")
         job.rule("5.2/interactive-waiting")
         return
-    if spec.submission_mode == K8S_JOB_MODE and job.snapshot.get("Job", job.ref.name) is None:
-        try:
-            body = build_submitter_job(
-                job.rayjob,
-                spec,
-                raw_spec=job.raw_spec,
-                job_id=status.get("jobId"),
-                dashboard_url=status.get("dashboardURL"),
-                cluster_name=status.get("rayClusterName"),
-                cluster_spec=mapping(cluster.get("spec")),
-                owner_reference=owner_reference_to(job.rayjob, "RayJob"),
-                config=job.config,
-            )
-        except SubmitterError as exc:
-            job.emit(
-                "Warning",
-                reason="FailedToCreateRayJobSubmitter",
-                message=f"Failed to create new Kubernetes Job {job.ref.namespace}/{job.ref.name}: {exc}",
-            )
-            job.rule("5.3/submitter-build-failed")
-            job.halt()
-            return
-        job.create("Job", api_version="batch/v1", name=job.ref.name, body=body)
-        job.emit(
-            "Normal",
-            reason="CreatedRayJobSubmitter",
-            message=f"Created Kubernetes Job {job.ref.namespace}/{job.ref.name}",
-        )
-        job.rule("5.3/create-submitter-job")
+    submitter_missing = spec.submission_mode == K8S_JOB_MODE and job.snapshot.get("Job", job.ref.name) is None
+    if submitter_missing and not create_submitter_job(job, cluster, rule="5.3/create-submitter-job"):
+        return
     status.move(
         JOB_DEPLOYMENT_RUNNING, reason="ClusterReady", message=f"RayCluster {status.get('rayClusterName')} is ready"
     )

@@ -9,8 +9,9 @@ Invariants: pure; each wait is either an event the watcher delivers (observation
 changed) or a wake-up registered on the pass; no fixed-interval requeue, except the HTTPMode submit
 retry while the dashboard still answers 404 for a job raybus just submitted.
 
-Deviation: the 30 s submitter-finished grace waits for the prober's answer about the job and yields to
-a terminal one (see ``_submitter_finished_timeout``).
+Deviations: the 30 s submitter-finished grace waits for the prober's answer about the job and yields to
+a terminal one (see ``_submitter_finished_timeout``); a missing submitter Job is created again (see
+``_check_submitter``).
 
 Not here: the other states (``reconcile``).
 """
@@ -45,7 +46,7 @@ from services.reconciler.rayjob.cluster import (
 from services.reconciler.rayjob.names import SUBMITTER_CONTAINER, head_service_name_for_rayjob
 from services.reconciler.rayjob.passes import Pass
 from services.reconciler.rayjob.status import TERMINAL_JOB_STATUSES
-from services.reconciler.rayjob.steps import get_or_create_cluster, preflight
+from services.reconciler.rayjob.steps import create_submitter_job, get_or_create_cluster, preflight
 from services.reconciler.rayjob.submitter import SubmitterError, build_submit_request
 
 SUBMITTER_FINISHED_TIMEOUT: Final = 30.0
@@ -68,7 +69,7 @@ def run(job: Pass) -> None:
         _reconcile_head_service(job)
     finished_at: datetime | None = None
     if job.spec.submission_mode in (K8S_JOB_MODE, SIDECAR_MODE):
-        checked = _check_submitter(job)
+        checked = _check_submitter(job, cluster)
         if checked is None:
             return
         submitter_failed, finished_at = checked
@@ -166,13 +167,18 @@ def _true_condition(obj: Mapping[str, Any], kinds: tuple[str, ...]) -> Mapping[s
     return None
 
 
-def _check_submitter(job: Pass) -> tuple[bool, datetime | None] | None:
-    """``checkSubmitterAndUpdateStatusIfNeeded``: (submitter failed, finishedAt), or None to stop the pass."""
+def _check_submitter(job: Pass, cluster: Mapping[str, Any]) -> tuple[bool, datetime | None] | None:
+    """``checkSubmitterAndUpdateStatusIfNeeded``: (submitter failed, finishedAt), or None to stop the pass.
+
+    Deviation: a K8sJobMode submitter Job that is missing is created again (KubeRay returns an error here
+    and waits for it forever). Its create may have been refused or lost after the status already moved to
+    Running; the submitter submits only a job its id does not name yet, so a second one follows the first
+    job's logs instead of running it twice."""
     status = job.status
     if job.spec.submission_mode == K8S_JOB_MODE:
         submitter = job.snapshot.get("Job", job.ref.name)
         if submitter is None:
-            job.rule("5.3/submitter-job-missing")
+            create_submitter_job(job, cluster, rule="5.3/submitter-job-missing")
             job.halt()
             return None
         failed_condition = _true_condition(submitter, ("Failed",))

@@ -1,5 +1,6 @@
 """Checks and steps shared by several RayJob states (docs/behaviour.md#5.2): the suspend/deadline preflight that opens
-Initializing and Running, the preRunningDeadlineSeconds check, and get-or-create of the RayCluster.
+Initializing and Running, the preRunningDeadlineSeconds check, get-or-create of the RayCluster,
+and Initializing's and Running's create of the K8sJobMode submitter Job.
 
 Role: helpers over a :class:`~services.reconciler.rayjob.passes.Pass`; each records the rule it applied.
 
@@ -17,9 +18,10 @@ from typing import Any
 from schema.ray.conventions import API_VERSION
 from schema.ray.rayjob import JOB_DEPLOYMENT_SUSPENDING
 from schema.times import after_seconds, go_time_string, parse_time
-from services.reconciler.rayjob.cluster import build_cluster
+from services.reconciler.common.owners import owner_reference_to
+from services.reconciler.rayjob.cluster import build_cluster, mapping
 from services.reconciler.rayjob.passes import Pass
-from services.reconciler.rayjob.submitter import SubmitterError
+from services.reconciler.rayjob.submitter import SubmitterError, build_submitter_job
 
 
 def preflight(job: Pass, *, pre_running: bool) -> bool:
@@ -106,3 +108,41 @@ def get_or_create_cluster(job: Pass) -> Mapping[str, Any] | None:
     job.emit("Normal", reason="CreatedRayCluster", message=f"Created RayCluster {job.ref.namespace}/{name}")
     job.rule("5.2/create-cluster")
     return body
+
+
+def create_submitter_job(job: Pass, cluster: Mapping[str, Any], *, rule: str) -> bool:
+    """Create the K8sJobMode submitter Job ``<rj>`` for ``cluster`` (the caller saw none), recording ``rule``.
+
+    Returns:
+        False when it cannot be built (Warning Event ``FailedToCreateRayJobSubmitter``; the pass halts).
+    """
+    status = job.status
+    try:
+        body = build_submitter_job(
+            job.rayjob,
+            job.spec,
+            raw_spec=job.raw_spec,
+            job_id=status.get("jobId"),
+            dashboard_url=status.get("dashboardURL"),
+            cluster_name=status.get("rayClusterName"),
+            cluster_spec=mapping(cluster.get("spec")),
+            owner_reference=owner_reference_to(job.rayjob, "RayJob"),
+            config=job.config,
+        )
+    except SubmitterError as exc:
+        job.emit(
+            "Warning",
+            reason="FailedToCreateRayJobSubmitter",
+            message=f"Failed to create new Kubernetes Job {job.ref.namespace}/{job.ref.name}: {exc}",
+        )
+        job.rule("5.3/submitter-build-failed")
+        job.halt()
+        return False
+    job.create("Job", api_version="batch/v1", name=job.ref.name, body=body)
+    job.emit(
+        "Normal",
+        reason="CreatedRayJobSubmitter",
+        message=f"Created Kubernetes Job {job.ref.namespace}/{job.ref.name}",
+    )
+    job.rule(rule)
+    return True

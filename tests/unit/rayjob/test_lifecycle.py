@@ -109,6 +109,31 @@ def test_success_k8s_job_mode() -> None:
     assert final.commands == () and final.wake_at is None
 
 
+def test_a_missing_submitter_job_is_created_again() -> None:
+    """A submitter Job refused or lost after the status moved to Running (or deleted) is created again;
+    the RayJob does not wait for it forever."""
+    world = World()
+    world.add(rayjob(finalizer=False))
+    step(world)
+    step(world)
+    cluster = status_of(world)["rayClusterName"]
+    step(world)
+    make_cluster_ready(world, cluster)
+    decision = reconcile(world.snapshot("RayJob", "rj"), world.now, world.config)
+    first = [c for c in decision.commands if isinstance(c, CreateObject) and c.target.kind == "Job"]
+    assert first and "5.3/create-submitter-job" in decision.rules
+    world.apply(msgspec.structs.replace(decision, commands=tuple(c for c in decision.commands if c not in first)))
+    assert status_of(world)["jobDeploymentStatus"] == "Running" and world.get("Job", "rj") is None
+    again = step(world)
+    assert "5.3/submitter-job-missing" in again.rules
+    assert [c.body for c in created(world, "Job")] == [first[0].body]
+    assert status_of(world)["jobDeploymentStatus"] == "Running"
+    world.remove("Job", "rj")  # deleted by hand while Running
+    step(world)
+    assert world.get("Job", "rj") is not None
+    assert step(world).rules.count("5.3/submitter-job-missing") == 0
+
+
 def test_application_failure_retries_with_fresh_clusters() -> None:
     world = World()
     clusters: list[str] = []

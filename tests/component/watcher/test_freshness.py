@@ -1,0 +1,48 @@
+"""``freshness`` on a real bus: the newest applied revision of a key outlives the process that applied it
+and is shared by the applier replicas (KV ``raybus-applied``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from schema import subjects
+from schema.keys import ReconcileKey
+from schema.messages import CommandBatch
+from services.edge.apply.freshness import Freshness
+from tests.component.watcher.conftest import Bus
+
+KEY = ReconcileKey(kind="RayCluster", namespace="default", name="rc")
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def batch(revision: int, key: ReconcileKey = KEY) -> CommandBatch:
+    return CommandBatch(id=f"b{revision}", key=key, issued_at=AT, commands=(), snapshot_revision=revision)
+
+
+async def test_a_replay_is_refused_by_another_replica_and_after_a_restart(bus: Bus) -> None:
+    first = Freshness(floors=bus.buckets.applied)
+    assert await first.judge(batch(10), verified=True) == ""
+    assert await first.judge(batch(12), verified=True) == ""
+    replica = Freshness(floors=bus.buckets.applied)  # another process: nothing in its memory
+    assert "batch b10 was decided on revision 10, before revision 12" in await replica.judge(batch(10), verified=True)
+    assert await replica.judge(batch(12), verified=True) == ""  # the same decision again (a redelivery)
+    assert await replica.judge(batch(15), verified=True) == ""
+    restarted = Freshness(floors=bus.buckets.applied)
+    assert "before revision 15" in await restarted.judge(batch(12), verified=True)
+    assert "before revision 15" in await first.judge(batch(12), verified=True)  # it reads what the replica wrote
+    other = ReconcileKey(kind="RayJob", namespace="default", name="rc")
+    assert await restarted.judge(batch(1, other), verified=True) == ""
+    entry = await bus.buckets.applied.get(subjects.applied_key(KEY))
+    assert entry.value == b"15"
+
+
+async def test_an_unverified_revision_is_not_stored(bus: Bus) -> None:
+    fresh = Freshness(floors=bus.buckets.applied)
+    assert await fresh.judge(batch(10**9), verified=False) == ""  # the facts never reached it: maybe forged
+    assert await Freshness(floors=bus.buckets.applied).judge(batch(5), verified=True) == ""
+    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"5"
+
+
+async def test_only_digits_count_as_a_stored_revision(bus: Bus) -> None:
+    await bus.buckets.applied.put(subjects.applied_key(KEY), b"not a number")
+    assert await Freshness(floors=bus.buckets.applied).judge(batch(3), verified=True) == ""
