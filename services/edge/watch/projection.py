@@ -50,7 +50,9 @@ from typing import Any, Final, cast
 
 import msgspec
 import nats.errors
+import nats.js.errors
 from nats.js import JetStreamContext
+from nats.js.api import PubAck
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 from opentelemetry.trace import Tracer
@@ -97,6 +99,12 @@ def message_id(change: Change, event_type: WatchEventType, key: ReconcileKey, ca
     """The de-duplication id of one projected event (also used for its KV write)."""
     base = f"{change.uid}/{change.resource_version}/{event_type}/{key.token()}"
     return f"{base}/{cause.uid}/{cause.resource_version}" if cause is not None else base
+
+
+def written_version(msg_id: str) -> tuple[str, int]:
+    """The uid and resourceVersion (-1: not a number) of the object a :func:`message_id` names."""
+    uid, _, rest = msg_id.partition("/")
+    return uid, _rv(rest.partition("/")[0])
 
 
 def lifecycle_id(uid: str, what: str) -> str:
@@ -814,11 +822,49 @@ class Projection:
                     del self._tails[subject]
 
     async def _write_kv(self, op: _Write, subject: str) -> int:
+        ack = await self._put(op, subject)
+        if not ack.duplicate or self._tails.get(subject) is not op.done:
+            return int(ack.seq)  # stored now, or a newer version of the entry is queued behind it
+        older = await self._overwritten(op, subject)
+        if older is None:
+            return int(ack.seq)
+        # The entry went back to an older version after this one was stored: write it again under a fresh
+        # id (the same in every replica that finds the same older write), and publish its event under it.
+        log.warning(
+            "the KV entry of %s %s/%s under %s went back to an older version; writing resourceVersion %s again",
+            op.resource.kind,
+            op.change.namespace,
+            op.change.name,
+            op.key,
+            op.change.resource_version,
+        )
+        pipeline_metrics.repaired(op.resource.kind, "overwritten")
+        self.repairs += 1
+        op.msg_id = f"{op.msg_id}/over/{older}"
+        return int((await self._put(op, subject)).seq)
+
+    async def _put(self, op: _Write, subject: str) -> PubAck:
         if op.event_type == "DELETED":
-            ack = await self._js.publish(subject, b"", headers={"KV-Operation": "DEL", "Nats-Msg-Id": op.msg_id})
-        else:
-            ack = await self._js.publish(subject, op.change.raw, headers={"Nats-Msg-Id": op.msg_id})
-        return int(ack.seq)
+            return await self._js.publish(subject, b"", headers={"KV-Operation": "DEL", "Nats-Msg-Id": op.msg_id})
+        return await self._js.publish(subject, op.change.raw, headers={"Nats-Msg-Id": op.msg_id})
+
+    async def _overwritten(self, op: _Write, subject: str) -> int | None:
+        """The stream sequence of an older version of ``op``'s object that the entry holds now, written after
+        ``op``'s own write was stored (None: the entry holds this version, a newer one, or another object).
+
+        A duplicate acknowledgement says a message with the write's id was stored once, not that the entry
+        still holds it. A watcher that resumes from a point older than its last writes replays versions
+        the entry already had; a restarted nats-server knows only the ids of the messages it still stores,
+        so it stores the replayed older version (its first message was replaced in the one-version bucket)
+        and drops the newer one's replay as a duplicate of the message the older one just replaced."""
+        try:
+            stored = await self._js.get_last_msg(subjects.kv_stream(subjects.OBJECTS_BUCKET), subject, direct=True)
+        except nats.js.errors.NotFoundError:
+            return None  # removed since: the entries check repairs an entry KV lacks
+        uid, version = written_version((stored.headers or {}).get("Nats-Msg-Id", ""))
+        if uid != op.change.uid or not 0 <= version < _rv(op.change.resource_version):
+            return None
+        return stored.seq
 
     async def _publish_event(self, op: _Write, payload: bytes) -> None:
         ack = await publish(self._js, subjects.events_subject(op.key), payload, msg_id=op.msg_id)

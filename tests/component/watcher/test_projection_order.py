@@ -6,11 +6,14 @@ from typing import Any
 
 import msgspec
 
+from schema import subjects
 from schema.keys import ReconcileKey
 from services.edge.resources import by_kind
 from services.edge.watch.informer import Batch, Change, Scope
 from services.edge.watch.projection import Projection
 from tests.component.watcher.conftest import Bus
+from tests.fixtures.nats import NatsServer
+from tests.helpers import eventually
 
 
 def _version(rv: int, *, type_: str = "MODIFIED") -> Change:
@@ -47,3 +50,31 @@ async def test_later_versions_of_an_entry_always_win(bus: Bus) -> None:
     revisions = [e["kv_revision"] for e in events]
     assert revisions == sorted(revisions)
     assert [e["resource_version"] for e in events] == [str(rv) for rv in range(1, 40)]
+
+
+async def test_a_version_replayed_after_a_bus_restart_never_overwrites_a_newer_one(
+    nats_server: NatsServer, bus: Bus
+) -> None:
+    """A watcher that resumes from a resume point older than its last writes replays versions the KV
+    already holds. A restarted nats-server de-duplicates by the ids of the messages it still stores: the
+    entry's older version, replaced in a one-version bucket, is stored again, and the newer one's rewrite
+    is acknowledged as a duplicate of the message the older one just replaced. The newer version must
+    still end in KV, with an event that carries its new revision."""
+    resource = by_kind("RayCluster")
+    assert resource is not None
+    scope = Scope(resource, "ns")
+    key = ReconcileKey(kind="RayCluster", namespace="ns", name="c")
+    first = Projection(bus.js)
+    await first.project(Batch(scope, (_version(1, type_="ADDED"), _version(2))))
+    await first.drain()
+    nats_server.kill()
+    nats_server.start()
+    await eventually(bus.js.account_info, message="JetStream answers again after the restart")
+    replaying = Projection(bus.js)  # a restarted watcher: it holds nothing, its resume point is older
+    await replaying.project(Batch(scope, (_version(1, type_="ADDED"), _version(2))))
+    await replaying.drain()
+    entry = await bus.entry(key, "RayCluster", "c")
+    assert entry is not None and entry["status"] == {"step": 2}
+    stored = await bus.buckets.objects.get(subjects.entry_key(key, "RayCluster", "c"))
+    events = await bus.events(key)
+    assert events[-1]["resource_version"] == "2" and events[-1]["kv_revision"] == stored.revision
