@@ -7,7 +7,8 @@
 - ``raybus_informer_events_total{resource, type}``: watch events received (ADDED, MODIFIED, DELETED);
 - ``raybus_informer_relists_total{resource}``: complete lists (at start and after a 410);
 - ``raybus_projection_repairs_total{kind, reason}``: objects a drift check found wrong in the projection
-  and wrote again (``missing``, ``stale``, ``vanished``, ``lost``, ``orphaned``: see ``projection``);
+  and wrote again (``missing``, ``stale``, ``vanished``, ``lost``, ``orphaned``; ``overwritten``: a
+  replayed write found its entry gone back to an older version; see ``projection``);
 - ``raybus_informer_lag_seconds{resource}``: from receiving a batch of watch events to its projection on
   the bus (KV written, events published);
 - ``raybus_prober_polls_total{probe}``, ``raybus_prober_changes_total{probe}`` (answers that changed

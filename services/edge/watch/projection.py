@@ -22,7 +22,9 @@ Invariants:
   one publish; a failed write is retried until it succeeds or the watcher stops, and is skipped only
   when a newer version of the same entry is queued behind it.
 - Writes of one entry are strictly ordered: each waits for the previous write of the same KV entry to
-  finish (retries included), so an older version never overwrites a newer one.
+  finish (retries included), so an older version never overwrites a newer one. Across a restart too: a
+  write JetStream acknowledges as a duplicate is checked against the entry, and written again under a
+  fresh id when the entry holds an older version of the object (``_overwritten`` says how that happens).
 - A custom resource's deletion is projected no later than the deletions of its children: before a
   child's deletion (or deletionTimestamp) whose owner is held alive, the owner is read from the API
   server, and its deletion, if it happened, is projected and published first (``owners``). Its own

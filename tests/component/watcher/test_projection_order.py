@@ -78,3 +78,21 @@ async def test_a_version_replayed_after_a_bus_restart_never_overwrites_a_newer_o
     stored = await bus.buckets.objects.get(subjects.entry_key(key, "RayCluster", "c"))
     events = await bus.events(key)
     assert events[-1]["resource_version"] == "2" and events[-1]["kv_revision"] == stored.revision
+
+
+async def test_a_replica_behind_writes_nothing_over_a_newer_version(bus: Bus) -> None:
+    """A replica that projects an older version after another stored a newer one (both follow the same
+    watch) is acknowledged as a duplicate and leaves the newer version in place, with no event."""
+    resource = by_kind("RayCluster")
+    assert resource is not None
+    scope = Scope(resource, "ns")
+    key = ReconcileKey(kind="RayCluster", namespace="ns", name="c")
+    ahead, behind = Projection(bus.js), Projection(bus.js)
+    await ahead.project(Batch(scope, (_version(1, type_="ADDED"), _version(2))))
+    await ahead.drain()
+    await behind.project(Batch(scope, (_version(1, type_="ADDED"),)))
+    await behind.drain()
+    entry = await bus.entry(key, "RayCluster", "c")
+    assert entry is not None and entry["status"] == {"step": 2}
+    assert [e["resource_version"] for e in await bus.events(key)] == ["1", "2"]
+    assert behind.repairs == 0
