@@ -14,11 +14,6 @@ from tests.e2e.faults import describe_burst, fault_stack, run_burst
 
 
 @pytest.mark.timeout(900)  # the bound after the last kill, and starting and stopping six processes
-@pytest.mark.xfail(
-    reason="known liveness gap: after the kills some clusters keep a stale readyWorkerReplicas past the test's "
-    "bound (their next resync or drift check repairs them); open until they converge within it",
-    strict=False,
-)
 def test_every_surviving_cluster_converges_after_kill_9_of_every_component_during_a_burst(tmp_path: Path) -> None:
     with fault_stack(tmp_path) as stack:
         figures = run_burst(stack, clusters=40, scaled=10, deleted=8, bound=240)
