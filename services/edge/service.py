@@ -62,7 +62,7 @@ from services.runtime.errors import PermanentError
 from services.runtime.health import HealthServer
 from services.runtime.leases import Membership, default_member_id
 from services.runtime.settings import RaybusSettings, WatcherRole
-from services.runtime.topology import Buckets, ensure_topology, open_buckets
+from services.runtime.topology import Buckets, ensure_topology, open_buckets, when_answered
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +157,15 @@ class Watcher:
             configuration = await asyncio.to_thread(load_configuration, settings.kube.kubeconfig)
             self._api = KubeApi(configuration, concurrency=min(settings.kube.applier_concurrency, API_CONCURRENCY) + 4)
         self._nc = await connect(settings.nats, name="raybus-watcher")
+        nc = self._nc
         if settings.nats.ensure_topology:
-            self.buckets = await ensure_topology(self._nc, bus=settings.bus, partitions=settings.partitions)
+            self.buckets = await when_answered(
+                lambda: ensure_topology(nc, bus=settings.bus, partitions=settings.partitions), "watcher"
+            )
         else:
-            self.buckets = await open_buckets(self._nc, bus=settings.bus, partitions=settings.partitions)
+            self.buckets = await when_answered(
+                lambda: open_buckets(nc, bus=settings.bus, partitions=settings.partitions), "watcher"
+            )
         member_id = settings.partitions.worker_id or default_member_id()
         self._membership = Membership(
             self._nc,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import nats.errors
 from nats.aio.client import Client
@@ -27,11 +27,11 @@ from nats.js.api import (
     StreamConfig,
     SubjectTransform,
 )
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 
 from schema import subjects
-from services.runtime.backoff import Backoff
+from services.runtime.backoff import Backoff, retry
 from services.runtime.bus import connect
 from services.runtime.errors import RetryableError, TopologyError
 from services.runtime.settings import BusSettings, NatsSettings, PartitionSettings
@@ -43,6 +43,11 @@ MIN_SERVER_VERSION = (2, 12, 0)
 
 PROVISION_BACKOFF: Final = Backoff(base=0.5, cap=5.0)
 """Pauses between tries of :func:`provision` while the cluster does not answer."""
+
+START_BACKOFF: Final = Backoff(base=0.2, cap=5.0)
+"""Pauses between tries of a service's start-up step (:func:`when_answered`) while NATS does not answer."""
+
+T = TypeVar("T")
 
 DUPLICATE_WINDOW = 120.0
 """Seconds JetStream remembers Nats-Msg-Id: covers watcher HA races and publish retries."""
@@ -341,3 +346,31 @@ async def provision(
             if on_retry is not None:
                 on_retry(last, pause)
             await asyncio.sleep(pause)
+
+
+_NOT_ANSWERING: Final = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.UnexpectedEOF,
+    nats.errors.StaleConnectionError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.FlushTimeoutError,
+    ServiceUnavailableError,
+    TimeoutError,
+)
+"""Failures a nats-server restarting (or its JetStream recovering its streams) explains."""
+
+
+async def when_answered(step: Callable[[], Awaitable[T]], service: str) -> T:
+    """Run a service's start-up ``step`` on its connection (:func:`ensure_topology`, or opening what it uses)
+    until NATS answers: a nats-server killed and restarted while the service starts delays the start
+    instead of ending the process (the connection reconnects by itself). A refusal still raises
+    (:class:`TopologyError`, a permission), and so does a connection closed for good."""
+    return await retry(
+        step,
+        START_BACKOFF,
+        transient=lambda exc: isinstance(exc, _NOT_ANSWERING),
+        on_retry=lambda exc, _, delay: log.warning(
+            "%s: NATS did not answer at start-up (%s); trying again in %.1fs", service, exc or type(exc).__name__, delay
+        ),
+    )

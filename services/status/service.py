@@ -20,7 +20,7 @@ import logging
 from services.runtime.bus import connect
 from services.runtime.health import HealthServer
 from services.runtime.settings import RaybusSettings
-from services.runtime.topology import ensure_topology
+from services.runtime.topology import ensure_topology, when_answered
 from services.status.access import AccessReviewer, access_middleware
 from services.status.api import ApiServer, StatusApi
 from services.status.console import Console
@@ -79,7 +79,9 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
         nc = await connect(settings.nats, name="raybus-status")
         try:
             if settings.nats.ensure_topology:
-                await ensure_topology(nc, bus=settings.bus, partitions=settings.partitions)
+                await when_answered(
+                    lambda: ensure_topology(nc, bus=settings.bus, partitions=settings.partitions), "status"
+                )
             probe = DatabaseProbe(store)
             metrics = ResourceMetrics()
             consumer = ResultConsumer(nc.jetstream(), store, metrics=metrics)

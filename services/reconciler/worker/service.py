@@ -34,7 +34,7 @@ from services.runtime.health import HealthServer, Progress
 from services.runtime.leases import Membership, PartitionLeases, default_member_id
 from services.runtime.settings import RaybusSettings
 from services.runtime.snapshots import SnapshotReader
-from services.runtime.topology import ensure_topology, open_leases
+from services.runtime.topology import ensure_topology, open_leases, when_answered
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,14 @@ async def run_reconciler(
     nc = await connect(settings.nats, name=f"raybus-reconciler-{worker_id}")
     try:
         if settings.nats.ensure_topology:
-            lease_bucket = (await ensure_topology(nc, bus=settings.bus, partitions=settings.partitions)).leases
+            buckets = await when_answered(
+                lambda: ensure_topology(nc, bus=settings.bus, partitions=settings.partitions), "reconciler"
+            )
+            lease_bucket = buckets.leases
         else:
-            lease_bucket = await open_leases(nc, bus=settings.bus, partitions=settings.partitions)
+            lease_bucket = await when_answered(
+                lambda: open_leases(nc, bus=settings.bus, partitions=settings.partitions), "reconciler"
+            )
         js = nc.jetstream()
         reader = SnapshotReader(nc)
         timers = TimerScheduler(js)

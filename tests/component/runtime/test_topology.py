@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import msgspec
 import nats
 import pytest
@@ -11,8 +14,9 @@ from schema.keys import ReconcileKey
 from services.runtime.errors import TopologyError
 from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.snapshots import SnapshotReader
-from services.runtime.topology import ensure_topology, parse_version, require_server_version
+from services.runtime.topology import ensure_topology, parse_version, require_server_version, when_answered
 from tests.fixtures.nats import NatsServer
+from tests.helpers import eventually
 
 KEY = ReconcileKey(kind="RayCluster", namespace="default", name="demo.cluster")
 
@@ -30,6 +34,32 @@ async def test_topology_is_idempotent_and_partitions_events(nats_server: NatsSer
         assert len(stored) == 1
         assert stored[0].startswith("raybus.part.")
         assert subjects.key_from_stored_subject(stored[0]) == KEY
+    finally:
+        await nc.close()
+
+
+async def test_a_start_waits_for_a_nats_server_that_restarts_instead_of_ending(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service that starts while nats-server is killed and restarted creates its topology once it is back."""
+    nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+    try:
+        nats_server.kill()
+        bus = BusSettings(partitions=2)
+        with caplog.at_level(logging.WARNING, logger="services.runtime.topology"):
+            starting = asyncio.ensure_future(
+                when_answered(lambda: ensure_topology(nc, bus=bus, partitions=PartitionSettings()), "test")
+            )
+            await eventually(
+                lambda: any("did not answer at start-up" in r.getMessage() for r in caplog.records),
+                timeout=60,
+                message="a try failed while the server was down",
+            )
+            assert not starting.done()
+            nats_server.start()
+            buckets = await asyncio.wait_for(starting, 120)
+        await buckets.objects.put("probe", b"1")
+        assert (await buckets.objects.get("probe")).value == b"1"
     finally:
         await nc.close()
 
