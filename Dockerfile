@@ -18,6 +18,7 @@ RUN /opt/raybus/bin/pip install --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY schema ./schema
 COPY services ./services
+COPY kubeaccess ./kubeaccess
 COPY kubesim ./kubesim
 COPY realkube ./realkube
 COPY migrations ./migrations

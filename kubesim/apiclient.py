@@ -13,7 +13,6 @@ Credentials never reach a log or an error: errors name the method and path only.
 from __future__ import annotations
 
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, cast
 from urllib.parse import urlencode
@@ -21,8 +20,8 @@ from urllib.parse import urlencode
 import aiohttp
 import urllib3
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
+from kubeaccess import configuration as access
 from kubesim import codec
 from kubesim.errors import ApiError
 
@@ -31,11 +30,6 @@ REQUEST_TIMEOUT: Final = 30.0
 """Seconds for one ordinary request."""
 WATCH_SECONDS: Final = 300
 """``timeoutSeconds`` of one watch request; the caller resumes from the last resourceVersion afterwards."""
-AUTH_REUSE: Final = 1.0
-"""Seconds the auth headers are reused: asking the official client runs its token refresh hook each time,
-and its loaders renew a token minutes before it expires."""
-
-_load_kube_config = cast(Callable[..., None], k8s_config.load_kube_config)
 
 
 def load_configuration(kubeconfig: str) -> k8s_client.Configuration:
@@ -44,12 +38,12 @@ def load_configuration(kubeconfig: str) -> k8s_client.Configuration:
     Raises:
         ValueError: the file is missing or not a usable kubeconfig.
     """
-    configuration = k8s_client.Configuration()
+    if not kubeconfig:
+        raise ValueError("cannot load kubeconfig: no file named")
     try:
-        _load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    except (k8s_config.ConfigException, OSError) as exc:
+        return access.load(kubeconfig)
+    except access.LOAD_ERRORS as exc:
         raise ValueError(f"cannot load kubeconfig {kubeconfig}: {exc}") from exc
-    return configuration
 
 
 def _error(method: str, path: str, status: int, data: bytes) -> ApiError:
@@ -75,7 +69,7 @@ class ApiConnection:
         self.configuration = configuration
         self._client = k8s_client.ApiClient(configuration)
         self._session: aiohttp.ClientSession | None = None
-        self._auth: tuple[float, dict[str, str]] | None = None
+        self._auth = access.AuthHeaders(configuration)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> ApiConnection:
@@ -85,7 +79,7 @@ class ApiConnection:
     @property
     def host(self) -> str:
         """The API server's base URL."""
-        return str(self.configuration.host).rstrip("/")
+        return access.base_url(self.configuration)
 
     async def close(self) -> None:
         """Release both connection pools."""
@@ -95,15 +89,7 @@ class ApiConnection:
         cast(Callable[[], None], self._client.close)()
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        now = time.monotonic()
-        if self._auth is None or now - self._auth[0] >= AUTH_REUSE:
-            auth: dict[str, str] = {}
-            settings: dict[str, dict[str, Any]] = dict(self.configuration.auth_settings())  # type: ignore[arg-type]
-            for setting in settings.values():
-                if setting.get("in") == "header" and setting.get("value"):
-                    auth[str(setting["key"]).title()] = str(setting["value"])
-            self._auth = (now, auth)
-        headers = {"Accept": JSON, **self._auth[1]}
+        headers = {"Accept": JSON, **self._auth()}
         if content_type is not None:
             headers["Content-Type"] = content_type
         return headers
@@ -205,13 +191,4 @@ class ApiConnection:
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """TLS settings for aiohttp (None: plain HTTP)."""
-        cfg = self.configuration
-        if not self.host.startswith("https"):
-            return None
-        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
-        if cfg.cert_file:
-            context.load_cert_chain(cfg.cert_file, cfg.key_file)
-        if not cfg.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
+        return access.ssl_context(self.configuration)

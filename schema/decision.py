@@ -68,3 +68,13 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
 
 
 ReconcileFn = Callable[[Snapshot, datetime, OperatorConfig], Decision]
+"""A kind's pure reconcile: ``(snapshot, now, config) -> Decision``.
+
+Args:
+    snapshot: every entry of the key (the custom resource and what it owns or observes).
+    now: the time of the event being handled (never read from a clock).
+    config: operator gates and switches.
+
+Returns:
+    The commands to apply in order, the earliest wake-up, and the ids of the rules that fired (docs/behaviour.md).
+"""

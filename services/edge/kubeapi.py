@@ -24,35 +24,25 @@ import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, TypedDict, Unpack, cast
 
 import aiohttp
 import msgspec
 import urllib3
 import yarl
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
+from kubeaccess import configuration as access
 from services.edge.calls import JSON, ApiCall, ApiError
 from services.runtime.clock import Monotonic
 from services.runtime.errors import PermanentError
 
 log = logging.getLogger(__name__)
 
-# The config loaders are untyped in the official client.
-_load_kube_config = cast(Callable[..., None], k8s_config.load_kube_config)
-_load_incluster_config = cast(Callable[..., None], k8s_config.load_incluster_config)
-
 _status_decoder: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
 _encoder: Final = msgspec.json.Encoder()
 DEFAULT_TIMEOUT: Final = 30.0
 """Seconds for one ordinary API request."""
-AUTH_REUSE: Final = 1.0
-"""Seconds the auth headers are reused. Asking the official client for them runs its refresh hook, which
-re-applies the whole loaded configuration (an environment scan for proxies included): a twentieth of the
-applier's CPU when it ran for every request. Its loaders renew a token minutes before it expires (a
-kubeconfig's exec credentials five minutes early, an in-cluster token file every minute), so a header
-reused for a second is never an expired one."""
 
 
 @dataclass(frozen=True)
@@ -63,24 +53,48 @@ class Response:
     data: bytes
 
 
+class RequestOptions(TypedDict, total=False):
+    """What :meth:`KubeApi.request` and :meth:`KubeApi.arequest` take besides method and path.
+
+    Attributes:
+        query: query parameters, in order (default none).
+        body: JSON-serialisable body, or bytes sent as they are (default none).
+        content_type: the body's content type (default JSON).
+        timeout: seconds for the whole request (default :data:`DEFAULT_TIMEOUT`).
+    """
+
+    query: Sequence[tuple[str, str]]
+    body: Any
+    content_type: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A request ready to send: what the blocking and the async side both send."""
+
+    method: str
+    path: str
+    url: str
+    headers: dict[str, str]
+    body: bytes | None
+    timeout: float
+
+    def unreachable(self, detail: object) -> ApiError:
+        """The error of a request that got no answer (status 0); names method and path, never headers."""
+        return ApiError(0, "ConnectionError", f"{self.method} {self.path}: {detail}")
+
+
 def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
     """The client configuration: ``kubeconfig`` if given, else in-cluster, else ``~/.kube/config``.
 
     Raises:
         PermanentError: no usable configuration.
     """
-    configuration = k8s_client.Configuration()
     try:
-        if kubeconfig:
-            _load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-            return configuration
-        try:
-            _load_incluster_config(client_configuration=configuration)
-        except k8s_config.ConfigException:
-            _load_kube_config(client_configuration=configuration)
-    except (k8s_config.ConfigException, OSError) as exc:
+        return access.load(kubeconfig)
+    except access.LOAD_ERRORS as exc:
         raise PermanentError(f"no Kubernetes configuration: {exc}") from exc
-    return configuration
 
 
 def _error_from_body(status: int, reason: str, data: bytes, headers: Any) -> ApiError:
@@ -102,6 +116,13 @@ def _error_from_body(status: int, reason: str, data: bytes, headers: Any) -> Api
         except ValueError:
             retry_after = None
     return ApiError(status, status_reason, message, retry_after=retry_after)
+
+
+def _answer(status: int, reason: str | None, data: bytes | None, headers: Any) -> Response:
+    """The answer of a request that got one: a :class:`Response` for a 2xx, else the :class:`ApiError`."""
+    if not 200 <= status <= 299:
+        raise _error_from_body(status, str(reason or ""), data or b"", headers)
+    return Response(status=status, data=data or b"")
 
 
 class KubeApi:
@@ -126,16 +147,14 @@ class KubeApi:
         self._concurrency = max(1, concurrency)
         self._session: aiohttp.ClientSession | None = None
         """The async side's session, opened on first use in the caller's event loop."""
-        self._clock = clock
-        self._auth: tuple[float, dict[str, str]] | None = None
-        """When the auth headers were last asked for, and what they were."""
+        self._auth = access.AuthHeaders(configuration, clock)
         self._closed = False
         """Set by :meth:`close`: a request after it would open a connection pool (or session) nothing closes."""
 
     @property
     def host(self) -> str:
         """The API server's base URL."""
-        return str(self.configuration.host).rstrip("/")
+        return access.base_url(self.configuration)
 
     async def close(self) -> None:
         """Release connections; every request after this fails (status 0)."""
@@ -152,64 +171,52 @@ class KubeApi:
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
-    def _serialize(
-        self,
-        method: str,
-        path: str,
-        query: Sequence[tuple[str, str]],
-        body: Any,
-        content_type: str,
-    ) -> tuple[str, str, dict[str, str], bytes | None]:
+    def _prepare(self, method: str, path: str, options: RequestOptions) -> _Prepared:
         if self._closed:
             raise ApiError(0, "ConnectionError", f"{method} {path}: the client is closed")
+        body = options.get("body")
         # The official client builds the URL and the auth headers (:meth:`auth_headers`); the body is
         # encoded here in one msgspec call: its own path walks every node of the body in Python first
         # (sanitize_for_serialization) and then encodes it again with json, a large share of a Pod create.
         headers = {"Accept": JSON, **self.auth_headers()}
         if body is not None:
-            headers["Content-Type"] = content_type
+            headers["Content-Type"] = options.get("content_type", JSON)
+        query = list(options.get("query", ()))
         serialized: tuple[Any, ...] = tuple(
-            self._client.param_serialize(method, path, query_params=list(query) or None, header_params=headers)
+            self._client.param_serialize(method, path, query_params=query or None, header_params=headers)
         )
         encoded = None if body is None else body if isinstance(body, bytes) else _encoder.encode(body)
-        return serialized[0], serialized[1], serialized[2], encoded
+        return _Prepared(
+            serialized[0], path, serialized[1], serialized[2], encoded, options.get("timeout", DEFAULT_TIMEOUT)
+        )
 
-    def _send(
-        self, serialized: tuple[str, str, dict[str, str], bytes | None], timeout: float | tuple[float, float]
-    ) -> urllib3.BaseHTTPResponse:
-        method, url, headers, body = serialized
+    def _send(self, prepared: _Prepared, timeout: float | tuple[float, float]) -> urllib3.BaseHTTPResponse:
         if isinstance(timeout, tuple):
             limit = urllib3.Timeout(connect=timeout[0], read=timeout[1])
         else:
             limit = urllib3.Timeout(total=timeout)
         return self._client.rest_client.pool_manager.request(
-            method, url, body=body, headers=headers, timeout=limit, preload_content=False
+            prepared.method,
+            prepared.url,
+            body=prepared.body,
+            headers=prepared.headers,
+            timeout=limit,
+            preload_content=False,
         )
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        body: Any = None,
-        content_type: str = JSON,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> Response:
+    def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> Response:
         """Send one request and read the whole answer (blocking).
 
         Raises:
             ApiError: a non-2xx answer (with the parsed Status) or no answer (status 0).
         """
-        serialized = self._serialize(method, path, query, body, content_type)
+        prepared = self._prepare(method, path, options)
         try:
-            raw = self._send(serialized, timeout)
+            raw = self._send(prepared, prepared.timeout)
             data = raw.data
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
-        if not 200 <= raw.status <= 299:
-            raise _error_from_body(raw.status, str(raw.reason or ""), data or b"", raw.headers)
-        return Response(status=raw.status, data=data or b"")
+            raise prepared.unreachable(exc) from exc
+        return _answer(raw.status, raw.reason, data, raw.headers)
 
     def execute(self, call: ApiCall, *, timeout: float = DEFAULT_TIMEOUT) -> Response:
         """Send a planned call (blocking)."""
@@ -217,38 +224,27 @@ class KubeApi:
             call.method, call.path, query=call.query, body=call.body, content_type=call.content_type, timeout=timeout
         )
 
-    async def arequest(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Sequence[tuple[str, str]] = (),
-        body: Any = None,
-        content_type: str = JSON,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> Response:
+    async def arequest(self, method: str, path: str, **options: Unpack[RequestOptions]) -> Response:
         """:meth:`request` without blocking: on the event loop, at most ``concurrency`` at once.
 
         Raises:
             ApiError: a non-2xx answer (with the parsed Status) or no answer (status 0).
         """
-        method, url, headers, data = self._serialize(method, path, query, body, content_type)
+        prepared = self._prepare(method, path, options)
         try:
             async with self._session_for_use().request(
-                method,
-                yarl.URL(url, encoded=True),  # encoded by the official client already
-                data=data,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout),
+                prepared.method,
+                yarl.URL(prepared.url, encoded=True),  # encoded by the official client already
+                data=prepared.body,
+                headers=prepared.headers,
+                timeout=aiohttp.ClientTimeout(total=prepared.timeout),
             ) as raw:
                 payload = await raw.read()
         except TimeoutError as exc:
-            raise ApiError(0, "ConnectionError", f"{method} {path}: no answer within {timeout:g}s") from exc
+            raise prepared.unreachable(f"no answer within {prepared.timeout:g}s") from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
-        if not 200 <= raw.status <= 299:
-            raise _error_from_body(raw.status, str(raw.reason or ""), payload, raw.headers)
-        return Response(status=raw.status, data=payload)
+            raise prepared.unreachable(exc) from exc
+        return _answer(raw.status, raw.reason, payload, raw.headers)
 
     async def aexecute(self, call: ApiCall, *, timeout: float = DEFAULT_TIMEOUT) -> Response:
         """:meth:`execute` without blocking (:meth:`arequest`)."""
@@ -264,11 +260,11 @@ class KubeApi:
         Raises:
             ApiError: a non-2xx answer or no answer.
         """
-        serialized = self._serialize("GET", path, query, None, JSON)
+        prepared = self._prepare("GET", path, {"query": query})
         try:
-            response = self._send(serialized, (connect_timeout, read_timeout))
+            response = self._send(prepared, (connect_timeout, read_timeout))
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise ApiError(0, "ConnectionError", f"GET {path}: {exc}") from exc
+            raise prepared.unreachable(exc) from exc
         if not 200 <= response.status <= 299:
             data = response.data or b""
             response.release_conn()
@@ -304,28 +300,9 @@ class KubeApi:
         return served
 
     def auth_headers(self) -> dict[str, str]:
-        """The Authorization header the client would send (a refreshed token included), asked for at most
-        every :data:`AUTH_REUSE` seconds."""
-        now = self._clock()
-        if self._auth is not None and now - self._auth[0] < AUTH_REUSE:
-            return dict(self._auth[1])
-        headers: dict[str, str] = {}
-        settings: dict[str, dict[str, Any]] = dict(self.configuration.auth_settings())  # type: ignore[arg-type]
-        for setting in settings.values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[str(setting["key"]).title()] = str(setting["value"])
-        self._auth = (now, headers)
-        return dict(headers)
+        """The Authorization header the client would send (see :class:`kubeaccess.configuration.AuthHeaders`)."""
+        return self._auth()
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """TLS settings of the API server connection for aiohttp (None: plain HTTP)."""
-        cfg = self.configuration
-        if not self.host.startswith("https"):
-            return None
-        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
-        if cfg.cert_file:
-            context.load_cert_chain(cfg.cert_file, cfg.key_file)
-        if not cfg.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
+        return access.ssl_context(self.configuration)

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 import nats
+import pytest
 from kubernetes import client
 
 from schema import codec, subjects
@@ -272,6 +273,12 @@ async def shared_pipeline(workdir: Path, **kwargs: Any) -> AsyncIterator[Pipelin
         yield p
     leaked = await reap_tasks(before)
     assert not leaked, f"the pipeline left {len(leaked)} task(s) running: {leaked}"
+
+
+@pytest.fixture(autouse=True, name="_no_leaked_tasks")
+def shared_pipeline_leak_guard() -> None:
+    """The no-op that replaces the per-test leak guard in a module that imports it and runs on a
+    ``shared_pipeline`` (which checks once the module's pipeline stopped)."""
 
 
 def load_yaml_docs(path: Path) -> list[dict[str, Any]]:

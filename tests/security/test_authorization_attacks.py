@@ -16,7 +16,7 @@ import json
 import logging
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -44,9 +44,15 @@ from schema.messages import (
 from services.runtime.metrics import render_prometheus, setup_metrics
 from services.runtime.settings import RaybusSettings
 from tests.e2e.clusters import small_cluster
-from tests.e2e.pipeline import Pipeline, running_pipeline, shared_pipeline
+from tests.e2e.pipeline import (
+    Pipeline,
+    running_pipeline,
+    shared_pipeline,
+    shared_pipeline_leak_guard,  # noqa: F401  (an autouse fixture)
+)
 from tests.e2e.test_invariants import all_ready, create
 from tests.helpers import eventually, stored_messages
+from tests.security.denials import assert_denied
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -55,12 +61,6 @@ VICTIM = ReconcileKey(kind="RayCluster", namespace=NS, name="rc")
 OTHER = ReconcileKey(kind="RayCluster", namespace=NS, name="other")
 JOB = ReconcileKey(kind="RayJob", namespace=NS, name="rj")
 MADE_UP = ReconcileKey(kind="RayCluster", namespace="kube-system", name="evil")
-
-
-@pytest.fixture(autouse=True)
-def _no_leaked_tasks() -> Iterator[None]:
-    """The shared pipeline's services start tasks at any time; ``shared_pipeline`` checks once stopped."""
-    return
 
 
 def suspended_rayjob(name: str) -> dict[str, Any]:
@@ -129,10 +129,6 @@ async def forge(p: Pipeline, key: ReconcileKey, *commands: Command) -> list[Comm
 
 def ref(kind: str, name: str, namespace: str = NS) -> ObjectRef:
     return ObjectRef(api_version="v1", kind=kind, namespace=namespace, name=name)
-
-
-def assert_denied(results: list[CommandResult], why: str) -> None:
-    assert [(r.outcome, why in r.error) for r in results] == [("denied", True)] * len(results), results
 
 
 async def test_a_secret_in_kube_system_is_not_deleted(pipe: Pipeline) -> None:

@@ -20,7 +20,7 @@ import asyncio
 import copy
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,9 +46,15 @@ from services.reconciler.rayservice.serve_config import config_hash
 from services.runtime.kvread import read_latest
 from services.runtime.metrics import setup_metrics
 from tests.e2e.clusters import small_cluster
-from tests.e2e.pipeline import Pipeline, shared_pipeline, spawn_raybus
+from tests.e2e.pipeline import (
+    Pipeline,
+    shared_pipeline,
+    shared_pipeline_leak_guard,  # noqa: F401  (an autouse fixture)
+    spawn_raybus,
+)
 from tests.e2e.test_invariants import all_ready, create
 from tests.helpers import eventually, stored_messages
+from tests.security.denials import assert_denied
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -66,12 +72,6 @@ applications:
     import_path: fruit.deployment_graph
     route_prefix: /fruit
 """
-
-
-@pytest.fixture(autouse=True)
-def _no_leaked_tasks() -> Iterator[None]:
-    """The shared pipeline's services start tasks at any time; ``shared_pipeline`` checks once stopped."""
-    return
 
 
 def rayjob() -> dict[str, Any]:
@@ -307,10 +307,6 @@ async def denial_event(p: Pipeline, key: ReconcileKey, text: str) -> None:
         )
 
     await eventually(warned, message=f"no CommandDenied Event on {key} saying {text!r}")
-
-
-def assert_denied(results: list[CommandResult], why: str) -> None:
-    assert [(r.outcome, why in r.error) for r in results] == [("denied", True)] * len(results), results
 
 
 async def worker_create(p: Pipeline) -> CreateObject:

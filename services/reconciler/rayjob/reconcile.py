@@ -35,7 +35,7 @@ from schema.decision import Decision, Snapshot
 from schema.messages import EmitEvent, ObjectRef, PatchObject, PatchStatus, StopRayJob
 from schema.probes import snapshot_dashboard
 from schema.ray import conventions
-from schema.ray.conventions import API_VERSION, MANAGED_BY_KUBERAY
+from schema.ray.conventions import API_VERSION
 from schema.ray.rayjob import (
     INTERACTIVE_MODE,
     JOB_DEPLOYMENT_COMPLETE,
@@ -54,6 +54,7 @@ from schema.ray.rayjob import (
 )
 from schema.times import format_time, parse_time
 from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
+from services.reconciler.common.prelude import owner_to_reconcile
 from services.reconciler.rayjob import running
 from services.reconciler.rayjob.cleanup import plan_cleanup
 from services.reconciler.rayjob.cluster import (
@@ -75,23 +76,10 @@ from services.reconciler.rayjob.validation import validate_rayjob
 
 
 def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
-    """Decide what one RayJob needs now.
-
-    Args:
-        snapshot: every entry of the key ``RayJob/<ns>/<rj>``.
-        now: the time of the event being handled (never read from a clock).
-        config: operator gates and switches.
-
-    Returns:
-        The commands to apply in order, the earliest wake-up, and the ids of the rules that fired (docs/behaviour.md).
-    """
-    rayjob = snapshot.owner()
-    if rayjob is None:
-        return Decision(rules=("5.1/gone",))
-    raw_spec = mapping(rayjob.get("spec"))
-    managed_by = raw_spec.get("managedBy")
-    if managed_by is not None and managed_by != MANAGED_BY_KUBERAY:
-        return Decision(rules=("5.1/managed-by-external",))
+    """Decide what one RayJob (key ``RayJob/<ns>/<rj>``) needs now (``ReconcileFn``)."""
+    rayjob = owner_to_reconcile(snapshot, "5.1")
+    if isinstance(rayjob, Decision):
+        return rayjob
     metadata = mapping(rayjob.get("metadata"))
     ref = ObjectRef(
         api_version=API_VERSION,

@@ -51,9 +51,10 @@ from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.messages import ObjectRef, PatchObject
 from schema.ray import conventions
-from schema.ray.conventions import API_VERSION, MANAGED_BY_KUBERAY
+from schema.ray.conventions import API_VERSION
 from schema.times import as_utc
 from services.reconciler.common.patches import add_finalizer_patch, remove_finalizer_patch
+from services.reconciler.common.prelude import owner_to_reconcile
 from services.reconciler.rayservice.cleanup import cleanup_dangling
 from services.reconciler.rayservice.cluster_steps import (
     Progress,
@@ -74,28 +75,16 @@ from services.reconciler.rayservice.validation import validate
 
 
 def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
-    """Decide what one RayService needs now.
-
-    Args:
-        snapshot: every entry of the key ``RayService/<ns>/<rs>``.
-        now: the time of the event being handled (never read from a clock).
-        config: operator gates and switches.
-
-    Returns:
-        The commands to apply in order, the earliest wake-up, and the ids of the rules that fired (docs/behaviour.md).
-    """
-    rayservice = snapshot.owner()
-    if rayservice is None:
-        return Decision(rules=("6.1/gone",))
+    """Decide what one RayService (key ``RayService/<ns>/<rs>``) needs now (``ReconcileFn``)."""
+    rayservice = owner_to_reconcile(snapshot, "6.1")
+    if isinstance(rayservice, Decision):
+        return rayservice
     now = as_utc(now)
     return _reconcile(snapshot, rayservice, now=now, config=config)
 
 
 def _reconcile(snapshot: Snapshot, rayservice: Mapping[str, Any], *, now: datetime, config: OperatorConfig) -> Decision:
     model = read_model(rayservice)
-    managed_by = model.raw_spec.get("managedBy")
-    if managed_by is not None and managed_by != MANAGED_BY_KUBERAY:
-        return Decision(rules=("6.1/managed-by-external",))
     ref = ObjectRef(
         api_version=API_VERSION,
         kind="RayService",

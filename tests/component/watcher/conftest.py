@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -215,3 +216,25 @@ async def until(probe: Callable[[], Awaitable[T | None]], *, message: str, timeo
 async def in_thread(fn: Any, *args: Any) -> Any:
     """Run a blocking client call off the loop."""
     return await asyncio.to_thread(fn, *args)
+
+
+async def every_listing_projected(watcher: Watcher) -> bool:
+    """Every scope has a resume point: a listing still queued when a watcher stops is not committed, and
+    a restart would rightly relist its scope."""
+    assert watcher.projection is not None
+    return all(watcher.projection.committed(i.scope) for i in watcher.informers)
+
+
+async def project_and_stop(
+    settings: RaybusSettings, bus: Bus, api_client: client.ApiClient, key: ReconcileKey, pods: Sequence[str]
+) -> Watcher:
+    """Run a watcher while the RayCluster ``key`` and its ``pods`` are created, until they are projected and
+    every scope's listing is committed; then stop it, leaving its resume points to the next watcher."""
+    async with running_watcher(settings) as watcher:
+        await in_thread(create_custom, api_client, key.namespace, "rayclusters", raycluster(key.name))
+        for name in pods:
+            await in_thread(create_pod, api_client, key.namespace, pod(name, key.name))
+        for name in pods:
+            await until(functools.partial(bus.entry, key, "Pod", name), message=f"{name} projected")
+        await until(lambda: every_listing_projected(watcher), message="every scope's listing projected")
+    return watcher

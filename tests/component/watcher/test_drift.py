@@ -19,12 +19,12 @@ from tests.component.watcher.conftest import (
     create_pod,
     in_thread,
     pod,
+    project_and_stop,
     raycluster,
     running_watcher,
     until,
     watcher_settings,
 )
-from tests.component.watcher.test_resume import every_listing_projected
 from tests.fixtures.kubesim import KubeSimHandle
 from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually
@@ -58,13 +58,7 @@ async def test_a_check_repairs_changes_the_watch_never_showed_and_then_writes_no
     core = client.CoreV1Api(kube.api_client)
     key = ReconcileKey(kind="RayCluster", namespace=ns, name="d")
     quiet = watcher_settings(nats_server.url, str(kube.kubeconfig), ns, check_interval=0)
-    async with running_watcher(quiet) as first:
-        await in_thread(create_custom, kube.api_client, ns, "rayclusters", raycluster("d"))
-        for name in ("d-keep", "d-change", "d-vanish"):
-            await in_thread(create_pod, kube.api_client, ns, pod(name, "d"))
-        for name in ("d-keep", "d-change", "d-vanish"):
-            await until(lambda n=name: bus.entry(key, "Pod", n), message=f"{name} projected")
-        await until(lambda: every_listing_projected(first), message="every scope's listing projected")
+    await project_and_stop(quiet, bus, kube.api_client, key, ["d-keep", "d-change", "d-vanish"])
 
     # While the watcher is down, three changes; then its resume point is moved past them, as if their
     # events had been lost: only a check can show them.

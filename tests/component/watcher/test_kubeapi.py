@@ -11,8 +11,9 @@ import pytest
 from aiohttp import web
 from kubernetes import client
 
+from kubeaccess.configuration import AUTH_REUSE
 from services.edge.calls import ApiError
-from services.edge.kubeapi import AUTH_REUSE, KubeApi
+from services.edge.kubeapi import KubeApi
 
 
 def test_a_body_goes_out_as_json_and_an_error_comes_back_with_its_status(kube_api: KubeApi) -> None:

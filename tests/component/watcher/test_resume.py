@@ -16,6 +16,7 @@ from tests.component.watcher.conftest import (
     create_pod,
     in_thread,
     pod,
+    project_and_stop,
     raycluster,
     running_watcher,
     until,
@@ -56,26 +57,14 @@ async def test_two_replicas_store_each_event_once(
         assert first.projection.events_published + second.projection.events_published == 2
 
 
-async def every_listing_projected(watcher: Watcher) -> bool:
-    """Every scope has a resume point: a listing still queued when a watcher stops is not committed, and
-    a restart would rightly relist its scope."""
-    assert watcher.projection is not None
-    return all(watcher.projection.committed(i.scope) for i in watcher.informers)
-
-
 async def test_a_restarted_watcher_resumes_without_relisting_or_republishing(
     nats_server: NatsServer, bus: Bus, kube: KubeSimHandle, kubesim_namespace: str
 ) -> None:
     ns = kubesim_namespace
     settings = watcher_settings(nats_server.url, str(kube.kubeconfig), ns)
     key = ReconcileKey(kind="RayCluster", namespace=ns, name="rs")
-    async with running_watcher(settings) as watcher:
-        await in_thread(create_custom, kube.api_client, ns, "rayclusters", raycluster("rs"))
-        await in_thread(create_pod, kube.api_client, ns, pod("rs-head", "rs"))
-        await until(lambda: bus.entry(key, "Pod", "rs-head"), message="pod projected")
-        assert all(i.relists == 1 for i in watcher.informers)
-
-        await until(lambda: every_listing_projected(watcher), message="every scope's listing projected")
+    watcher = await project_and_stop(settings, bus, kube.api_client, key, ["rs-head"])
+    assert all(i.relists == 1 for i in watcher.informers)
     stored = await bus.buckets.watcher.get(subjects.resume_key(f"pods/{ns}"))
     assert stored.value
 
@@ -103,13 +92,7 @@ async def test_a_too_old_resume_point_relists_and_deletes_what_vanished(
         await in_thread(lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))))
         settings = watcher_settings(nats_server.url, str(kube.kubeconfig), ns)
         key = ReconcileKey(kind="RayCluster", namespace=ns, name="g")
-        async with running_watcher(settings) as first:
-            await in_thread(create_custom, kube.api_client, ns, "rayclusters", raycluster("g"))
-            await in_thread(create_pod, kube.api_client, ns, pod("g-keep", "g"))
-            await in_thread(create_pod, kube.api_client, ns, pod("g-vanish", "g"))
-            await until(lambda: bus.entry(key, "Pod", "g-keep"), message="the first pod projected")
-            await until(lambda: bus.entry(key, "Pod", "g-vanish"), message="the second pod projected")
-            await until(lambda: every_listing_projected(first), message="every scope's listing projected")
+        await project_and_stop(settings, bus, kube.api_client, key, ["g-keep", "g-vanish"])
 
         # While the watcher is down: the pod goes away, and enough pod churn happens that the stored
         # resourceVersion falls out of the server's window (410 Gone on resume).
