@@ -196,6 +196,7 @@ JOB_SAMPLES = {
 """Per submission mode: the KubeRay sample run in it (KubeRay ships none for HTTPMode: its basic sample,
 with the mode set) and the mode."""
 INTERACTIVE_JOB_ID = "interactive-sample"
+CRONJOB_SAMPLE = "ray-cronjob.sample.yaml"
 
 
 def require_reachable_heads(real: RaybusStack) -> None:
@@ -277,6 +278,24 @@ def test_rayjobs_reach_their_end_in_every_submission_mode(real: RaybusStack) -> 
             and not workloads.cluster_pods(api, namespace, shut_down),
             "the K8sJobMode RayJob's cluster and its Pods gone after ttlSecondsAfterFinished",
         )
+
+
+def test_a_raycronjob_runs_its_rayjob_at_a_tick(real: RaybusStack) -> None:
+    """The sample's every-minute schedule: at a tick the RayCronJob creates a RayJob that runs to its end
+    (K8sJobMode, the cluster shut down after it), and records the tick; suspended, it creates no more."""
+    require_reachable_heads(real)
+    namespace = "raycronjob"
+    with real.api() as api:
+        docs = workloads.sample_docs(CRONJOB_SAMPLE)
+        name = next(d for d in docs if d["kind"] == "RayCronJob")["metadata"]["name"]
+        workloads.apply_docs(api, docs, namespace)
+        first = wait(
+            real, lambda: sorted(workloads.names(api, "rayjobs", namespace)), "a RayJob at the first tick", timeout=300
+        )[0]
+        ended = wait(real, lambda: rayjob_ended(api, namespace, first), "the tick's RayJob ended")
+        assert (ended["jobDeploymentStatus"], ended.get("jobStatus")) == ("Complete", "SUCCEEDED")
+        assert workloads.status_of(api, "raycronjobs", namespace, name).get("lastScheduleTime")
+        workloads.patch(api, "raycronjobs", namespace, name, {"spec": {"suspend": True}})
 
 
 def test_a_rayservice_runs_and_a_blue_green_upgrade_replaces_its_cluster(real: RaybusStack) -> None:
