@@ -41,9 +41,9 @@ from tests.e2e.faults import (
     dead_letters,
     drained,
     pods_by_cluster,
-    wait,
 )
 from tests.fixtures.natscluster import LEASES_STREAM, NatsCluster, Node
+from tests.fixtures.processes import Checked, wait
 from tests.helpers import work_consumers
 from tests.topology.stack import ClusterStack
 
@@ -113,6 +113,13 @@ async def undrained(nats_url: str, partitions: int) -> list[str]:
         return found
     finally:
         await nc.close()
+
+
+def wait_undrained(stack: Checked, nats_url: str) -> list[str]:
+    """The consumers still undrained once they had time to drain (empty: no stuck key)."""
+    with contextlib.suppress(AssertionError):
+        wait(lambda: not asyncio.run(undrained(nats_url, subjects.DEFAULT_PARTITIONS)), "drained", 300, stack)
+    return asyncio.run(undrained(nats_url, subjects.DEFAULT_PARTITIONS))
 
 
 def run_node_losses(

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from schema import subjects
-from schema.crd import write_crds
 from tests.e2e.clusters import small_cluster
 from tests.e2e.faults import (
     GROUP,
@@ -29,16 +26,14 @@ from tests.e2e.faults import (
     VERSION,
     WORKERS,
     PodCreates,
-    Service,
     Stack,
     converged,
     dead_letters,
     pods_by_cluster,
-    wait,
 )
-from tests.e2e.pipeline import spawn_raybus
-from tests.fixtures.nats import NatsServer, free_port
-from tests.topology.nodeloss import undrained
+from tests.fixtures.nats import NatsServer
+from tests.fixtures.processes import Service, role_service, running_processes, wait
+from tests.topology.nodeloss import wait_undrained
 
 PER_RESTART = 3
 """RayClusters created right before each replica's restart."""
@@ -49,41 +44,28 @@ def replicated_stack(workdir: Path, db_url: str) -> Iterator[Stack]:
     """Two replicas of every role; stopped afterwards."""
     nats_server = NatsServer(workdir / "nats")
     nats_server.start()
-    crds = workdir / "crds"
-    write_crds(crds)
-    kubeconfig = workdir / "kubeconfig"
-    kube_args = ["kubesim", "--port", str(free_port()), "--kubeconfig", str(kubeconfig), "--kubelet", "instant"]
-    kube = spawn_raybus([*kube_args, "--crds", str(crds)], log_path=workdir / "kubesim.log", home=workdir / "home")
-    services: dict[str, Service] = {}
-    try:
-        wait(kubeconfig.exists, "kubesim started", 60)
-        common = ["--nats-url", nats_server.url]
-        kube_flags = ["--kubeconfig", str(kubeconfig), "--use-kubernetes-proxy"]
+
+    def services(kubeconfig: Path) -> dict[str, Service]:
+        found = {}
         for replica in ("a", "b"):
-            for role in ("watch", "apply", "probe"):
+            for role in ("watch", "apply", "probe", "reconciler", "status"):
                 name = f"{role}-{replica}"
-                args = ["watcher", *common, *kube_flags, "--roles", role, "--worker-id", name]
-                services[name] = Service(name, args, workdir)
-            services[f"reconciler-{replica}"] = Service(
-                f"reconciler-{replica}", ["reconciler", *common, "--worker-id", f"reconciler-{replica}"], workdir
+                found[name] = role_service(
+                    role, name, workdir, nats_url=nats_server.url, kubeconfig=kubeconfig, db_url=db_url
+                )
+        return found
+
+    try:
+        # one at a time: migrations, topology
+        with running_processes(workdir, services, one_at_a_time=True) as procs:
+            yield Stack(
+                workdir=procs.workdir,
+                nats=nats_server,
+                kube=procs.kube,
+                kubeconfig=procs.kubeconfig,
+                services=procs.services,
             )
-            services[f"status-{replica}"] = Service(
-                f"status-{replica}", ["status", *common, "--db-url", db_url, "--http-port", "0"], workdir
-            )
-        stack = Stack(workdir, nats_server, kube, kubeconfig, services)
-        for service in services.values():
-            service.health_port = free_port()  # picked now: a port picked long before may be taken meanwhile
-            service.start()
-            wait(service.healthy, f"{service.name} ready", 120, stack)  # one at a time: migrations, topology
-        yield stack
     finally:
-        for service in services.values():
-            service.stop()
-        kube.terminate()
-        try:
-            kube.wait(30)
-        except subprocess.TimeoutExpired:
-            kube.kill()
         nats_server.stop()
 
 
@@ -108,7 +90,7 @@ def test_a_rolling_restart_of_every_role_during_bursts_duplicates_nothing(tmp_pa
                 custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
                 del expected[name]
             wait(lambda: converged(api, expected), "every cluster converged", 600, stack)
-            stuck = wait_undrained(stack)
+            stuck = wait_undrained(stack, stack.nats.url)
             cycles = creates.cycles
             wait(lambda: creates.caught_up_from(cycles), "the Pod watch caught up", 60, stack)
             twice = {name: n for name, n in creates.added.items() if n > 1}
@@ -118,10 +100,3 @@ def test_a_rolling_restart_of_every_role_during_bursts_duplicates_nothing(tmp_pa
             creates.close()
     summary = {"created_twice": twice, "left_for_deleted": left, "undrained": stuck, "dead_letters": letters}
     assert twice == {} and left == 0 and stuck == [] and letters == 0, summary
-
-
-def wait_undrained(stack: Stack) -> list[str]:
-    """The consumers still undrained once they had time to drain (empty: no stuck key)."""
-    with contextlib.suppress(AssertionError):
-        wait(lambda: not asyncio.run(undrained(stack.nats.url, subjects.DEFAULT_PARTITIONS)), "drained", 300, stack)
-    return asyncio.run(undrained(stack.nats.url, subjects.DEFAULT_PARTITIONS))
