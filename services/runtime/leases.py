@@ -165,6 +165,12 @@ class PartitionLeases:
             until = self._valid_until.get(partition, 0.0)
         return time.monotonic() < until
 
+    def lost(self, partition: int) -> bool:
+        """Whether ``partition``'s lease was found expired or taken and its stop is not over: another member
+        may hold it already, so its stop must not wait for work in hand."""
+        with self._lock:
+            return partition in self._lost
+
     async def run(self, stop: asyncio.Event) -> None:
         """Keep leases in step with membership until ``stop``; then release everything."""
         self._loop = asyncio.get_running_loop()

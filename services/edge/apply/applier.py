@@ -262,7 +262,8 @@ class Applier:
             self._halt.set()
 
     async def _stop_partition(self, partition: int) -> None:
-        """Stop fetching, let the partition's running batches finish (bounded), nak its queued ones."""
+        """Stop fetching, let the partition's running batches finish (within the exit timeout; a partition
+        whose lease was lost cancels them at once), nak its queued ones."""
         entry = self._consumers.pop(partition, None)
         if entry is None:
             return
@@ -273,7 +274,12 @@ class Applier:
             await cancel_and_wait([task], timeout=STOP_GRACE)
             workers = [t for k, t in self._workers.items() if self._partition_of.get(k) == partition]
             if workers:
-                _, pending = await asyncio.wait(workers, timeout=self._exit_timeout)
+                # A lost lease may be another replica's already, and until this stop is over this replica
+                # cannot claim the partition again: waiting for a batch that waits (for facts, for the API
+                # server) left it without partitions for longer than a lease lives. Its batches are handed
+                # back and applied again by the partition's holder; commands are idempotent.
+                lost = self._leases is not None and self._leases.lost(partition)
+                pending = set(workers) if lost else (await asyncio.wait(workers, timeout=self._exit_timeout))[1]
                 lingering = await cancel_and_wait(pending, timeout=STOP_GRACE)
                 if lingering:
                     log.warning("%d applier workers of partition %d did not stop", len(lingering), partition)
