@@ -19,24 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import threading
 import time
-import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import nats
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 
 from schema import subjects
-from schema.crd import write_crds
 from tests.e2e.clusters import small_cluster
-from tests.e2e.pipeline import spawn_raybus
-from tests.fixtures.nats import NatsServer, free_port
+from tests.fixtures.nats import NatsServer
+from tests.fixtures.processes import Processes, Service, running_processes, wait
 from tests.helpers import work_consumers
 
 GROUP, VERSION, PLURAL, NAMESPACE = "ray.io", "v1", "rayclusters", "default"
@@ -46,63 +43,6 @@ CHECK_INTERVAL = 30
 within one (the default, 300 s, is for a cluster that runs for days)."""
 KILLED = ("reconciler", "watcher", "nats-server", "status")
 """What each burst is followed by a kill -9 of, in order."""
-
-
-@dataclass
-class Service:
-    """A ``raybus`` service process with its health port."""
-
-    name: str
-    args: list[str]
-    workdir: Path
-    health_port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        """Start it; again after a kill on a fresh health port (its old one may have been taken meanwhile by
-        another process of the shared machine, and a bind failure would be the test's, not raybus's)."""
-        if self.proc is not None:
-            self.health_port = free_port()
-        args = [*self.args, "--health-port", str(self.health_port)]
-        self.proc = spawn_raybus(args, log_path=self.workdir / f"{self.name}.log", home=self.workdir / "home")
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.wait()
-
-    def healthy(self) -> bool:
-        """Alive, and /healthz and /readyz answer 200."""
-        if self.proc is None or self.proc.poll() is not None:
-            return False
-        return all(_ok(f"http://127.0.0.1:{self.health_port}/{path}") for path in ("healthz", "readyz"))
-
-    def answers(self, path: str) -> bool:
-        """Whether ``/healthz`` or ``/readyz`` (``path``) answers 200 now."""
-        return _ok(f"http://127.0.0.1:{self.health_port}/{path}")
-
-    def log_tail(self) -> str:
-        with contextlib.suppress(OSError):
-            return (self.workdir / f"{self.name}.log").read_text(errors="replace")[-3000:]
-        return ""
-
-
-def _ok(url: str) -> bool:
-    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:  # loopback only
-        return bool(response.status == 200)
-    return False
 
 
 class PodCreates:
@@ -143,43 +83,10 @@ class PodCreates:
 
 
 @dataclass
-class Stack:
+class Stack(Processes):
     """The processes of one run."""
 
-    workdir: Path
     nats: NatsServer
-    kube: subprocess.Popen[bytes]
-    kubeconfig: Path
-    services: dict[str, Service]
-
-    def api(self) -> client.ApiClient:
-        """A client on kubesim (close it: its connection pool holds sockets)."""
-        return config.new_client_from_config(str(self.kubeconfig))
-
-    def check(self) -> None:
-        """Raise when a service that should run has died."""
-        for service in self.services.values():
-            if service.proc is not None and service.proc.poll() is not None:
-                raise AssertionError(f"{service.name} exited with {service.proc.returncode}:\n{service.log_tail()}")
-
-
-class Checked(Protocol):
-    """A set of processes that raises when one that should run has died."""
-
-    def check(self) -> None: ...
-
-
-def wait(check: Callable[[], bool], what: str, timeout: float, stack: Checked | None = None) -> float:
-    """Poll ``check`` until true; returns the seconds it took (AssertionError on timeout)."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if stack is not None:
-            stack.check()
-        with contextlib.suppress(Exception):
-            if check():
-                return time.monotonic() - started
-        time.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout:.0f}s")
 
 
 @contextlib.contextmanager
@@ -188,60 +95,25 @@ def fault_stack(workdir: Path, *, db_url: str | None = None) -> Iterator[Stack]:
     workdir.mkdir(parents=True, exist_ok=True)
     nats_server = NatsServer(workdir / "nats")
     nats_server.start()
-    crds = workdir / "crds"
-    write_crds(crds)
-    kubeconfig = workdir / "kubeconfig"
-    port = free_port()
-    kube_args = ["kubesim", "--port", str(port), "--kubeconfig", str(kubeconfig), "--kubelet", "instant"]
-    kube = spawn_raybus([*kube_args, "--crds", str(crds)], log_path=workdir / "kubesim.log", home=workdir / "home")
-    services: dict[str, Service] = {}
-    try:
-        wait(kubeconfig.exists, "kubesim started", 60)
+
+    def services(kubeconfig: Path) -> dict[str, Service]:
         common = ["--nats-url", nats_server.url]
-        services["status"] = Service(
-            "status",
-            [
-                "status",
-                *common,
-                "--db-url",
-                db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db",
-                "--http-port",
-                "0",  # a free one at every start: the history API is not what this test reads
-            ],
-            workdir,
-        )
-        services["watcher"] = Service(
-            "watcher",
-            # A stable identity: restarted after a kill -9, it takes its Lease back at once (as a Pod keeps its name).
-            [
-                "watcher",
-                *common,
-                "--kubeconfig",
-                str(kubeconfig),
-                "--use-kubernetes-proxy",
-                "--worker-id",
-                "watcher",
-                "--check-interval",
-                str(CHECK_INTERVAL),
-            ],
-            workdir,
-        )
+        db = db_url or f"sqlite+aiosqlite:///{workdir}/raybus.db"
+        # a free history port at every start: the history API is not what this test reads
+        status = Service("status", ["status", *common, "--db-url", db, "--http-port", "0"], workdir)
+        kube = ["--kubeconfig", str(kubeconfig), "--use-kubernetes-proxy"]
+        checks = ["--check-interval", str(CHECK_INTERVAL)]
+        # A stable identity: restarted after a kill -9, it takes its Lease back at once (as a Pod keeps its name).
+        watcher = Service("watcher", ["watcher", *common, *kube, "--worker-id", "watcher", *checks], workdir)
+        found = {"status": status, "watcher": watcher}
         for worker in ("w1", "w2"):
-            services[worker] = Service(worker, ["reconciler", *common, "--worker-id", worker], workdir)
-        for service in services.values():
-            service.start()
-        stack = Stack(workdir, nats_server, kube, kubeconfig, services)
-        for service in services.values():
-            wait(service.healthy, f"{service.name} ready", 120, stack)
-        yield stack
+            found[worker] = Service(worker, ["reconciler", *common, "--worker-id", worker], workdir)
+        return found
+
+    try:
+        with running_processes(workdir, services) as procs:
+            yield Stack(procs.workdir, procs.kube, procs.kubeconfig, procs.services, nats_server)
     finally:
-        for service in services.values():
-            service.stop()
-        kube.terminate()
-        try:
-            kube.wait(30)
-        except subprocess.TimeoutExpired:
-            kube.kill()
         nats_server.stop()
 
 

@@ -12,9 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,22 +156,6 @@ class Pipeline:
         finally:
             await nc.close()
         return [r for r in map(codec.decode_result, (m.data for m in stored)) if r.outcome == "denied"]
-
-
-def spawn_raybus(
-    args: list[str], *, log_path: Path, home: Path, extra_env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    """A ``raybus`` subcommand as a real process whose environment holds no kubeconfig (invariant 6)."""
-    home.mkdir(parents=True, exist_ok=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), **(extra_env or {})}
-    with log_path.open("ab") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(Path(__file__).resolve().parents[2]),
-        )
 
 
 def pipeline_settings(nats_url: str, kubeconfig: str, db_url: str, *, partitions: int = 8) -> RaybusSettings:

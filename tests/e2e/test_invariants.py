@@ -18,9 +18,10 @@ import pytest
 from schema import subjects
 from schema.codec import decode_batch, decode_deadletter
 from tests.e2e.clusters import small_cluster
-from tests.e2e.pipeline import Pipeline, running_pipeline, spawn_raybus
+from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, pods_of, status_api
 from tests.fixtures.nats import free_port
+from tests.fixtures.processes import spawn_raybus
 from tests.helpers import eventually, stored_messages, work_consumers
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

@@ -32,8 +32,9 @@ from schema.keys import ReconcileKey
 from schema.messages import RESYNC, CommandBatch, CreateObject, EmitEvent, TimerTick, WatchEvent
 from services.runtime.settings import RaybusSettings
 from services.status import history_cli
-from tests.e2e.pipeline import Pipeline, running_pipeline, spawn_raybus
+from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_pipeline import status_api
+from tests.fixtures.processes import spawn_raybus
 from tests.helpers import stored_messages
 from tests.replays.scenarios import Driver, sample, until
 from tests.unit.replay.clirun import replay_cli_async

@@ -23,9 +23,10 @@ from services.edge.service import run_watcher
 from services.runtime.kvread import read_latest
 from services.runtime.settings import RaybusSettings
 from tests.e2e.clusters import small_cluster
-from tests.e2e.pipeline import Component, Pipeline, as_replica, running_pipeline, spawn_raybus
+from tests.e2e.pipeline import Component, Pipeline, as_replica, running_pipeline
 from tests.e2e.rayjobs import rayjob_statuses, small_rayjob
 from tests.e2e.test_invariants import all_ready, create, pod_counts, stream_messages
+from tests.fixtures.processes import spawn_raybus
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

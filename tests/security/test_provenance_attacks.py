@@ -50,9 +50,9 @@ from tests.e2e.pipeline import (
     Pipeline,
     shared_pipeline,
     shared_pipeline_leak_guard,  # noqa: F401  (an autouse fixture)
-    spawn_raybus,
 )
 from tests.e2e.test_invariants import all_ready, create
+from tests.fixtures.processes import spawn_raybus
 from tests.helpers import eventually, stored_messages
 from tests.security.denials import assert_denied
 

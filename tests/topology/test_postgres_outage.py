@@ -22,8 +22,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from schema import codec, subjects
 from tests.e2e.clusters import small_cluster
-from tests.e2e.faults import GROUP, NAMESPACE, PLURAL, VERSION, WORKERS, converged, drained, fault_stack, wait
+from tests.e2e.faults import GROUP, NAMESPACE, PLURAL, VERSION, WORKERS, converged, drained, fault_stack
 from tests.fixtures.pgserver import PrivatePostgres
+from tests.fixtures.processes import wait
 from tests.helpers import stored_messages
 
 OUTAGE = 30.0
