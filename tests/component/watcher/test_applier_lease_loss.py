@@ -18,10 +18,10 @@ from nats.js.errors import KeyNotFoundError
 from schema import codec, subjects
 from schema.keys import ReconcileKey
 from schema.messages import CommandBatch, CreateObject
+from services.edge.apply.applier import Applier
+from services.edge.kubeapi import KubeApi
+from services.edge.watch.kvfacts import KvFacts
 from services.runtime.bus import publish
-from services.watcher.applier import Applier
-from services.watcher.kubeapi import KubeApi
-from services.watcher.kvfacts import KvFacts
 from tests.component.watcher.conftest import Bus, partition_of
 from tests.component.watcher.test_applier import NOW, sa_ref
 from tests.helpers import eventually
