@@ -33,12 +33,15 @@ deleted clusters; then the runs with stuck clusters and the spread of convergenc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -81,7 +84,7 @@ def main() -> int:
         )
     failed = 0
     for run in range(1, args.runs + 1):
-        with tempfile.TemporaryDirectory(prefix="raybus-fault-") as tmp, fault_stack(Path(tmp)) as stack:
+        with run_folder("raybus-fault-") as tmp, fault_stack(Path(tmp)) as stack:
             figures = run_faults(
                 stack, clusters=args.clusters, scaled=args.scaled, deleted=args.deleted, timeout=args.timeout
             )
@@ -95,6 +98,19 @@ def main() -> int:
     return 1 if failed else 0
 
 
+@contextlib.contextmanager
+def run_folder(prefix: str) -> Iterator[str]:
+    """A run's folder (its processes' logs): removed after a run that ended, kept after one that raised,
+    so that what went wrong can be read."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield folder
+    except BaseException:
+        print(f"the run failed; its logs are kept in {folder}", file=sys.stderr)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _print_setting() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     cpus = len(os.sched_getaffinity(0))
@@ -106,7 +122,7 @@ def node_loss_runs(runs: int, *, per_burst: int, deleted: int, timeout: float, v
     """The node-loss scenario ``runs`` times; 1 when a run duplicated, stranded or exceeded the gap bound."""
     failed = 0
     for run in range(1, runs + 1):
-        with tempfile.TemporaryDirectory(prefix="raybus-node-loss-") as tmp, cluster_stack(Path(tmp)) as stack:
+        with run_folder("raybus-node-loss-") as tmp, cluster_stack(Path(tmp)) as stack:
             figures = run_node_losses(stack, per_burst=per_burst, deleted=deleted, timeout=timeout, victims=victims)
         print(f"\nnode-loss run {run}:")
         for name, value in describe_node_loss(figures).items():
@@ -127,7 +143,7 @@ def burst_runs(args: argparse.Namespace) -> int:
     converged: list[float] = []
     failed = 0
     for run in range(1, args.runs + 1):
-        with tempfile.TemporaryDirectory(prefix="raybus-burst-") as tmp, fault_stack(Path(tmp)) as stack:
+        with run_folder("raybus-burst-") as tmp, fault_stack(Path(tmp)) as stack:
             figures = run_burst(
                 stack, clusters=args.clusters, scaled=args.scaled, deleted=args.deleted, bound=args.bound
             )
