@@ -140,71 +140,99 @@ def plan_call(command: Command, *, now: datetime, generate: TokenGenerator | Non
         PermanentError: a dashboard command, an unknown kind or a missing namespace.
     """
     match command:
-        case CreateObject(target=target):
-            resource = resource_of(target.api_version, target.kind)
-            return ApiCall(
-                method="POST",
-                path=collection_path(resource, target.namespace),
-                body=_create_body(command, resource, generate),
-                on_conflict="already_done",
-            )
-        case PatchObject(target=target):
-            resource = resource_of(target.api_version, target.kind)
-            patch_type = _effective_patch_type(resource, command.patch_type)
-            if patch_type == "json" and not isinstance(command.patch, list):
-                raise PermanentError("a JSON patch must be a list of operations")
-            if patch_type != "json" and isinstance(command.patch, list):
-                raise PermanentError(f"a {patch_type} patch must be an object")
-            return ApiCall(
-                method="PATCH",
-                path=object_path(resource, target.namespace, target.name),
-                body=_with_resource_version(command.patch, patch_type, command.resource_version),
-                content_type=PATCH_CONTENT_TYPES[patch_type],
-                on_not_found="dropped",
-                on_conflict="dropped" if command.resource_version else None,
-            )
-        case PatchStatus(target=target):
-            resource = resource_of(target.api_version, target.kind)
-            subresource = "status" if resource.status_subresource else ""
-            body = _with_resource_version({"status": command.status}, "merge", command.resource_version)
-            return ApiCall(
-                method="PATCH",
-                path=object_path(resource, target.namespace, target.name, subresource),
-                body=body,
-                content_type=PATCH_CONTENT_TYPES["merge"],
-                on_not_found="dropped",
-                on_conflict="dropped" if command.resource_version else None,
-            )
-        case DeleteObject(target=target):
-            resource = resource_of(target.api_version, target.kind)
-            options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
-            if command.propagation:
-                options["propagationPolicy"] = command.propagation
-            if target.uid:
-                options["preconditions"] = {"uid": target.uid}
-            return ApiCall(
-                method="DELETE",
-                path=object_path(resource, target.namespace, target.name),
-                body=options,
-                on_not_found="already_done",
-                on_conflict="already_done" if target.uid else None,
-            )
+        case CreateObject():
+            return _create_call(command, generate)
+        case PatchObject():
+            return _patch_call(command)
+        case PatchStatus():
+            return _status_call(command)
+        case DeleteObject():
+            return _delete_call(command)
         case DeleteCollection():
-            resource = resource_of(command.api_version, command.kind)
-            if not command.label_selector:
-                raise PermanentError("refusing a deletecollection without a label selector")
-            return ApiCall(
-                method="DELETE",
-                path=collection_path(resource, command.namespace),
-                query=(("labelSelector", command.label_selector),),
-                on_not_found="already_done",
-            )
+            return _delete_collection_call(command)
         case EmitEvent():
             return event_call(command, now=now)
         case SubmitRayJob() | StopRayJob() | PutServeConfig():
             raise PermanentError(f"{type(command).__name__} is a dashboard command, not an API call")
         case _:
             assert_never(command)
+
+
+def _create_call(command: CreateObject, generate: TokenGenerator | None) -> ApiCall:
+    """A POST to the collection; an object that exists already counts as created."""
+    target = command.target
+    resource = resource_of(target.api_version, target.kind)
+    return ApiCall(
+        method="POST",
+        path=collection_path(resource, target.namespace),
+        body=_create_body(command, resource, generate),
+        on_conflict="already_done",
+    )
+
+
+def _patch_call(command: PatchObject) -> ApiCall:
+    """A PATCH of the object, of the type its resource takes; a guarded one is dropped on 409."""
+    target = command.target
+    resource = resource_of(target.api_version, target.kind)
+    patch_type = _effective_patch_type(resource, command.patch_type)
+    if patch_type == "json" and not isinstance(command.patch, list):
+        raise PermanentError("a JSON patch must be a list of operations")
+    if patch_type != "json" and isinstance(command.patch, list):
+        raise PermanentError(f"a {patch_type} patch must be an object")
+    return ApiCall(
+        method="PATCH",
+        path=object_path(resource, target.namespace, target.name),
+        body=_with_resource_version(command.patch, patch_type, command.resource_version),
+        content_type=PATCH_CONTENT_TYPES[patch_type],
+        on_not_found="dropped",
+        on_conflict="dropped" if command.resource_version else None,
+    )
+
+
+def _status_call(command: PatchStatus) -> ApiCall:
+    """A merge patch of the status subresource (of the object where its resource has none)."""
+    target = command.target
+    resource = resource_of(target.api_version, target.kind)
+    subresource = "status" if resource.status_subresource else ""
+    return ApiCall(
+        method="PATCH",
+        path=object_path(resource, target.namespace, target.name, subresource),
+        body=_with_resource_version({"status": command.status}, "merge", command.resource_version),
+        content_type=PATCH_CONTENT_TYPES["merge"],
+        on_not_found="dropped",
+        on_conflict="dropped" if command.resource_version else None,
+    )
+
+
+def _delete_call(command: DeleteObject) -> ApiCall:
+    """A DELETE with the propagation asked for, guarded by the uid: a namesake is never deleted."""
+    target = command.target
+    resource = resource_of(target.api_version, target.kind)
+    options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+    if command.propagation:
+        options["propagationPolicy"] = command.propagation
+    if target.uid:
+        options["preconditions"] = {"uid": target.uid}
+    return ApiCall(
+        method="DELETE",
+        path=object_path(resource, target.namespace, target.name),
+        body=options,
+        on_not_found="already_done",
+        on_conflict="already_done" if target.uid else None,
+    )
+
+
+def _delete_collection_call(command: DeleteCollection) -> ApiCall:
+    """A DELETE of the collection by label selector; never without one."""
+    resource = resource_of(command.api_version, command.kind)
+    if not command.label_selector:
+        raise PermanentError("refusing a deletecollection without a label selector")
+    return ApiCall(
+        method="DELETE",
+        path=collection_path(resource, command.namespace),
+        query=(("labelSelector", command.label_selector),),
+        on_not_found="already_done",
+    )
 
 
 # --- outcomes and retries ---------------------------------------------------------------------------
