@@ -36,6 +36,14 @@ def state_of(kubeconfig: Path, name: str) -> str:
     return str((found.get("status") or {}).get("state", ""))
 
 
+def log_tails(logs: Path, lines: int = 15) -> str:
+    """The last lines of every log of the stack, for a failure's message."""
+    return "\n".join(
+        f"--- {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        for path in sorted(logs.glob("*.log"))
+    )
+
+
 def test_up_runs_the_stack_on_a_three_node_cluster(tmp_path: Path) -> None:
     state = tmp_path / "state"
     argv = [sys.executable, "-m", "services.cli.main", "up", "--state-dir", str(state), "--nats-nodes", "3"]
@@ -58,7 +66,10 @@ def test_up_runs_the_stack_on_a_three_node_cluster(tmp_path: Path) -> None:
             client.CustomObjectsApi(api_client).create_namespaced_custom_object(
                 "ray.io", "v1", "default", "rayclusters", small_cluster("on-three-nodes")
             )
-        eventually_sync(lambda: state_of(state / "kubeconfig", "on-three-nodes") == "ready", timeout=120)
+        try:
+            eventually_sync(lambda: state_of(state / "kubeconfig", "on-three-nodes") == "ready", timeout=120)
+        except AssertionError as exc:
+            raise AssertionError(f"not ready; the stack's logs end:\n{log_tails(state / 'logs')}") from exc
         proc.send_signal(signal.SIGINT)
         assert proc.wait(EXIT_BOUND + 60) == 0
     finally:
