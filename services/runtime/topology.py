@@ -242,15 +242,25 @@ async def _ensure_bucket_ttl(js: JetStreamContext, bucket: str, ttl: float) -> N
     log.info("bucket %s: entries now expire after %.1fs", bucket, ttl)
 
 
-def _leases_config(bus: BusSettings, partitions: PartitionSettings) -> KeyValueConfig:
+def _bucket_config(
+    bus: BusSettings, bucket: str, description: str, *, ttl: float | None = None, direct: bool | None = True
+) -> KeyValueConfig:
+    """A bucket of raybus: one version per key, on file, replicated like the streams; ``direct`` gets on (None:
+    the server's default)."""
     return KeyValueConfig(
-        bucket=subjects.LEASES_BUCKET,
-        description="partition leases and worker heartbeats",
+        bucket=bucket,
+        description=description,
         history=1,
-        ttl=partitions.lease_ttl,
+        ttl=ttl,
         storage=StorageType.FILE,
         replicas=bus.replicas,
-        direct=True,
+        direct=direct,
+    )
+
+
+def _leases_config(bus: BusSettings, partitions: PartitionSettings) -> KeyValueConfig:
+    return _bucket_config(
+        bus, subjects.LEASES_BUCKET, "partition leases and worker heartbeats", ttl=partitions.lease_ttl
     )
 
 
@@ -265,36 +275,19 @@ async def open_buckets(nc: Client, *, bus: BusSettings, partitions: PartitionSet
     js = nc.jetstream()
     objects = await _ensure_bucket(
         js,
-        KeyValueConfig(
-            bucket=subjects.OBJECTS_BUCKET,
-            description="latest version of every object, stored under its reconcile key",
-            history=1,
-            storage=StorageType.FILE,
-            replicas=bus.replicas,
-            direct=True,
-        ),
+        _bucket_config(bus, subjects.OBJECTS_BUCKET, "latest version of every object, stored under its reconcile key"),
     )
     leases = await _ensure_bucket(js, _leases_config(bus, partitions))
     watcher = await _ensure_bucket(
-        js,
-        KeyValueConfig(
-            bucket=subjects.WATCHER_BUCKET,
-            description="informer resume points",
-            history=1,
-            storage=StorageType.FILE,
-            replicas=bus.replicas,
-        ),
+        js, _bucket_config(bus, subjects.WATCHER_BUCKET, "informer resume points", direct=None)
     )
     applied = await _ensure_bucket(
         js,
-        KeyValueConfig(
-            bucket=subjects.APPLIED_BUCKET,
-            description="the newest snapshot revision applied per key (replayed decisions are refused)",
-            history=1,
+        _bucket_config(
+            bus,
+            subjects.APPLIED_BUCKET,
+            "the newest snapshot revision applied per key (replayed decisions are refused)",
             ttl=subjects.APPLIED_TTL,
-            storage=StorageType.FILE,
-            replicas=bus.replicas,
-            direct=True,
         ),
     )
     return Buckets(objects=objects, leases=leases, watcher=watcher, applied=applied)
