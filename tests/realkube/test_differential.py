@@ -475,38 +475,27 @@ def patches(side: Side) -> None:
 @scenario
 def status_subresource(side: Side) -> None:
     ray, (group, version, ns, plural) = _ray(side)
+    rc = (group, version, ns, plural, "rc")
     body = {**_raycluster("rc"), "status": {"state": "ready"}}
     side.call("create drops status", ray.create_namespaced_custom_object, group, version, ns, plural, body)
     side.call(
         "status patch ignores spec",
         ray.patch_namespaced_custom_object_status,
-        group,
-        version,
-        ns,
-        plural,
-        "rc",
+        *rc,
         {"spec": {"suspend": True}, "status": {"state": "ready"}},
         _content_type=MERGE,
     )
     side.call(
         "main patch ignores status, bumps generation",
         ray.patch_namespaced_custom_object,
-        group,
-        version,
-        ns,
-        plural,
-        "rc",
+        *rc,
         {"spec": {"suspend": True}, "status": {"state": "failed"}},
         _content_type=MERGE,
     )
     side.call(
         "metadata change keeps generation",
         ray.patch_namespaced_custom_object,
-        group,
-        version,
-        ns,
-        plural,
-        "rc",
+        *rc,
         {"metadata": {"labels": {"l": "1"}}},
         _content_type=MERGE,
     )
