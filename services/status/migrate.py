@@ -36,7 +36,7 @@ from sqlalchemy.engine import Connection
 import migrations
 from services.runtime.errors import RaybusError, RetryableError
 from services.runtime.settings import load_settings
-from services.status.migrating import RETRY_LATER
+from services.status.migrating import REASON_PREFIX, RETRY_LATER
 from services.status.store import StatusStore, create_engine
 
 SCRIPT_LOCATION = Path(migrations.__file__).resolve().parent
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(upgrade(db_url, revision=args.revision))
     except RaybusError as exc:
-        print(f"raybus: {exc}", file=sys.stderr)
+        print(f"{REASON_PREFIX}{exc}", file=sys.stderr)
         return RETRY_LATER if isinstance(exc, RetryableError) else 1
     print(f"database at {asyncio.run(current_revision(db_url))}")
     return 0

@@ -17,6 +17,8 @@ from services.runtime.errors import PermanentError, RetryableError
 RETRY_LATER = 75
 """The exit code of ``raybus migrate upgrade`` when the database failed in a way worth retrying
 (``EX_TEMPFAIL``)."""
+REASON_PREFIX = "raybus: "
+"""How ``raybus migrate`` starts the line that says why it failed."""
 
 
 async def upgrade_in_child(db_url: str) -> None:
@@ -44,7 +46,9 @@ async def upgrade_in_child(db_url: str) -> None:
     if child.returncode == 0:
         return
     lines = stderr.decode(errors="replace").strip().splitlines()
-    reason = lines[-1] if lines else f"exit code {child.returncode}"
+    # The child's own reason, not a traceback a thread of it may print after it while exiting.
+    said = [line for line in lines if line.startswith(REASON_PREFIX)] or lines
+    reason = said[-1] if said else f"exit code {child.returncode}"
     if child.returncode == RETRY_LATER:
         raise RetryableError(f"migrating the status database: {reason}")
     raise PermanentError(f"migrating the status database: {reason}")
