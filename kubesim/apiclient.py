@@ -1,7 +1,7 @@
 """A connection to any Kubernetes API server, for simulators attached over HTTP (:mod:`kubesim.remote`).
 
-The official ``kubernetes`` client loads the kubeconfig (token, client certificate, exec plugin, CA) and
-supplies its urllib3 pool; blocking requests (:meth:`ApiConnection.request`) go on that pool, watches
+:mod:`kubeaccess` loads the kubeconfig (token, client certificate, exec plugin, CA) and builds the urllib3
+pool; blocking requests (:meth:`ApiConnection.request`) go on that pool, watches
 (:meth:`ApiConnection.watch`) and async lists stream on an aiohttp session with the same URL, auth headers
 and TLS settings. Failures become :class:`kubesim.errors.ApiError` with the HTTP code and the ``Status``
 body's reason, message and details, so the simulators read them as they read the in-process store's;
@@ -13,15 +13,15 @@ Credentials never reach a log or an error: errors name the method and path only.
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Final, cast
-from urllib.parse import urlencode
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final
 
 import aiohttp
 import urllib3
-from kubernetes import client as k8s_client
 
 from kubeaccess import configuration as access
+from kubeaccess import transport
+from kubeaccess.credentials import CredentialError
 from kubesim import codec
 from kubesim.errors import ApiError
 
@@ -30,9 +30,11 @@ REQUEST_TIMEOUT: Final = 30.0
 """Seconds for one ordinary request."""
 WATCH_SECONDS: Final = 300
 """``timeoutSeconds`` of one watch request; the caller resumes from the last resourceVersion afterwards."""
+BLOCKING_CONNECTIONS: Final = 10
+"""Connections the blocking side keeps open: as many as the simulators write at once from threads."""
 
 
-def load_configuration(kubeconfig: str) -> k8s_client.Configuration:
+def load_configuration(kubeconfig: str) -> access.Configuration:
     """The client configuration of a kubeconfig file.
 
     Raises:
@@ -65,11 +67,10 @@ def _unreachable(method: str, path: str, exc: BaseException) -> ApiError:
 class ApiConnection:
     """Requests to one API server with the credentials and TLS settings of a client configuration."""
 
-    def __init__(self, configuration: k8s_client.Configuration) -> None:
+    def __init__(self, configuration: access.Configuration) -> None:
         self.configuration = configuration
-        self._client = k8s_client.ApiClient(configuration)
+        self._pool = transport.blocking_pool(configuration, maxsize=BLOCKING_CONNECTIONS)
         self._session: aiohttp.ClientSession | None = None
-        self._auth = access.AuthHeaders(configuration)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> ApiConnection:
@@ -86,16 +87,16 @@ class ApiConnection:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        cast(Callable[[], None], self._client.close)()
+        self._pool.clear()
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": JSON, **self._auth()}
+    def _headers(self, method: str, path: str, content_type: str | None) -> dict[str, str]:
+        try:
+            headers = {"Accept": JSON, **access.auth_headers(self.configuration)}
+        except CredentialError as exc:
+            raise ApiError(0, "CredentialError", f"{method} {path}: {exc}") from None
         if content_type is not None:
             headers["Content-Type"] = content_type
         return headers
-
-    def _url(self, path: str, query: Sequence[tuple[str, str]]) -> str:
-        return self.host + path + ("?" + urlencode(list(query)) if query else "")
 
     def request(
         self,
@@ -113,11 +114,11 @@ class ApiConnection:
             ApiError: a non-2xx answer, or none at all (code 0).
         """
         data = None if body is None else codec.encode(body)
-        headers = self._headers(content_type if data is not None else None)
+        headers = self._headers(method, path, content_type if data is not None else None)
         try:
-            raw = self._client.rest_client.pool_manager.request(
+            raw = self._pool.request(
                 method,
-                self._url(path, query),
+                transport.request_url(self.configuration, path, query),
                 body=data,
                 headers=headers,
                 timeout=urllib3.Timeout(total=timeout),
@@ -146,9 +147,10 @@ class ApiConnection:
         try:
             async with self._session_for_use().request(
                 method,
-                self._url(path, query),
-                headers=self._headers(None),
+                transport.request_url(self.configuration, path, query),
+                headers=self._headers(method, path, None),
                 timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+                server_hostname=self.configuration.tls_server_name,
             ) as raw:
                 payload = await raw.read()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -172,9 +174,10 @@ class ApiConnection:
         ]
         try:
             async with self._session_for_use().get(
-                self._url(path, query),
-                headers=self._headers(None),
+                transport.request_url(self.configuration, path, query),
+                headers=self._headers("GET", path, None),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=REQUEST_TIMEOUT),
+                server_hostname=self.configuration.tls_server_name,
             ) as raw:
                 if not 200 <= raw.status <= 299:
                     raise _error("GET", path, raw.status, await raw.read())

@@ -1,13 +1,14 @@
-"""The adapter to the official ``kubernetes`` client: raw requests on its configured connection pool.
+"""The adapter to the API server: raw requests with the connection's credentials and TLS settings.
 
-Role: the one place the watcher touches the official client. It loads the configuration (kubeconfig,
-in-cluster, default), sends planned requests with the client's authentication and TLS settings, turns
+Role: the one place the edge sends HTTP to the API server. It loads the configuration (kubeconfig,
+in-cluster, default: :mod:`kubeaccess.configuration`), sends planned requests with its authentication and
+TLS settings, turns
 failures into :class:`calls.ApiError` (with the parsed ``Status``; connection problems get status 0),
 opens streaming watch responses, lists served resources (discovery) and hands the API server's
 credentials to the dashboard client for the service proxy.
 
 Invariants: the blocking calls (:meth:`KubeApi.request`, the informers' lists and watches, each on a thread
-of its own) go on the official client's urllib3 pool; async callers (:meth:`KubeApi.arequest`: the applier,
+of its own) go on a urllib3 pool; async callers (:meth:`KubeApi.arequest`: the applier,
 the prober, the election) send on an aiohttp session with the same URL, auth headers and TLS settings,
 so no request waits for a thread and hands its answer back across threads. Bodies are encoded and decoded
 with msgspec.
@@ -21,20 +22,19 @@ from __future__ import annotations
 
 import logging
 import ssl
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypedDict, Unpack, cast
+from typing import Any, Final, TypedDict, Unpack
 
 import aiohttp
 import msgspec
 import urllib3
 import yarl
-from kubernetes import client as k8s_client
 
 from kubeaccess import configuration as access
+from kubeaccess import transport
+from kubeaccess.credentials import CredentialError
 from services.edge.calls import JSON, ApiCall, ApiError
-from services.runtime.clock import Monotonic
 from services.runtime.errors import PermanentError
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class _Prepared:
         return ApiError(0, "ConnectionError", f"{self.method} {self.path}: {detail}")
 
 
-def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
+def load_configuration(kubeconfig: str | None) -> access.Configuration:
     """The client configuration: ``kubeconfig`` if given, else in-cluster, else ``~/.kube/config``.
 
     Raises:
@@ -126,28 +126,17 @@ def _answer(status: int, reason: str | None, data: bytes | None, headers: Any) -
 
 
 class KubeApi:
-    """Raw access to the API server with the official client's auth and TLS."""
+    """Raw access to the API server with the configuration's auth and TLS."""
 
-    def __init__(
-        self,
-        configuration: k8s_client.Configuration,
-        *,
-        concurrency: int = 16,
-        watches: int = 32,
-        clock: Monotonic = time.monotonic,
-    ) -> None:
+    def __init__(self, configuration: access.Configuration, *, concurrency: int = 16, watches: int = 32) -> None:
+        self.configuration = configuration
         # The blocking side (informers' lists and watches, each on a thread of its own) keeps one pooled
         # connection per watch and a few for lists; urllib3 would otherwise open and discard extra
         # connections ("Connection pool is full").
-        wanted = watches + 4
-        if (configuration.connection_pool_maxsize or 0) < wanted:
-            configuration.connection_pool_maxsize = wanted
-        self.configuration = configuration
-        self._client = k8s_client.ApiClient(configuration)
+        self._pool = transport.blocking_pool(configuration, maxsize=watches + 4)
         self._concurrency = max(1, concurrency)
         self._session: aiohttp.ClientSession | None = None
         """The async side's session, opened on first use in the caller's event loop."""
-        self._auth = access.AuthHeaders(configuration, clock)
         self._closed = False
         """Set by :meth:`close`: a request after it would open a connection pool (or session) nothing closes."""
 
@@ -162,7 +151,7 @@ class KubeApi:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        cast(Callable[[], None], self._client.close)()
+        self._pool.clear()
 
     def _session_for_use(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -175,27 +164,22 @@ class KubeApi:
         if self._closed:
             raise ApiError(0, "ConnectionError", f"{method} {path}: the client is closed")
         body = options.get("body")
-        # The official client builds the URL and the auth headers (:meth:`auth_headers`); the body is
-        # encoded here in one msgspec call: its own path walks every node of the body in Python first
-        # (sanitize_for_serialization) and then encodes it again with json, a large share of a Pod create.
-        headers = {"Accept": JSON, **self.auth_headers()}
+        try:
+            headers = {"Accept": JSON, **self.auth_headers()}
+        except CredentialError as exc:
+            raise ApiError(0, "CredentialError", f"{method} {path}: {exc}") from None
         if body is not None:
             headers["Content-Type"] = options.get("content_type", JSON)
-        query = list(options.get("query", ()))
-        serialized: tuple[Any, ...] = tuple(
-            self._client.param_serialize(method, path, query_params=query or None, header_params=headers)
-        )
+        url = transport.request_url(self.configuration, path, options.get("query", ()))
         encoded = None if body is None else body if isinstance(body, bytes) else _encoder.encode(body)
-        return _Prepared(
-            serialized[0], path, serialized[1], serialized[2], encoded, options.get("timeout", DEFAULT_TIMEOUT)
-        )
+        return _Prepared(method, path, url, headers, encoded, options.get("timeout", DEFAULT_TIMEOUT))
 
     def _send(self, prepared: _Prepared, timeout: float | tuple[float, float]) -> urllib3.BaseHTTPResponse:
         if isinstance(timeout, tuple):
             limit = urllib3.Timeout(connect=timeout[0], read=timeout[1])
         else:
             limit = urllib3.Timeout(total=timeout)
-        return self._client.rest_client.pool_manager.request(
+        return self._pool.request(
             prepared.method,
             prepared.url,
             body=prepared.body,
@@ -234,10 +218,11 @@ class KubeApi:
         try:
             async with self._session_for_use().request(
                 prepared.method,
-                yarl.URL(prepared.url, encoded=True),  # encoded by the official client already
+                yarl.URL(prepared.url, encoded=True),  # encoded by ``transport.request_url`` already
                 data=prepared.body,
                 headers=prepared.headers,
                 timeout=aiohttp.ClientTimeout(total=prepared.timeout),
+                server_hostname=self.configuration.tls_server_name,
             ) as raw:
                 payload = await raw.read()
         except TimeoutError as exc:
@@ -300,8 +285,12 @@ class KubeApi:
         return served
 
     def auth_headers(self) -> dict[str, str]:
-        """The Authorization header the client would send (see :class:`kubeaccess.configuration.AuthHeaders`)."""
-        return self._auth()
+        """The Authorization header to send now (:func:`kubeaccess.configuration.auth_headers`).
+
+        Raises:
+            CredentialError: the credential source failed.
+        """
+        return access.auth_headers(self.configuration)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """TLS settings of the API server connection for aiohttp (None: plain HTTP)."""

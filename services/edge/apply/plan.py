@@ -19,7 +19,7 @@ Idempotency rules (docs/architecture.md#watcher):
 - any other 4xx → ``failed`` at once, with the API's message.
 
 Not here: the call and error types and object paths every role uses (``services.edge.calls``), Events
-(``services.edge.events``), dashboard calls (``dashboard``), threads and the official client (``kubeapi``).
+(``services.edge.events``), dashboard calls (``dashboard``), threads and HTTP (``kubeapi``).
 Deliberately pure: the clock and the token generator of ``raybus.io/generate`` Secrets are arguments.
 """
 

@@ -255,7 +255,7 @@ class LeaseElection:
         sent = time.monotonic()
         now = format_time_exact(self._clock())
         try:
-            # The whole attempt is bounded: the official client's timeout is per socket operation, and a
+            # The whole attempt is bounded: a request's timeout is per socket operation, and a
             # leader must learn that it could not renew before the others may take the Lease.
             async with asyncio.timeout(timeout):
                 current = await self._get(api, timeout)

@@ -1,7 +1,7 @@
 """Informers: one list+watch loop per resource type (and namespace) in a worker thread, feeding asyncio.
 
 Role: keep the projection told about every change of one resource in one scope (a namespace, or the
-whole cluster). The official client is synchronous, so each informer runs in its own daemon thread;
+whole cluster). Its requests are blocking (urllib3, ``kubeapi``), so each informer runs in its own daemon thread;
 it hands batches (all the lines of one read chunk, or a whole listing) to the event loop through a
 bounded :class:`Handoff`, so a slow projection slows the watch down instead of growing memory.
 

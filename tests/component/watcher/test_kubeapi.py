@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from pathlib import Path
 
 import msgspec
 import pytest
 from aiohttp import web
-from kubernetes import client
 
-from kubeaccess.configuration import AUTH_REUSE
+from kubeaccess.configuration import Configuration
+from kubeaccess.credentials import TokenFile
 from services.edge.calls import ApiError
 from services.edge.kubeapi import KubeApi
 
@@ -72,8 +73,7 @@ async def test_a_closed_adapter_sends_nothing_and_opens_no_connection(kube_api: 
         await kube_api.arequest("GET", path)
     for failed in (blocking, streaming, asynchronous):
         assert failed.value.status == 0 and "the client is closed" in str(failed.value)
-    pool_manager = kube_api._client.rest_client.pool_manager
-    assert len(pool_manager.pools) == 0 and kube_api._session is None
+    assert len(kube_api._pool.pools) == 0 and kube_api._session is None
 
 
 async def test_no_answer_is_an_error_of_status_zero() -> None:
@@ -83,9 +83,7 @@ async def test_no_answer_is_an_error_of_status_zero() -> None:
     closed.close()
     try:
         for port, timeout, expected in ((quiet.getsockname()[1], 0.3, "no answer within 0.3s"), (closed_port, 5, "")):
-            configuration = client.Configuration()
-            configuration.host = f"http://127.0.0.1:{port}"
-            api = KubeApi(configuration, concurrency=1)
+            api = KubeApi(Configuration(host=f"http://127.0.0.1:{port}"), concurrency=1)
             try:
                 with pytest.raises(ApiError) as failed:
                     await api.arequest("GET", "/api/v1/namespaces", timeout=timeout)
@@ -97,9 +95,11 @@ async def test_no_answer_is_an_error_of_status_zero() -> None:
         quiet.close()
 
 
-async def test_the_auth_headers_are_asked_for_once_a_second_and_a_refreshed_token_is_then_sent() -> None:
-    """The official client's refresh hook re-applies the whole configuration: it runs at most once per
-    ``AUTH_REUSE`` seconds, and what it refreshed goes out from then on."""
+async def test_a_token_file_s_token_goes_out_on_both_sides_and_a_lost_one_is_a_status_zero_error(
+    tmp_path: Path,
+) -> None:
+    """The Authorization header comes from the configuration's credentials on the async and the blocking
+    side alike; a credential that cannot be read fails the request without sending it."""
     seen: list[str] = []
 
     async def record(request: web.Request) -> web.Response:
@@ -113,27 +113,19 @@ async def test_the_auth_headers_are_asked_for_once_a_second_and_a_refreshed_toke
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    refreshed: list[int] = []
-
-    def refresh(configuration: client.Configuration) -> None:
-        refreshed.append(1)
-        configuration.api_key["BearerToken"] = f"token-{len(refreshed)}"
-
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{port}"
-    configuration.api_key["BearerToken"] = "token-0"
-    configuration.api_key_prefix["BearerToken"] = "Bearer"
-    configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]  # typed None in the client
-    now = [0.0]
-    api = KubeApi(configuration, concurrency=1, clock=lambda: now[0])
+    token = tmp_path / "token"
+    token.write_text("token-0\n")
+    api = KubeApi(Configuration(host=f"http://127.0.0.1:{port}", credentials=TokenFile(token)), concurrency=1)
+    missing = KubeApi(Configuration(host=f"http://127.0.0.1:{port}", credentials=TokenFile(tmp_path / "gone")))
     try:
-        for at in (0.0, 0.4, 0.9, AUTH_REUSE, AUTH_REUSE + 0.5, 2 * AUTH_REUSE):
-            now[0] = at
-            await api.arequest("GET", "/api/v1/namespaces")
-        # The blocking side uses the same headers (on a thread: this loop serves the requests).
+        await api.arequest("GET", "/api/v1/namespaces")
+        # The blocking side (on a thread: this loop serves the requests).
         await asyncio.to_thread(api.request, "GET", "/api/v1/namespaces")
+        with pytest.raises(ApiError) as failed:
+            await missing.arequest("GET", "/api/v1/namespaces")
     finally:
         await api.close()
+        await missing.close()
         await runner.cleanup()
-    assert seen == ["Bearer token-1"] * 3 + ["Bearer token-2"] * 2 + ["Bearer token-3"] * 2
-    assert len(refreshed) == 3
+    assert seen == ["Bearer token-0"] * 2
+    assert failed.value.status == 0 and "cannot read the token file" in str(failed.value)
