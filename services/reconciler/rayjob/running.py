@@ -10,7 +10,8 @@ changed) or a wake-up registered on the pass; no fixed-interval requeue, except 
 retry while the dashboard still answers 404 for a job raybus just submitted.
 
 Deviations: the 30 s submitter-finished grace waits for the prober's answer about the job and yields to
-a terminal one (see ``_submitter_finished_timeout``); a missing submitter Job is created again (see
+a terminal one (see ``_submitter_finished_timeout``); a job the dashboard does not know is failed only
+once that grace is over (see ``_observe``); a missing submitter Job is created again (see
 ``_check_submitter``).
 
 Not here: the other states (``reconcile``).
@@ -263,8 +264,8 @@ def _submitter_finished_timeout(job: Pass, finished_at: datetime | None) -> bool
     if answer is None:
         job.rule("5.3/submitter-finished-awaiting-dashboard")
         return False
-    if answer.get("status") in TERMINAL_JOB_STATUSES:
-        return False
+    if answer.get("status") in TERMINAL_JOB_STATUSES or answer.get("http_status") == 404:
+        return False  # a terminal answer is taken; a job Ray does not know is ``_observe``'s to fail
     reason = "JobDeploymentStatusTransitionGracePeriodExceeded"
     job.status.set_job_status(JOB_STATUS_FAILED, reason=reason)
     job.status.fail(
@@ -283,7 +284,14 @@ def _start_failure_timer(job: Pass, rule: str) -> None:
 
 
 def _observe(job: Pass, *, cluster: Mapping[str, Any], finished_at: datetime | None) -> None:
-    """React to the dashboard's latest answer about the job (``obs-rayjob`` entry named by the job id)."""
+    """React to the dashboard's latest answer about the job (``obs-rayjob`` entry named by the job id).
+
+    Deviation: KubeRay fails the RayJob (``AppFailed``) when the dashboard does not know the job in the
+    pass that sees the submitter finished. raybus's 404 is the prober's last *changed* answer, which may
+    predate the submission: a short job is submitted and over between two polls, and the submitter Job's
+    end reaches reconcile before the prober's next answer. So "not found" fails the RayJob only when it
+    still stands once the 30 s submitter-finished grace is over (the wake-up ``run`` registered).
+    """
     status, spec = job.status, job.spec
     job_id = status.get("jobId")
     observation = job.snapshot.get(OBS_RAY_JOB, job_id) if job_id else None
@@ -302,6 +310,9 @@ def _observe(job: Pass, *, cluster: Mapping[str, Any], finished_at: datetime | N
             job.commands.append(SubmitRayJob(dashboard=dashboard, request=request))
             job.wake(job.now + timedelta(seconds=HTTP_SUBMIT_RETRY_DELAY))
             job.rule("5.3/http-submit")
+            return
+        if finished_at is not None and job.now < finished_at + timedelta(seconds=SUBMITTER_FINISHED_TIMEOUT):
+            job.rule("5.4/job-not-found-after-submitter-awaiting-dashboard")
             return
         if finished_at is not None:
             status.fail("AppFailed", "Submitter completed but Ray job not found in RayCluster.")

@@ -196,15 +196,39 @@ def test_submission_failure() -> None:
 
 
 def test_submitter_completed_but_job_not_found() -> None:
+    """Deviation: the 404 may be the prober's answer from before the submission, so "not found" fails the
+    RayJob only when it still stands once the 30 s submitter-finished grace is over."""
     world = World()
     _, job_id = start_to_running(world)
     step(world)
     world.observations[job_id] = {"http_status": 404}
     finish_submitter(world, "rj", succeeded=True)
-    step(world)
+    decision = step(world)
+    assert "5.4/job-not-found-after-submitter-awaiting-dashboard" in decision.rules
+    assert status_of(world)["jobDeploymentStatus"] == "Running"
+    assert decision.wake_at == world.now + timedelta(seconds=30)
+    world.advance_to(decision.wake_at)
+    decision = step(world)
     status = status_of(world)
     assert (status["jobDeploymentStatus"], status["reason"]) == ("Failed", "AppFailed")
     assert status["message"] == "Submitter completed but Ray job not found in RayCluster."
+    assert "5.4/job-not-found-after-submitter" in decision.rules
+
+
+def test_a_job_not_found_before_the_submitter_finished_is_taken_when_the_prober_sees_it() -> None:
+    """A short job submitted and over between two polls: the submitter's end comes first, the prober's
+    answer a moment later, and the RayJob completes."""
+    world = World()
+    _, job_id = start_to_running(world)
+    world.observations[job_id] = {"http_status": 404}
+    step(world)
+    finish_submitter(world, "rj", succeeded=True)
+    step(world)
+    assert status_of(world)["jobDeploymentStatus"] == "Running"
+    world.observations[job_id] = job_info(job_id, "SUCCEEDED", end_ms=1714564900000)
+    step(world)
+    status = status_of(world)
+    assert (status["jobDeploymentStatus"], status["jobStatus"]) == ("Complete", "SUCCEEDED")
 
 
 def test_submitter_finished_but_job_never_terminal() -> None:
