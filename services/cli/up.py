@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,17 +78,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 FREE_PORTS = range(20000, 32768)
 """Where :func:`free_port` looks: below Linux's ephemeral range (32768-60999 by default), so no outgoing
 connection's own port takes a port that was chosen and is not bound yet."""
+PORT_SHARES: Final = 16
+""":data:`FREE_PORTS` is cut into this many shares; a process picks from the one its pid names first."""
+_handed_out: deque[int] = deque(maxlen=1024)
+"""The ports this process chose lately: not chosen again while their server may still be starting."""
 
 
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1, chosen at random from :data:`FREE_PORTS`."""
-    for _ in range(len(FREE_PORTS)):
-        port = random.choice(FREE_PORTS)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
+    """A free TCP port on 127.0.0.1, chosen at random from this process's share of :data:`FREE_PORTS`
+    (then from all of it), never one this process chose lately.
+
+    A chosen port stays free until its server binds it, seconds later for a process being started: two
+    processes choosing at once (`raybus up`'s, a test run's parallel workers, a bench beside them) pick
+    from different shares, so they hardly ever choose the same port in that window.
+    """
+    size = len(FREE_PORTS) // PORT_SHARES
+    start = FREE_PORTS.start + os.getpid() % PORT_SHARES * size
+    for pool in (range(start, start + size), FREE_PORTS):
+        for _ in range(len(pool)):
+            port = random.choice(pool)
+            if port in _handed_out:
                 continue
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.append(port)
             return port
     raise OSError(f"no free port on 127.0.0.1 in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")
 
