@@ -75,7 +75,7 @@ def run(job: Pass) -> None:
             return
         submitter_failed, finished_at = checked
         if finished_at is not None:
-            job.wake(finished_at + timedelta(seconds=SUBMITTER_FINISHED_TIMEOUT))
+            job.wake(_grace_end(finished_at))
         if _submitter_finished_timeout(job, finished_at) or submitter_failed:
             return
     _observe(job, cluster=cluster, finished_at=finished_at)
@@ -250,6 +250,11 @@ def _dashboard_answer(job: Pass) -> Mapping[str, Any] | None:
     return job.snapshot.get(OBS_RAY_JOB, job_id) if job_id else None
 
 
+def _grace_end(finished_at: datetime) -> datetime:
+    """When the submitter-finished grace is over: until then Ray's answer about the job may still change."""
+    return finished_at + timedelta(seconds=SUBMITTER_FINISHED_TIMEOUT)
+
+
 def _submitter_finished_timeout(job: Pass, finished_at: datetime | None) -> bool:
     """The submitter finished more than 30 s ago and Ray still reports the job not terminal → Failed.
 
@@ -258,7 +263,7 @@ def _submitter_finished_timeout(job: Pass, finished_at: datetime | None) -> bool
     (without one, "Ray never ended the job" and "not asked yet" look the same), and a terminal answer
     that arrives late is taken (Ray did end the job) instead of being overridden.
     """
-    if finished_at is None or job.now < finished_at + timedelta(seconds=SUBMITTER_FINISHED_TIMEOUT):
+    if finished_at is None or job.now < _grace_end(finished_at):
         return False
     answer = _dashboard_answer(job)
     if answer is None:
@@ -311,10 +316,10 @@ def _observe(job: Pass, *, cluster: Mapping[str, Any], finished_at: datetime | N
             job.wake(job.now + timedelta(seconds=HTTP_SUBMIT_RETRY_DELAY))
             job.rule("5.3/http-submit")
             return
-        if finished_at is not None and job.now < finished_at + timedelta(seconds=SUBMITTER_FINISHED_TIMEOUT):
-            job.rule("5.4/job-not-found-after-submitter-awaiting-dashboard")
-            return
         if finished_at is not None:
+            if job.now < _grace_end(finished_at):
+                job.rule("5.4/job-not-found-after-submitter-awaiting-dashboard")
+                return
             status.fail("AppFailed", "Submitter completed but Ray job not found in RayCluster.")
             job.rule("5.4/job-not-found-after-submitter")
             return
