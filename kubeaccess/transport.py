@@ -1,17 +1,18 @@
 """How requests reach an API server: the URL of a path and query, and the blocking side's connection pool.
 
-Both take the connection's TLS settings from :func:`kubeaccess.configuration.ssl_context`, so the blocking
-(urllib3) and the async (aiohttp) side of a client trust and present the same certificates.
+A client builds its TLS context once (:func:`kubeaccess.configuration.ssl_context`) and hands it to both
+sides, so the blocking (urllib3) and the async (aiohttp) side trust and present the same certificates.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from urllib.parse import quote, urlencode
 
 import urllib3
 
-from kubeaccess.configuration import Configuration, base_url, ssl_context
+from kubeaccess.configuration import Configuration, base_url
 
 
 def request_url(configuration: Configuration, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
@@ -20,9 +21,9 @@ def request_url(configuration: Configuration, path: str, query: Sequence[tuple[s
     return f"{url}?{urlencode(query, quote_via=quote)}" if query else url
 
 
-def blocking_pool(configuration: Configuration, maxsize: int) -> urllib3.PoolManager:
-    """A urllib3 pool for the blocking side, keeping up to ``maxsize`` connections to the server."""
-    context = ssl_context(configuration)
+def blocking_pool(configuration: Configuration, context: ssl.SSLContext | None, maxsize: int) -> urllib3.PoolManager:
+    """A urllib3 pool for the blocking side with the client's TLS ``context`` (None: plain HTTP), keeping up
+    to ``maxsize`` connections to the server."""
     if context is None:
         return urllib3.PoolManager(maxsize=maxsize)
     return urllib3.PoolManager(

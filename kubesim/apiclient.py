@@ -69,7 +69,8 @@ class ApiConnection:
 
     def __init__(self, configuration: access.Configuration) -> None:
         self.configuration = configuration
-        self._pool = transport.blocking_pool(configuration, maxsize=BLOCKING_CONNECTIONS)
+        self._ssl = access.ssl_context(configuration)
+        self._pool = transport.blocking_pool(configuration, self._ssl, maxsize=BLOCKING_CONNECTIONS)
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -194,4 +195,4 @@ class ApiConnection:
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """TLS settings for aiohttp (None: plain HTTP)."""
-        return access.ssl_context(self.configuration)
+        return self._ssl

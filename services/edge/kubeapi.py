@@ -2,10 +2,9 @@
 
 Role: the one place the edge sends HTTP to the API server. It loads the configuration (kubeconfig,
 in-cluster, default: :mod:`kubeaccess.configuration`), sends planned requests with its authentication and
-TLS settings, turns
-failures into :class:`calls.ApiError` (with the parsed ``Status``; connection problems get status 0),
-opens streaming watch responses, lists served resources (discovery) and hands the API server's
-credentials to the dashboard client for the service proxy.
+TLS settings, turns failures into :class:`calls.ApiError` (with the parsed ``Status``; connection problems
+get status 0), opens streaming watch responses, lists served resources (discovery) and hands the API
+server's credentials to the dashboard client for the service proxy.
 
 Invariants: the blocking calls (:meth:`KubeApi.request`, the informers' lists and watches, each on a thread
 of its own) go on a urllib3 pool; async callers (:meth:`KubeApi.arequest`: the applier,
@@ -133,7 +132,8 @@ class KubeApi:
         # The blocking side (informers' lists and watches, each on a thread of its own) keeps one pooled
         # connection per watch and a few for lists; urllib3 would otherwise open and discard extra
         # connections ("Connection pool is full").
-        self._pool = transport.blocking_pool(configuration, maxsize=watches + 4)
+        self._ssl = access.ssl_context(configuration)
+        self._pool = transport.blocking_pool(configuration, self._ssl, maxsize=watches + 4)
         self._concurrency = max(1, concurrency)
         self._session: aiohttp.ClientSession | None = None
         """The async side's session, opened on first use in the caller's event loop."""
@@ -294,4 +294,4 @@ class KubeApi:
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """TLS settings of the API server connection for aiohttp (None: plain HTTP)."""
-        return access.ssl_context(self.configuration)
+        return self._ssl
