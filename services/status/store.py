@@ -200,10 +200,26 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _sqlstate(exc: BaseException) -> str:
+    """The SQLSTATE of a failure: of the driver's error SQLAlchemy wrapped, or of a driver's error itself."""
+    for source in (getattr(exc, "orig", None), exc):
+        code = getattr(source, "sqlstate", None) or getattr(source, "pgcode", None)
+        if code:
+            return str(code)
+    return ""
+
+
+def _database_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database (or the way to it) failing rather than a bug: SQLAlchemy's errors, the
+    network's, and a driver's error that carries an SQLSTATE. SQLAlchemy does not wrap everything: asyncpg
+    raises a server's refusal of a new connection ("starting up", "shutting down", "not currently
+    accepting connections") as it is."""
+    return isinstance(exc, sa.exc.SQLAlchemyError | OSError | TimeoutError) or bool(_sqlstate(exc))
+
+
 def _translate(exc: BaseException, what: str) -> PermanentError | RetryableError:
     """Classify a database failure: does retrying the same statement have a chance?"""
-    orig = getattr(exc, "orig", None)
-    sqlstate = str(getattr(orig, "sqlstate", "") or getattr(orig, "pgcode", "") or "")
+    sqlstate = _sqlstate(exc)
     permanent = (
         isinstance(exc, sa.exc.IntegrityError | sa.exc.DataError)
         or sqlstate[:2] in _PERMANENT_SQLSTATE_CLASSES
@@ -240,7 +256,9 @@ class StatusStore:
         try:
             async with asyncio.timeout(timeout), self._engine.connect() as conn:
                 await conn.execute(sa.text("SELECT 1"))
-        except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+        except Exception as exc:
+            if not _database_failure(exc):
+                raise
             url = self._engine.url.render_as_string(hide_password=True)
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise RetryableError(f"database {url} is unreachable: {reason}") from exc
@@ -258,7 +276,9 @@ class StatusStore:
         try:
             async with self._engine.begin() as conn:
                 return await self._persist(conn, records)
-        except (sa.exc.SQLAlchemyError, OSError, TimeoutError, OverflowError) as exc:
+        except Exception as exc:
+            if not (_database_failure(exc) or isinstance(exc, OverflowError)):
+                raise
             raise _translate(exc, "persisting results") from exc
 
     def _insert(self, table: sa.Table) -> Any:
@@ -379,7 +399,9 @@ class StatusStore:
         try:
             async with self._sessions() as session:
                 yield session
-        except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+        except Exception as exc:
+            if not _database_failure(exc):
+                raise
             raise RetryableError(f"reading history: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
 
     async def list_resources(

@@ -5,9 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from services.runtime.errors import PermanentError
-from services.status.store import ResultRecord, StatusStore
+from services.runtime.errors import PermanentError, RetryableError
+from services.status.migrate import upgrade
+from services.status.store import ResultRecord, StatusStore, create_engine
 from tests.component.status.conftest import count
+from tests.fixtures.postgres import execute_admin
 from tests.unit.status.builders import at, lifecycle, result, transition
 
 
@@ -119,3 +121,23 @@ async def test_data_the_database_refuses_is_a_permanent_error(store: StatusStore
     with pytest.raises(PermanentError):
         await store.persist([rec(result(batch_id="fine"), 1), rec(poison, 2)])
     assert await count(store, "commands") == 0  # nothing of the failed transaction was kept
+
+
+@pytest.mark.pg
+async def test_a_database_refusing_new_connections_for_now_is_retryable_not_refused_data(pg_url: str) -> None:
+    """A server that turns a new connection away (starting up, shutting down, not accepting connections)
+    answers with an error asyncpg raises unwrapped: it is an outage to wait out, never data to dead-letter."""
+    await upgrade(pg_url)
+    store = StatusStore(create_engine(pg_url))
+    name = pg_url.rsplit("/", 1)[1]
+    records = [rec(one, seq) for seq, one in enumerate(JOB_LIFE, start=1)]
+    try:
+        await execute_admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        with pytest.raises(RetryableError, match="not currently accepting connections"):
+            await store.persist(records)
+        with pytest.raises(RetryableError, match="unreachable"):
+            await store.ping()
+        await execute_admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        assert (await store.persist(records)).results == len(records)
+    finally:
+        await store.close()
