@@ -1,7 +1,8 @@
 """How requests reach an API server: the URL of a path and query, and the blocking side's connection pool.
 
 A client builds its TLS context once (:func:`kubeaccess.configuration.ssl_context`) and hands it to both
-sides, so the blocking (urllib3) and the async (aiohttp) side trust and present the same certificates.
+sides, so the blocking (urllib3) and the async (:mod:`kubeaccess.asynchttp`) side trust and present the same
+certificates.
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ class Tool:
 
 _EDGE: Final = "services.edge.service:run_watcher"
 _EDGE_FLAGS: Final[tuple[AddFlags, ...]] = (flags.add_common, flags.add_kube, flags.add_operator)
+_NO_AIOHTTP: Final = ("aiohttp",)
+"""nats-py imports aiohttp, when installed, for a websocket transport raybus never uses; a process that sends
+its HTTP with :mod:`kubeaccess.asynchttp` and serves only its health endpoints goes without (about 12 MB
+resident)."""
 
 COMMANDS: Final[Mapping[str, Service | Tool]] = {
     ROLE_COMMANDS["watch"]: Service(
@@ -58,31 +62,33 @@ COMMANDS: Final[Mapping[str, Service | Tool]] = {
         flags=_EDGE_FLAGS,
         runs=_EDGE,
         roles=("watch",),
+        without=_NO_AIOHTTP,
     ),
     ROLE_COMMANDS["apply"]: Service(
         help="the apply role: runs the command batches each key may run (writes Kubernetes objects)",
         flags=_EDGE_FLAGS,
         runs=_EDGE,
         roles=("apply",),
+        without=_NO_AIOHTTP,
     ),
     ROLE_COMMANDS["probe"]: Service(
         help="the probe role: polls the Ray dashboards of live RayJobs and RayServices (reads through the proxy)",
         flags=_EDGE_FLAGS,
         runs=_EDGE,
         roles=("probe",),
+        without=_NO_AIOHTTP,
     ),
     "watcher": Service(
         help="any of the edge roles in one process: --roles watch,apply,probe (all by default)",
         flags=(*_EDGE_FLAGS, flags.add_roles),
         runs=_EDGE,
+        without=_NO_AIOHTTP,
     ),
     "reconciler": Service(
         help="a stateless reconcile worker (NATS only)",
         flags=(flags.add_common, flags.add_operator, flags.add_identity, flags.add_liveness),
         runs="services.reconciler.worker.service:run_reconciler",
-        # nats-py imports aiohttp, when installed, for a websocket transport raybus never uses; the reconciler
-        # serves no HTTP but its health endpoints, so it goes without (about 12 MB resident).
-        without=("aiohttp",),
+        without=_NO_AIOHTTP,
     ),
     "status": Service(
         help="persist transitions and the command audit trail; serve the history API",

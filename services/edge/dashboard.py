@@ -6,8 +6,8 @@ Secret; only here does it become a URL (docs/behaviour.md#5.4: ``http://<svc>.<n
 ``<apiserver>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy`` with ``use_kubernetes_proxy``) and a
 ``x-ray-authorization: Bearer <token>`` header (token read from the Secret's ``auth_token``). Planning
 (:func:`plan_dashboard_call`, :func:`dashboard_base_url`, :func:`dashboard_outcome`) is pure; the
-:class:`DashboardClient` does the I/O with aiohttp (async), using the API server's credentials and TLS
-settings when it goes through the proxy.
+:class:`DashboardClient` does the I/O on the event loop (:mod:`kubeaccess.asynchttp`), using the API
+server's credentials and TLS settings when it goes through the proxy.
 
 The head pod's Serve proxy (docs/behaviour.md#6.1 step 11) is reached the same two ways: ``http://<podIP>:<port>``
 directly, or ``<apiserver>/api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy`` (:func:`pod_base_url`,
@@ -38,15 +38,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-import aiohttp
 import msgspec
 
+from kubeaccess.asynchttp import AsyncHttp, HttpError
 from schema.bounds import TooComplex, check_bounds
 from schema.keys import is_dns1123_label, is_dns1123_subdomain
 from schema.messages import Command, DashboardRef, Outcome, PutServeConfig, StopRayJob, SubmitRayJob
 from schema.probes import SERVE_APPLICATIONS_PATH, PodEndpoint
 from schema.ray.conventions import AUTH_TOKEN_SECRET_KEY
-from services.edge.calls import ApiError
+from services.edge.calls import JSON, ApiError
 from services.edge.kubeapi import KubeApi
 from services.runtime.aio import raise_if_cancelling
 from services.runtime.errors import PermanentError
@@ -67,6 +67,7 @@ TOKEN_TTL: Final = 60.0
 """Seconds a token read from its Secret is reused (the prober would otherwise read it every poll)."""
 ALREADY_SUBMITTED: Final = "Please use a different submission_id"
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
+_encoder: Final = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,7 +242,7 @@ def decode_token(secret: dict[str, Any]) -> str:
 
 
 class DashboardClient:
-    """Calls Ray dashboards; one aiohttp session per client."""
+    """Calls Ray dashboards; one connection pool per client."""
 
     def __init__(
         self,
@@ -257,23 +258,16 @@ class DashboardClient:
         self._api = api
         self._use_proxy = use_proxy and api is not None
         self._cluster_domain = cluster_domain
-        self._session: aiohttp.ClientSession | None = None
+        self._http = (
+            AsyncHttp(context=api.ssl_context(), server_hostname=api.configuration.tls_server_name, limit=100)
+            if self._use_proxy and api is not None
+            else AsyncHttp(limit=100)
+        )
         self._tokens: dict[tuple[str, str], tuple[float, str]] = {}
 
     async def close(self) -> None:
-        """Close the HTTP session."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _session_for_use(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector: aiohttp.TCPConnector | None = None
-            if self._use_proxy and self._api is not None:
-                context = self._api.ssl_context()
-                connector = aiohttp.TCPConnector(ssl=context if context is not None else True)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
+        """Close the kept-alive connections."""
+        await self._http.close()
 
     def base_url(self, ref: DashboardRef) -> str:
         """Where ``ref``'s dashboard answers from here."""
@@ -343,14 +337,16 @@ class DashboardClient:
         if self._use_proxy and self._api is not None:
             headers = {**self._api.auth_headers(), **headers}
         seconds = timeout if timeout is not None else PROXY_TIMEOUT if self._use_proxy else DIRECT_TIMEOUT
+        if body is not None:
+            headers = {**headers, "Content-Type": JSON}
         try:
-            async with self._session_for_use().request(
-                method, url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=seconds)
-            ) as response:
-                return DashboardAnswer(status=response.status, data=await response.read())
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            response = await self._http.request(
+                method, url, headers=headers, body=None if body is None else _encoder.encode(body), timeout=seconds
+            )
+            return DashboardAnswer(status=response.status, data=response.body)
+        except (HttpError, TimeoutError) as exc:
             raise_if_cancelling()
-            # str(exc) of aiohttp errors names the URL, never request headers.
+            # An HttpError names the method and path, never request headers.
             return DashboardAnswer(
                 status=0, error=f"{type(exc).__name__}: {exc}", timed_out=isinstance(exc, TimeoutError)
             )

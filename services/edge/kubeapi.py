@@ -8,9 +8,9 @@ server's credentials to the dashboard client for the service proxy.
 
 Invariants: the blocking calls (:meth:`KubeApi.request`, the informers' lists and watches, each on a thread
 of its own) go on a urllib3 pool; async callers (:meth:`KubeApi.arequest`: the applier,
-the prober, the election) send on an aiohttp session with the same URL, auth headers and TLS settings,
-so no request waits for a thread and hands its answer back across threads. Bodies are encoded and decoded
-with msgspec.
+the prober, the election) send on the event loop (:mod:`kubeaccess.asynchttp`) with the same URL, auth
+headers and TLS settings, so no request waits for a thread and hands its answer back across threads.
+Bodies are encoded and decoded with msgspec.
 Credentials are never logged: errors carry the path, never headers.
 
 Not here: what to request (``apply.plan``, ``informer``) or any retry (callers decide with
@@ -25,13 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict, Unpack
 
-import aiohttp
 import msgspec
 import urllib3
-import yarl
 
 from kubeaccess import configuration as access
 from kubeaccess import transport
+from kubeaccess.asynchttp import AsyncHttp, HttpError
 from kubeaccess.credentials import CredentialError
 from services.edge.calls import JSON, ApiCall, ApiError
 from services.runtime.errors import PermanentError
@@ -96,7 +95,7 @@ def load_configuration(kubeconfig: str | None) -> access.Configuration:
         raise PermanentError(f"no Kubernetes configuration: {exc}") from exc
 
 
-def _error_from_body(status: int, reason: str, data: bytes, headers: Any) -> ApiError:
+def _error_from_body(status: int, reason: str, data: bytes, raw_retry: str | None) -> ApiError:
     message = ""
     status_reason = reason
     try:
@@ -108,7 +107,6 @@ def _error_from_body(status: int, reason: str, data: bytes, headers: Any) -> Api
         message = str(body.get("message") or message)
         status_reason = str(body.get("reason") or reason)
     retry_after: float | None = None
-    raw_retry = headers.get("Retry-After") if headers is not None else None
     if raw_retry:
         try:
             retry_after = float(raw_retry)
@@ -117,10 +115,11 @@ def _error_from_body(status: int, reason: str, data: bytes, headers: Any) -> Api
     return ApiError(status, status_reason, message, retry_after=retry_after)
 
 
-def _answer(status: int, reason: str | None, data: bytes | None, headers: Any) -> Response:
-    """The answer of a request that got one: a :class:`Response` for a 2xx, else the :class:`ApiError`."""
+def _answer(status: int, reason: str | None, data: bytes | None, retry_after: str | None) -> Response:
+    """The answer of a request that got one: a :class:`Response` for a 2xx, else the :class:`ApiError`
+    (``retry_after``: the answer's ``Retry-After`` header)."""
     if not 200 <= status <= 299:
-        raise _error_from_body(status, str(reason or ""), data or b"", headers)
+        raise _error_from_body(status, str(reason or ""), data or b"", retry_after)
     return Response(status=status, data=data or b"")
 
 
@@ -134,9 +133,7 @@ class KubeApi:
         # connections ("Connection pool is full").
         self._ssl = access.ssl_context(configuration)
         self._pool = transport.blocking_pool(configuration, self._ssl, maxsize=watches + 4)
-        self._concurrency = max(1, concurrency)
-        self._session: aiohttp.ClientSession | None = None
-        """The async side's session, opened on first use in the caller's event loop."""
+        self._http = AsyncHttp(context=self._ssl, server_hostname=configuration.tls_server_name, limit=concurrency)
         self._closed = False
         """Set by :meth:`close`: a request after it would open a connection pool (or session) nothing closes."""
 
@@ -148,17 +145,8 @@ class KubeApi:
     async def close(self) -> None:
         """Release connections; every request after this fails (status 0)."""
         self._closed = True
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.close()
         self._pool.clear()
-
-    def _session_for_use(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            context = self.ssl_context()
-            connector = aiohttp.TCPConnector(limit=self._concurrency, ssl=context if context is not None else True)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
 
     def _prepare(self, method: str, path: str, options: RequestOptions) -> _Prepared:
         if self._closed:
@@ -200,7 +188,7 @@ class KubeApi:
             data = raw.data
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise prepared.unreachable(exc) from exc
-        return _answer(raw.status, raw.reason, data, raw.headers)
+        return _answer(raw.status, raw.reason, data, raw.headers.get("Retry-After"))
 
     def execute(self, call: ApiCall, *, timeout: float = DEFAULT_TIMEOUT) -> Response:
         """Send a planned call (blocking)."""
@@ -216,20 +204,14 @@ class KubeApi:
         """
         prepared = self._prepare(method, path, options)
         try:
-            async with self._session_for_use().request(
-                prepared.method,
-                yarl.URL(prepared.url, encoded=True),  # encoded by ``transport.request_url`` already
-                data=prepared.body,
-                headers=prepared.headers,
-                timeout=aiohttp.ClientTimeout(total=prepared.timeout),
-                server_hostname=self.configuration.tls_server_name,
-            ) as raw:
-                payload = await raw.read()
+            raw = await self._http.request(
+                prepared.method, prepared.url, headers=prepared.headers, body=prepared.body, timeout=prepared.timeout
+            )
         except TimeoutError as exc:
             raise prepared.unreachable(f"no answer within {prepared.timeout:g}s") from exc
-        except (aiohttp.ClientError, OSError) as exc:
+        except HttpError as exc:
             raise prepared.unreachable(exc) from exc
-        return _answer(raw.status, raw.reason, payload, raw.headers)
+        return _answer(raw.status, raw.reason, raw.body, raw.header("Retry-After"))
 
     async def aexecute(self, call: ApiCall, *, timeout: float = DEFAULT_TIMEOUT) -> Response:
         """:meth:`execute` without blocking (:meth:`arequest`)."""
@@ -253,7 +235,8 @@ class KubeApi:
         if not 200 <= response.status <= 299:
             data = response.data or b""
             response.release_conn()
-            raise _error_from_body(response.status, str(response.reason or ""), data, response.headers)
+            retry_after = response.headers.get("Retry-After")
+            raise _error_from_body(response.status, str(response.reason or ""), data, retry_after)
         return response
 
     def served_resources(self) -> set[tuple[str, str, str]]:
@@ -293,5 +276,5 @@ class KubeApi:
         return access.auth_headers(self.configuration)
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """TLS settings of the API server connection for aiohttp (None: plain HTTP)."""
+        """TLS settings of the API server connection (None: plain HTTP)."""
         return self._ssl

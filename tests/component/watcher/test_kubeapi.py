@@ -73,7 +73,7 @@ async def test_a_closed_adapter_sends_nothing_and_opens_no_connection(kube_api: 
         await kube_api.arequest("GET", path)
     for failed in (blocking, streaming, asynchronous):
         assert failed.value.status == 0 and "the client is closed" in str(failed.value)
-    assert len(kube_api._pool.pools) == 0 and kube_api._session is None
+    assert len(kube_api._pool.pools) == 0 and kube_api._http.idle == 0
 
 
 async def test_no_answer_is_an_error_of_status_zero() -> None:
