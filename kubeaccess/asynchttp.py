@@ -116,12 +116,14 @@ class AsyncHttp:
         server_hostname: the name to check the server's certificate against (None: the URL's host).
         limit: requests in flight at once, over all hosts; more wait for a free one.
         max_body: the largest answer body accepted (a larger one is an :class:`HttpError`).
+        keep_alive: whether a connection is kept for the next request (else closed after its answer).
     """
 
     context: ssl.SSLContext | None = None
     server_hostname: str | None = None
     limit: int = 16
     max_body: int = MAX_BODY
+    keep_alive: bool = True
     _idle: dict[tuple[str, str, int], list[_Connection]] = field(default_factory=dict, init=False)
     _slots: asyncio.Semaphore | None = field(default=None, init=False)
     _closed: bool = field(default=False, init=False)
@@ -182,7 +184,7 @@ class AsyncHttp:
         return None
 
     def _put(self, target: _Target, connection: _Connection) -> None:
-        if self._closed:
+        if self._closed or not self.keep_alive:
             connection.close()
             return
         connection.idle_since = asyncio.get_running_loop().time()

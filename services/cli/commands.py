@@ -52,9 +52,9 @@ class Tool:
 _EDGE: Final = "services.edge.service:run_watcher"
 _EDGE_FLAGS: Final[tuple[AddFlags, ...]] = (flags.add_common, flags.add_kube, flags.add_operator)
 _NO_AIOHTTP: Final = ("aiohttp",)
-"""nats-py imports aiohttp, when installed, for a websocket transport raybus never uses; a process that sends
-its HTTP with :mod:`kubeaccess.asynchttp` and serves only its health endpoints goes without (about 12 MB
-resident)."""
+"""nats-py imports aiohttp, when installed, for a websocket transport raybus never uses; every service sends
+its HTTP with :mod:`kubeaccess.asynchttp` and serves with :mod:`services.runtime.webserver`, so each goes
+without (about 12 MB resident)."""
 
 COMMANDS: Final[Mapping[str, Service | Tool]] = {
     ROLE_COMMANDS["watch"]: Service(
@@ -94,6 +94,7 @@ COMMANDS: Final[Mapping[str, Service | Tool]] = {
         help="persist transitions and the command audit trail; serve the history API",
         flags=(flags.add_common, flags.add_status),
         runs="services.status.service:run_status",
+        without=_NO_AIOHTTP,
     ),
     "topology": Tool(
         help="create or update the streams, consumers and KV buckets, then exit", module="services.cli.topology"

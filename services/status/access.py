@@ -27,15 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-import aiohttp
 import msgspec
-from aiohttp import web
-from aiohttp.typedefs import Middleware
 
+from kubeaccess.asynchttp import AsyncHttp, HttpError
 from services.runtime.clock import Monotonic
 from services.runtime.settings import StatusAuthSettings
-from services.status.api import ApiError
-from services.status.openapi import Handler
+from services.runtime.webserver import Request
+from services.status.api import ApiError, Guard
 
 log = logging.getLogger(__name__)
 
@@ -121,15 +119,15 @@ class AccessReviewer:
         self._url = (settings.api_url or in_cluster_url(os.environ)).rstrip("/")
         self._tokens = _Cache(settings.cache_ttl, clock)
         self._access = _Cache(settings.cache_ttl, clock)
-        self._session: aiohttp.ClientSession | None = None
+        self._http: AsyncHttp | None = None
         self.reviews = 0
         """Reviews sent to the API server so far (both kinds)."""
 
     async def close(self) -> None:
         """Close the connection pool."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
     async def check(self, authorization: str | None, path: str) -> Caller:
         """The caller of a request with this ``Authorization`` header to ``path``, if it may read it.
@@ -194,16 +192,15 @@ class AccessReviewer:
         self.reviews += 1
         try:
             own = Path(self._settings.token_file).read_text().strip()
-            session = self._client()
-            async with session.post(
+            response = await self._client().request(
+                "POST",
                 self._url + path,
-                data=msgspec.json.encode(body),
+                body=msgspec.json.encode(body),
                 headers={"Authorization": f"Bearer {own}", "Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=REVIEW_TIMEOUT),
-            ) as response:
-                raw = await response.read()
-                code = response.status
-        except (OSError, aiohttp.ClientError, TimeoutError) as exc:
+                timeout=REVIEW_TIMEOUT,
+            )
+            raw, code = response.body, response.status
+        except (OSError, HttpError, TimeoutError) as exc:
             log.warning("status API: %s failed: %s", path.rpartition("/")[2], type(exc).__name__)
             raise ApiError(503, "unavailable", "the Kubernetes API server could not review the request") from None
         if code != 201 and code != 200:
@@ -218,23 +215,21 @@ class AccessReviewer:
             pass
         raise ApiError(503, "unavailable", "the Kubernetes API server's review did not parse")
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            context: ssl.SSLContext | bool = False
+    def _client(self) -> AsyncHttp:
+        if self._http is None:
+            context = None
             if self._url.startswith("https://"):
                 context = ssl.create_default_context(cafile=self._settings.ca_file)
             # No idle keep-alive connection outlives a review: reviews are rare (cached), and a pooled socket
             # would otherwise linger until the pool is closed.
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, force_close=True))
-        return self._session
+            self._http = AsyncHttp(context=context, keep_alive=False)
+        return self._http
 
 
-def access_middleware(reviewer: AccessReviewer) -> Middleware:
-    """An aiohttp middleware letting through only the requests ``reviewer`` accepts."""
+def access_guard(reviewer: AccessReviewer) -> Guard:
+    """A :data:`services.status.api.Guard` letting through only the requests ``reviewer`` accepts."""
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        await reviewer.check(request.headers.get("Authorization"), request.path)
-        return await handler(request)
+    async def guard(request: Request) -> None:
+        await reviewer.check(request.headers.get("authorization"), request.path)
 
-    return middleware
+    return guard

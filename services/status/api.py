@@ -1,4 +1,4 @@
-"""The read-only history API (aiohttp), used by ``raybus history`` and by people with ``curl``.
+"""The read-only history API, used by ``raybus history`` and by people with ``curl``.
 
 Routes (all GET, JSON; errors are ``ErrorOut`` with 400 / 404 / 503, and 401 / 403 when a guard reviews the
 callers, see ``access``):
@@ -26,21 +26,20 @@ the runtime's health server serves them on its own port.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, get_args
 
 import msgspec
-from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from schema.messages import Outcome
 from schema.times import parse_time
 from services.runtime.errors import RetryableError
-from services.runtime.listen import serve_app
+from services.runtime.webserver import Handler, Reply, Request, Routes, WebServer
 from services.status.kinds import KINDS, KindInfo, kind_info, parse_kind
-from services.status.openapi import Handler, Param, Route, build_document
+from services.status.openapi import Param, Route, build_document
 from services.status.responses import (
     CommandPage,
     ErrorOut,
@@ -93,30 +92,19 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
 
-def json_response(body: msgspec.Struct | dict[str, Any], *, status: int = 200) -> web.Response:
+Guard = Callable[[Request], Awaitable[None]]
+"""Lets a request through, or raises the :class:`ApiError` that answers it (``access``)."""
+JSON_TYPE: Final = "application/json"
+
+
+def json_response(body: msgspec.Struct | dict[str, Any], *, status: int = 200) -> Reply:
     """``body`` encoded as a JSON answer."""
-    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
+    return Reply(status, msgspec.json.encode(body), JSON_TYPE)
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        if "\x00" in request.path or any("\x00" in f"{k}{v}" for k, v in request.query.items()):
-            # No database stores a NUL in text (PostgreSQL refuses it): bad input, not an outage.
-            raise ApiError(400, "bad_request", "a NUL character in the path or the query")
-        return await handler(request)
-    except ApiError as exc:
-        response = json_response(ErrorOut(error=exc.error, message=exc.message), status=exc.status)
-        response.headers.update(exc.headers)
-        return response
-    except RetryableError as exc:
-        log.warning("status API %s: %s", request.path, exc)
-        return json_response(ErrorOut(error="unavailable", message="the status database is unavailable"), status=503)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        code = exc.reason.lower().replace(" ", "_")
-        return json_response(ErrorOut(error=code, message=f"{exc.reason}: {request.path}"), status=exc.status)
+def not_found(request: Request) -> ApiError:
+    """The 404 of a path nothing serves."""
+    return ApiError(404, "not_found", f"Not Found: {request.path}")
 
 
 def parse_kind_param(text: str) -> KindInfo:
@@ -174,24 +162,41 @@ class StatusApi:
         store: StatusStore,
         *,
         extra_routes: Sequence[Route] = (),
-        pages: Callable[[web.Application], None] | None = None,
-        guard: Middleware | None = None,
+        pages: Callable[[Routes], None] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self._store = store
-        self._pages = pages
         self._guard = guard
         self.routes: tuple[Route, ...] = (*self._route_table(), *extra_routes)
         self.document = build_document(self.routes, title="raybus status API", version=API_VERSION)
-
-    def application(self) -> web.Application:
-        """An aiohttp application serving :attr:`routes` (and the pages, when given), every request let
-        through ``guard`` first (when given)."""
-        app = web.Application(middlewares=[_errors] if self._guard is None else [_errors, self._guard])
+        self.served = Routes()
+        """Every served path: :attr:`routes` and the pages, when given."""
         for route in self.routes:
-            app.router.add_get(route.path, route.handler, allow_head=False)
-        if self._pages is not None:
-            self._pages(app)
-        return app
+            self.served.add(route.path, route.handler)
+        if pages is not None:
+            pages(self.served)
+
+    async def respond(self, request: Request) -> Reply:
+        """The answer to ``request``, let through ``guard`` first (when given); every failure is an
+        ``ErrorOut``."""
+        try:
+            if "\x00" in request.path or any("\x00" in f"{k}{v}" for k, v in request.query.items()):
+                # No database stores a NUL in text (PostgreSQL refuses it): bad input, not an outage.
+                raise ApiError(400, "bad_request", "a NUL character in the path or the query")
+            if self._guard is not None:
+                await self._guard(request)
+            found = self.served.find(request.path)
+            if found is None:
+                raise not_found(request)
+            handler, match = found
+            return await handler(dataclasses.replace(request, match=match))
+        except ApiError as exc:
+            response = json_response(ErrorOut(error=exc.error, message=exc.message), status=exc.status)
+            return dataclasses.replace(response, headers=exc.headers)
+        except RetryableError as exc:
+            log.warning("status API %s: %s", request.path, exc)
+            unavailable = ErrorOut(error="unavailable", message="the status database is unavailable")
+            return json_response(unavailable, status=503)
 
     def _route_table(self) -> tuple[Route, ...]:
         routes = [
@@ -302,7 +307,7 @@ class StatusApi:
     # --- handlers ----------------------------------------------------------------------------------
 
     def _list_resources(self, fixed: KindInfo | None) -> Handler:
-        async def handler(request: web.Request) -> web.Response:
+        async def handler(request: Request) -> Reply:
             query = request.query
             kind = fixed
             if kind is None and "kind" in query:
@@ -321,9 +326,9 @@ class StatusApi:
 
         return handler
 
-    async def _find(self, request: web.Request, fixed: KindInfo | None) -> ResourceRecord:
-        info = fixed or _kind(request.match_info["kind"], status=404)
-        namespace, name = request.match_info["namespace"], request.match_info["name"]
+    async def _find(self, request: Request, fixed: KindInfo | None) -> ResourceRecord:
+        info = fixed or _kind(request.match["kind"], status=404)
+        namespace, name = request.match["namespace"], request.match["name"]
         uid = request.query.get("uid")
         record = await self._store.find_resource(kind=info.kind, namespace=namespace, name=name, uid=uid)
         if record is None:
@@ -332,13 +337,13 @@ class StatusApi:
         return record
 
     def _get_resource(self, fixed: KindInfo | None) -> Handler:
-        async def handler(request: web.Request) -> web.Response:
+        async def handler(request: Request) -> Reply:
             return json_response(resource_out(await self._find(request, fixed)))
 
         return handler
 
     def _get_history(self, fixed: KindInfo | None) -> Handler:
-        async def handler(request: web.Request) -> web.Response:
+        async def handler(request: Request) -> Reply:
             record = await self._find(request, fixed)
             limit, after = _page_size(request.query)
             rows = await self._store.list_transitions(record.resource.uid, limit=limit, after=after)
@@ -351,13 +356,13 @@ class StatusApi:
 
         return handler
 
-    async def _get_runs(self, request: web.Request) -> web.Response:
+    async def _get_runs(self, request: Request) -> Reply:
         record = await self._find(request, _RAYCRONJOB)
         limit = _int(request.query, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
         runs, total = await self._store.list_runs(record.resource, limit=limit)
         return json_response(RunsOut(resource=resource_out(record), runs=[run_out(r) for r in runs], total=total))
 
-    async def _list_commands(self, request: web.Request) -> web.Response:
+    async def _list_commands(self, request: Request) -> Reply:
         query = request.query
         kind = _kind(query["kind"], status=400).kind if "kind" in query else None
         outcome = query.get("outcome")
@@ -375,7 +380,7 @@ class StatusApi:
         next_after = rows[-1].id if len(rows) == limit else None
         return json_response(CommandPage(items=[command_out(r) for r in rows], next_after=next_after))
 
-    async def _openapi(self, _: web.Request) -> web.Response:
+    async def _openapi(self, _: Request) -> Reply:
         return json_response(self.document)
 
 
@@ -383,10 +388,9 @@ class ApiServer:
     """Serves a :class:`StatusApi` on ``host:port`` (port 0 picks a free one) until stopped."""
 
     def __init__(self, api: StatusApi, *, host: str, port: int) -> None:
-        self._api = api
+        self._server = WebServer(api.respond, host=host, ports=[port])
         self._host = host
         self.port = port
-        self._runner: web.AppRunner | None = None
 
     @property
     def url(self) -> str:
@@ -395,10 +399,9 @@ class ApiServer:
 
     async def start(self) -> None:
         """Bind and serve."""
-        self._runner, (self.port,) = await serve_app(self._api.application(), self._host, [self.port])
+        await self._server.start()
+        (self.port,) = self._server.ports
 
     async def stop(self) -> None:
         """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._server.stop()

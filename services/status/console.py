@@ -21,14 +21,14 @@ from typing import Final
 
 import msgspec
 import nats.errors
-from aiohttp import web
 from nats.aio.client import Client
 
 from schema import subjects
 from schema.keys import ReconcileKey
 from schema.replayview import ReplayRequest, ReplayView
 from services.runtime.errors import RetryableError
-from services.status.api import ApiError, json_response, parse_kind_param
+from services.runtime.webserver import Reply, Request, Routes
+from services.status.api import ApiError, json_response, not_found, parse_kind_param
 from services.status.busview import BusOut, bus_view
 from services.status.eventsview import EventsOut, key_events
 from services.status.openapi import Param, Route
@@ -91,37 +91,37 @@ class Console:
             ),
         )
 
-    def add_pages(self, app: web.Application) -> None:
+    def add_pages(self, routes: Routes) -> None:
         """Route ``/`` and ``/console/...`` to the shipped pages."""
-        app.router.add_get("/", self._root)
-        app.router.add_get("/console/", self._page)
-        app.router.add_get("/console/{file}", self._page)
+        routes.add("/", self._root)
+        routes.add("/console/", self._page)
+        routes.add("/console/{file}", self._page)
 
-    async def _root(self, _: web.Request) -> web.StreamResponse:
-        raise web.HTTPFound("/console/")
+    async def _root(self, _: Request) -> Reply:
+        return Reply(302, b"302: Found", headers={"Location": "/console/"})
 
-    async def _page(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info.get("file") or "index.html"
+    async def _page(self, request: Request) -> Reply:
+        name = request.match.get("file") or "index.html"
         if name not in PAGES:
-            raise web.HTTPNotFound()
-        return web.Response(body=(WEB_DIR / name).read_bytes(), content_type=PAGES[name], charset="utf-8")
+            raise not_found(request)
+        return Reply(200, (WEB_DIR / name).read_bytes(), f"{PAGES[name]}; charset=utf-8")
 
-    async def _console(self, _: web.Request) -> web.Response:
+    async def _console(self, _: Request) -> Reply:
         return json_response(self._settings)
 
-    async def _bus(self, _: web.Request) -> web.Response:
+    async def _bus(self, _: Request) -> Reply:
         try:
             return json_response(await bus_view(self._nc, partitions=self._settings.partitions))
         except RetryableError as exc:
             raise ApiError(503, "unavailable", str(exc)) from exc
 
-    async def _events(self, request: web.Request) -> web.Response:
+    async def _events(self, request: Request) -> Reply:
         try:
             return json_response(await key_events(self._nc, _key(request)))
         except RetryableError as exc:
             raise ApiError(503, "unavailable", str(exc)) from exc
 
-    async def _replay(self, request: web.Request) -> web.Response:
+    async def _replay(self, request: Request) -> Reply:
         key = _key(request)
         step_text = request.query.get("step")
         if step_text is not None and not step_text.isdigit():
@@ -145,6 +145,6 @@ class Console:
         return json_response(view)
 
 
-def _key(request: web.Request) -> ReconcileKey:
-    info = parse_kind_param(request.match_info["kind"])
-    return ReconcileKey(kind=info.kind, namespace=request.match_info["namespace"], name=request.match_info["name"])
+def _key(request: Request) -> ReconcileKey:
+    info = parse_kind_param(request.match["kind"])
+    return ReconcileKey(kind=info.kind, namespace=request.match["namespace"], name=request.match["name"])

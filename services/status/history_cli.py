@@ -25,11 +25,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TextIO
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
-import aiohttp
 import msgspec
 
+from kubeaccess.asynchttp import AsyncHttp, HttpError
 from schema.times import format_time_ms
 from services.runtime import endpoints
 from services.runtime.endpoints import stack_endpoint
@@ -93,15 +93,15 @@ async def _fetch(status_url: str, path: str, params: dict[str, str]) -> bytes:
         NotInHistory: the API answered 404 (its message explains).
         RetryableError: the API is unreachable or answered with another error.
     """
+    client = AsyncHttp(keep_alive=False)
+    url = f"{status_url}{path}?{urlencode(params)}" if params else status_url + path
     try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)) as session,
-            session.get(status_url + path, params=params) as response,
-        ):
-            body = await response.read()
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        response = await client.request("GET", url, timeout=REQUEST_TIMEOUT)
+    except (HttpError, TimeoutError) as exc:
         raise RetryableError(f"cannot reach the status API at {status_url}: {exc or type(exc).__name__}") from exc
+    finally:
+        await client.close()
+    body, status = response.body, response.status
     if status == 200:
         return body
     try:

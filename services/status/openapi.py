@@ -5,16 +5,14 @@ every served route is documented, with the schema its handler really encodes. Pu
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
-from aiohttp import web
 
+from services.runtime.webserver import Handler
 from services.status.responses import ErrorOut
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 SCHEMA_REF = "#/components/schemas/{name}"
 

@@ -21,7 +21,7 @@ from services.runtime.bus import connect
 from services.runtime.health import HealthServer
 from services.runtime.settings import RaybusSettings
 from services.runtime.topology import ensure_topology, when_answered
-from services.status.access import AccessReviewer, access_middleware
+from services.status.access import AccessReviewer, access_guard
 from services.status.api import ApiServer, StatusApi
 from services.status.console import Console
 from services.status.consumer import ResultConsumer
@@ -91,7 +91,7 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
             health.add_readiness("database", probe.reason)
             console = Console(nc, partitions=settings.bus.partitions, trace_url_template=status.trace_url_template)
             reviewer = AccessReviewer(status.auth) if status.auth.enabled else None
-            guard = access_middleware(reviewer) if reviewer is not None else None
+            guard = access_guard(reviewer) if reviewer is not None else None
             api = StatusApi(store, extra_routes=console.routes(), pages=console.add_pages, guard=guard)
             server = ApiServer(api, host=status.http_host, port=status.http_port)
             await server.start()
