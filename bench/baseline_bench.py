@@ -2,7 +2,7 @@
 what the process runs.
 
 Each module is imported in an interpreter of its own (``python -c``), so nothing is shared between rows:
-the bare interpreter, nats-py (which imports aiohttp for its websocket transport), the services' runtime
+the bare interpreter, nats-py (which imports aiohttp, when it may, for its websocket transport), the services' runtime
 (``services.runtime.lifecycle``), the official ``kubernetes`` client alone (its package imports every part
 of it, ``kubernetes.config`` included), and each service's entry module, the modules its command goes
 ``without`` (``services.cli.commands``) kept out as its process keeps them; beside each, the count of
