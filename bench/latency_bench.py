@@ -25,7 +25,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from typing import Any
 
 import msgspec
 from kubernetes import client, config
-from pipeline_bench import peer_stack, stack
+from pipeline_bench import peer_stack, stack, stack_dir
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -167,8 +166,7 @@ def peer(workdir: Path, python: Path) -> Iterator[Path]:
 
 
 def run(changes: int, settle: float, peer_python: Path | None = None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="latency-bench-") as tmp:
-        workdir = Path(tmp)
+    with stack_dir("latency-bench-") as workdir:
         writes: list[tuple[int, str, int]] = []
         with peer(workdir, peer_python) if peer_python else traced_stack(workdir) as kubeconfig:
             api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
