@@ -209,7 +209,10 @@ async def _drop_body(reader: asyncio.StreamReader, request: Request) -> Reply | 
 
 def _encode(reply: Reply, *, keep: bool, head_only: bool) -> bytes:
     """The reply's bytes; a HEAD request's answer gives the body's length and leaves the body out."""
-    phrase = HTTPStatus(reply.status).phrase if reply.status in HTTPStatus._value2member_map_ else ""
+    try:
+        phrase = HTTPStatus(reply.status).phrase
+    except ValueError:  # a status without a registered phrase: the line stays valid without one
+        phrase = ""
     lines = [
         f"HTTP/1.1 {reply.status} {phrase}",
         f"Content-Type: {reply.content_type}",
