@@ -41,7 +41,7 @@ async def connect(settings: NatsSettings, *, name: str) -> Client:
 
     Raises:
         RetryableError: no server answered.
-        PermanentError: a websocket URL in a process that goes without aiohttp (the reconciler).
+        PermanentError: a websocket URL in a process that goes without aiohttp (every raybus service).
     """
     servers = [u.strip() for u in settings.url.split(",")]
     if any(urlsplit(server).scheme in ("ws", "wss") for server in servers) and not _websockets():
