@@ -1,4 +1,5 @@
-"""The edge's and kubesim's API clients over TLS: the kubeconfig's CA, client certificate and server name.
+"""The edge's and kubesim's API clients over TLS: the kubeconfig's CA, client certificate and server name;
+and the dashboard client through the API server's service proxy, which sends with the same settings.
 
 A real TLS server (aiohttp) that requires a client certificate signed by its CA answers with the subject it
 authenticated, as an API server authenticates a client certificate's user.
@@ -20,7 +21,9 @@ from kubeaccess.configuration import load
 from kubesim.apiclient import ApiConnection
 from kubesim.errors import ApiError as SimApiError
 from realkube.pki import CertificateAuthority
+from schema.messages import DashboardRef
 from services.edge.calls import ApiError
+from services.edge.dashboard import DashboardClient
 from services.edge.kubeapi import KubeApi
 
 SERVER_NAME = "kube.internal"
@@ -42,6 +45,7 @@ async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[int, CertificateAuth
     context.verify_mode = ssl.CERT_REQUIRED
     app = web.Application()
     app.router.add_get("/whoami", whoami)
+    app.router.add_get("/api/v1/namespaces/{proxied:.*}", whoami)  # the service proxy's paths
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
@@ -123,3 +127,23 @@ async def test_a_server_certificate_for_another_name_is_refused_on_both_sides(
     finally:
         await connection.close()
     assert simulated.value.code == 0
+
+
+async def test_the_dashboard_client_reaches_the_service_proxy_with_the_same_certificate_and_name(
+    tls_server: tuple[int, CertificateAuthority], tmp_path: Path
+) -> None:
+    port, authority = tls_server
+    ref = DashboardRef(namespace="default", service="head-svc", port=8265, cluster="raycluster")
+    for server_name, answered in ((SERVER_NAME, 200), (None, 0)):
+        api = KubeApi(load(str(_kubeconfig(tmp_path, port, authority, server_name=server_name))), concurrency=1)
+        dashboard = DashboardClient(api, use_proxy=True)
+        try:
+            answer = await dashboard.request(ref, "GET", "/api/jobs/")
+        finally:
+            await dashboard.close()
+            await api.close()
+        assert answer.status == answered
+        if answered:
+            assert answer.json() == {"kind": "SelfSubjectReview", "user": "alice"}
+        else:
+            assert "CERTIFICATE_VERIFY_FAILED" in answer.error
