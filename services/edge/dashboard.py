@@ -258,11 +258,7 @@ class DashboardClient:
         self._api = api
         self._use_proxy = use_proxy and api is not None
         self._cluster_domain = cluster_domain
-        self._http = (
-            AsyncHttp(context=api.ssl_context(), server_hostname=api.configuration.tls_server_name, limit=100)
-            if self._use_proxy and api is not None
-            else AsyncHttp(limit=100)
-        )
+        self._http = api.http_client(limit=100) if self._use_proxy and api is not None else AsyncHttp(limit=100)
         self._tokens: dict[tuple[str, str], tuple[float, str]] = {}
 
     async def close(self) -> None:

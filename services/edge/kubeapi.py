@@ -20,7 +20,6 @@ Not here: what to request (``apply.plan``, ``informer``) or any retry (callers d
 from __future__ import annotations
 
 import logging
-import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict, Unpack
@@ -133,7 +132,7 @@ class KubeApi:
         # connections ("Connection pool is full").
         self._ssl = access.ssl_context(configuration)
         self._pool = transport.blocking_pool(configuration, self._ssl, maxsize=watches + 4)
-        self._http = AsyncHttp(context=self._ssl, server_hostname=configuration.tls_server_name, limit=concurrency)
+        self._http = self.http_client(limit=concurrency)
         self._closed = False
         """Set by :meth:`close`: a request after it would open a connection pool (or session) nothing closes."""
 
@@ -275,6 +274,7 @@ class KubeApi:
         """
         return access.auth_headers(self.configuration)
 
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """TLS settings of the API server connection (None: plain HTTP)."""
-        return self._ssl
+    def http_client(self, *, limit: int) -> AsyncHttp:
+        """An async HTTP client with this connection's TLS settings (its context and server name), for
+        requests to the API server that are not API calls (the dashboard's service proxy)."""
+        return AsyncHttp(context=self._ssl, server_hostname=self.configuration.tls_server_name, limit=limit)
