@@ -97,8 +97,8 @@ class HealthServer:
         await self._server.stop()
 
     async def _respond(self, request: Request) -> Reply:
-        found = self._routes.find(request.path)
-        return Reply(404, b"not found") if found is None else await found[0](request)
+        found = self._routes.find(request)
+        return Reply(404, b"not found") if found is None else await found[0](found[1])
 
     async def _healthz(self, _: Request) -> Reply:
         return Reply(200, b"ok") if self._alive else Reply(500, b"dead")

@@ -11,6 +11,7 @@ framework (aiohttp) would hold about 10 MB in each process that serves.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,17 +77,17 @@ class Routes:
         """Every routed path, placeholders as written."""
         return [*self._exact, *("/".join(pattern) for pattern, _ in self._patterns)]
 
-    def find(self, path: str) -> tuple[Handler, dict[str, str]] | None:
-        """The handler of ``path`` and what its placeholders matched, or None."""
-        exact = self._exact.get(path)
+    def find(self, request: Request) -> tuple[Handler, Request] | None:
+        """The handler of ``request``'s path and the request with what its placeholders matched, or None."""
+        exact = self._exact.get(request.path)
         if exact is not None:
-            return exact, {}
-        segments = path.split("/")
+            return exact, request
+        segments = request.path.split("/")
         for pattern, handler in self._patterns:
             if len(pattern) == len(segments):
                 matched = _match(pattern, segments)
                 if matched is not None:
-                    return handler, matched
+                    return handler, dataclasses.replace(request, match=matched)
         return None
 
 
@@ -121,11 +122,9 @@ class WebServer:
     async def stop(self) -> None:
         """Stop listening and close every connection."""
         servers, self._servers = self._servers, []
-        for server in servers:
-            server.close()
+        await _close_servers(servers)
         for writer in list(self._connections):
             writer.close()
-        await _close_servers(servers)
 
     async def _bind(self, ports: Sequence[int]) -> list[asyncio.Server]:
         servers: list[asyncio.Server] = []

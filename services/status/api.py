@@ -185,11 +185,11 @@ class StatusApi:
                 raise ApiError(400, "bad_request", "a NUL character in the path or the query")
             if self._guard is not None:
                 await self._guard(request)
-            found = self.served.find(request.path)
+            found = self.served.find(request)
             if found is None:
                 raise not_found(request)
-            handler, match = found
-            return await handler(dataclasses.replace(request, match=match))
+            handler, routed = found
+            return await handler(routed)
         except ApiError as exc:
             response = json_response(ErrorOut(error=exc.error, message=exc.message), status=exc.status)
             return dataclasses.replace(response, headers=exc.headers)

@@ -35,11 +35,11 @@ def _routes() -> Routes:
 
 
 async def _respond(request: Request) -> Reply:
-    found = _routes().find(request.path)
+    found = _routes().find(request)
     if found is None:
         return Reply(404, b"not found")
-    handler, match = found
-    return await handler(Request(request.method, request.path, request.query, request.headers, match))
+    handler, routed = found
+    return await handler(routed)
 
 
 @pytest.fixture
