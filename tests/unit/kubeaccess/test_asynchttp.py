@@ -134,19 +134,20 @@ async def test_a_chunked_answer_is_joined_and_its_extensions_and_trailers_are_re
     await client.close()
 
 
-async def test_an_answer_without_a_length_ends_with_its_connection_which_is_not_kept(serve: Serve) -> None:
-    server = await serve(lambda _: b"HTTP/1.0 200 OK\r\n\r\nuntil the end", close_after_answer=True)
+@pytest.mark.parametrize(
+    ("method", "answer", "status", "body"),
+    [
+        ("GET", b"HTTP/1.0 200 OK\r\n\r\nuntil the end", 200, b"until the end"),  # no length: up to the end
+        ("DELETE", b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n", 204, b""),
+    ],
+)
+async def test_an_answer_that_ends_its_connection_is_read_and_the_connection_not_kept(
+    serve: Serve, method: str, answer: bytes, status: int, body: bytes
+) -> None:
+    server = await serve(lambda _: answer, close_after_answer=True)
     client = AsyncHttp()
-    assert (await client.request("GET", server.url + "/", timeout=10)).body == b"until the end"
-    assert client.idle == 0
-    await client.close()
-
-
-async def test_no_content_and_connection_close_answers(serve: Serve) -> None:
-    server = await serve(lambda _: b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n", close_after_answer=True)
-    client = AsyncHttp()
-    answer = await client.request("DELETE", server.url + "/x", timeout=10)
-    assert (answer.status, answer.body, client.idle) == (204, b"", 0)
+    received = await client.request(method, server.url + "/x", timeout=10)
+    assert (received.status, received.body, client.idle) == (status, body, 0)
     await client.close()
 
 
