@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from schema import subjects  # noqa: E402
-from schema.codec import decode_batch, decode_input, decode_result  # noqa: E402
+from schema.codec import decode_batch, decode_input, decode_results  # noqa: E402
 from schema.crd import write_crds  # noqa: E402
 from schema.messages import TimerTick, WatchEvent  # noqa: E402
 from services.runtime.assignment import owner_of  # noqa: E402
@@ -397,8 +397,8 @@ async def stream_figures(nats_url: str) -> dict[str, Any]:
     results = 0
     outcomes: dict[str, int] = {}
     pod_creates: list[datetime] = []
-    for msg in await stored_messages(js, subjects.RESULTS_STREAM, timeout=10):
-        result = decode_result(msg.data)
+    result_messages = await stored_messages(js, subjects.RESULTS_STREAM, timeout=10)
+    for result in (r for msg in result_messages for r in decode_results(msg.data)):
         results += 1
         if result.verb == "create_object" and result.outcome == "applied" and result.target.startswith("Pod "):
             pod_creates.append(result.at)
@@ -418,6 +418,7 @@ async def stream_figures(nats_url: str) -> dict[str, Any]:
         "decisions_with_commands": sum(1 for b in batches.values() if b.commands),
         "commands": sum(len(b.commands) for b in batches.values()),
         "results": results,
+        "result_messages": len(result_messages),
         "outcomes": dict(sorted(outcomes.items(), key=lambda kv: -kv[1])),
         "suppressed": sum(len(b.suppressed) for b in batches.values()),
         "events": len(event_time),
@@ -665,7 +666,7 @@ def main() -> int:
         print(
             f"  decisions {r['decisions']} ({r['reconciles_per_s']:.0f}/s), "
             f"with commands {r['decisions_with_commands']}, commands {r['commands']}, "
-            f"results {r['results']}, events {r['events']}"
+            f"results {r['results']} in {r['result_messages']} messages, events {r['events']}"
         )
         span = r["pod_create_span_s"]
         if span:

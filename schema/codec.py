@@ -14,12 +14,12 @@ from typing import Final
 import msgspec
 
 from schema.bounds import check_bounds
-from schema.messages import BusInput, CommandBatch, CommandResult, DeadLetter
+from schema.messages import BusInput, CommandBatch, CommandResult, DeadLetter, ResultBatch, ResultMessage
 
 _encoder: Final = msgspec.json.Encoder()
 _input_decoder: Final[msgspec.json.Decoder[BusInput]] = msgspec.json.Decoder(BusInput)
 _batch_decoder: Final[msgspec.json.Decoder[CommandBatch]] = msgspec.json.Decoder(CommandBatch)
-_result_decoder: Final[msgspec.json.Decoder[CommandResult]] = msgspec.json.Decoder(CommandResult)
+_result_decoder: Final[msgspec.json.Decoder[ResultMessage]] = msgspec.json.Decoder(ResultMessage)
 _deadletter_decoder: Final[msgspec.json.Decoder[DeadLetter]] = msgspec.json.Decoder(DeadLetter)
 
 
@@ -45,10 +45,11 @@ def decode_batch(data: bytes) -> CommandBatch:
     return _batch_decoder.decode(data)
 
 
-def decode_result(data: bytes) -> CommandResult:
-    """Decode a command result (raises like :func:`decode_input`)."""
+def decode_results(data: bytes) -> tuple[CommandResult, ...]:
+    """Decode a message of the results stream into the results it holds (raises like :func:`decode_input`)."""
     check_bounds(data)
-    return _result_decoder.decode(data)
+    message = _result_decoder.decode(data)
+    return message.results if isinstance(message, ResultBatch) else (message,)
 
 
 def decode_deadletter(data: bytes) -> DeadLetter:

@@ -314,10 +314,28 @@ class CommandResult(msgspec.Struct, tag_field="type", tag="command_result", froz
     resource_version: str = ""
     transitions: tuple[Transition, ...] = ()
     trace_id: str = ""
+    traceparent: str = ""
+    """The W3C trace context of the span that carried the command out: the run's results travel in one
+    message, whose headers cannot name each command's span."""
     batch_seq: int = 0
     delivery: int = 1
     """Which delivery of the batch ran the command: a batch redelivered after its applier died runs its
     commands again, and each run is its own result (``batch_seq`` + ``delivery`` + ``command_id``)."""
+
+
+class ResultBatch(msgspec.Struct, tag_field="type", tag="result_batch", frozen=True, kw_only=True):
+    """The results of one run of a command batch (or of a stretch of a long one), published together.
+
+    One message per run rather than one per command: at a burst most batches hold a dozen commands, and
+    every message is stored, delivered to the reconcilers and the status service, and acknowledged."""
+
+    schema_version: int = SCHEMA_VERSION
+    results: tuple[CommandResult, ...]
+
+
+ResultMessage = ResultBatch | CommandResult
+"""What a message of the results stream holds: a batch's results, or one result on its own (a lifecycle
+observation of the watch side)."""
 
 
 class DeadLetter(msgspec.Struct, tag_field="type", tag="dead_letter", frozen=True, kw_only=True):

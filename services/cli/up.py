@@ -43,7 +43,14 @@ from services.runtime import endpoints
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
 from services.runtime.natsbin import nats_server_binary, nats_server_environment
 from services.runtime.private import OWNER_ONLY_UMASK, open_private_log, private_dir, write_private
-from services.runtime.settings import NATS_PASSWORD_ENV, NATS_URL_ENV, NATS_USER_ENV, ROLE_COMMANDS, STATUS_AUTH_ENV
+from services.runtime.settings import (
+    NATS_PASSWORD_ENV,
+    NATS_URL_ENV,
+    NATS_USER_ENV,
+    RESULT_BATCHES_ENV,
+    ROLE_COMMANDS,
+    STATUS_AUTH_ENV,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -485,7 +492,7 @@ def start_stack(args: argparse.Namespace, stack: Stack | None = None) -> Stack:
                 "applier",
                 [ROLE_COMMANDS["apply"], *kube_flags("applier"), "--feature-gates", args.feature_gates],
                 "partitions of RAYBUS_COMMANDS",
-                {},
+                {RESULT_BATCHES_ENV: "true"},  # one build reads every message: no earlier status service
             ),
             (
                 "prober",

@@ -285,6 +285,7 @@ class Watcher:
                 burst=settings.kube.burst,
                 max_deliver=settings.bus.max_deliver,
                 ack_wait=settings.bus.ack_wait,
+                result_batches=settings.bus.result_batches,
                 on_failure=FailureReporter(self.api, clock=lambda: datetime.now(UTC)),
                 owners=facts,
                 facts=facts,

@@ -30,6 +30,7 @@ ROLES_ENV: Final = "RAYBUS_WATCHER_ROLES"
 RESYNC_PERIOD_ENV: Final = "RAYBUS_RESYNC_PERIOD"
 STALL_AFTER_ENV: Final = "RAYBUS_STALL_AFTER"
 CHECK_INTERVAL_ENV: Final = "RAYBUS_CHECK_INTERVAL"
+RESULT_BATCHES_ENV: Final = "RAYBUS_RESULT_BATCHES"
 IN_CLUSTER_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 IN_CLUSTER_CA_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
@@ -64,6 +65,11 @@ class BusSettings:
     """Seconds before an unacknowledged message is redelivered."""
     replicas: int = 1
     """Stream replicas (3 on a NATS cluster)."""
+    result_batches: bool = False
+    """Publish the results of a batch's run together, one message per run (``ResultBatch``), rather than
+    one per command: a burst's results cost a quarter of the messages. A release that cannot decode them
+    dead-letters them, so this is off until every status service reads them (on under ``raybus up``,
+    which runs one build)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,6 +356,9 @@ def load_settings(env: Mapping[str, str]) -> RaybusSettings:
         resync_period=_number(RESYNC_PERIOD_ENV, env.get(RESYNC_PERIOD_ENV), s.partitions.resync_period),
         stall_after=_number(STALL_AFTER_ENV, env.get(STALL_AFTER_ENV), s.partitions.stall_after),
     )
+    bus = dataclasses.replace(
+        s.bus, result_batches=_bool(RESULT_BATCHES_ENV, env.get(RESULT_BATCHES_ENV, str(s.bus.result_batches)))
+    )
     return dataclasses.replace(
-        s, nats=nats, kube=kube, status=status, operator=operator, telemetry=telemetry, partitions=partitions
+        s, nats=nats, bus=bus, kube=kube, status=status, operator=operator, telemetry=telemetry, partitions=partitions
     )

@@ -59,6 +59,14 @@ def extract_context(headers: Mapping[str, str] | None) -> otel_context.Context:
     return propagate.extract(dict(headers or {}))
 
 
+def current_traceparent() -> str:
+    """The current span's W3C ``traceparent``, or "" outside a trace: what a message carries in its headers,
+    for a record that travels with others in one message."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier.get("traceparent", "")
+
+
 def current_trace_id() -> str:
     """Hex trace id of the current span, or "" outside a trace."""
     ctx = trace.get_current_span().get_span_context()

@@ -10,16 +10,17 @@ make the second insert a no-op. Several status replicas share the durable ``STAT
 
 Per batch:
 
-1. decode every message; one that is not a ``CommandResult`` (too deep, too large, a wrong schema, or a
-   transition without a uid) is dead-lettered (``DeadLetter`` on ``raybus.dlq.RAYBUS_RESULTS`` with the
-   reason, de-duplicated by stream sequence) and acked, so garbage never blocks the stream;
-2. persist the good ones in one transaction, inside one ``status.persist`` span per message that continues
-   the trace its headers carry;
+1. decode every message into its results (an applier's run sends them together, ``ResultBatch``); one
+   that holds no results (too deep, too large, a wrong schema) or a transition without a uid is
+   dead-lettered (``DeadLetter`` on ``raybus.dlq.RAYBUS_RESULTS`` with the reason, de-duplicated by stream
+   sequence) and acked, so garbage never blocks the stream;
+2. persist the good ones in one transaction, inside one ``status.persist`` span per result that continues
+   the trace its message's headers carry;
 3. on a retryable database error (down, deadlock), retry the *same* batch with backoff while the
    messages are kept in progress: nak-ing would burn deliveries (``max_deliver``) and could lose
    history during a long outage. On a permanent error (data the database refuses) or any other
-   exception, split the batch to find the culprit, dead-letter it and persist the rest;
-4. ack.
+   exception, split the batch to find the culprit, dead-letter its message and persist the rest;
+4. ack each message.
 
 The batch is kept in progress while all this runs (splitting it on a busy machine can outlast the ack
 wait), so it is not delivered again, persisted and dead-lettered twice, behind its own back.
@@ -41,10 +42,12 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from schema import codec, subjects
+from schema.messages import CommandResult
 from services.runtime.aio import raise_if_cancelling
 from services.runtime.backoff import Backoff, interruptible, retry
 from services.runtime.bus import bus_unavailable
@@ -190,32 +193,17 @@ class ResultConsumer:
         dead: list[tuple[Msg, str]] = []
         for msg in msgs:
             try:
-                result = codec.decode_result(msg.data)
+                results = codec.decode_results(msg.data)
             except Exception as exc:  # whatever the bytes make the decoder do, the message is parked
-                dead.append((msg, f"not a CommandResult: {type(exc).__name__}: {exc}"))
+                dead.append((msg, f"not command results: {type(exc).__name__}: {exc}"))
                 continue
-            if any(not t.uid for t in result.transitions):
+            unplaced = next((r for r in results if any(not t.uid for t in r.transitions)), None)
+            if unplaced is not None:
                 # a step without a uid belongs to no incarnation; stored, it would merge unrelated resources
-                dead.append((msg, "a transition has no uid"))
+                dead.append((msg, f"a transition of {unplaced.command_id} has no uid"))
                 continue
-            context = extract_context(msg.headers)
-            span_context = trace.get_current_span(context).get_span_context()
-            carried = format(span_context.trace_id, "032x") if span_context.is_valid else ""
-            span = self._tracer.start_span(
-                "status.persist",
-                context=context,
-                attributes={
-                    "raybus.key": str(result.key),
-                    "raybus.kind": result.key.kind,
-                    "k8s.namespace.name": result.key.namespace,
-                    "raybus.command.verb": result.verb,
-                    "raybus.resource_version": result.resource_version,
-                },
-            )
-            record = ResultRecord(
-                result=result, stream_seq=msg.metadata.sequence.stream, trace_id=result.trace_id or carried
-            )
-            items.append(_Item(msg=msg, record=record, span=span))
+            carried = extract_context(msg.headers)
+            items.extend(self._item(msg, result, carried) for result in results)
         if msgs:
             self._lag = msgs[-1].metadata.num_pending
         try:
@@ -230,13 +218,37 @@ class ResultConsumer:
         if refused is None:
             log.warning("stopping with %d results unpersisted; they stay unacked for redelivery", len(items))
             return
-        refused_msgs = {id(msg) for msg, _ in refused}
-        for item in items:
-            if id(item.msg) not in refused_msgs:
-                with contextlib.suppress(nats.errors.Error):  # lost: redelivered, the insert is a no-op then
-                    await item.msg.ack()
+        reasons: dict[int, list[str]] = {}
         for msg, reason in [*dead, *refused]:
-            await self._dead_letter(msg, reason)
+            reasons.setdefault(id(msg), []).append(reason)
+        for msg in msgs:
+            if id(msg) not in reasons:
+                with contextlib.suppress(nats.errors.Error):  # lost: redelivered, the insert is a no-op then
+                    await msg.ack()
+        for msg in msgs:
+            if id(msg) in reasons:
+                await self._dead_letter(msg, "; ".join(dict.fromkeys(reasons[id(msg)])))
+
+    def _item(self, msg: Msg, result: CommandResult, carried: Context) -> _Item:
+        """One result of ``msg`` to persist, inside a span that continues the command's span (its own
+        ``traceparent``, else the one ``msg`` carried in its headers: ``carried``)."""
+        context = extract_context({"traceparent": result.traceparent}) if result.traceparent else carried
+        span_context = trace.get_current_span(context).get_span_context()
+        trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else ""
+        span = self._tracer.start_span(
+            "status.persist",
+            context=context,
+            attributes={
+                "raybus.key": str(result.key),
+                "raybus.kind": result.key.kind,
+                "k8s.namespace.name": result.key.namespace,
+                "raybus.command.verb": result.verb,
+                "raybus.resource_version": result.resource_version,
+            },
+        )
+        sequence = msg.metadata.sequence.stream
+        record = ResultRecord(result=result, stream_seq=sequence, trace_id=result.trace_id or trace_id)
+        return _Item(msg=msg, record=record, span=span)
 
     async def _persist(self, items: list[_Item], stop: asyncio.Event) -> list[tuple[Msg, str]] | None:
         """Persist ``items``; return the messages the database refused, or None when stopped first."""

@@ -62,6 +62,6 @@ MATRIX: dict[str, dict[str, Any]] = {
             {"name": "RayClusterStatusConditions", "enabled": False},
         ],
         "logLevel": "DEBUG",
-        "applier": {"qps": 0, "burst": 400},
+        "applier": {"qps": 0, "burst": 400, "resultBatches": True},
     },
 }

@@ -60,6 +60,11 @@ def _args(objects: tuple[dict[str, Any], ...], kind: str, name: str) -> list[str
     return args
 
 
+def _env(objects: tuple[dict[str, Any], ...], name: str) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = find_in(objects, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["env"]
+    return env
+
+
 def _lint(values: dict[str, Any]) -> tuple[int, str]:
     result = helm("lint", str(CHART), "--strict", "--namespace", NAMESPACE, "--values", "-", stdin=json.dumps(values))
     return result.returncode, result.stdout + result.stderr
@@ -377,6 +382,8 @@ def test_operator_values_reach_every_pod() -> None:
     applier = _args(objects, "Deployment", "raybus-applier")
     assert applier[-2:] == ["--qps=0", "--burst=400"]
     assert not [a for a in _args(objects, "Deployment", "raybus-watch") if a.startswith(("--qps", "--burst"))]
+    assert {"name": "RAYBUS_RESULT_BATCHES", "value": "true"} in _env(objects, "raybus-applier")
+    assert all(e["name"] != "RAYBUS_RESULT_BATCHES" for e in _env(_render("defaults"), "raybus-applier"))
     gates = [a for a in _args(objects, "Deployment", "raybus-reconciler") if a.startswith("--feature-gates")]
     assert gates == ["--feature-gates=RayCronJob=true,RayClusterStatusConditions=false"]
     for name in SERVICES[:-2]:

@@ -143,8 +143,7 @@ class Pipeline:
                 f"  decision {batch.issued_at:%H:%M:%S.%f} rules {list(batch.rules)} commands {verbs}"
                 f" withheld {len(batch.suppressed)} wake {batch.wake_at}"
             )
-        for msg in results[-last:]:
-            result = codec.decode_result(msg.data)
+        for result in [r for msg in results for r in codec.decode_results(msg.data)][-last:]:
             lines.append(f"  result {result.verb} {result.target}: {result.outcome} {result.error[:200]}")
         return "\n".join(lines)
 
@@ -155,14 +154,15 @@ class Pipeline:
             stored = await stored_messages(nc.jetstream(), subjects.RESULTS_STREAM)
         finally:
             await nc.close()
-        return [r for r in map(codec.decode_result, (m.data for m in stored)) if r.outcome == "denied"]
+        return [r for m in stored for r in codec.decode_results(m.data) if r.outcome == "denied"]
 
 
 def pipeline_settings(nats_url: str, kubeconfig: str, db_url: str, *, partitions: int = 8) -> RaybusSettings:
-    """Settings for a fast test pipeline (short lease TTL and ack wait so failover is quick)."""
+    """Settings for a fast test pipeline (short lease TTL and ack wait so failover is quick; one build, so
+    results go out batched, as under ``raybus up``)."""
     return RaybusSettings(
         nats=NatsSettings(url=nats_url),
-        bus=BusSettings(partitions=partitions, ack_wait=5.0, max_deliver=5),
+        bus=BusSettings(partitions=partitions, ack_wait=5.0, max_deliver=5, result_batches=True),
         partitions=PartitionSettings(lease_ttl=3.0, renew_interval=0.5, exit_timeout=10.0),
         kube=KubeSettings(kubeconfig=kubeconfig, use_kubernetes_proxy=True, dashboard_poll_interval=0.5),
         status=StatusSettings(db_url=db_url, http_port=free_port()),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from schema import subjects
-from schema.codec import decode_result
+from schema.codec import decode_results
 from services.reconciler.worker.service import run_reconciler
 from services.runtime.settings import RaybusSettings
 from tests.e2e.clusters import small_cluster
@@ -45,7 +45,9 @@ async def test_a_worker_joining_mid_burst_sends_no_duplicate_create(tmp_path: Pa
             await all_ready(p, set(names), timeout=600)
         finally:
             await joiner.stop()
-        results = [decode_result(data) for _, _, data, _ in await stream_messages(p, subjects.RESULTS_STREAM)]
+        results = [
+            r for _, _, data, _ in await stream_messages(p, subjects.RESULTS_STREAM) for r in decode_results(data)
+        ]
         creates = [r for r in results if r.verb == "create_object" and r.target.startswith("Pod ")]
         duplicates = [r.target for r in creates if r.outcome == "already_done"]
         assert len({r.target for r in creates}) == 2 * CLUSTERS

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from schema import subjects
-from schema.codec import decode_result
+from schema.codec import decode_results
 from schema.messages import CommandResult
 from services.edge.service import run_watcher
 from services.runtime.kvread import read_latest
@@ -51,7 +51,7 @@ async def holders(p: Pipeline, group: subjects.LeaseGroup) -> dict[int, str]:
 
 
 async def results(p: Pipeline) -> list[CommandResult]:
-    return [decode_result(data) for _, _, data, _ in await stream_messages(p, subjects.RESULTS_STREAM)]
+    return [r for _, _, data, _ in await stream_messages(p, subjects.RESULTS_STREAM) for r in decode_results(data)]
 
 
 async def test_appliers_joining_and_leaving_mid_burst_send_no_create_twice(tmp_path: Path, db_url: str) -> None:

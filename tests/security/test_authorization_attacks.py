@@ -117,7 +117,7 @@ async def forge(p: Pipeline, key: ReconcileKey, *commands: Command) -> list[Comm
         async def handled() -> list[CommandResult] | None:
             p.check()
             stored = await stored_messages(js, subjects.RESULTS_STREAM, subjects.result_subject(key))
-            mine = [r for r in map(codec.decode_result, (m.data for m in stored)) if r.batch_id == batch.id]
+            mine = [r for m in stored for r in codec.decode_results(m.data) if r.batch_id == batch.id]
             return mine if len(mine) == len(commands) else None
 
         results = await eventually(handled, timeout=60, message="the forged batch was never handled")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from schema import codec, subjects
 from schema.keys import ReconcileKey
-from schema.messages import CommandBatch, CommandResult, TimerTick
+from schema.messages import CommandBatch, CommandResult, ResultBatch, TimerTick
 from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_invariants import all_ready, create
@@ -43,6 +43,13 @@ def _valid_messages() -> list[dict[str, Any]]:
         CommandBatch(id="fuzz", key=KEY, issued_at=now, commands=()),
         CommandResult(
             batch_id="fuzz", command_id="c", key=KEY, verb="emit_event", target="t", outcome="applied", at=now
+        ),
+        ResultBatch(
+            results=(
+                CommandResult(
+                    batch_id="fuzz", command_id="c", key=KEY, verb="emit_event", target="t", outcome="applied", at=now
+                ),
+            )
         ),
     ]
     return [msgspec.json.decode(codec.encode(m)) for m in messages]
@@ -104,7 +111,7 @@ async def test_arbitrary_bytes_on_every_consumed_subject(tmp_path: Path, db_url:
     targets = [
         (subjects.EVENTS_STREAM, subjects.events_subject(KEY), codec.decode_input),
         (subjects.COMMANDS_STREAM, subjects.command_subject(KEY), codec.decode_batch),
-        (subjects.RESULTS_STREAM, subjects.result_subject(KEY), codec.decode_result),
+        (subjects.RESULTS_STREAM, subjects.result_subject(KEY), codec.decode_results),
     ]
     async with running_pipeline(tmp_path, db_url=db_url) as p:
         expected: dict[str, set[int]] = {}

@@ -236,7 +236,7 @@ async def results_of(p: Pipeline, key: ReconcileKey, batch_id: str, sequence: in
             stored = await stored_messages(js, subjects.RESULTS_STREAM, subjects.result_subject(key))
             mine = [
                 r
-                for r in map(codec.decode_result, (m.data for m in stored))
+                for r in (r for m in stored for r in codec.decode_results(m.data))
                 if r.batch_id == batch_id and r.batch_seq == sequence
             ]
             return mine if len(mine) == count else None
@@ -537,7 +537,7 @@ async def test_9_a_submitter_job_runs_the_rayjobs_image_and_entrypoint_only(pipe
         stored = await stored_messages(nc.jetstream(), subjects.RESULTS_STREAM, subjects.result_subject(SUBMITTED))
     finally:
         await nc.close()
-    legitimate_results = [r for r in map(codec.decode_result, (m.data for m in stored)) if "forged-" not in r.batch_id]
+    legitimate_results = [r for m in stored for r in codec.decode_results(m.data) if "forged-" not in r.batch_id]
     assert not [r for r in legitimate_results if r.outcome == "denied"], legitimate_results  # no false refusal
     after = await asyncio.to_thread(client.BatchV1Api(pipe.api).read_namespaced_job, SUBMITTED.name, NS)
     assert after.metadata.uid == created.metadata.uid

@@ -43,10 +43,12 @@ async def on_the_bus(url: str) -> tuple[int, list[CommandKey], list[TransitionKe
         transitions: list[TransitionKey] = []
         last = 0
         for msg in await stored_messages(nc.jetstream(), subjects.RESULTS_STREAM):
-            result = codec.decode_result(msg.data)
             last = max(last, msg.metadata.sequence.stream)
-            commands.append((result.batch_id, result.command_id, result.batch_seq, result.delivery))
-            transitions += [(t.uid, t.field, t.from_value, t.to_value, t.resource_version) for t in result.transitions]
+            for result in codec.decode_results(msg.data):
+                commands.append((result.batch_id, result.command_id, result.batch_seq, result.delivery))
+                transitions += [
+                    (t.uid, t.field, t.from_value, t.to_value, t.resource_version) for t in result.transitions
+                ]
         return last, commands, transitions
     finally:
         await nc.close()

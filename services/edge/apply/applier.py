@@ -8,8 +8,9 @@ in stream order; batches of different keys run concurrently (``KubeSettings.appl
 kopf's per-object queue. When a partition moves (a replica joins, leaves or is fenced), its running
 batches finish, its queued ones are nak'ed and so delivered to the next holder: nothing is applied by two
 replicas at once. Inside a batch, commands run in order; each gets a span ``applier.<verb>`` that
-continues the trace carried by the batch's headers, one outcome (:class:`CommandResult`) published to
-the key's results subject inside that span, and only then is the batch acknowledged. Runs of Pod creates,
+continues the trace carried by the batch's headers and ends in an outcome (:class:`CommandResult`); the
+run's outcomes are published together to the key's results subject (``reports``), and only then is the
+batch acknowledged. Runs of Pod creates,
 Pod deletes and Events go out side by side (``waves``): a scale-up's thousand creates are not sent one
 at a time.
 
@@ -17,8 +18,9 @@ Invariants:
 - A malformed batch (too deep, too large, a wrong schema) goes to the dead-letter stream with the
   decode error and is acked: it never crashes the applier or blocks its key. So does a batch whose
   handling raises: the key's later batches proceed.
-- A batch is acked only after every command's result is published. A stop mid-batch leaves it unacked
-  (queued batches are nak'ed), so JetStream redelivers it; commands are idempotent (``plan``).
+- A batch is acked only after every command's result is published (those of a run cut short too). A
+  stop mid-batch leaves it unacked (queued batches are nak'ed), so JetStream redelivers it; commands are
+  idempotent (``plan``).
 - Outcomes follow ``plan.outcome_of_error`` / ``plan.RETRY_BACKOFF``; nothing raised by a command escapes
   as an exception (kopf's outcome discipline), except cancellation: a command that raises is ``failed``.
 - A command is executed only if ``authorize`` allows it for its batch's key (when the applier has
@@ -80,6 +82,7 @@ from services.edge.apply.authorize import Allowed, Facts, Gone, authorize, comma
 from services.edge.apply.freshness import Freshness, WrittenStatus
 from services.edge.apply.plan import RETRY_BACKOFF, is_transient, outcome_of_error, plan_call, requested_delay
 from services.edge.apply.provenance import ContentCheck
+from services.edge.apply.reports import RunReport, run_id
 from services.edge.apply.staleness import DecisionCheck, OwnerView
 from services.edge.apply.throttle import RateLimiter
 from services.edge.apply.waves import WAVE_CONCURRENCY, waves
@@ -98,7 +101,7 @@ from services.runtime.inprogress import kept_in_progress
 from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
-from services.runtime.tracing import current_trace_id, extract_context, tracer
+from services.runtime.tracing import current_trace_id, current_traceparent, extract_context, tracer
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -140,9 +143,9 @@ def generate_token(kind: str) -> str:
     return base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def result_id(batch: CommandBatch, index: int, command: Command, *, batch_seq: int = 0, delivery: int = 1) -> str:
-    """De-duplication id of one execution of a command: the same for a repeated publish of its result,
-    different for each delivery of the batch (every run is recorded)."""
+def execution_id(batch: CommandBatch, index: int, command: Command, *, batch_seq: int = 0, delivery: int = 1) -> str:
+    """The name of one execution of a command (of the Warning Event its denial emits): the same when that
+    execution repeats a write, different for each delivery of the batch."""
     return f"{batch.id}/{command.id or index}/{batch_seq}/{delivery}"
 
 
@@ -176,6 +179,7 @@ class Applier:
         burst: int | None = None,
         max_deliver: int = 0,
         ack_wait: float = BusSettings.ack_wait,
+        result_batches: bool = BusSettings.result_batches,
         on_failure: FailureHook | None = None,
         owners: OwnerView | None = None,
         facts: Facts | None = None,
@@ -195,6 +199,7 @@ class Applier:
         self._tracer = tracer or _tracer
         self._generate = generate
         self._exit_timeout = exit_timeout
+        self._result_batches = result_batches
         self._api_backoff = api_backoff
         self._limiter = RateLimiter(qps, burst=burst)
         self._max_deliver = max_deliver
@@ -419,18 +424,24 @@ class Applier:
     # --- applying -------------------------------------------------------------------------------------
 
     async def apply_batch(self, msg: Msg, batch: CommandBatch) -> None:
-        """Apply a batch's commands in order and publish one result per command (the caller acks).
+        """Apply a batch's commands in order and publish a result for each (the caller acks).
 
-        Results are published while the next command runs, and all of them are stored before this
-        returns: waiting for each publish ack in turn doubled the time a batch held its slot."""
-        publishing: list[asyncio.Future[None]] = []
+        The results go out together (``reports``), also those of a run cut short by an error or a stop,
+        and all of them are stored before this returns."""
+        sequence = msg.metadata.sequence.stream if msg.reply else 0
+        delivery = msg.metadata.num_delivered if msg.reply else 1
+        subject = subjects.result_subject(batch.key)
+        report = RunReport(
+            lambda payload, msg_id: self._publish_retrying(subject, payload, msg_id),
+            run_id(batch.id, batch_seq=sequence, delivery=delivery),
+            together=self._result_batches,
+        )
         verified = self._facts is not None and (not batch.snapshot_revision or await self._facts_at(batch))
         replay = await self._freshness.judge(batch, verified=verified) if self._facts is not None else ""
         try:
-            await self._apply_commands(msg, batch, publishing, self._refusals(batch, replay))
+            await self._apply_commands(msg, batch, report, self._refusals(batch, replay), sequence, delivery)
         finally:
-            if publishing:
-                await asyncio.gather(*publishing)
+            await report.close()
 
     def _refusals(self, batch: CommandBatch, replay: str) -> Callable[[Command], str]:
         """Why each command of ``batch`` must not run although its key may send it: a replayed decision
@@ -463,22 +474,21 @@ class Applier:
         self,
         msg: Msg,
         batch: CommandBatch,
-        publishing: list[asyncio.Future[None]],
+        report: RunReport,
         refused: Callable[[Command], str],
+        sequence: int,
+        delivery: int,
     ) -> None:
         parent = extract_context(msg.headers)
-        sequence = msg.metadata.sequence.stream if msg.reply else 0
-        delivery = msg.metadata.num_delivered if msg.reply else 1
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
         review = await self._decisions.review(msg, batch, queued)
         slots = asyncio.Semaphore(WAVE_CONCURRENCY)
 
         async def one(index: int, command: Command) -> None:
             async with slots:
-                published = await self._apply_one(
-                    batch, index, command, review.stale, refused, parent, sequence, delivery
+                report.add(
+                    await self._apply_one(batch, index, command, review.stale, refused, parent, sequence, delivery)
                 )
-                publishing.append(published)
 
         for wave in waves(batch.commands):
             if len(wave) == 1:
@@ -498,8 +508,8 @@ class Applier:
         parent: Context,
         sequence: int,
         delivery: int,
-    ) -> asyncio.Future[None]:
-        """Apply one command inside its span; returns the publish of its result, under way."""
+    ) -> CommandResult:
+        """Apply one command inside its span; returns its result."""
         verb = command_verb(command)
         with self._tracer.start_as_current_span(
             f"applier.{verb}",
@@ -534,15 +544,9 @@ class Applier:
                 if isinstance(command, PatchStatus) and applied.outcome == "applied"
                 else (),
                 trace_id=current_trace_id(),
+                traceparent=current_traceparent(),
                 batch_seq=sequence,
                 delivery=delivery,
-            )
-            published = asyncio.ensure_future(
-                self._publish_retrying(
-                    subjects.result_subject(batch.key),
-                    codec.encode(result),
-                    result_id(batch, index, command, batch_seq=sequence, delivery=delivery),
-                )
             )
         if applied.outcome == "failed":
             log.warning(
@@ -553,7 +557,7 @@ class Applier:
                 extra={"raybus.key": str(batch.key)},
             )
             await self._report(batch, command, applied.error)
-        return published
+        return result
 
     async def _apply_authorized(
         self,
@@ -605,7 +609,7 @@ class Applier:
             uid=uid if isinstance(uid, str) else "",
         )
         event = EmitEvent(
-            id=f"denied/{result_id(batch, index, command, batch_seq=sequence)}",
+            id=f"denied/{execution_id(batch, index, command, batch_seq=sequence)}",
             regarding=regarding,
             event_type="Warning",
             reason=DENIED_REASON,

@@ -4,11 +4,11 @@ A write the server refused as stale (outcome ``dropped``) also makes the key due
 (``InFlight.refused``): the decision that wrote it saw an older object than the server holds. So does a
 command the applier refused (``denied``): its checks may have read facts older than the decision's.
 
-The applier publishes one outcome per command (``subjects.result_subject``) before it acknowledges the
-batch. A plain subscription sees them as they are stored: no consumer, no acknowledgement, nothing kept.
-One that is missed (a reconnect, a slow subscriber) only leaves its command to the partition's ack floor.
-A result that does not decode is skipped: the status service, which
-consumes the results durably, parks it in the dead-letter stream with the reason.
+The applier publishes an outcome per command (``subjects.result_subject``; a run's outcomes together, in
+one message) before it acknowledges the batch. A plain subscription sees them as they are stored: no
+consumer, no acknowledgement, nothing kept. One that is missed (a reconnect, a slow subscriber) only
+leaves its commands to the partition's ack floor. A message that does not decode is skipped: the status
+service, which consumes the results durably, parks it in the dead-letter stream with the reason.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from schema import subjects
-from schema.codec import decode_result
+from schema.codec import decode_results
 from schema.keys import ReconcileKey
 from schema.messages import REDECIDE, TAKEN_EFFECT
 from services.reconciler.worker.inflight import InFlight
@@ -53,13 +53,17 @@ async def follow_results(nc: Client, memory_of: MemoryOf) -> Subscription:
             # publisher may have been this partition's former owner): the rest are not even decoded.
             return
         try:
-            result = decode_result(msg.data)
+            results = decode_results(msg.data)
         except (msgspec.DecodeError, ValueError) as exc:
-            log.debug("skipping an undecodable result on %s: %s", msg.subject, exc)
+            log.debug("skipping undecodable results on %s: %s", msg.subject, exc)
             return
-        if result.key == key:
-            memory.reported(
-                key, result.command_id, took_effect=result.outcome in TAKEN_EFFECT, refused=result.outcome in REDECIDE
-            )
+        for result in results:
+            if result.key == key:
+                memory.reported(
+                    key,
+                    result.command_id,
+                    took_effect=result.outcome in TAKEN_EFFECT,
+                    refused=result.outcome in REDECIDE,
+                )
 
     return await nc.subscribe(subjects.RESULTS_WILDCARD, cb=on_result)

@@ -21,7 +21,7 @@ from kubernetes import client
 from nats.aio.client import Client
 
 from schema import subjects
-from schema.codec import decode_input, decode_result, encode
+from schema.codec import decode_input, decode_results, encode
 from schema.config import OperatorConfig
 from schema.decision import Decision, Snapshot
 from schema.keys import ReconcileKey
@@ -164,7 +164,7 @@ async def stack(server: NatsServer, kube: KubeSimHandle) -> AsyncIterator[Client
 
 async def results(nc: Client, key: ReconcileKey) -> list[Any]:
     stored = await stored_messages(nc.jetstream(), subjects.RESULTS_STREAM)
-    return [r for r in (decode_result(m.data) for m in stored) if r.key == key]
+    return [r for m in stored for r in decode_results(m.data) if r.key == key]
 
 
 async def test_a_refused_status_write_is_decided_again_from_a_fresh_snapshot_without_an_event(

@@ -68,3 +68,10 @@ def test_resync_and_stall_bounds_from_environment_then_flags() -> None:
         load_settings({"RAYBUS_RESYNC_PERIOD": "-5"})
     with pytest.raises(PermanentError, match="--resync-period"):
         settings_from(parser.parse_args(["--resync-period", "-1"]), {})
+
+
+def test_result_batches_are_off_unless_the_variable_says_so() -> None:
+    assert load_settings({}).bus.result_batches is False
+    assert settings_from(_parse(), {"RAYBUS_RESULT_BATCHES": "true"}).bus.result_batches is True
+    with pytest.raises(PermanentError, match="RAYBUS_RESULT_BATCHES"):
+        load_settings({"RAYBUS_RESULT_BATCHES": "sometimes"})
