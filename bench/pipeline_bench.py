@@ -61,6 +61,7 @@ from schema.messages import TimerTick, WatchEvent  # noqa: E402
 from services.runtime.assignment import owner_of  # noqa: E402
 from services.runtime.kvread import read_latest  # noqa: E402
 from services.runtime.natsbin import nats_server_binary, nats_server_environment  # noqa: E402
+from services.runtime.settings import RESULT_BATCHES_ENV  # noqa: E402
 from tests.e2e.clusters import small_cluster  # noqa: E402
 from tests.helpers import stored_messages  # noqa: E402
 
@@ -349,7 +350,9 @@ def stack(
             common = ["--nats-url", nats_url, "--health-port", str(health), "--log-level", "WARNING"]
             limited = quotas is not None and name.split("-")[0] in STAGE_GROUPS
             join = quotas.group(name) if quotas is not None and limited else None
-            s.spawn(name, [*launcher, command, *common, *extra], preexec=join, restart=True)
+            # one build reads every message, as under ``raybus up``: results go out batched
+            env = {**os.environ, RESULT_BATCHES_ENV: "true"}
+            s.spawn(name, [*launcher, command, *common, *extra], env=env, preexec=join, restart=True)
             wait_for(lambda h=health: ready(f"http://127.0.0.1:{h}/readyz"), name, timeout=300 if limited else 60)
         wait_for(lambda: asyncio.run(partitions_settled(nats_url, members)), "the partitions' leases", timeout=300)
         s.supervise()
