@@ -9,5 +9,6 @@ partitions' durable consumers and publishes the outcomes on ``raybus.results.<ke
 Each command is checked before it runs: may this key do it (``authorize``), does its content follow
 from the key's custom resource (``provenance``), is the batch a current decision (``freshness``,
 ``staleness``). It is planned as an API call (``plan``), paced (``throttle``), run side by side where
-the order allows (``waves``), and what fails shows on the custom resource (``failures``).
+the order allows (``waves``), what fails shows on the custom resource (``failures``), and the outcomes
+of a batch's run are published together (``reports``).
 """
