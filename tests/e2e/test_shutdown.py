@@ -17,6 +17,7 @@ from kubernetes import client, config
 
 from services.runtime.lifecycle import CANCEL_GRACE, EXIT_GRACE, SHUTDOWN_GRACE
 from services.runtime.natsbin import GO_MEMORY_LIMIT_ENV, LOCAL_GO_MEMORY_LIMIT
+from services.runtime.settings import RESULT_BATCHES_ENV, ROLE_COMMANDS
 from tests.e2e.clusters import small_cluster
 from tests.helpers import eventually_sync
 
@@ -109,6 +110,17 @@ def test_the_stacks_nats_server_runs_under_the_local_go_memory_limit(stack: tupl
     environment = Path(f"/proc/{servers[0]}/environ").read_bytes().split(b"\0")
     expected = os.environ.get(GO_MEMORY_LIMIT_ENV) or LOCAL_GO_MEMORY_LIMIT
     assert f"{GO_MEMORY_LIMIT_ENV}={expected}".encode() in environment
+
+
+def test_the_stacks_applier_publishes_a_runs_results_together(stack: tuple[subprocess.Popen[str], Path]) -> None:
+    """``raybus up`` runs one build, so no status service of an earlier release reads its results: its
+    applier sends a batch's results in one message (``BusSettings.result_batches``)."""
+    _, state = stack
+    command = f" {ROLE_COMMANDS['apply']} "
+    appliers = [pid for pid, cmd in processes_mentioning(*_needles(state)).items() if command in cmd]
+    assert len(appliers) == 1
+    environment = Path(f"/proc/{appliers[0]}/environ").read_bytes().split(b"\0")
+    assert f"{RESULT_BATCHES_ENV}=true".encode() in environment
 
 
 def test_a_second_signal_exits_at_once_and_kills_the_children(stack: tuple[subprocess.Popen[str], Path]) -> None:
