@@ -326,8 +326,8 @@ class CommandResult(msgspec.Struct, tag_field="type", tag="command_result", froz
 class ResultBatch(msgspec.Struct, tag_field="type", tag="result_batch", frozen=True, kw_only=True):
     """The results of one run of a command batch (or of a stretch of a long one), published together.
 
-    One message per run rather than one per command: at a burst most batches hold a dozen commands, and
-    every message is stored, delivered to the reconcilers and the status service, and acknowledged."""
+    One message per run rather than one per command: a batch holds several commands, and every message
+    is stored, delivered to the reconcilers and the status service, and acknowledged."""
 
     schema_version: int = SCHEMA_VERSION
     results: tuple[CommandResult, ...]

@@ -67,9 +67,9 @@ class BusSettings:
     """Stream replicas (3 on a NATS cluster)."""
     result_batches: bool = False
     """Publish the results of a batch's run together, one message per run (``ResultBatch``), rather than
-    one per command: a burst's results cost a quarter of the messages. A release that cannot decode them
-    dead-letters them, so this is off until every status service reads them (on under ``raybus up``,
-    which runs one build)."""
+    one per command (a quarter as many messages in a burst of new RayClusters). A release that cannot
+    decode them dead-letters them, so this is off until every status service reads them (on under
+    ``raybus up``, which runs one build)."""
 
 
 @dataclass(frozen=True, kw_only=True)

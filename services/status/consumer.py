@@ -15,7 +15,7 @@ Per batch:
    dead-lettered (``DeadLetter`` on ``raybus.dlq.RAYBUS_RESULTS`` with the reason, de-duplicated by stream
    sequence) and acked, so garbage never blocks the stream;
 2. persist the good ones in one transaction, inside one ``status.persist`` span per result that continues
-   the trace its message's headers carry;
+   the span of its command (the result's ``traceparent``, else the trace its message's headers carry);
 3. on a retryable database error (down, deadlock), retry the *same* batch with backoff while the
    messages are kept in progress: nak-ing would burn deliveries (``max_deliver``) and could lose
    history during a long outage. On a permanent error (data the database refuses) or any other
@@ -200,7 +200,8 @@ class ResultConsumer:
             unplaced = next((r for r in results if any(not t.uid for t in r.transitions)), None)
             if unplaced is not None:
                 # a step without a uid belongs to no incarnation; stored, it would merge unrelated resources
-                dead.append((msg, f"a transition of {unplaced.command_id} has no uid"))
+                # the id comes off the bus: quoted and cut short in the letter and the log
+                dead.append((msg, f"a transition of {unplaced.command_id[:100]!r} has no uid"))
                 continue
             carried = extract_context(msg.headers)
             items.extend(self._item(msg, result, carried) for result in results)

@@ -10,9 +10,8 @@ batches finish, its queued ones are nak'ed and so delivered to the next holder: 
 replicas at once. Inside a batch, commands run in order; each gets a span ``applier.<verb>`` that
 continues the trace carried by the batch's headers and ends in an outcome (:class:`CommandResult`); the
 run's outcomes are published together to the key's results subject (``reports``), and only then is the
-batch acknowledged. Runs of Pod creates,
-Pod deletes and Events go out side by side (``waves``): a scale-up's thousand creates are not sent one
-at a time.
+batch acknowledged. Runs of Pod creates, Pod deletes and Events go out side by side (``waves``): a
+scale-up's thousand creates are not sent one at a time.
 
 Invariants:
 - A malformed batch (too deep, too large, a wrong schema) goes to the dead-letter stream with the

@@ -1,8 +1,9 @@
 """Publishing the results of one run of a command batch together, in as few messages as fit.
 
-A run's results go out as one :class:`ResultBatch` when the run ends, not one message per command: at a
-burst most batches hold a dozen commands, and each message is stored, delivered to the reconcilers and
-to the status service, and acknowledged, which made the results a third of all the work nats-server did.
+A run's results go out as one :class:`ResultBatch` when the run ends, not one message per command: a
+batch holds five commands on average in a burst of new RayClusters, and each message is stored,
+delivered to the reconcilers and to the status service, and acknowledged (one message per result cost
+a fifth of nats-server's CPU in such a burst; bench/RESULTS.md).
 A long run (a 2,000-worker scale-up is some 4,000 calls) sends a message each time
 :data:`RESULTS_PER_MESSAGE` results or :data:`MAX_MESSAGE_BYTES` of them have gathered, so its
 progress still reaches the reconcilers as it goes and no message nears the server's ``max_payload``.

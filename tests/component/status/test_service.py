@@ -90,7 +90,7 @@ async def test_garbage_is_dead_lettered_and_does_not_block(
         (subjects.RESULTS_STREAM, subject, 2),
         (subjects.RESULTS_STREAM, subject, 3),
     ]
-    assert [d.error.split(":")[0] for d in letters] == ["not command results"] * 2 + ["a transition of 0 has no uid"]
+    assert [d.error.split(":")[0] for d in letters] == ["not command results"] * 2 + ["a transition of '0' has no uid"]
     assert letters[0].payload == b"\x00 definitely not json"
     await dlq.unsubscribe()
 
