@@ -9,6 +9,7 @@ one nested deeply enough raises ``RecursionError`` inside msgspec or in whatever
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
@@ -26,6 +27,13 @@ _deadletter_decoder: Final[msgspec.json.Decoder[DeadLetter]] = msgspec.json.Deco
 def encode(message: msgspec.Struct) -> bytes:
     """Encode any bus message as JSON."""
     return _encoder.encode(message)
+
+
+def encode_result_batch(encoded: Sequence[bytes]) -> bytes:
+    """A :class:`ResultBatch` of results each already encoded with :func:`encode`, without encoding them
+    again (the same bytes as encoding the batch of the results themselves)."""
+    raw = tuple(msgspec.Raw(one) for one in encoded)
+    return _encoder.encode(ResultBatch(results=raw))  # type: ignore[arg-type]  # Raw stands for the result
 
 
 def decode_input(data: bytes) -> BusInput:

@@ -98,7 +98,10 @@ class HealthServer:
 
     async def _respond(self, request: Request) -> Reply:
         found = self._routes.find(request)
-        return Reply(404, b"not found") if found is None else await found[0](found[1])
+        if found is None:
+            return Reply(404, b"not found")
+        handler, routed = found
+        return await handler(routed)
 
     async def _healthz(self, _: Request) -> Reply:
         return Reply(200, b"ok") if self._alive else Reply(500, b"dead")

@@ -234,8 +234,6 @@ class ResultConsumer:
         """One result of ``msg`` to persist, inside a span that continues the command's span (its own
         ``traceparent``, else the one ``msg`` carried in its headers: ``carried``)."""
         context = extract_context({"traceparent": result.traceparent}) if result.traceparent else carried
-        span_context = trace.get_current_span(context).get_span_context()
-        trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else ""
         span = self._tracer.start_span(
             "status.persist",
             context=context,
@@ -248,7 +246,7 @@ class ResultConsumer:
             },
         )
         sequence = msg.metadata.sequence.stream
-        record = ResultRecord(result=result, stream_seq=sequence, trace_id=result.trace_id or trace_id)
+        record = ResultRecord(result=result, stream_seq=sequence, trace_id=result.trace_id or _trace_id(context))
         return _Item(msg=msg, record=record, span=span)
 
     async def _persist(self, items: list[_Item], stop: asyncio.Event) -> list[tuple[Msg, str]] | None:
@@ -302,3 +300,9 @@ class ResultConsumer:
         self._dead.add(1)
         with contextlib.suppress(nats.errors.Error):  # lost: redelivered and parked again (de-duplicated)
             await msg.ack()
+
+
+def _trace_id(context: Context) -> str:
+    """The trace id ``context`` carries ("" when none): a result without its own is recorded under it."""
+    span_context = trace.get_current_span(context).get_span_context()
+    return format(span_context.trace_id, "032x") if span_context.is_valid else ""

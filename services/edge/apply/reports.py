@@ -1,6 +1,6 @@
 """Publishing the results of one run of a command batch together, in as few messages as fit.
 
-A run's results go out as one :class:`ResultBatch` when the run ends, not one message per command: a
+A run's results go out as one ``ResultBatch`` when the run ends, not one message per command: a
 batch holds five commands on average in a burst of new RayClusters, and each message is stored,
 delivered to the reconcilers and to the status service, and acknowledged (one message per result cost
 a fifth of nats-server's CPU in such a burst; bench/RESULTS.md).
@@ -12,7 +12,7 @@ Each message's ``Nats-Msg-Id`` names the run (batch, stream sequence, delivery) 
 it: a publish retried after a lost answer is stored once, and a redelivered batch's run is recorded
 as a run of its own.
 
-A release that does not know :class:`ResultBatch` dead-letters it; while one may still run (a rolling
+A release that does not know ``ResultBatch`` dead-letters it; while one may still run (a rolling
 upgrade), ``BusSettings.result_batches`` is off and each result is its own message, sent as soon as it
 is known, under the run's name and its command's id.
 """
@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from schema import codec
-from schema.messages import CommandResult, ResultBatch
+from schema.messages import CommandResult
 
 RESULTS_PER_MESSAGE: Final = 64
 """Results gathered before a long run sends them."""
@@ -48,23 +48,25 @@ class RunReport:
         """Args:
         publish: stores one message of results.
         run: the run's name (:func:`run_id`), the prefix of its messages' ids.
-        together: gather results into :class:`ResultBatch` messages; off, each one is its own message.
+        together: gather results into ``ResultBatch`` messages; off, each one is its own message.
         """
         self._publish = publish
         self._run = run
         self._together = together
-        self._pending: list[CommandResult] = []
+        self._pending: list[bytes] = []
+        """The gathered results, each encoded once."""
         self._bytes = 0
         self._publishing: list[asyncio.Future[None]] = []
 
     def add(self, result: CommandResult) -> None:
         """Gather ``result``; send the gathered ones when they fill a message."""
+        encoded = codec.encode(result)
         if not self._together:
             msg_id = f"{self._run}/{result.command_id}"
-            self._publishing.append(asyncio.ensure_future(self._publish(codec.encode(result), msg_id)))
+            self._publishing.append(asyncio.ensure_future(self._publish(encoded, msg_id)))
             return
-        self._pending.append(result)
-        self._bytes += len(codec.encode(result))
+        self._pending.append(encoded)
+        self._bytes += len(encoded)
         if len(self._pending) >= RESULTS_PER_MESSAGE or self._bytes >= MAX_MESSAGE_BYTES:
             self._send()
 
@@ -77,7 +79,7 @@ class RunReport:
     def _send(self) -> None:
         if not self._pending:
             return
-        payload = codec.encode(ResultBatch(results=tuple(self._pending)))
+        payload = codec.encode_result_batch(self._pending)
         msg_id = f"{self._run}/{len(self._publishing)}"
         self._pending, self._bytes = [], 0
         self._publishing.append(asyncio.ensure_future(self._publish(payload, msg_id)))

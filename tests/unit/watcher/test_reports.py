@@ -10,7 +10,7 @@ import msgspec
 
 from schema import codec
 from schema.keys import ReconcileKey
-from schema.messages import CommandResult
+from schema.messages import CommandResult, ResultBatch
 from services.edge.apply.reports import MAX_MESSAGE_BYTES, RESULTS_PER_MESSAGE, RunReport, run_id
 
 KEY = ReconcileKey(kind="RayCluster", namespace="default", name="demo")
@@ -33,12 +33,17 @@ class Stored:
     """Records each publish; a publish completes only when released, like a server's answer."""
 
     def __init__(self) -> None:
-        self.messages: list[tuple[str, tuple[CommandResult, ...]]] = []
+        self.payloads: list[tuple[str, bytes]] = []
         self.released = asyncio.Event()
 
     async def __call__(self, payload: bytes, msg_id: str) -> None:
-        self.messages.append((msg_id, codec.decode_results(payload)))
+        self.payloads.append((msg_id, payload))
         await self.released.wait()
+
+    @property
+    def messages(self) -> list[tuple[str, tuple[CommandResult, ...]]]:
+        """Each message's id and the results it holds."""
+        return [(msg_id, codec.decode_results(payload)) for msg_id, payload in self.payloads]
 
 
 async def test_a_short_run_is_one_message_sent_when_it_closes() -> None:
@@ -106,19 +111,23 @@ async def test_one_by_one_each_result_is_its_own_message_sent_at_once() -> None:
     ]
 
 
-class Raw:
-    """Records the bytes of each publish."""
-
-    def __init__(self) -> None:
-        self.payloads: list[bytes] = []
-
-    async def __call__(self, payload: bytes, msg_id: str) -> None:
-        self.payloads.append(payload)
-
-
 async def test_one_by_one_sends_the_plain_result_an_earlier_release_decodes() -> None:
-    raw = Raw()
-    report = RunReport(raw, run_id("b", batch_seq=1, delivery=1), together=False)
+    stored = Stored()
+    stored.released.set()
+    report = RunReport(stored, run_id("b", batch_seq=1, delivery=1), together=False)
     report.add(outcome(0))
     await report.close()
-    assert [msgspec.json.decode(p)["type"] for p in raw.payloads] == ["command_result"]
+    assert [msgspec.json.decode(payload)["type"] for _, payload in stored.payloads] == ["command_result"]
+
+
+async def test_a_batch_of_encoded_results_is_the_batch_of_the_results() -> None:
+    """Each result is encoded once, when it is gathered; the message is what encoding the batch of the
+    results themselves gives."""
+    stored = Stored()
+    stored.released.set()
+    report = RunReport(stored, run_id("b", batch_seq=1, delivery=1))
+    results = (outcome(0), outcome(1, error="refused"))
+    for one in results:
+        report.add(one)
+    await report.close()
+    assert [payload for _, payload in stored.payloads] == [codec.encode(ResultBatch(results=results))]
