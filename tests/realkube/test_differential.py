@@ -169,7 +169,8 @@ def sides(
     real_api: client.ApiClient,
     kubesim_server: KubeSimHandle,  # noqa: F811
 ) -> Iterator[tuple[Side, Side]]:
-    """The same fresh namespace on both servers; the real one waits for its default ServiceAccount."""
+    """The same fresh namespace on both servers; the real one waits for what its controllers put in every
+    namespace (the default ServiceAccount, the kube-root-ca.crt ConfigMap), which kubesim's lacks."""
     namespace = f"diff-{secrets.token_hex(4)}"
     sim = kubesim_server
     if request.node.callspec.params.get("name") in EXPIRING:
@@ -185,6 +186,11 @@ def sides(
         lambda: real_core.read_namespaced_service_account("default", namespace),
         timeout=CONTROLLERS,
         message="the default ServiceAccount exists",
+    )
+    eventually_sync(
+        lambda: real_core.read_namespaced_config_map("kube-root-ca.crt", namespace),
+        timeout=CONTROLLERS,
+        message="the kube-root-ca.crt ConfigMap exists",
     )
     yield pair
     for side in pair:
