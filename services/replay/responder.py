@@ -30,6 +30,7 @@ from services.replay.replayer import Replayer, ReplayStep, StepFilter
 from services.replay.source import read_history
 from services.runtime.bus import flush_sent
 from services.runtime.errors import RaybusError
+from services.runtime.topology import when_answered
 
 log = logging.getLogger(__name__)
 
@@ -117,5 +118,7 @@ async def serve_replays(
         await msg.respond(msgspec.json.encode(view))
 
     subscription = await nc.subscribe(subjects.REPLAY_SUBJECT, queue=subjects.REPLAY_QUEUE, cb=handle)
-    await flush_sent(nc)  # answering from now on, not from whenever the server sees the subscription
+    # answering from now on, not from whenever the server sees the subscription; a nats-server restarting
+    # meanwhile delays the start instead of ending the process
+    await when_answered(lambda: flush_sent(nc), "replay responder")
     return subscription
