@@ -3,8 +3,9 @@
 A converged RayCluster of 1 head + ``--workers`` workers (the pure reconcile's own objects,
 ``reconcile_bench.converge``) is written to the bucket of a fresh nats-server; then one
 ``SnapshotReader`` reads the key ``--reads`` times, one read after another (a partition's decisions
-of one key) and ``--concurrency`` at a time (a partition's keys side by side). A small key is read
-whole each time; a key of at least ``snapshots.HELD_FROM`` entries is held and only its changes read.
+of one key) and ``--concurrency`` at a time (a partition's keys side by side), twice: read whole every
+time (the reader told to forget the key before each read: a key read for the first time, or after a busy
+stretch), and held (the key's decoded entries kept, only its changes read: a quiet bucket).
 Figures: reads/s, and the CPU microseconds per read of this process and of nats-server.
 
 Run: ``.venv/bin/python bench/snapshot_bench.py [--workers 4] [--reads 5000] [--concurrency 16]``.
@@ -51,19 +52,24 @@ async def measure(url: str, server_pid: int, workers: int, reads: int, concurren
         await reader.read(KEY, min_revision=revision)  # the connection's first read sets up what reads share
         print(f"key: {entries} entries, {revision} writes")
 
-        async def loop(count: int) -> None:
+        async def loop(count: int, whole: bool) -> None:
             for _ in range(count):
+                if whole:
+                    reader.forget(lambda _: True)
                 await reader.read(KEY, min_revision=revision)
 
-        for label, parallel in (("one after another", 1), (f"{concurrency} at a time", concurrency)):
+        modes = [(whole, parallel) for whole in (True, False) for parallel in (1, concurrency)]
+        for whole, parallel in modes:
+            pace = "one after another" if parallel == 1 else f"{parallel} at a time"
+            label = f"{'whole' if whole else 'held'}, {pace}"
             own, server, started = time.process_time(), cpu_seconds(server_pid), time.perf_counter()
-            await asyncio.gather(*(loop(reads // parallel) for _ in range(parallel)))
+            await asyncio.gather(*(loop(reads // parallel, whole) for _ in range(parallel)))
             elapsed = time.perf_counter() - started
             done = reads // parallel * parallel
             own_us = (time.process_time() - own) / done * 1e6
             server_us = (cpu_seconds(server_pid) - server) / done * 1e6
             print(
-                f"  {label:<18} {done / elapsed:8.0f} reads/s   CPU per read: this process {own_us:6.0f} µs, "
+                f"  {label:<24} {done / elapsed:8.0f} reads/s   CPU per read: this process {own_us:6.0f} µs, "
                 f"nats-server {server_us:6.0f} µs   (whole reads {reader.whole_reads})"
             )
     finally:

@@ -17,6 +17,14 @@ whenever a read comes back behind the revision asked for, the key is read whole 
 decoded entries whose revision did not change), so nothing unforeseen (a bucket recreated by hand)
 keeps a stale view for long.
 
+A small key is held too, within a budget of its own (:data:`SMALL_HELD_ENTRIES`, the most recently read
+keys): a change to a quiet cluster (one worker more) then costs one short answer instead of every entry
+of the key, read and decoded again. The server finds a filter's changes by walking the bucket's writes
+since the held revision, while a whole read looks the key's entries up directly; so a small key's
+changes are read only when the event being processed shows the bucket moved at most
+:data:`CHANGES_WITHIN` writes since. Otherwise (a burst of writes to many keys, or an input that names no
+revision) the key is read whole, still reusing the decoded entries whose revision did not change.
+
 The snapshots share the decoded entries with each other: ``reconcile`` never mutates its snapshot
 (tests/unit/replay/test_determinism.py checks it on every recorded history).
 """
@@ -51,6 +59,12 @@ HELD_FROM: Final = 256
 
 HELD_ENTRIES: Final = 20_000
 """Decoded entries held over all keys (about 25 KB each for a Pod)."""
+
+SMALL_HELD_ENTRIES: Final = 1_000
+"""Decoded entries held over the keys smaller than :data:`HELD_FROM` (about 25 MB of Pods)."""
+
+CHANGES_WITHIN: Final = 1_000
+"""Writes to the bucket since a small key's held revision up to which only its changes are read."""
 
 HELD_FOR: Final = 30.0
 """Seconds after which a held key is read whole again."""
@@ -103,6 +117,29 @@ def _merged(base: _Held, read: KvEntries, *, reuse: _Held | None = None) -> _Hel
     return dataclasses.replace(base, entries=kept, written=written)
 
 
+class _Budget:
+    """Held keys, the least recently read first, within a bound on their entries (a single key larger than
+    the bound is still held)."""
+
+    def __init__(self, entries: int) -> None:
+        self._bound = entries
+        self._total = 0
+        self.keys: OrderedDict[ReconcileKey, _Held] = OrderedDict()
+
+    def put(self, key: ReconcileKey, held: _Held) -> None:
+        self.pop(key)
+        self.keys[key] = held
+        self._total += held.size()
+        while self._total > self._bound and len(self.keys) > 1:
+            _, dropped = self.keys.popitem(last=False)
+            self._total -= dropped.size()
+
+    def pop(self, key: ReconcileKey) -> None:
+        held = self.keys.pop(key, None)
+        if held is not None:
+            self._total -= held.size()
+
+
 class SnapshotReader:
     """Reads snapshots of keys; one instance per connection."""
 
@@ -114,21 +151,25 @@ class SnapshotReader:
         clock: Monotonic = time.monotonic,
         held_from: int = HELD_FROM,
         held_entries: int = HELD_ENTRIES,
+        small_held_entries: int = SMALL_HELD_ENTRIES,
+        changes_within: int = CHANGES_WITHIN,
     ) -> None:
         self._kv = KvReader(nc)
         self._timeout = timeout
         self._clock = clock
         self._held_from = held_from
-        self._held_entries = held_entries
-        self._held: OrderedDict[ReconcileKey, _Held] = OrderedDict()
+        self._changes_within = changes_within
+        self._large = _Budget(held_entries)
+        self._small = _Budget(small_held_entries)
         self._whole_reads = 0
 
     def forget(self, which: Callable[[ReconcileKey], bool]) -> None:
         """Read the keys ``which`` selects whole next time: another reader may have decided them since this
         one held them (a partition that comes back), and a decision must not be made on an older revision
         than one already decided on, even where the key's entries did not change."""
-        for key in [key for key in self._held if which(key)]:
-            del self._held[key]
+        for budget in (self._large, self._small):
+            for key in [key for key in budget.keys if which(key)]:
+                budget.pop(key)
 
     @property
     def whole_reads(self) -> int:
@@ -143,18 +184,24 @@ class SnapshotReader:
         """
 
         async def once() -> Snapshot:
-            held = self._held.get(key)
-            if held is not None and self._clock() - held.read_at < HELD_FOR:
+            held = self._held(key)
+            if held is not None and self._clock() - held.read_at < HELD_FOR and self._changes_pay(held, min_revision):
                 snapshot = await self._read_changes(key, held)
             else:
                 snapshot = await self._read_whole(key, held, min_revision)
             if snapshot.revision < min_revision:
-                self._held.pop(key, None)  # read it whole next time
+                self._drop(key)  # read it whole next time
                 raise _Behind(f"KV for {key} did not reach revision {min_revision}")
             return snapshot
 
         policy = dataclasses.replace(BEHIND_BACKOFF, retries=max(attempts, 1) - 1)
         return await retry(once, policy, transient=lambda exc: isinstance(exc, _Behind))
+
+    def _changes_pay(self, held: _Held, min_revision: int) -> bool:
+        """Whether reading only the key's changes costs less than reading it whole (module docstring)."""
+        if held.size() >= self._held_from:
+            return True
+        return min_revision > 0 and min_revision - held.revision <= self._changes_within
 
     async def _read_whole(self, key: ReconcileKey, held: _Held | None, min_revision: int) -> Snapshot:
         read = await self._kv.entries(subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout)
@@ -168,17 +215,20 @@ class SnapshotReader:
         read = await self._kv.changes(
             subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), after=held.revision, timeout=self._timeout
         )
-        self._held.move_to_end(key)
         if read.entries:
-            held = self._held[key] = _merged(dataclasses.replace(held, revision=read.revision), read)
+            held = _merged(dataclasses.replace(held, revision=read.revision), read)
+        self._keep(key, held)
         return Snapshot(key=key, entries=held.entries, revision=held.revision)
 
+    def _held(self, key: ReconcileKey) -> _Held | None:
+        held = self._large.keys.get(key)
+        return held if held is not None else self._small.keys.get(key)
+
     def _keep(self, key: ReconcileKey, held: _Held) -> None:
-        self._held.pop(key, None)
-        if held.size() < self._held_from:
-            return
-        self._held[key] = held
-        total = sum(h.size() for h in self._held.values())
-        while total > self._held_entries and len(self._held) > 1:
-            _, dropped = self._held.popitem(last=False)
-            total -= dropped.size()
+        """Hold ``key`` as the most recently read, in the budget its size falls in."""
+        self._drop(key)
+        (self._large if held.size() >= self._held_from else self._small).put(key, held)
+
+    def _drop(self, key: ReconcileKey) -> None:
+        self._large.pop(key)
+        self._small.pop(key)

@@ -1,5 +1,5 @@
-"""Snapshot reads of large keys: held between reads, only the changes read, always what a whole read
-gives (against a real nats-server)."""
+"""Snapshot reads: keys held between reads, only the changes read, always what a whole read gives
+(against a real nats-server)."""
 
 from __future__ import annotations
 
@@ -83,14 +83,57 @@ async def test_a_held_key_is_read_whole_again_after_a_while_reusing_what_did_not
     assert again.get("Pod", "w-0") == {"i": "changed"}
 
 
-async def test_a_small_key_is_read_whole_every_time(objects: tuple[Client, KeyValue]) -> None:
+async def test_a_small_key_is_held_and_only_its_changes_read_while_the_bucket_is_quiet(
+    objects: tuple[Client, KeyValue],
+) -> None:
     nc, kv = objects
     rev = await put(kv, OTHER, "Pod", "p", {"p": 1})
+    await put(kv, OTHER, "Pod", "q", {"q": 1})
     reader = SnapshotReader(nc)
-    await reader.read(OTHER, min_revision=rev)
+    first = await reader.read(OTHER, min_revision=rev)
+    rev = await put(kv, OTHER, "Pod", "p", {"p": 2})
+    snapshot = await reader.read(OTHER, min_revision=rev)
+    assert reader.whole_reads == 1 and snapshot.get("Pod", "p") == {"p": 2}
+    assert snapshot.entries == (await whole(nc, OTHER, rev)).entries
+    assert snapshot.get("Pod", "q") is first.get("Pod", "q")  # decoded once
+
+
+async def test_a_small_key_is_read_whole_after_a_busy_stretch_reusing_what_did_not_change(
+    objects: tuple[Client, KeyValue],
+) -> None:
+    # The server finds a key's changes by walking the bucket's writes since the held revision: after
+    # many writes to other keys, the whole key is the cheaper read.
+    nc, kv = objects
+    rev = await put(kv, OTHER, "Pod", "p", {"p": 1})
+    await put(kv, OTHER, "Pod", "q", {"q": 1})
+    reader = SnapshotReader(nc, changes_within=3)
+    first = await reader.read(OTHER, min_revision=rev)
+    for i in range(3):
+        await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
     rev = await put(kv, OTHER, "Pod", "p", {"p": 2})
     snapshot = await reader.read(OTHER, min_revision=rev)
     assert reader.whole_reads == 2 and snapshot.get("Pod", "p") == {"p": 2}
+    assert snapshot.get("Pod", "q") is first.get("Pod", "q")
+    # An input that names no revision (a timer tick) says nothing of the bucket: read whole as well.
+    await reader.read(OTHER)
+    assert reader.whole_reads == 3
+
+
+async def test_small_keys_are_held_within_a_budget_of_their_own(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
+    keys = [ReconcileKey(kind="RayCluster", namespace="default", name=f"c{i}") for i in range(4)]
+    revisions = {}
+    for key in keys:
+        for i in range(2):
+            revisions[key] = await put(kv, key, "Pod", f"w-{i}", {"i": i})
+    reader = SnapshotReader(nc, small_held_entries=4, changes_within=100)
+    for key in keys:
+        await reader.read(key, min_revision=revisions[key])
+    assert reader.whole_reads == 4
+    # 8 entries read, 4 may be held: the last two keys are, the first two are read whole again.
+    for key in reversed(keys):
+        await reader.read(key, min_revision=revisions[key])
+    assert reader.whole_reads == 6
 
 
 async def test_a_read_behind_the_revision_asked_for_is_retried_whole(objects: tuple[Client, KeyValue]) -> None:
