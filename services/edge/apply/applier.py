@@ -426,7 +426,7 @@ class Applier:
         """Apply a batch's commands in order and publish a result for each (the caller acks).
 
         The results go out together (``reports``), also those of a run cut short by an error or a stop,
-        and all of them are stored before this returns."""
+        and all of them are stored before this returns, as is the batch's revision (``freshness``)."""
         sequence = msg.metadata.sequence.stream if msg.reply else 0
         delivery = msg.metadata.num_delivered if msg.reply else 1
         subject = subjects.result_subject(batch.key)
@@ -440,7 +440,7 @@ class Applier:
         try:
             await self._apply_commands(msg, batch, report, self._refusals(batch, replay), sequence, delivery)
         finally:
-            await report.close()
+            await asyncio.gather(report.close(), self._freshness.stored(batch.key))
 
     def _refusals(self, batch: CommandBatch, replay: str) -> Callable[[Command], str]:
         """Why each command of ``batch`` must not run although its key may send it: a replayed decision

@@ -18,8 +18,11 @@ Failure reports (a batch of Warning Events after the key's inputs were dead-lett
 are not compared.
 
 The newest revision applied per key is kept in KV ``raybus-applied`` (:meth:`Freshness.judge`), read
-before each batch and raised before its commands run, so it survives a restart of the applier and is
-shared by its replicas: a batch replayed to the next holder of its partition is refused there too. Only
+before each batch and raised while its commands run (:meth:`Freshness.stored` waits for the write before
+the batch is acknowledged), so it survives a restart of the applier and is shared by its replicas: a
+batch replayed to the next holder of its partition is refused there too. The write is off the path of a
+change (two round trips were half of the time from a decision to its first API call), and is stored
+before the batch is acknowledged, so no acknowledged batch leaves a lower revision behind. Only
 the watcher's NATS user may write that bucket (a reconciler can neither lower nor raise it). Each process
 also keeps it in memory, which answers alone while the bucket cannot be read (a warning is logged).
 A reconciler worker reads the keys of a partition it takes whole (``SnapshotReader.forget``), so it
@@ -35,6 +38,7 @@ Not here: the newest-decision check (``staleness``), the content of commands (``
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict, deque
 from typing import Final
@@ -65,12 +69,15 @@ class Freshness:
         self._applied: OrderedDict[ReconcileKey, int] = OrderedDict()
         self._remembered = max(1, remembered)
         self._floors = floors
+        self._storing: dict[ReconcileKey, asyncio.Task[None]] = {}
 
     async def judge(self, batch: CommandBatch, *, verified: bool) -> str:
-        """Why ``batch`` must not be applied ("" when it is a current decision); a current one is
-        remembered as applied (``verified``: the facts reached its revision), in the bucket first."""
+        """Why ``batch`` must not be applied ("" when it is a current decision). A current one is
+        remembered as applied (``verified``: the facts reached its revision) at once, and written to the
+        bucket in the background: :meth:`stored` waits for that write."""
         if _is_report(batch):
             return ""
+        await self.stored(batch.key)  # the key's previous write first: its writes stay in order
         stored = await self._stored(batch.key)
         if stored > self._applied.get(batch.key, 0):
             self._remember(batch.key, stored)
@@ -78,9 +85,26 @@ class Freshness:
         if replay:
             return replay
         if verified and batch.snapshot_revision > stored:
-            await self._store(batch.key, batch.snapshot_revision)
+            self._start_store(batch.key, batch.snapshot_revision)
         self.applied(batch, verified=verified)
         return ""
+
+    async def stored(self, key: ReconcileKey) -> None:
+        """Wait until the revision :meth:`judge` last accepted for ``key`` is written to the bucket (or
+        failed to be, with a warning); the applier waits here before acknowledging the batch."""
+        task = self._storing.get(key)
+        if task is not None:
+            await task
+
+    def _start_store(self, key: ReconcileKey, revision: int) -> None:
+        task = asyncio.ensure_future(self._store(key, revision))
+        self._storing[key] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            if self._storing.get(key) is task:
+                del self._storing[key]
+
+        task.add_done_callback(done)
 
     async def _stored(self, key: ReconcileKey) -> int:
         if self._floors is None:
