@@ -83,40 +83,27 @@ async def test_a_held_key_is_read_whole_again_after_a_while_reusing_what_did_not
     assert again.get("Pod", "w-0") == {"i": "changed"}
 
 
+@pytest.mark.parametrize(("writes_between", "whole_reads"), [(0, 1), (3, 2)], ids=["quiet", "busy"])
 async def test_a_small_key_is_held_and_only_its_changes_read_while_the_bucket_is_quiet(
-    objects: tuple[Client, KeyValue],
-) -> None:
-    nc, kv = objects
-    rev = await put(kv, OTHER, "Pod", "p", {"p": 1})
-    await put(kv, OTHER, "Pod", "q", {"q": 1})
-    reader = SnapshotReader(nc)
-    first = await reader.read(OTHER, min_revision=rev)
-    rev = await put(kv, OTHER, "Pod", "p", {"p": 2})
-    snapshot = await reader.read(OTHER, min_revision=rev)
-    assert reader.whole_reads == 1 and snapshot.get("Pod", "p") == {"p": 2}
-    assert snapshot.entries == (await whole(nc, OTHER, rev)).entries
-    assert snapshot.get("Pod", "q") is first.get("Pod", "q")  # decoded once
-
-
-async def test_a_small_key_is_read_whole_after_a_busy_stretch_reusing_what_did_not_change(
-    objects: tuple[Client, KeyValue],
+    objects: tuple[Client, KeyValue], writes_between: int, whole_reads: int
 ) -> None:
     # The server finds a key's changes by walking the bucket's writes since the held revision: after
-    # many writes to other keys, the whole key is the cheaper read.
+    # many writes to other keys, the whole key is the cheaper read (still reusing what did not change).
     nc, kv = objects
     rev = await put(kv, OTHER, "Pod", "p", {"p": 1})
     await put(kv, OTHER, "Pod", "q", {"q": 1})
     reader = SnapshotReader(nc, changes_within=3)
     first = await reader.read(OTHER, min_revision=rev)
-    for i in range(3):
+    for i in range(writes_between):
         await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
     rev = await put(kv, OTHER, "Pod", "p", {"p": 2})
     snapshot = await reader.read(OTHER, min_revision=rev)
-    assert reader.whole_reads == 2 and snapshot.get("Pod", "p") == {"p": 2}
-    assert snapshot.get("Pod", "q") is first.get("Pod", "q")
-    # An input that names no revision (a timer tick) says nothing of the bucket: read whole as well.
+    assert reader.whole_reads == whole_reads and snapshot.get("Pod", "p") == {"p": 2}
+    assert snapshot.entries == (await whole(nc, OTHER, rev)).entries
+    assert snapshot.get("Pod", "q") is first.get("Pod", "q")  # decoded once
+    # An input that names no revision (a timer tick) says nothing of the bucket: read whole.
     await reader.read(OTHER)
-    assert reader.whole_reads == 3
+    assert reader.whole_reads == whole_reads + 1
 
 
 async def test_small_keys_are_held_within_a_budget_of_their_own(objects: tuple[Client, KeyValue]) -> None:
