@@ -18,14 +18,17 @@ import msgspec
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from schema import subjects
 from schema.codec import encode
 from schema.config import OperatorConfig
 from schema.keys import ReconcileKey
-from schema.messages import WatchEvent
+from schema.messages import CommandBatch, EmitEvent, ObjectRef, WatchEvent
 from schema.replayview import ReplayRequest, ReplayView
+from services.edge.apply.staleness import DecisionCheck
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.stalls import StallWatch
@@ -139,6 +142,22 @@ async def status(server: NatsServer) -> AsyncIterator[User]:
         await user.nc.close()
 
 
+async def eventually_fetched(sub: JetStreamContext.PullSubscription, count: int) -> list[Msg]:
+    """The next ``count`` messages of ``sub``, however many fetches they take."""
+    messages: list[Msg] = []
+    while len(messages) < count:
+        messages.extend(await sub.fetch(count - len(messages), timeout=5))
+    return messages
+
+
+def _batch(key: ReconcileKey, batch_id: str, *, revision: int) -> CommandBatch:
+    """A decision of ``key`` with one command."""
+    regarding = ObjectRef(api_version="ray.io/v1", kind=key.kind, namespace=key.namespace, name=key.name)
+    event = EmitEvent(id="event", regarding=regarding, event_type="Normal", reason="Created", message="hello")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return CommandBatch(id=batch_id, key=key, issued_at=at, commands=(event,), snapshot_revision=revision)
+
+
 def _key(name: str) -> ReconcileKey:
     return ReconcileKey(kind="RayJob", namespace="perm-tests", name=name)
 
@@ -182,6 +201,23 @@ async def test_watcher_does_its_job(watcher: User, server: NatsServer) -> None:
     messages = await sub.fetch(1, timeout=5)
     assert subjects.key_from_stored_subject(messages[0].subject) == key
     await messages[0].ack_sync()
+
+    # A batch delivered again: the applier looks up the key's last decision on the stream.
+    older, newer = (_batch(key, f"b{n}", revision=n) for n in (1, 2))
+    reconciler = await _connect(server, "reconciler")
+    try:
+        for batch in (older, newer):
+            await reconciler.js.publish(subjects.command_subject(key), encode(batch))
+    finally:
+        await reconciler.nc.close()
+    delivered = await eventually_fetched(sub, 2)
+    await delivered[1].ack_sync()
+    await delivered[0].nak()
+    again = (await eventually_fetched(sub, 1))[0]
+    assert again.metadata.num_delivered == 2
+    review = await DecisionCheck(watcher.js, None).review(again, older, ())
+    assert review.newer == "(command batch b2)"
+    await again.ack_sync()
 
     # The appliers and probers share the partitions through their groups' leases.
     for group in ("apply", "probe"):

@@ -47,7 +47,7 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import msgspec
@@ -438,7 +438,7 @@ class Applier:
         verified = self._facts is not None and (not batch.snapshot_revision or await self._facts_at(batch))
         replay = await self._freshness.judge(batch, verified=verified) if self._facts is not None else ""
         try:
-            await self._apply_commands(msg, batch, report, self._refusals(batch, replay), sequence, delivery)
+            await self._apply_commands(msg, batch, report, replay, sequence, delivery)
         finally:
             await asyncio.gather(report.close(), self._freshness.stored(batch.key))
 
@@ -474,13 +474,17 @@ class Applier:
         msg: Msg,
         batch: CommandBatch,
         report: RunReport,
-        refused: Callable[[Command], str],
+        replay: str,
         sequence: int,
         delivery: int,
     ) -> None:
         parent = extract_context(msg.headers)
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
         review = await self._decisions.review(msg, batch, queued)
+        if replay and review.newer:
+            # No replay: the batch came late, behind a newer decision of its key that was applied (``staleness``).
+            review, replay = replace(review, late=True), ""
+        refused = self._refusals(batch, replay)
         slots = asyncio.Semaphore(WAVE_CONCURRENCY)
 
         async def one(index: int, command: Command) -> None:

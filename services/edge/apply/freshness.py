@@ -16,6 +16,9 @@ are made one at a time, each on the key's entries read again before it, so a leg
 older than one applied before it.
 Failure reports (a batch of Warning Events after the key's inputs were dead-lettered) are no decision and
 are not compared.
+A legitimate batch can come after a newer decision of its key was applied: delivered again after the
+applier that held it stopped. Its refusal here is then no replay: the newer decision is on the stream,
+and the applier reports its commands superseded, not denied (``staleness``).
 
 The newest revision applied per key is kept in KV ``raybus-applied`` (:meth:`Freshness.judge`), read
 before each batch and raised while its commands run (:meth:`Freshness.stored` waits for the write before

@@ -16,6 +16,11 @@ the same facts from the bus:
   garbage collector would delete the child again. (A decision that saw the deletion may create on
   purpose: KubeRay's Redis cleanup Job of a deleting RayCluster.)
 
+- **Late**: a batch older than a decision of its key already applied (``freshness`` refuses it), while a
+  newer decision of the key is on the stream: no replay, a decision delivered again after the applier
+  that held it stopped, behind the newer one. All its commands are superseded, guarded patches and
+  withheld ids too: the newer decision was applied and stands for them.
+
 Either way the command's result says ``superseded``, with the reason, so the audit shows it.
 
 Not here: applying (``applier``), what the watch has seen (:class:`OwnerView`, the projection today).
@@ -64,10 +69,12 @@ class Review:
     """Ids of this batch's commands the newer decision still wants."""
     owners: OwnerView | None = None
     snapshot_revision: int = 0
+    late: bool = False
+    """The newer decision was applied before this batch came: every command is superseded."""
 
     def stale(self, command: Command) -> str:
         """Why ``command`` must not be sent ("" when it still holds)."""
-        if self.newer and command.id not in self.wanted and not _guarded(command):
+        if self.newer and (self.late or (command.id not in self.wanted and not _guarded(command))):
             return f"superseded by the newer decision {self.newer}"
         if self.owners is not None and isinstance(command, CreateObject):
             for owner in custom_owners(command.body):

@@ -8,10 +8,12 @@ from typing import Any
 
 import msgspec
 from kubernetes import client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from schema import codec, subjects
 from schema.keys import ReconcileKey
-from schema.messages import CommandBatch, CreateObject, ObjectRef, PatchStatus
+from schema.messages import CommandBatch, CreateObject, EmitEvent, ObjectRef, PatchStatus
 from services.edge.apply.applier import Applier
 from services.edge.apply.staleness import DecisionCheck
 from services.edge.kubeapi import KubeApi
@@ -187,3 +189,82 @@ async def test_parts_of_one_decision_do_not_supersede_each_other(
     assert set(outcomes.values()) <= {"applied", "already_done"}  # the other key creates the same names
     assert len({r["command_id"] for r in alone_results}) == 6
     assert {r["outcome"] for r in alone_results} <= {"applied", "already_done"}
+
+
+def cluster_version(ns: str, name: str, rv: int) -> Change:
+    obj = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": ns, "uid": f"u-{name}", "resourceVersion": str(rv)},
+        "spec": {},
+    }
+    resource = by_kind("RayCluster")
+    assert resource is not None
+    return make_change(resource, "ADDED" if rv == 1 else "MODIFIED", msgspec.json.encode(obj))
+
+
+async def test_a_batch_that_comes_after_a_newer_decision_was_applied_is_superseded_not_denied(
+    bus: Bus, kube_api: KubeApi, kubesim_namespace: str
+) -> None:
+    """An applier stopped while it held a batch: the batch is delivered again, behind a newer decision of
+    its key that the next applier applied first. No replay (the newer decision is on the stream), so no
+    denial; the same bytes published again as the newest message are one."""
+    ns = kubesim_namespace
+    key = ReconcileKey(kind="RayCluster", namespace=ns, name="late")
+    resource = by_kind("RayCluster")
+    assert resource is not None
+    projection = Projection(bus.js)
+    revisions = []
+    for rv in (1, 2):
+        await projection.project(Batch(Scope(resource, ns), (cluster_version(ns, key.name, rv),)))
+        await projection.drain()
+        revisions.append(max(e["kv_revision"] for e in await bus.events(key)))
+    regarding = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=ns, name=key.name)
+
+    # The old decision's status patch is guarded by a resourceVersion: a newer decision does not supersede
+    # such a patch by itself (a stale one fails with Conflict), but one already applied does.
+    status = PatchStatus(id="old", target=regarding, status={"state": "ready"}, resource_version="1")
+    old = batch(key, "old", status, rev=revisions[0])
+    event = EmitEvent(id="newer", regarding=regarding, event_type="Normal", reason="Created", message="m")
+    newer = batch(key, "newer", event, rev=revisions[1])
+    for sent in (old, newer):
+        await send(bus, sent)
+    applier = Applier(
+        bus.js, kube_api, membership=bus.membership(), facts=projection, owners=projection, applied=bus.buckets.applied
+    )
+    sub = await bus.js.pull_subscribe_bind(
+        durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM
+    )
+    try:
+        held, waiting = await fetched(sub, 2)
+        await applier.apply_batch(waiting, newer)
+        await waiting.ack()
+        await held.nak()  # the applier that held it stopped
+        (again,) = await fetched(sub, 1)
+        assert again.metadata.num_delivered == 2
+        await applier.apply_batch(again, old)
+        await again.ack()
+        decided = [r for r in await results_of(bus, key, 3) if r["batch_id"]]  # besides the lifecycle fact
+        results = {r["batch_id"]: (r["outcome"], r["error"]) for r in decided}
+        assert results == {
+            "newer": ("applied", ""),
+            "old": ("superseded", "superseded by the newer decision (command batch newer)"),
+        }
+        assert applier.denied == 0
+
+        await publish(bus.js, subjects.command_subject(key), codec.encode(old), msg_id="old-again")
+        (replayed,) = await fetched(sub, 1)
+        await applier.apply_batch(replayed, old)
+        await replayed.ack()
+        third = (await results_of(bus, key, 4))[3]
+        assert third["outcome"] == "denied" and "a replayed decision" in third["error"]
+    finally:
+        await sub.unsubscribe()
+
+
+async def fetched(sub: JetStreamContext.PullSubscription, count: int) -> list[Msg]:
+    """The next ``count`` messages of ``sub``, however many fetches they take."""
+    messages: list[Msg] = []
+    while len(messages) < count:
+        messages.extend(await sub.fetch(count - len(messages), timeout=5))
+    return messages
