@@ -127,6 +127,7 @@ class _Budget:
         self.keys: OrderedDict[ReconcileKey, _Held] = OrderedDict()
 
     def put(self, key: ReconcileKey, held: _Held) -> None:
+        """Hold ``key`` as the most recently read; let the least recently read go beyond the bound."""
         self.pop(key)
         self.keys[key] = held
         self._total += held.size()
@@ -135,6 +136,7 @@ class _Budget:
             self._total -= dropped.size()
 
     def pop(self, key: ReconcileKey) -> None:
+        """Stop holding ``key`` (nothing when it is not held)."""
         held = self.keys.pop(key, None)
         if held is not None:
             self._total -= held.size()

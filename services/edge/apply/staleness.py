@@ -21,7 +21,7 @@ the same facts from the bus:
   that held it stopped, behind the newer one. All its commands are superseded, guarded patches and
   withheld ids too: the newer decision was applied and stands for them.
 
-Either way the command's result says ``superseded``, with the reason, so the audit shows it.
+In each case the command's result says ``superseded``, with the reason, so the audit shows it.
 
 Not here: applying (``applier``), what the watch has seen (:class:`OwnerView`, the projection today).
 """
