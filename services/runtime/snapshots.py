@@ -187,7 +187,7 @@ class SnapshotReader:
 
         async def once() -> Snapshot:
             held = self._held(key)
-            if held is not None and self._clock() - held.read_at < HELD_FOR and self._changes_pay(held, min_revision):
+            if held is not None and self._changes_suffice(held, min_revision):
                 snapshot = await self._read_changes(key, held)
             else:
                 snapshot = await self._read_whole(key, held, min_revision)
@@ -199,8 +199,12 @@ class SnapshotReader:
         policy = dataclasses.replace(BEHIND_BACKOFF, retries=max(attempts, 1) - 1)
         return await retry(once, policy, transient=lambda exc: isinstance(exc, _Behind))
 
-    def _changes_pay(self, held: _Held, min_revision: int) -> bool:
-        """Whether reading only the key's changes costs less than reading it whole (module docstring)."""
+    def _changes_suffice(self, held: _Held, min_revision: int) -> bool:
+        """Whether reading only the changes under ``held`` is due, rather than the whole key: it was read
+        whole less than :data:`HELD_FOR` ago, and it is large or the bucket moved little since (module
+        docstring)."""
+        if self._clock() - held.read_at >= HELD_FOR:
+            return False
         if held.size() >= self._held_from:
             return True
         return min_revision > 0 and min_revision - held.revision <= self._changes_within

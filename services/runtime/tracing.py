@@ -67,9 +67,9 @@ def current_traceparent() -> str:
     return carrier.get("traceparent", "")
 
 
-def current_trace_id() -> str:
-    """Hex trace id of the current span, or "" outside a trace."""
-    ctx = trace.get_current_span().get_span_context()
+def current_trace_id(context: otel_context.Context | None = None) -> str:
+    """Hex trace id of the current span (or of the span ``context`` carries), or "" outside a trace."""
+    ctx = trace.get_current_span(context).get_span_context()
     return format(ctx.trace_id, "032x") if ctx.is_valid else ""
 
 

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
@@ -58,7 +57,7 @@ from services.runtime.fetching import Linger
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
-from services.runtime.tracing import extract_context
+from services.runtime.tracing import current_trace_id, extract_context
 from services.runtime.tracing import tracer as get_tracer
 from services.status.metrics import ResourceMetrics
 from services.status.store import ResultRecord, StatusStore
@@ -246,7 +245,7 @@ class ResultConsumer:
             },
         )
         sequence = msg.metadata.sequence.stream
-        record = ResultRecord(result=result, stream_seq=sequence, trace_id=result.trace_id or _trace_id(context))
+        record = ResultRecord(result=result, stream_seq=sequence, trace_id=result.trace_id or current_trace_id(context))
         return _Item(msg=msg, record=record, span=span)
 
     async def _persist(self, items: list[_Item], stop: asyncio.Event) -> list[tuple[Msg, str]] | None:
@@ -300,9 +299,3 @@ class ResultConsumer:
         self._dead.add(1)
         with contextlib.suppress(nats.errors.Error):  # lost: redelivered and parked again (de-duplicated)
             await msg.ack()
-
-
-def _trace_id(context: Context) -> str:
-    """The trace id ``context`` carries ("" when none): a result without its own is recorded under it."""
-    span_context = trace.get_current_span(context).get_span_context()
-    return format(span_context.trace_id, "032x") if span_context.is_valid else ""

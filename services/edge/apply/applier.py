@@ -47,7 +47,7 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -480,10 +480,8 @@ class Applier:
     ) -> None:
         parent = extract_context(msg.headers)
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
-        review = await self._decisions.review(msg, batch, queued)
-        if replay and review.newer:
-            # No replay: the batch came late, behind a newer decision of its key that was applied (``staleness``).
-            review, replay = replace(review, late=True), ""
+        # A late batch is no replay: every command is superseded, so the refusal below is never reached.
+        review = await self._decisions.review(msg, batch, queued, behind=bool(replay))
         refused = self._refusals(batch, replay)
         slots = asyncio.Semaphore(WAVE_CONCURRENCY)
 

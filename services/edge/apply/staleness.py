@@ -99,8 +99,12 @@ class DecisionCheck:
         self._lookup_after = lookup_after
         self.lookups = 0
 
-    async def review(self, msg: Msg, batch: CommandBatch, queued: Sequence[CommandBatch]) -> Review:
-        """What of ``batch`` still holds; ``queued`` are the key's batches this applier holds after it."""
+    async def review(
+        self, msg: Msg, batch: CommandBatch, queued: Sequence[CommandBatch], *, behind: bool = False
+    ) -> Review:
+        """What of ``batch`` still holds; ``queued`` are the key's batches this applier holds after it;
+        ``behind``: a decision of the key newer than ``batch`` was applied already (``freshness``), so a
+        newer one found here makes the batch late."""
         if not batch.commands or batch.parts > 1:
             # A decision in parts is applied whole. It is a large scale step whose creates a newer decision
             # may withhold under different content (a worker's replica index shifts as Pods come up), so
@@ -121,6 +125,7 @@ class DecisionCheck:
             wanted=frozenset(wanted),
             owners=self._owners,
             snapshot_revision=revision,
+            late=behind,
         )
 
     def _worth_a_lookup(self, msg: Msg) -> bool:
