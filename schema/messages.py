@@ -76,7 +76,10 @@ class WatchEvent(_Input, tag="watch_event", frozen=True, kw_only=True):
     """A change of a Kubernetes object that belongs to ``key``; ``object`` is the full object.
 
     ``kv_revision`` is the revision of the projection write that preceded this event, so a reader of
-    the KV can wait until its snapshot includes the change.
+    the KV can wait until its snapshot includes the change. ``kv_previous`` is the revision of the last
+    write under the key before that one, as the bucket checked when it stored the write (None: not
+    checked): a reader holding the key at that revision or later needs only this event's object to
+    hold it at ``kv_revision``.
     """
 
     event_type: WatchEventType
@@ -85,6 +88,7 @@ class WatchEvent(_Input, tag="watch_event", frozen=True, kw_only=True):
     resource_version: str
     observed_at: datetime
     kv_revision: int = 0
+    kv_previous: int | None = None
 
 
 class Observation(_Input, tag="observation", frozen=True, kw_only=True):

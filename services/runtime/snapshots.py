@@ -25,6 +25,11 @@ changes are read only when the event being processed shows the bucket moved at m
 :data:`CHANGES_WITHIN` writes since. Otherwise (a burst of writes to many keys, or an input that names no
 revision) the key is read whole, still reusing the decoded entries whose revision did not change.
 
+A key held needs no read at all when the inputs carry every write under it since the revision held: a
+watch event names the key's write before its own (``WatchEvent.kv_previous``, which the bucket checked
+when it stored the write), so a chain of such writes starting at or below the held revision is exactly
+what a read would return (:class:`Write`); their objects are applied to the held entries.
+
 The snapshots share the decoded entries with each other: ``reconcile`` never mutates its snapshot
 (tests/unit/replay/test_determinism.py checks it on every recorded history).
 """
@@ -34,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -78,6 +83,19 @@ Entries = dict[str, dict[str, dict[str, Any]]]
 """entry kind → name → object, as a :class:`Snapshot` holds them."""
 
 
+@dataclass(frozen=True)
+class Write:
+    """A write under a key that an input carries: its revision, the revision of the key's write before it
+    (as the bucket checked it), the entry it wrote, and that entry's object (None: deleted), decoded only
+    when applied."""
+
+    revision: int
+    previous: int
+    entry_kind: str
+    name: str
+    value: Callable[[], dict[str, Any] | None]
+
+
 @dataclass
 class _Held:
     """A key's decoded entries as of ``revision``, and the revision of each entry's write."""
@@ -115,6 +133,34 @@ def _merged(base: _Held, read: KvEntries, *, reuse: _Held | None = None) -> _Hel
         written[kv_key] = entry.revision
     kept = {kind: by_name for kind, by_name in entries.items() if by_name}
     return dataclasses.replace(base, entries=kept, written=written)
+
+
+def _advanced(key: ReconcileKey, held: _Held, writes: Sequence[Write]) -> _Held | None:
+    """``held`` with ``writes`` applied, in new maps, when they chain on from its revision (each write's
+    previous revision at most the revision reached before it); None when one does not, because a write
+    came between them that no input carries."""
+    revision = held.revision
+    chained: list[Write] = []
+    for write in sorted(writes, key=lambda w: w.revision):
+        if write.revision <= revision:
+            continue  # held already
+        if write.previous > revision:
+            return None
+        chained.append(write)
+        revision = write.revision
+    entries = {kind: dict(by_name) for kind, by_name in held.entries.items()}
+    written = dict(held.written)
+    for write in chained:
+        kv_key = subjects.entry_key(key, write.entry_kind, write.name)
+        value = write.value()
+        if value is None:
+            entries.get(write.entry_kind, {}).pop(write.name, None)
+            written.pop(kv_key, None)
+        else:
+            entries.setdefault(write.entry_kind, {})[write.name] = value
+            written[kv_key] = write.revision
+    kept = {kind: by_name for kind, by_name in entries.items() if by_name}
+    return dataclasses.replace(held, revision=revision, entries=kept, written=written)
 
 
 class _Budget:
@@ -164,6 +210,7 @@ class SnapshotReader:
         self._large = _Budget(held_entries)
         self._small = _Budget(small_held_entries)
         self._whole_reads = 0
+        self._applied_writes = 0
 
     def forget(self, which: Callable[[ReconcileKey], bool]) -> None:
         """Read the keys ``which`` selects whole next time: another reader may have decided them since this
@@ -178,12 +225,27 @@ class SnapshotReader:
         """Reads of a whole key so far (the others read only what changed under a held key)."""
         return self._whole_reads
 
-    async def read(self, key: ReconcileKey, *, min_revision: int = 0, attempts: int = 20) -> Snapshot:
-        """The key's snapshot, reflecting at least KV revision ``min_revision``.
+    @property
+    def applied_writes(self) -> int:
+        """Snapshots so far that took the inputs' writes instead of a read."""
+        return self._applied_writes
+
+    async def read(
+        self, key: ReconcileKey, *, min_revision: int = 0, writes: Sequence[Write] = (), attempts: int = 20
+    ) -> Snapshot:
+        """The key's snapshot, reflecting at least KV revision ``min_revision``: the held entries with
+        ``writes`` applied when they are every write under the key since (module docstring), else read.
 
         Raises:
             RetryableError: the server did not answer, or never reached ``min_revision``.
         """
+        held = self._held(key)
+        if held is not None and writes and self._clock() - held.read_at < HELD_FOR:
+            advanced = _advanced(key, held, writes)
+            if advanced is not None and advanced.revision >= min_revision:
+                self._applied_writes += 1
+                self._keep(key, advanced)
+                return Snapshot(key=key, entries=advanced.entries, revision=advanced.revision)
 
         async def once() -> Snapshot:
             held = self._held(key)

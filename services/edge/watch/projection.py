@@ -29,6 +29,8 @@ Invariants:
   child's deletion (or deletionTimestamp) whose owner is held alive, the owner is read from the API
   server, and its deletion, if it happened, is projected and published first (``owners``). Its own
   DELETE arriving later changes nothing; its older events arriving later are skipped.
+- A KV write is checked against its key's last write while that is known (``keywrites``), and its event
+  then names that write's revision (``kv_previous``), so a reconciler holding the key needs no read.
 - Message ids: ``<uid>/<rv>/<type>/<key token>`` for a change, with ``/<cause uid>/<cause rv>`` appended
   when a relation change moved the object (so the same version can re-enter a key later). The KV writes
   carry the same id, so HA replicas store each version once and agree on ``kv_revision``.
@@ -69,6 +71,7 @@ from services.edge.calls import ApiError
 from services.edge.resources import ResourceType, by_kind
 from services.edge.watch.informer import Batch, Bookmark, Change, Check, Handoff, Item, Listing, Scope, make_change
 from services.edge.watch.keymap import dependencies, keys_for
+from services.edge.watch.keywrites import KeyWrites
 from services.edge.watch.owners import OwnerReader, deleting, owners_of_going
 from services.edge.watch.packing import Packer
 from services.edge.watch.podfacts import POD, slim_pod
@@ -188,6 +191,7 @@ class Projection:
         self._failure: BaseException | None = None
         self._resume_interval = resume_interval
         self._tails: dict[str, asyncio.Future[None]] = {}
+        self._key_writes = KeyWrites(subjects.OBJECTS_BUCKET)
         self._gone: dict[str, None] = {}
         """uids of custom resources whose deletion was projected, oldest first (bounded)."""
         self._owners = owners
@@ -797,9 +801,10 @@ class Projection:
                     "raybus.event_type": op.event_type,
                 },
             ):
-                revision = await self._retrying(lambda: self._write_kv(op, subject), superseded)
-                if revision is None:
+                written = await self._retrying(lambda: self._write_kv(op, subject), superseded)
+                if written is None:
                     return
+                revision, previous = written
                 if op.resource.is_key_kind and op.event_type != "DELETED" and deleting(op.change.obj):
                     since = self._deleting_at.get(op.change.uid)
                     self._deleting_at[op.change.uid] = revision if since is None else min(since, revision)
@@ -812,6 +817,7 @@ class Projection:
                     resource_version=op.change.resource_version,
                     observed_at=now,
                     kv_revision=revision,
+                    kv_previous=previous,
                 )
                 payload = codec.encode(event)
                 await self._retrying(lambda: self._publish_event(op, payload), superseded)
@@ -823,13 +829,15 @@ class Projection:
                 if self._tails.get(subject) is op.done:
                     del self._tails[subject]
 
-    async def _write_kv(self, op: _Write, subject: str) -> int:
-        ack = await self._put(op, subject)
+    async def _write_kv(self, op: _Write, subject: str) -> tuple[int, int | None]:
+        """Write ``op``'s entry; its revision, and the revision of its key's previous write when the bucket
+        checked it (``keywrites``)."""
+        ack, previous = await self._put(op, subject)
         if not ack.duplicate or self._tails.get(subject) is not op.done:
-            return int(ack.seq)  # stored now, or a newer version of the entry is queued behind it
+            return int(ack.seq), previous  # stored now, or a newer version of the entry is queued behind it
         older = await self._overwritten(op, subject)
         if older is None:
-            return int(ack.seq)
+            return int(ack.seq), None
         # The entry went back to an older version after this one was stored: write it again under a fresh
         # id (the same in every replica that finds the same older write), and publish its event under it.
         log.warning(
@@ -843,12 +851,17 @@ class Projection:
         pipeline_metrics.repaired(op.resource.kind, "overwritten")
         self.repairs += 1
         op.msg_id = f"{op.msg_id}/over/{older}"
-        return int((await self._put(op, subject)).seq)
+        ack, previous = await self._put(op, subject)
+        return int(ack.seq), previous
 
-    async def _put(self, op: _Write, subject: str) -> PubAck:
+    async def _put(self, op: _Write, subject: str) -> tuple[PubAck, int | None]:
+        return await self._key_writes.write(op.key, lambda checks: self._publish_entry(op, subject, checks))
+
+    async def _publish_entry(self, op: _Write, subject: str, checks: dict[str, str]) -> PubAck:
         if op.event_type == "DELETED":
-            return await self._js.publish(subject, b"", headers={"KV-Operation": "DEL", "Nats-Msg-Id": op.msg_id})
-        return await self._js.publish(subject, op.change.raw, headers={"Nats-Msg-Id": op.msg_id})
+            headers = {"KV-Operation": "DEL", "Nats-Msg-Id": op.msg_id, **checks}
+            return await self._js.publish(subject, b"", headers=headers)
+        return await self._js.publish(subject, op.change.raw, headers={"Nats-Msg-Id": op.msg_id, **checks})
 
     async def _overwritten(self, op: _Write, subject: str) -> int | None:
         """The stream sequence of an older version of ``op``'s object that the entry holds now, written after

@@ -39,6 +39,7 @@ from schema.keys import KeyKind, ReconcileKey
 from schema.messages import CONFLICT, BusInput, TimerTick, is_backstop, is_resync
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
+from services.reconciler.worker.carried import carried_write
 from services.reconciler.worker.decide import decision_time, draft, min_revision
 from services.reconciler.worker.inflight import InFlight, Recalled
 from services.reconciler.worker.publishing import publish_decision
@@ -350,7 +351,8 @@ class PartitionConsumer:
         # a moment longer, never shorter.
         floor_read = asyncio.ensure_future(self._applied.get(self.partition))
         try:
-            snapshot = await self._reader.read(key, min_revision=min_revision(inputs))
+            writes = [write for item in items if (write := carried_write(item.msg.data, item.message)) is not None]
+            snapshot = await self._reader.read(key, min_revision=min_revision(inputs), writes=writes)
             drafted = draft(
                 reconcilers=self._reconcilers,
                 snapshot=snapshot,

@@ -12,7 +12,7 @@ from schema import subjects
 from schema.decision import Snapshot
 from schema.keys import ReconcileKey
 from services.runtime.errors import RetryableError
-from services.runtime.snapshots import HELD_FOR, HELD_FROM, SnapshotReader
+from services.runtime.snapshots import HELD_FOR, HELD_FROM, SnapshotReader, Write
 
 KEY = ReconcileKey(kind="RayCluster", namespace="default", name="big")
 OTHER = ReconcileKey(kind="RayCluster", namespace="default", name="small")
@@ -166,3 +166,63 @@ async def test_a_forgotten_key_is_read_whole_at_the_revision_of_now(objects: tup
     again = await reader.read(KEY)
     assert reader.whole_reads == 2
     assert again.revision >= later and again.entries == held.entries
+
+
+def carried(key_rev: tuple[int, int], name: str, value: dict[str, object] | None) -> Write:
+    """The write of Pod ``name`` at revision ``key_rev[1]``, the key's previous write being ``key_rev[0]``."""
+    previous, revision = key_rev
+    return Write(revision=revision, previous=previous, entry_kind="Pod", name=name, value=lambda: value)
+
+
+async def test_writes_chained_on_from_the_held_revision_are_applied_without_a_read(
+    objects: tuple[Client, KeyValue],
+) -> None:
+    nc, kv = objects
+    first = await put(kv, OTHER, "Pod", "p", {"p": 1})
+    await put(kv, OTHER, "Pod", "q", {"q": 1})
+    reader = SnapshotReader(nc)
+    held = await reader.read(OTHER, min_revision=first)
+    await put(kv, KEY, "Pod", "elsewhere", {})  # another key's write: not a gap
+    last = (await kv.get(subjects.entry_key(OTHER, "Pod", "q"))).revision
+    assert last is not None
+    p2 = await put(kv, OTHER, "Pod", "p", {"p": 2})
+    subject = subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(OTHER, "Pod", "q"))
+    gone = (await nc.jetstream().publish(subject, b"", headers={"KV-Operation": "DEL"})).seq
+    writes = [carried((p2, gone), "q", None), carried((last, p2), "p", {"p": 2})]  # in any order
+
+    snapshot = await reader.read(OTHER, min_revision=gone, writes=writes)
+    assert reader.applied_writes == 1 and reader.whole_reads == 1
+    assert snapshot.revision == gone and snapshot.revision > held.revision
+    assert snapshot.entries == (await whole(nc, OTHER, gone)).entries
+    # What the reader holds now is what it applied: a write chained on from it needs no read either.
+    p3 = await put(kv, OTHER, "Pod", "p", {"p": 3})
+    again = await reader.read(OTHER, min_revision=p3, writes=[carried((gone, p3), "p", {"p": 3})])
+    assert reader.applied_writes == 2 and again.get("Pod", "p") == {"p": 3}
+
+
+async def test_writes_with_a_gap_before_them_are_not_applied_the_key_is_read(
+    objects: tuple[Client, KeyValue],
+) -> None:
+    nc, kv = objects
+    first = await put(kv, OTHER, "Pod", "p", {"p": 1})
+    reader = SnapshotReader(nc)
+    await reader.read(OTHER, min_revision=first)
+    unseen = await put(kv, OTHER, "Pod", "q", {"q": 1})  # a write no input carries
+    p2 = await put(kv, OTHER, "Pod", "p", {"p": 2})
+
+    snapshot = await reader.read(OTHER, min_revision=p2, writes=[carried((unseen, p2), "p", {"p": 2})])
+    assert reader.applied_writes == 0
+    assert snapshot.get("Pod", "q") == {"q": 1} and snapshot.get("Pod", "p") == {"p": 2}
+
+
+async def test_a_key_not_held_or_held_too_long_is_read_whatever_the_writes(objects: tuple[Client, KeyValue]) -> None:
+    nc, kv = objects
+    first = await put(kv, OTHER, "Pod", "p", {"p": 1})
+    clock = Clock()
+    reader = SnapshotReader(nc, clock=clock)
+    await reader.read(OTHER, min_revision=first, writes=[carried((0, first), "p", {"p": 1})])
+    assert reader.applied_writes == 0 and reader.whole_reads == 1
+    clock.now += HELD_FOR
+    p2 = await put(kv, OTHER, "Pod", "p", {"p": 2})
+    await reader.read(OTHER, min_revision=p2, writes=[carried((first, p2), "p", {"p": 2})])
+    assert reader.applied_writes == 0 and reader.whole_reads == 2
