@@ -53,8 +53,12 @@ from services.runtime.backoff import Backoff, retry
 from services.runtime.clock import Monotonic
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import KvEntries, KvReader
+from services.runtime.metrics import meter
 
 _json_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
+_snapshots = meter(__name__).create_counter(
+    "raybus_snapshots_total", description="snapshots by how they were had (raybus.snapshot: whole, changes, applied)"
+)
 
 BEHIND_BACKOFF: Final = Backoff(base=0.005, cap=0.1)
 """Pauses between reads while the answering replica is behind the revision asked for."""
@@ -244,6 +248,7 @@ class SnapshotReader:
             advanced = _advanced(key, held, writes)
             if advanced is not None and advanced.revision >= min_revision:
                 self._applied_writes += 1
+                _snapshots.add(1, {"raybus.snapshot": "applied"})
                 self._keep(key, advanced)
                 return Snapshot(key=key, entries=advanced.entries, revision=advanced.revision)
 
@@ -274,6 +279,7 @@ class SnapshotReader:
     async def _read_whole(self, key: ReconcileKey, held: _Held | None, min_revision: int) -> Snapshot:
         read = await self._kv.entries(subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout)
         self._whole_reads += 1
+        _snapshots.add(1, {"raybus.snapshot": "whole"})
         revision = min_revision if read.empty else read.revision  # a prefix never written lacks nothing
         whole = _merged(_Held(revision=revision, read_at=self._clock(), entries={}, written={}), read, reuse=held)
         self._keep(key, whole)
@@ -283,6 +289,7 @@ class SnapshotReader:
         read = await self._kv.changes(
             subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), after=held.revision, timeout=self._timeout
         )
+        _snapshots.add(1, {"raybus.snapshot": "changes"})
         if read.entries:
             held = _merged(dataclasses.replace(held, revision=read.revision), read)
         self._keep(key, held)

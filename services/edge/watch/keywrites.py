@@ -8,11 +8,12 @@ no other write came under the key between the revision expected and its own: a r
 at that revision applies the event's object instead of reading the key again
 (``services.runtime.snapshots``).
 
-The check is tried only while it is likely to pass: the key's last revision is known (from this
-projection's own acknowledgements, or from a refusal) and no other write of the key is in flight. After a
-refusal the write is tried again against the revision the refusal names, at most :data:`CHECKED_TRIES`
-times, then written unchecked. An unchecked write (a key's first since the projection started, a write
-beside another of its key, a duplicate) carries no previous revision, and its reader reads the key.
+Writes of one key are made one after the other, each once the previous one is acknowledged, so each is
+checked against the revision of the one before it. (Writes of different keys go on at once.) The last
+revision of a key is known from this projection's own acknowledgements or from a refusal: after a refusal
+the write is tried again against the revision the refusal names, at most :data:`CHECKED_TRIES` times,
+then written unchecked. An unchecked write (a key's first since the projection started, a duplicate)
+carries no previous revision, and its reader reads the key.
 
 The check comes before JetStream's de-duplication: a write stored already is refused when the key moved
 on since, then acknowledged as a duplicate at the revision its refusal named.
@@ -20,8 +21,8 @@ on since, then acknowledged as a duplicate at the revision its refusal named.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -48,31 +49,34 @@ Publish = Callable[[dict[str, str]], Awaitable[PubAck]]
 
 
 class KeyWrites:
-    """The last write under each key this projection knows of, and its writes in flight."""
+    """The last write under each key this projection knows of, and the order of its writes in flight."""
 
     def __init__(self, bucket: str, *, remembered: int = KEYS_REMEMBERED) -> None:
         self._prefix = subjects.kv_subject(bucket)
         self._remembered = remembered
         self._last: dict[ReconcileKey, int] = {}
-        self._writing: Counter[ReconcileKey] = Counter()
+        self._tails: dict[ReconcileKey, asyncio.Future[None]] = {}
 
     async def write(self, key: ReconcileKey, publish: Publish) -> tuple[PubAck, int | None]:
-        """Run ``publish``, checked against ``key``'s last write when that is likely to pass.
+        """Run ``publish`` once the previous write of ``key`` is done, checked against the key's last write
+        when that is known.
 
         Returns:
             The acknowledgement, and the revision of the key's previous write that the check proved (None:
             unchecked, or a duplicate).
         """
-        expected = None if self._writing[key] else self._last.get(key)
-        self._writing[key] += 1
+        before = self._tails.get(key)
+        mine = self._tails[key] = asyncio.get_running_loop().create_future()
         try:
-            ack, previous = await self._attempts(key, expected, publish)
+            if before is not None:
+                await asyncio.shield(before)  # a cancelled write still lets the next one go
+            ack, previous = await self._attempts(key, self._last.get(key), publish)
+            self._remember(key, int(ack.seq))
+            return ack, previous
         finally:
-            self._writing[key] -= 1
-            if not self._writing[key]:
-                del self._writing[key]
-        self._remember(key, int(ack.seq))
-        return ack, previous
+            mine.set_result(None)
+            if self._tails.get(key) is mine:
+                del self._tails[key]
 
     async def _attempts(self, key: ReconcileKey, expected: int | None, publish: Publish) -> tuple[PubAck, int | None]:
         tries = 0

@@ -107,6 +107,18 @@ async def put_cr(nc: Client, key: ReconcileKey, body: dict[str, object] | None =
     await nc.jetstream().publish(subjects.events_subject(key), encode(event))
 
 
+async def decisions(nc: Client) -> list[CommandBatch]:
+    """Every decision recorded, in order."""
+    js = nc.jetstream()
+    info = await js.stream_info(subjects.COMMANDS_STREAM)
+    if info.state.messages == 0:
+        return []
+    found = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        found.append(decode_batch((await js.get_msg(subjects.COMMANDS_STREAM, seq)).data or b""))
+    return found
+
+
 async def batches(nc: Client) -> list[CommandBatch]:
     js = nc.jetstream()
     info = await js.stream_info(subjects.COMMANDS_STREAM)
@@ -130,6 +142,37 @@ async def last_dead_letter(nc: Client) -> DeadLetter:
 
 def key(n: int) -> ReconcileKey:
     return ReconcileKey(kind="RayCluster", namespace="default", name=f"c{n}")
+
+
+async def test_a_held_key_is_decided_on_the_write_its_event_carries_not_on_a_read(
+    nats_server: NatsServer, client: Client
+) -> None:
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": create_one_pod})
+    kv = await client.jetstream().key_value(subjects.OBJECTS_BUCKET)
+    try:
+        await put_cr(client, key(0))
+        first = await eventually(lambda: _at_least(decisions(client), 1), timeout=30)
+        created = await kv.get(subjects.entry_key(key(0), key(0).kind, key(0).name))
+        # The event says the write was the Pod c0-pod; the bucket got another entry. Only a decision on the
+        # event's object sees c0-pod: one on a read would decide its create again (withheld as in flight).
+        pod = {"metadata": {"name": "c0-pod", "namespace": "default"}}
+        revision = await kv.put(subjects.entry_key(key(0), "Pod", "c0-other"), msgspec.json.encode(pod))
+        event = WatchEvent(
+            key=key(0),
+            event_type="ADDED",
+            entry_kind="Pod",
+            object=pod,
+            resource_version="2",
+            observed_at=T0,
+            kv_revision=revision,
+            kv_previous=created.revision,
+        )
+        await client.jetstream().publish(subjects.events_subject(key(0)), encode(event))
+        found = await eventually(lambda: _at_least(decisions(client), len(first) + 1), timeout=30)
+        assert found[-1].key == key(0) and found[-1].snapshot_revision == revision
+        assert not found[-1].commands and not found[-1].suppressed
+    finally:
+        await worker.close()
 
 
 async def test_each_input_yields_one_batch_and_is_acked(nats_server: NatsServer, client: Client) -> None:
