@@ -6,6 +6,7 @@ consumer of partition p."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from nats.errors import Error as NatsError
@@ -22,13 +23,27 @@ class AppliedFloor:
         self._interval = interval
         self._floors: dict[int, tuple[float, int]] = {}
         """Partition → (when read, floor)."""
+        self._reading: set[asyncio.Task[int]] = set()
+        """Reads under way (held here: a read a caller stopped waiting for still refreshes its floor)."""
 
     async def get(self, partition: int) -> int:
-        """The highest batch sequence below which every batch of ``partition`` has been applied."""
+        """The highest batch sequence below which every batch of ``partition`` has been applied (the one
+        known while it is fresh or being read again; else read again, and the read goes on to refresh it
+        when the caller stops waiting)."""
         read_at, floor = self._floors.get(partition, (float("-inf"), 0))
         if time.monotonic() - read_at < self._interval:
             return floor
         self._floors[partition] = (time.monotonic(), floor)
+        reading = asyncio.create_task(self._read(partition, floor))
+        self._reading.add(reading)
+        reading.add_done_callback(self._reading.discard)
+        return await asyncio.shield(reading)
+
+    def known(self, partition: int) -> int:
+        """The floor of ``partition`` last read (0 before any), without asking the bus."""
+        return self._floors.get(partition, (0.0, 0))[1]
+
+    async def _read(self, partition: int, floor: int) -> int:
         try:
             info = await self._js.consumer_info(subjects.COMMANDS_STREAM, subjects.applier_consumer(partition))
         except NatsError:

@@ -348,7 +348,8 @@ class PartitionConsumer:
         inputs = [item.message for item in items]
         # The applier's floor is read beside the snapshot, not after it: on an idle stack each is a round
         # trip on the path of a change. Read first, it can only be lower, which keeps commands in flight
-        # a moment longer, never shorter.
+        # a moment longer, never shorter. A key with no command in flight is decided the same on any
+        # floor (it has none to settle), so it does not wait for the read, which goes on for the next.
         floor_read = asyncio.ensure_future(self._applied.get(self.partition))
         try:
             writes = [write for item in items if (write := carried_write(item.msg.data, item.message)) is not None]
@@ -360,10 +361,10 @@ class PartitionConsumer:
                 config=self._config,
                 sequences=[item.msg.metadata.sequence.stream for item in items],
             )
-            floor = await floor_read
+            await self._take_over(key)
+            floor = await floor_read if self._inflight.sending(key) else self._applied.known(self.partition)
         finally:
             floor_read.cancel()  # a no-op once it is done
-        await self._take_over(key)
         if not self._lease_valid():
             # Fenced while deciding (the process was starved past its lease): another worker may hold the
             # partition by now, so this decision is dropped, never published beside that worker's, and

@@ -462,6 +462,11 @@ class InFlight:
         """Seconds after which nothing published counts as in flight any more."""
         return self._max_age
 
+    def sending(self, key: ReconcileKey) -> bool:
+        """Whether commands of ``key`` are remembered as sent (which of them landed depends on the applied
+        floor)."""
+        return bool(self._sent.get(key))
+
     def holds(self, key: ReconcileKey) -> bool:
         """Whether a look or a wake-up of ``key`` waits in this memory (lost if the worker goes)."""
         return key in self._looks or key in self._wakes

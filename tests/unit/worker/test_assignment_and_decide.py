@@ -148,7 +148,9 @@ def test_in_flight_commands_are_withheld_until_applied_and_recorded() -> None:
     ).outcome()
     assert again.batch.commands[0].id != first.batch.commands[0].id
     assert inflight.filter(first.batch, applied_floor=0).commands == first.batch.commands
+    assert not inflight.sending(KEY)  # decided on any floor: nothing of the key to settle
     inflight.published(KEY, batch_seq=10)
+    assert inflight.sending(KEY)
     clock[0] = 30.0  # long after publishing, but not applied yet: still in flight
     withheld = inflight.filter(again.batch, applied_floor=9)
     assert withheld.commands == ()
