@@ -13,6 +13,7 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from schema import subjects
+from services.runtime.aio import cancel_and_wait
 
 
 class AppliedFloor:
@@ -38,6 +39,10 @@ class AppliedFloor:
         self._reading.add(reading)
         reading.add_done_callback(self._reading.discard)
         return await asyncio.shield(reading)
+
+    async def close(self) -> None:
+        """Stop the reads under way."""
+        await cancel_and_wait(list(self._reading), timeout=2.0)
 
     def known(self, partition: int) -> int:
         """The floor of ``partition`` last read (0 before any), without asking the bus."""

@@ -124,6 +124,7 @@ class _Worker:
         finally:
             if watching is not None:
                 await cancel_and_wait([watching], timeout=5.0)
+            await self._applied.close()
         if self._crashed:
             raise RuntimeError(f"a partition consumer crashed: {self._crashed[0]!r}") from self._crashed[0]
 

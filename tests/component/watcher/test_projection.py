@@ -10,6 +10,7 @@ from tests.component.watcher.conftest import (
     in_thread,
     owner_ref,
     pod,
+    project_and_stop,
     raycluster,
     rayjob,
     running_watcher,
@@ -59,20 +60,10 @@ async def test_each_event_of_a_key_after_its_first_names_the_write_before_it(
     nats_server: NatsServer, bus: Bus, kube: KubeSimHandle, kubesim_namespace: str
 ) -> None:
     # What lets a reconciler holding the key apply the events' objects instead of reading the key again.
-    ns = kubesim_namespace
-    settings = watcher_settings(nats_server.url, str(kube.kubeconfig), ns)
-    key = ReconcileKey(kind="RayCluster", namespace=ns, name="chain")
-    names = ["chain-head", "chain-worker-a", "chain-worker-b"]
-    async with running_watcher(settings):
-        await in_thread(create_custom, kube.api_client, ns, "rayclusters", raycluster("chain"))
-        for name in names:
-            await in_thread(create_pod, kube.api_client, ns, pod(name, "chain"))
-        events = await until(lambda: _events_once_all_written(bus, key, len(names) + 1), message="every object's event")
-    chain = sorted(events, key=lambda e: e["kv_revision"])
+    key = ReconcileKey(kind="RayCluster", namespace=kubesim_namespace, name="chain")
+    settings = watcher_settings(nats_server.url, str(kube.kubeconfig), key.namespace)
+    await project_and_stop(settings, bus, kube.api_client, key, ["chain-head", "chain-worker-a", "chain-worker-b"])
+    chain = sorted(await bus.events(key), key=lambda e: e["kv_revision"])
+    assert len(chain) == 4
     assert chain[0]["kv_previous"] is None  # the key's first write since the watcher started
     assert [e["kv_previous"] for e in chain[1:]] == [e["kv_revision"] for e in chain[:-1]]
-
-
-async def _events_once_all_written(bus: Bus, key: ReconcileKey, count: int) -> list[dict[str, object]] | None:
-    events = await bus.events(key)
-    return events if len(events) >= count else None
