@@ -102,6 +102,16 @@ def ray_samples() -> list[tuple[str, list[dict[str, Any]]]]:
     return found
 
 
+class ManualClock:
+    """A monotonic clock that a test moves by hand (``clock.now += seconds``)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 async def eventually(
     probe: Callable[[], Awaitable[T]] | Callable[[], T],
     *,

@@ -16,17 +16,9 @@ from services.reconciler.worker.applied import AppliedFloor
 from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.topology import ensure_topology
 from tests.fixtures.nats import NatsServer
-from tests.helpers import eventually
+from tests.helpers import ManualClock, eventually
 
 KEY = ReconcileKey(kind="RayCluster", namespace="default", name="floor")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -53,7 +45,7 @@ async def apply_one(nc: Client) -> int:
 
 
 async def test_a_floor_a_moment_old_is_answered_at_once_and_read_again_behind_the_answer(client: Client) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     floor = AppliedFloor(client.jetstream(), interval=0.5, wait_after=2.0, clock=clock)
     assert await floor.get(0) == 0  # nothing read yet: waited for
     first = await apply_one(client)

@@ -13,17 +13,10 @@ from schema.decision import Snapshot
 from schema.keys import ReconcileKey
 from services.runtime.errors import RetryableError
 from services.runtime.snapshots import HELD_FOR, HELD_FROM, SnapshotReader, Write
+from tests.helpers import ManualClock
 
 KEY = ReconcileKey(kind="RayCluster", namespace="default", name="big")
 OTHER = ReconcileKey(kind="RayCluster", namespace="default", name="small")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def put(kv: KeyValue, key: ReconcileKey, kind: str, name: str, value: object) -> int:
@@ -40,7 +33,7 @@ async def test_a_large_key_is_read_whole_once_then_only_its_changes(objects: tup
     await put(kv, KEY, "RayCluster", KEY.name, {"spec": 1})
     for i in range(HELD_FROM):
         await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
-    clock = Clock()
+    clock = ManualClock()
     reader = SnapshotReader(nc, clock=clock)
     first = await reader.read(KEY)
     assert len(first.entries["Pod"]) == HELD_FROM and reader.whole_reads == 1
@@ -71,7 +64,7 @@ async def test_a_held_key_is_read_whole_again_after_a_while_reusing_what_did_not
     nc, kv = objects
     for i in range(HELD_FROM):
         await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
-    clock = Clock()
+    clock = ManualClock()
     reader = SnapshotReader(nc, clock=clock)
     first = await reader.read(KEY)
     rev = await put(kv, KEY, "Pod", "w-0", {"i": "changed"})
@@ -157,7 +150,7 @@ async def test_a_forgotten_key_is_read_whole_at_the_revision_of_now(objects: tup
     nc, kv = objects
     for i in range(HELD_FROM):
         await put(kv, KEY, "Pod", f"w-{i}", {"i": i})
-    reader = SnapshotReader(nc, clock=Clock())
+    reader = SnapshotReader(nc, clock=ManualClock())
     held = await reader.read(KEY)
     later = await put(kv, OTHER, "Pod", "x", {})  # the bucket moves on; this key does not
     assert (await reader.read(KEY)).revision == held.revision
@@ -218,7 +211,7 @@ async def test_writes_with_a_gap_before_them_are_not_applied_the_key_is_read(
 async def test_a_key_not_held_or_held_too_long_is_read_whatever_the_writes(objects: tuple[Client, KeyValue]) -> None:
     nc, kv = objects
     first = await put(kv, OTHER, "Pod", "p", {"p": 1})
-    clock = Clock()
+    clock = ManualClock()
     reader = SnapshotReader(nc, clock=clock)
     await reader.read(OTHER, min_revision=first, writes=[carried((0, first), "p", {"p": 1})])
     assert reader.applied_writes == 0 and reader.whole_reads == 1
