@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -59,6 +59,7 @@ _json_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[
 _snapshots = meter(__name__).create_counter(
     "raybus_snapshots_total", description="snapshots by how they were had (raybus.snapshot: whole, changes, applied)"
 )
+_WHOLE, _CHANGES, _APPLIED = "whole", "changes", "applied"
 
 BEHIND_BACKOFF: Final = Backoff(base=0.005, cap=0.1)
 """Pauses between reads while the answering replica is behind the revision asked for."""
@@ -118,25 +119,38 @@ def _entry_name(kv_key: str) -> tuple[str, str]:
     return entry_kind, decode_token(name)
 
 
-def _merged(base: _Held, read: KvEntries, *, reuse: _Held | None = None) -> _Held:
-    """``base`` with the writes of ``read`` applied, in new maps (a snapshot handed out stays as it was
-    read); an entry whose write ``reuse`` holds decoded already is not decoded again."""
+_Change = tuple[str, str, str, int, dict[str, Any] | None]
+"""One write to apply to held entries: entry kind, name, KV key, revision, object (None: deleted)."""
+
+
+def _applied(base: _Held, changes: Iterable[_Change], revision: int) -> _Held:
+    """``base`` at ``revision`` with ``changes`` applied, in new maps (a snapshot handed out stays as it
+    was read)."""
     entries = {kind: dict(by_name) for kind, by_name in base.entries.items()}
     written = dict(base.written)
-    for kv_key, entry in read.entries.items():
-        entry_kind, name = _entry_name(kv_key)
-        if entry.value is None:
+    for entry_kind, name, kv_key, written_at, value in changes:
+        if value is None:
             entries.get(entry_kind, {}).pop(name, None)
             written.pop(kv_key, None)
-            continue
-        by_name = entries.setdefault(entry_kind, {})
-        if reuse is not None and reuse.written.get(kv_key) == entry.revision:
-            by_name[name] = reuse.entries[entry_kind][name]
         else:
-            by_name[name] = _json_decoder.decode(entry.value)
-        written[kv_key] = entry.revision
+            entries.setdefault(entry_kind, {})[name] = value
+            written[kv_key] = written_at
     kept = {kind: by_name for kind, by_name in entries.items() if by_name}
-    return dataclasses.replace(base, entries=kept, written=written)
+    return dataclasses.replace(base, revision=revision, entries=kept, written=written)
+
+
+def _decoded(read: KvEntries, reuse: _Held | None) -> Iterator[_Change]:
+    """The writes of ``read``; an entry whose write ``reuse`` holds decoded already is not decoded again."""
+    for kv_key, entry in read.entries.items():
+        entry_kind, name = _entry_name(kv_key)
+        value: dict[str, Any] | None
+        if entry.value is None:
+            value = None
+        elif reuse is not None and reuse.written.get(kv_key) == entry.revision:
+            value = reuse.entries[entry_kind][name]
+        else:
+            value = _json_decoder.decode(entry.value)
+        yield entry_kind, name, kv_key, entry.revision, value
 
 
 def _advanced(key: ReconcileKey, held: _Held, writes: Sequence[Write]) -> _Held | None:
@@ -152,19 +166,10 @@ def _advanced(key: ReconcileKey, held: _Held, writes: Sequence[Write]) -> _Held 
             return None
         chained.append(write)
         revision = write.revision
-    entries = {kind: dict(by_name) for kind, by_name in held.entries.items()}
-    written = dict(held.written)
-    for write in chained:
-        kv_key = subjects.entry_key(key, write.entry_kind, write.name)
-        value = write.value()
-        if value is None:
-            entries.get(write.entry_kind, {}).pop(write.name, None)
-            written.pop(kv_key, None)
-        else:
-            entries.setdefault(write.entry_kind, {})[write.name] = value
-            written[kv_key] = write.revision
-    kept = {kind: by_name for kind, by_name in entries.items() if by_name}
-    return dataclasses.replace(held, revision=revision, entries=kept, written=written)
+    changes = (
+        (w.entry_kind, w.name, subjects.entry_key(key, w.entry_kind, w.name), w.revision, w.value()) for w in chained
+    )
+    return _applied(held, changes, revision)
 
 
 class _Budget:
@@ -213,8 +218,7 @@ class SnapshotReader:
         self._changes_within = changes_within
         self._large = _Budget(held_entries)
         self._small = _Budget(small_held_entries)
-        self._whole_reads = 0
-        self._applied_writes = 0
+        self._had: Counter[str] = Counter()
 
     def forget(self, which: Callable[[ReconcileKey], bool]) -> None:
         """Read the keys ``which`` selects whole next time: another reader may have decided them since this
@@ -227,12 +231,12 @@ class SnapshotReader:
     @property
     def whole_reads(self) -> int:
         """Reads of a whole key so far (the others read only what changed under a held key)."""
-        return self._whole_reads
+        return self._had[_WHOLE]
 
     @property
     def applied_writes(self) -> int:
         """Snapshots so far that took the inputs' writes instead of a read."""
-        return self._applied_writes
+        return self._had[_APPLIED]
 
     async def read(
         self, key: ReconcileKey, *, min_revision: int = 0, writes: Sequence[Write] = (), attempts: int = 20
@@ -244,11 +248,10 @@ class SnapshotReader:
             RetryableError: the server did not answer, or never reached ``min_revision``.
         """
         held = self._held(key)
-        if held is not None and writes and self._clock() - held.read_at < HELD_FOR:
+        if held is not None and writes and self._young(held):
             advanced = _advanced(key, held, writes)
             if advanced is not None and advanced.revision >= min_revision:
-                self._applied_writes += 1
-                _snapshots.add(1, {"raybus.snapshot": "applied"})
+                self._count(_APPLIED)
                 self._keep(key, advanced)
                 return Snapshot(key=key, entries=advanced.entries, revision=advanced.revision)
 
@@ -270,7 +273,7 @@ class SnapshotReader:
         """Whether reading only the changes under ``held`` is due, rather than the whole key: it was read
         whole less than :data:`HELD_FOR` ago, and it is large or the bucket moved little since (module
         docstring)."""
-        if self._clock() - held.read_at >= HELD_FOR:
+        if not self._young(held):
             return False
         if held.size() >= self._held_from:
             return True
@@ -278,10 +281,10 @@ class SnapshotReader:
 
     async def _read_whole(self, key: ReconcileKey, held: _Held | None, min_revision: int) -> Snapshot:
         read = await self._kv.entries(subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout)
-        self._whole_reads += 1
-        _snapshots.add(1, {"raybus.snapshot": "whole"})
+        self._count(_WHOLE)
         revision = min_revision if read.empty else read.revision  # a prefix never written lacks nothing
-        whole = _merged(_Held(revision=revision, read_at=self._clock(), entries={}, written={}), read, reuse=held)
+        empty = _Held(revision=revision, read_at=self._clock(), entries={}, written={})
+        whole = _applied(empty, _decoded(read, held), revision)
         self._keep(key, whole)
         return Snapshot(key=key, entries=whole.entries, revision=revision)
 
@@ -289,11 +292,19 @@ class SnapshotReader:
         read = await self._kv.changes(
             subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), after=held.revision, timeout=self._timeout
         )
-        _snapshots.add(1, {"raybus.snapshot": "changes"})
+        self._count(_CHANGES)
         if read.entries:
-            held = _merged(dataclasses.replace(held, revision=read.revision), read)
+            held = _applied(held, _decoded(read, None), read.revision)
         self._keep(key, held)
         return Snapshot(key=key, entries=held.entries, revision=held.revision)
+
+    def _count(self, how: str) -> None:
+        self._had[how] += 1
+        _snapshots.add(1, {"raybus.snapshot": how})
+
+    def _young(self, held: _Held) -> bool:
+        """Whether ``held`` was read whole less than :data:`HELD_FOR` ago."""
+        return self._clock() - held.read_at < HELD_FOR
 
     def _held(self, key: ReconcileKey) -> _Held | None:
         held = self._large.keys.get(key)

@@ -36,7 +36,7 @@ EXPECTED_LAST: Final = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_FILTER: Final = "Nats-Expected-Last-Subject-Sequence-Subject"
 WRONG_LAST_SEQUENCE: Final = 10071
 """JetStream's error code for a publish whose expected last sequence is not the stream's."""
-_HELD: Final = re.compile(r"wrong last sequence: (\d+)")
+_WRONG_LAST: Final = re.compile(r"wrong last sequence: (\d+)")
 
 CHECKED_TRIES: Final = 3
 """Checked attempts of one write before it is written unchecked (each refusal names the revision to try)."""
@@ -88,7 +88,7 @@ class KeyWrites:
             except BadRequestError as exc:
                 if exc.err_code != WRONG_LAST_SEQUENCE:
                     raise
-                expected = _held(exc.description)
+                expected = _last_in_refusal(exc.description)
                 continue
             return ack, None if ack.duplicate else expected
         return await publish({}), None
@@ -101,7 +101,7 @@ class KeyWrites:
             del self._last[next(iter(self._last))]
 
 
-def _held(description: str | None) -> int | None:
+def _last_in_refusal(description: str | None) -> int | None:
     """The last sequence a refusal says the stream holds (None when it says none that can be read)."""
-    found = _HELD.search(description or "")
+    found = _WRONG_LAST.search(description or "")
     return int(found.group(1)) if found else None
