@@ -195,7 +195,7 @@ class Watcher:
         else:
             # A prober alone reads only the probed keys' objects; an applier needs every key's.
             probed = PROBED_KEYS if "apply" not in self.roles else ()
-            self.facts = KvFacts(self.buckets.objects, keys=probed)
+            self.facts = KvFacts(self.nats, keys=probed)
             await self.facts.start()
             self._start_stages(self.facts)
 
@@ -234,7 +234,7 @@ class Watcher:
             js, resume_kv=self.buckets.watcher, resume_points=points, owners=api_owner_reader(self.api)
         )
         self.projection = projection
-        loaded = await projection.load(self.buckets.objects)
+        loaded = await projection.load(self.nats)
         log.info("projection holds %d objects; %d of %d scopes resume", loaded, len(points), len(scopes))
 
         handoff = Handoff(asyncio.get_running_loop(), QUEUE_SIZE, self._stopping)

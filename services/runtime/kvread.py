@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Final
@@ -27,6 +28,7 @@ import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 
 from schema import subjects
 from services.runtime.errors import RetryableError
@@ -61,6 +63,11 @@ class KvEntries:
     empty: bool
 
 
+def deleted(headers: Mapping[str, str] | None) -> bool:
+    """Whether a KV message with these headers is a delete marker or a purge (``KV-Operation``)."""
+    return (headers or {}).get(KV_OP) in (KV_DEL, KV_PURGE)
+
+
 class _Answer:
     """One direct get's answer as its messages arrive: entries taken, then the final status."""
 
@@ -90,8 +97,8 @@ class _Answer:
                 self.done.set_exception(RetryableError(f"KV read got a message that is no entry: {headers}"))
             return
         self.last_read = max(self.last_read, int(seq))
-        deleted = headers.get("KV-Operation") in ("DEL", "PURGE")
-        self.entries[subject[len(self.prefix) :]] = KvEntry(revision=int(seq), value=None if deleted else msg.data)
+        value = None if deleted(headers) else msg.data
+        self.entries[subject[len(self.prefix) :]] = KvEntry(revision=int(seq), value=value)
 
 
 class KvReader:

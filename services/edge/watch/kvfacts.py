@@ -1,10 +1,13 @@
 """What the watch has seen, read from KV ``raybus-objects``: the applier's and the prober's facts without informers.
 
 Role: an applier or prober running in its own process has no projection. :class:`KvFacts` follows the
-bucket the projection writes with one KV watch over every key (its initial values, then every update,
-delete markers and purges included), or for a prober with one watch per probed key kind
-(``schema.probes.PROBED_KEYS``: a burst of RayClusters then costs it nothing), and answers what they
-ask of the in-process projection:
+bucket the projection writes over every key, or for a prober per probed key kind
+(``schema.probes.PROBED_KEYS``: a burst of RayClusters then costs it nothing): it reads each key's last
+write with batched direct gets (``kvread``), which end with the stream sequence they reflect, then
+follows every write after that sequence, delete markers and purges included, on an ordered consumer. (A
+KV watch tells the end of its initial values by a marker that nats-py may deliver before the values
+themselves: facts started so would claim a revision they do not reflect.) It answers what they ask of
+the in-process projection:
 ``find``/``recently_deleted`` (``authorize.Facts``), ``owner_gone`` (``staleness.OwnerView``) and
 ``objects`` (``prober.ObjectSource``), with the projection's semantics:
 
@@ -20,8 +23,8 @@ ask of the in-process projection:
   the earliest one seen, as ``Projection.load`` takes it).
 - :attr:`KvFacts.revision` is the last stream sequence applied; :meth:`KvFacts.caught_up` waits for a
   revision (a batch's ``snapshot_revision``), so a decision made on a snapshot newer than this view is not
-  judged on older facts. After the initial values it is at least the stream's last sequence before the
-  watch started (everything up to there is reflected, even when the last messages were removed).
+  judged on older facts. After the initial read it is at least the stream's last sequence before the
+  read (everything up to there is reflected, even when the last messages were removed).
 
 Memory: the custom resources and every other kind are kept whole (authorize reads their specs, owners and
 labels; the prober their specs and statuses). Pods are the bulk (thousands per cluster) and are reduced
@@ -30,9 +33,9 @@ that far (``podfacts.decode_slim_pod``): every Pod write reaches each process th
 
 Invariants: entries are applied in stream order, one at a time on the loop; an entry that is not a
 watched object (observations, an unknown kind, a malformed key or value) only advances the revision
-(malformed ones with a warning), so nothing in the bucket stops the watch. The KV watch is nats-py's
-ordered consumer: after a NATS reconnect (or a consumer lost with a restarted server) it is recreated
-from the next stream sequence once two idle heartbeats (5 s each) went missing, so no update is skipped;
+(malformed ones with a warning), so nothing in the bucket stops the watch. The ordered consumer is
+nats-py's: after a NATS reconnect (or a consumer lost with a restarted server) it is recreated from the
+next stream sequence once two idle heartbeats (5 s each) went missing, so no update is skipped;
 meanwhile :meth:`KvFacts.caught_up` waits (about 20 s after a restart of a single server, measured).
 
 Not here: writing the bucket (``projection``), deciding on the facts (``authorize``, ``staleness``).
@@ -46,12 +49,15 @@ import heapq
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import msgspec
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from schema import subjects
 from schema.keys import KeyKind, ReconcileKey, decode_token
@@ -59,7 +65,7 @@ from schema.objects import being_deleted, metadata_of, text
 from services.edge.resources import by_kind
 from services.edge.watch.podfacts import POD, decode_slim_pod
 from services.edge.watch.projection import GONE_MEMORY, REMEMBERED_DELETIONS
-from services.runtime.aio import cancel_and_wait
+from services.runtime.kvread import deleted, read_entries
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +99,10 @@ class _Entry:
 class KvFacts:
     """The watched objects as KV ``raybus-objects`` shows them, kept current by KV watches."""
 
-    def __init__(self, kv: KeyValue, *, keys: Collection[KeyKind] = ()) -> None:
-        """Follow ``kv`` (the ``raybus-objects`` bucket) once :meth:`start` is called: every key's entries,
-        or with ``keys`` only the entries of the reconcile keys of those kinds (one watch each)."""
-        self._kv = kv
+    def __init__(self, nc: Client, *, keys: Collection[KeyKind] = ()) -> None:
+        """Follow the ``raybus-objects`` bucket on ``nc`` once :meth:`start` is called: every key's entries,
+        or with ``keys`` only the entries of the reconcile keys of those kinds (one consumer each)."""
+        self._nc = nc
         self._filters = tuple(subjects.entries_of_kind(kind) for kind in keys) or (">",)
         self._every_key = not keys
         self._held: dict[Named, _Held] = {}
@@ -109,8 +115,7 @@ class KvFacts:
         """(kind, uid) of a custom resource being deleted → the first revision that showed it so."""
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
-        self._watchers: list[KeyValue.KeyWatcher] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        self._subs: list[Subscription] = []
         self._stopped = False
         self.revision = 0
         """The last stream sequence of the bucket applied."""
@@ -120,53 +125,53 @@ class KvFacts:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the watches; returns once their initial values are applied (then follows updates)."""
-        status = await self._kv.status()
-        floor = status.stream_info.state.last_seq
-        # The initial values are each entry's latest write only: a revision among them says nothing about
-        # the entries written later, so the revision moves once they are all in.
+        """Read the followed entries, then follow every write after the read; returns once the read is
+        applied."""
+        info = await self._nc.jetstream().stream_info(subjects.kv_stream(subjects.OBJECTS_BUCKET))
+        floor = info.state.last_seq
         try:
             for key_filter in self._filters:
-                watcher = await self._kv.watch(key_filter)
-                self._watchers.append(watcher)
-                async for entry in watcher:
-                    if entry is None:  # nats-py's marker: the initial values are in
-                        break
-                    self._apply(entry)
-                    floor = max(floor, entry.revision or 0)
+                read = await read_entries(self._nc, subjects.OBJECTS_BUCKET, key_filter)
+                for kv_key, entry in sorted(read.entries.items(), key=lambda item: item[1].revision):
+                    self._apply(kv_key, entry.revision, entry.value)  # in the order they were written
+                self._subs.append(await self._follow(key_filter, after=read.revision))
+                floor = max(floor, read.revision)
         except BaseException:
-            await self._close_watch()
+            await self._unsubscribe()
             raise
         self._advance(floor)
-        self._tasks = [
-            asyncio.create_task(self._follow(watcher), name=f"kvfacts-watch-{key_filter}")
-            for watcher, key_filter in zip(self._watchers, self._filters, strict=True)
-        ]
 
     async def stop(self) -> None:
         """Stop following the bucket; :meth:`caught_up` waiters get :class:`FactsStopped`."""
         self._stopped = True
-        await self._close_watch()
-        if self._tasks:
-            lingering = await cancel_and_wait(self._tasks, timeout=2.0)
-            if lingering:
-                log.warning("the KV watch of the facts did not stop")
+        await self._unsubscribe()
         for _, _, waiter in self._waiters:
             if not waiter.done():
                 waiter.set_exception(FactsStopped())
         self._waiters.clear()
 
-    async def _close_watch(self) -> None:
-        watchers, self._watchers = self._watchers, []
-        for watcher in watchers:
-            with contextlib.suppress(Exception):  # a closed connection has nothing left to unsubscribe
-                await cast(Callable[[], Awaitable[None]], watcher.stop)()
+    async def _follow(self, key_filter: str, *, after: int) -> Subscription:
+        """An ordered consumer of the writes under ``key_filter`` from stream sequence ``after + 1``."""
+        prefix = subjects.kv_subject(subjects.OBJECTS_BUCKET)
 
-    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
-        async for entry in watcher:
-            if entry is not None:
-                self._apply(entry)
-                self._advance(entry.revision or 0)
+        async def written(msg: Msg) -> None:
+            revision = msg.metadata.sequence.stream
+            self._apply(msg.subject[len(prefix) :], revision, None if deleted(msg.headers) else msg.data)
+            self._advance(revision)
+
+        return await self._nc.jetstream().subscribe(
+            prefix + key_filter,
+            stream=subjects.kv_stream(subjects.OBJECTS_BUCKET),
+            cb=written,
+            ordered_consumer=True,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1),
+        )
+
+    async def _unsubscribe(self) -> None:
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            with contextlib.suppress(Exception):  # a closed connection has nothing left to unsubscribe
+                await sub.unsubscribe()
 
     async def caught_up(self, revision: int) -> None:
         """Return once the watch has applied stream sequence ``revision`` (at once when it has).
@@ -219,32 +224,32 @@ class KvFacts:
 
     # --- applying entries -------------------------------------------------------------------------
 
-    def _apply(self, entry: KeyValue.Entry) -> None:
-        if entry.operation in (KV_DEL, KV_PURGE):
-            self._remove(entry.key)
+    def _apply(self, kv_key: str, revision: int, value: bytes | None) -> None:
+        """One write of the entry ``kv_key`` (``value`` None: a delete marker or purge)."""
+        if value is None:
+            self._remove(kv_key)
         else:
-            self._put(entry)
+            self._put(kv_key, revision, value)
 
-    def _put(self, entry: KeyValue.Entry) -> None:
-        parts = entry.key.split(".")
+    def _put(self, kv_key: str, revision: int, value: bytes) -> None:
+        parts = kv_key.split(".")
         if len(parts) != 5:
-            return self._skip(entry.key, "not an entry key")
+            return self._skip(kv_key, "not an entry key")
         resource = by_kind(parts[3])
         if resource is None or not resource.watched:
             return None  # observations and anything else that is not a watched object
         try:
             key = ReconcileKey.from_token(".".join(parts[:3]))
-            value = entry.value or b""
             obj = decode_slim_pod(value) if resource.kind == POD else _json.decode(value)
         except (ValueError, msgspec.DecodeError):
-            return self._skip(entry.key, "undecodable")
+            return self._skip(kv_key, "undecodable")
         metadata = metadata_of(obj)
         uid = text(metadata.get("uid"))
         named = (resource.kind, text(metadata.get("namespace")) or key.namespace, decode_token(parts[4]))
-        previous = self._entries.get(entry.key)
+        previous = self._entries.get(kv_key)
         if previous is not None and previous.named != named:
-            self._remove(entry.key)  # the entry now holds another object (never written so, but harmless)
-        self._entries[entry.key] = _Entry(named, resource.is_key_kind)
+            self._remove(kv_key)  # the entry now holds another object (never written so, but harmless)
+        self._entries[kv_key] = _Entry(named, resource.is_key_kind)
         held = self._held.get(named)
         if held is not None and held.uid != uid and resource.is_key_kind:
             self._forget_incarnation(resource.kind, held.uid)  # the same name with a new uid: the old one is gone
@@ -253,12 +258,12 @@ class KvFacts:
             self._by_kind.setdefault(named[0], {})[named[1:]] = held
         else:
             held.obj, held.uid = obj, uid
-        held.entries.add(entry.key)
+        held.entries.add(kv_key)
         self._deleted.pop(named, None)
         if resource.is_key_kind:
             self._gone.pop((resource.kind, uid), None)  # held again: its entries tell (as the projection's cache)
             if being_deleted(obj):
-                self._deleting_at.setdefault((resource.kind, uid), entry.revision or 0)
+                self._deleting_at.setdefault((resource.kind, uid), revision)
             else:
                 self._deleting_at.pop((resource.kind, uid), None)
         return None

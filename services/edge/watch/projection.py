@@ -55,10 +55,11 @@ from typing import Any, Final, cast
 import msgspec
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_OP, KeyValue
 from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
@@ -81,6 +82,7 @@ from services.runtime.aio import cancel_and_wait, raise_if_cancelling
 from services.runtime.backoff import Backoff, retry
 from services.runtime.bus import bus_unavailable, publish
 from services.runtime.clock import Clock, utc_now
+from services.runtime.kvread import read_entries
 from services.runtime.tracing import current_trace_id, tracer
 
 log = logging.getLogger(__name__)
@@ -250,55 +252,54 @@ class Projection:
         """The scope's fully published resourceVersion."""
         return self._watermarks.committed(scope.name)
 
-    async def load(self, kv: KeyValue) -> int:
+    async def load(self, nc: Client) -> int:
         """Rebuild the cache from KV ``raybus-objects`` (a restarted watcher resumes instead of relisting).
+
+        The bucket is read with batched direct gets (``kvread``), which end with the sequence they reflect,
+        not with a KV watch: nats-py ends a watch's initial values with a marker it may deliver before the
+        values themselves (its consumer reports nothing pending while they are still on the way), and a
+        load cut short would project every object again as missing.
 
         Returns:
             The number of objects loaded.
+
+        Raises:
+            RetryableError: the bucket could not be read.
         """
         found: dict[ObjectId, tuple[int, Placed]] = {}
-        watcher = await kv.watch(">", ignore_deletes=True)
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                parts = entry.key.split(".")
-                if len(parts) != 5 or entry.value is None:
-                    continue
-                resource = by_kind(parts[3])
-                if resource is None or not resource.watched:
-                    continue  # observations and anything else that is not a watched object
-                try:
-                    key = ReconcileKey.from_token(".".join(parts[:3]))
-                    obj: dict[str, Any] = msgspec.json.decode(entry.value, type=dict[str, Any])
-                except (ValueError, msgspec.DecodeError):
-                    log.warning("ignoring undecodable KV entry %s", entry.key)
-                    continue
-                metadata = obj.get("metadata") or {}
-                change = Change(
-                    type="ADDED",
-                    obj=obj,
-                    raw=entry.value,
-                    uid=str(metadata.get("uid") or ""),
-                    resource_version=str(metadata.get("resourceVersion") or ""),
-                    namespace=str(metadata.get("namespace") or ""),
-                    name=decode_token(parts[4]),
-                )
-                oid = (resource.kind, change.uid)
-                held = found.get(oid)
-                if held is None:
-                    found[oid] = (entry.revision or 0, Placed(resource, change, (key,)))
-                else:
-                    revision, placed = held
-                    keys = (*placed.keys, key) if key not in placed.keys else placed.keys
-                    newer = (entry.revision or 0) > revision
-                    found[oid] = (
-                        max(revision, entry.revision or 0),
-                        Placed(resource, change if newer else placed.change, keys),
-                    )
-        finally:
-            with contextlib.suppress(Exception):
-                await cast(Callable[[], Awaitable[None]], watcher.stop)()
+        read = await read_entries(nc, subjects.OBJECTS_BUCKET, ">")
+        for kv_key, entry in read.entries.items():
+            parts = kv_key.split(".")
+            if len(parts) != 5 or entry.value is None:
+                continue
+            resource = by_kind(parts[3])
+            if resource is None or not resource.watched:
+                continue  # observations and anything else that is not a watched object
+            try:
+                key = ReconcileKey.from_token(".".join(parts[:3]))
+                obj: dict[str, Any] = msgspec.json.decode(entry.value, type=dict[str, Any])
+            except (ValueError, msgspec.DecodeError):
+                log.warning("ignoring undecodable KV entry %s", kv_key)
+                continue
+            metadata = obj.get("metadata") or {}
+            change = Change(
+                type="ADDED",
+                obj=obj,
+                raw=entry.value,
+                uid=str(metadata.get("uid") or ""),
+                resource_version=str(metadata.get("resourceVersion") or ""),
+                namespace=str(metadata.get("namespace") or ""),
+                name=decode_token(parts[4]),
+            )
+            oid = (resource.kind, change.uid)
+            held = found.get(oid)
+            if held is None:
+                found[oid] = (entry.revision, Placed(resource, change, (key,)))
+            else:
+                revision, placed = held
+                keys = (*placed.keys, key) if key not in placed.keys else placed.keys
+                newer = entry.revision > revision
+                found[oid] = (max(revision, entry.revision), Placed(resource, change if newer else placed.change, keys))
         for oid, (revision, placed) in found.items():
             self._hold(oid, placed)
             if placed.resource.is_key_kind and deleting(placed.change.obj):
@@ -859,7 +860,7 @@ class Projection:
 
     async def _publish_entry(self, op: _Write, subject: str, checks: dict[str, str]) -> PubAck:
         if op.event_type == "DELETED":
-            headers = {"KV-Operation": "DEL", "Nats-Msg-Id": op.msg_id, **checks}
+            headers = {KV_OP: KV_DEL, "Nats-Msg-Id": op.msg_id, **checks}
             return await self._js.publish(subject, b"", headers=headers)
         return await self._js.publish(subject, op.change.raw, headers={"Nats-Msg-Id": op.msg_id, **checks})
 

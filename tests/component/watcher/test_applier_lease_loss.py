@@ -49,7 +49,7 @@ async def test_a_lost_lease_is_claimed_again_without_waiting_for_the_batch_in_ha
     ns = kubesim_namespace
     key = ReconcileKey(kind="RayCluster", namespace=ns, name="waits")
     partition = partition_of(key)
-    facts = KvFacts(bus.buckets.objects)
+    facts = KvFacts(bus.nc)
     await facts.start()
     applier = Applier(bus.js, kube_api, membership=bus.membership(MEMBER), facts=facts, exit_timeout=3600)
     stop = asyncio.Event()

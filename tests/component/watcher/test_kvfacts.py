@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import nats
 import pytest
+from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from schema import subjects
@@ -209,8 +210,8 @@ async def settle(facts: KvFacts, kv: KeyValue) -> int:
 
 
 @contextlib.asynccontextmanager
-async def following(kv: KeyValue, keys: Sequence[KeyKind] = ()) -> AsyncIterator[KvFacts]:
-    facts = KvFacts(kv, keys=keys)
+async def following(nc: Client, keys: Sequence[KeyKind] = ()) -> AsyncIterator[KvFacts]:
+    facts = KvFacts(nc, keys=keys)
     await facts.start()
     try:
         yield facts
@@ -221,7 +222,7 @@ async def following(kv: KeyValue, keys: Sequence[KeyKind] = ()) -> AsyncIterator
 async def test_kvfacts_answers_as_the_projection_that_wrote_the_bucket(bus: Bus) -> None:
     kv = bus.buckets.objects
     projection = Projection(bus.js)
-    async with following(kv) as facts:
+    async with following(bus.nc) as facts:
         await project(projection, "ADDED", RAYJOB, JOB_CLUSTER, JOB_SERVICE, JOB_HEAD, STRAY)
         await project(projection, "ADDED", RAYSERVICE, SERVE_CLUSTER, SERVE_HEAD)
         before = await settle(facts, kv)
@@ -262,17 +263,16 @@ async def test_kvfacts_answers_as_the_projection_that_wrote_the_bucket(bus: Bus)
             assert not source.recently_deleted("Pod", NS, "stray")
 
     # a process started after all of it sees the same (delete markers are recent deletions)
-    async with following(kv) as late:
+    async with following(bus.nc) as late:
         assert verdicts(late) == gone
         assert targets(late) == targets(projection)
 
 
 async def test_a_prober_following_the_probed_keys_only_finds_the_same_targets(bus: Bus) -> None:
     """The prober alone follows RayJob and RayService keys: what their probes read is stored under them."""
-    kv = bus.buckets.objects
     projection = Projection(bus.js)
     plain = obj("RayCluster", "plain", 40)
-    async with following(kv, PROBED_KEYS) as facts:
+    async with following(bus.nc, PROBED_KEYS) as facts:
         await project(projection, "ADDED", RAYJOB, JOB_CLUSTER, JOB_SERVICE, JOB_HEAD, STRAY, plain)
         await project(projection, "ADDED", RAYSERVICE, SERVE_CLUSTER, SERVE_HEAD)
         expected = targets(projection)
@@ -293,7 +293,7 @@ async def test_an_object_removed_from_one_key_while_another_holds_it_is_not_dele
     under_cluster = subjects.entry_key(key("RayCluster", "j-c"), "RayCluster", "j-c")
     under_job = subjects.entry_key(key("RayJob", "j"), "RayCluster", "j-c")
     value = msgspec.json.encode(JOB_CLUSTER)
-    async with following(kv) as facts:
+    async with following(bus.nc) as facts:
         await kv.put(under_cluster, value)
         await kv.put(under_job, value)
         await kv.delete(under_job)
@@ -319,7 +319,7 @@ async def test_malformed_entries_are_skipped(bus: Bus) -> None:
     good = subjects.entry_key(key("RayCluster", "c"), "Pod", "good")
     pod = head_pod("good", "c", "10.0.0.3", 1)
     await kv.put(subjects.entry_key(key("RayCluster", "c"), "Pod", "early"), b"{not json")
-    async with following(kv) as facts:
+    async with following(bus.nc) as facts:
         assert facts.skipped == 1
         malformed: Sequence[tuple[str, bytes]] = (
             (subjects.entry_key(key("RayCluster", "c"), "Pod", "list"), b"[1, 2]"),
@@ -344,7 +344,7 @@ async def test_malformed_entries_are_skipped(bus: Bus) -> None:
 async def test_caught_up_waits_for_a_later_revision(bus: Bus) -> None:
     kv = bus.buckets.objects
     entry = subjects.entry_key(key("RayCluster", "c"), "RayCluster", "c")
-    async with following(kv) as facts:
+    async with following(bus.nc) as facts:
         now = facts.revision
         await facts.caught_up(now)  # applied already: returns at once
         waiting = asyncio.create_task(facts.caught_up(now + 1))
@@ -366,7 +366,7 @@ async def test_the_watch_survives_a_nats_restart(nats_server: NatsServer, bus: B
     nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         kv = await nc.jetstream().key_value(subjects.OBJECTS_BUCKET)
-        async with following(kv) as facts:
+        async with following(nc) as facts:
             before = subjects.entry_key(key("RayCluster", "a"), "RayCluster", "a")
             await kv.put(before, msgspec.json.encode(obj("RayCluster", "a", 1)))
             await settle(facts, kv)
