@@ -522,9 +522,17 @@ async def test_9_a_submitter_job_runs_the_rayjobs_image_and_entrypoint_only(pipe
                     return command
         return None
 
+    async def submitter_job() -> Any:
+        try:
+            return await asyncio.to_thread(client.BatchV1Api(pipe.api).read_namespaced_job, SUBMITTED.name, NS)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None  # decided, not applied yet
+            raise
+
     job = await eventually(submitter, timeout=120, message="the reconciler created no submitter Job for rjk")
     assert job is not None
-    created = await asyncio.to_thread(client.BatchV1Api(pipe.api).read_namespaced_job, SUBMITTED.name, NS)
+    created = await eventually(submitter_job, timeout=120, message="the applier created no submitter Job for rjk")
     assert [c.image for c in created.spec.template.spec.containers] == ["rayproject/ray:2.46.0"]
     for mutate, why in SUBMITTER_ATTACKS.values():
         body = copy.deepcopy(job.body)

@@ -7,8 +7,8 @@ the ``services/proxy`` subresource. On NATS it consumes ``RAYBUS_COMMANDS`` thro
 partitions' durable consumers and publishes the outcomes on ``raybus.results.<key>``.
 
 Each command is checked before it runs: may this key do it (``authorize``), does its content follow
-from the key's custom resource (``provenance``), is the batch a current decision (``freshness``,
-``staleness``). It is planned as an API call (``plan``), paced (``throttle``), run side by side where
-the order allows (``waves``), what fails shows on the custom resource (``failures``), and the outcomes
-of a batch's run are published together (``reports``).
+from the key's custom resource (``provenance``), each once per batch (``checks``), is the batch a
+current decision (``freshness``, ``staleness``). It is planned as an API call (``plan``), paced
+(``throttle``), run side by side where the order allows (``waves``), what fails shows on the custom
+resource (``failures``), and the outcomes of a batch's run are published together (``reports``).
 """

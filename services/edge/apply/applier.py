@@ -77,10 +77,10 @@ from schema.messages import (
     command_verb,
 )
 from services.edge import pipeline_metrics
-from services.edge.apply.authorize import Allowed, Facts, Gone, authorize, command_kind
+from services.edge.apply.authorize import Allowed, Facts, Gone, command_kind
+from services.edge.apply.checks import BatchChecks
 from services.edge.apply.freshness import Freshness, WrittenStatus
 from services.edge.apply.plan import RETRY_BACKOFF, is_transient, outcome_of_error, plan_call, requested_delay
-from services.edge.apply.provenance import ContentCheck
 from services.edge.apply.reports import RunReport, run_id
 from services.edge.apply.staleness import DecisionCheck, OwnerView
 from services.edge.apply.throttle import RateLimiter
@@ -435,20 +435,16 @@ class Applier:
             run_id(batch.id, batch_seq=sequence, delivery=delivery),
             together=self._result_batches,
         )
-        verified = self._facts is not None and (not batch.snapshot_revision or await self._facts_at(batch))
-        replay = await self._freshness.judge(batch, verified=verified) if self._facts is not None else ""
+        checks = None
+        replay = ""
+        if self._facts is not None:
+            verified = not batch.snapshot_revision or await self._facts_at(batch)
+            checks = BatchChecks(batch, self._facts, self._config, self._written.of(batch.key))
+            replay = await self._freshness.judge(batch, verified=verified and not checks.refused_whole())
         try:
-            await self._apply_commands(msg, batch, report, replay, sequence, delivery)
+            await self._apply_commands(msg, batch, report, checks, replay, sequence, delivery)
         finally:
             await asyncio.gather(report.close(), self._freshness.stored(batch.key))
-
-    def _refusals(self, batch: CommandBatch, replay: str) -> Callable[[Command], str]:
-        """Why each command of ``batch`` must not run although its key may send it: a replayed decision
-        (``replay``, from ``freshness``), or content its custom resource does not imply (``provenance``)."""
-        if self._facts is None:
-            return lambda command: ""
-        content = ContentCheck(batch.key, self._facts, self._config, (*self._written.of(batch.key), *batch.commands))
-        return lambda command: replay or content.problem(command)
 
     async def _facts_at(self, batch: CommandBatch) -> bool:
         """Wait until the facts reflect the snapshot the batch was decided on (an applier reading them from
@@ -474,6 +470,7 @@ class Applier:
         msg: Msg,
         batch: CommandBatch,
         report: RunReport,
+        checks: BatchChecks | None,
         replay: str,
         sequence: int,
         delivery: int,
@@ -482,13 +479,14 @@ class Applier:
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
         # A late batch is no replay: every command is superseded, so the refusal below is never reached.
         review = await self._decisions.review(msg, batch, queued, behind=bool(replay))
-        refused = self._refusals(batch, replay)
         slots = asyncio.Semaphore(WAVE_CONCURRENCY)
 
         async def one(index: int, command: Command) -> None:
             async with slots:
                 report.add(
-                    await self._apply_one(batch, index, command, review.stale, refused, parent, sequence, delivery)
+                    await self._apply_one(
+                        batch, index, command, review.stale, checks, replay, parent, sequence, delivery
+                    )
                 )
 
         for wave in waves(batch.commands):
@@ -505,7 +503,8 @@ class Applier:
         index: int,
         command: Command,
         stale: Callable[[Command], str],
-        refused: Callable[[Command], str],
+        checks: BatchChecks | None,
+        replay: str,
         parent: Context,
         sequence: int,
         delivery: int,
@@ -523,7 +522,7 @@ class Applier:
                 "raybus.target": command_target(command),
             },
         ) as span:
-            applied = await self._apply_authorized(batch, index, command, stale, refused, sequence)
+            applied = await self._apply_authorized(batch, index, command, stale, checks, replay, sequence)
             span.set_attribute("raybus.outcome", applied.outcome)
             if isinstance(command, PatchStatus) and applied.outcome in TAKEN_EFFECT:
                 self._written.wrote(batch.key, command)
@@ -566,13 +565,15 @@ class Applier:
         index: int,
         command: Command,
         stale: Callable[[Command], str],
-        refused: Callable[[Command], str],
+        checks: BatchChecks | None,
+        replay: str,
         sequence: int = 0,
     ) -> Applied:
         """Apply one command if its key may (the one place commands are authorized), its decision still
-        holds, and its batch and content are what the key's custom resource asks for now."""
-        if self._facts is not None:
-            verdict = authorize(batch.key, command, self._facts)
+        holds, and its batch (``replay``, from ``freshness``) and content are what the key's custom resource
+        asks for now."""
+        if checks is not None:
+            verdict = checks.authority(index, command)
             if isinstance(verdict, Gone):
                 return Applied(outcome=verdict.outcome, error=verdict.reason)
             if not isinstance(verdict, Allowed):
@@ -581,7 +582,7 @@ class Applier:
         why = stale(command)
         if why:
             return Applied(outcome="superseded", error=why)
-        reason = refused(command)
+        reason = replay or (checks.content(index, command) if checks is not None else "")
         if reason:
             await self._report_denial(batch, index, command, reason, sequence)
             return Applied(outcome="denied", error=reason[:1000])

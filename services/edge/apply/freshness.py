@@ -11,7 +11,9 @@ therefore applies a batch only if
   a republished batch carries its old revision and is refused (``denied``, with the reason).
 
 Only revisions the applier could verify are remembered: those its facts had reached (``caught_up``), so
-a forged far-future revision cannot make every later decision of the key look old. Decisions of one key
+a forged far-future revision cannot make every later decision of the key look old; and only of batches
+not refused whole (``checks``), so a forged batch that changed nothing does not make the reconciler's
+own decisions made just before it look old. Decisions of one key
 are made one at a time, each on the key's entries read again before it, so a legitimate batch is not
 older than one applied before it.
 Failure reports (a batch of Warning Events after the key's inputs were dead-lettered) are no decision and

@@ -268,3 +268,44 @@ async def fetched(sub: JetStreamContext.PullSubscription, count: int) -> list[Ms
     while len(messages) < count:
         messages.extend(await sub.fetch(count - len(messages), timeout=5))
     return messages
+
+
+async def test_a_batch_refused_whole_does_not_make_an_earlier_decision_a_replay(
+    bus: Bus, kube_api: KubeApi, kubesim_namespace: str
+) -> None:
+    """A forged batch claims the newest revision and every command of it is refused; the reconciler's own
+    decision, made on an earlier revision and delivered after it, is applied, not refused as a replay:
+    a batch that changed nothing is no decision applied."""
+    ns = kubesim_namespace
+    key = ReconcileKey(kind="RayCluster", namespace=ns, name="forged")
+    resource = by_kind("RayCluster")
+    assert resource is not None
+    projection = Projection(bus.js)
+    revisions = []
+    for rv in (1, 2):
+        await projection.project(Batch(Scope(resource, ns), (cluster_version(ns, key.name, rv),)))
+        await projection.drain()
+        revisions.append(max(e["kv_revision"] for e in await bus.events(key)))
+    regarding = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=ns, name=key.name)
+    elsewhere = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=ns, name="someone-else")
+    forged = batch(key, "forged", PatchStatus(id="f", target=elsewhere, status={"state": "ready"}), rev=revisions[1])
+    event = EmitEvent(id="e", regarding=regarding, event_type="Normal", reason="Created", message="m")
+    own = batch(key, "own", event, rev=revisions[0])
+    for sent in (forged, own):
+        await send(bus, sent)
+    applier = Applier(
+        bus.js, kube_api, membership=bus.membership(), facts=projection, owners=projection, applied=bus.buckets.applied
+    )
+    sub = await bus.js.pull_subscribe_bind(
+        durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM
+    )
+    try:
+        for msg, sent in zip(await fetched(sub, 2), (forged, own), strict=True):
+            await applier.apply_batch(msg, sent)
+            await msg.ack()
+        decided = [r for r in await results_of(bus, key, 3) if r["batch_id"]]  # besides the lifecycle fact
+        results = {r["batch_id"]: (r["outcome"], r["error"]) for r in decided}
+        assert results["forged"][0] == "denied" and "may only target its own object" in results["forged"][1]
+        assert results["own"] == ("applied", "")
+    finally:
+        await sub.unsubscribe()
