@@ -203,6 +203,33 @@ def cluster_version(ns: str, name: str, rv: int) -> Change:
     return make_change(resource, "ADDED" if rv == 1 else "MODIFIED", msgspec.json.encode(obj))
 
 
+async def two_versions(bus: Bus, key: ReconcileKey) -> tuple[Projection, list[int]]:
+    """A projection that saw two versions of the RayCluster ``key``, and the KV revision of each."""
+    resource = by_kind("RayCluster")
+    assert resource is not None
+    projection = Projection(bus.js)
+    revisions = []
+    for rv in (1, 2):
+        await projection.project(Batch(Scope(resource, key.namespace), (cluster_version(key.namespace, key.name, rv),)))
+        await projection.drain()
+        revisions.append(max(e["kv_revision"] for e in await bus.events(key)))
+    return projection, revisions
+
+
+async def applier_of(
+    bus: Bus, kube_api: KubeApi, projection: Projection, key: ReconcileKey
+) -> tuple[Applier, JetStreamContext.PullSubscription]:
+    """An applier on ``projection``'s facts, not running, and the key's partition's consumer to hand it
+    batches from (as a running one would)."""
+    applier = Applier(
+        bus.js, kube_api, membership=bus.membership(), facts=projection, owners=projection, applied=bus.buckets.applied
+    )
+    sub = await bus.js.pull_subscribe_bind(
+        durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM
+    )
+    return applier, sub
+
+
 async def test_a_batch_that_comes_after_a_newer_decision_was_applied_is_superseded_not_denied(
     bus: Bus, kube_api: KubeApi, kubesim_namespace: str
 ) -> None:
@@ -211,14 +238,7 @@ async def test_a_batch_that_comes_after_a_newer_decision_was_applied_is_supersed
     denial; the same bytes published again as the newest message are one."""
     ns = kubesim_namespace
     key = ReconcileKey(kind="RayCluster", namespace=ns, name="late")
-    resource = by_kind("RayCluster")
-    assert resource is not None
-    projection = Projection(bus.js)
-    revisions = []
-    for rv in (1, 2):
-        await projection.project(Batch(Scope(resource, ns), (cluster_version(ns, key.name, rv),)))
-        await projection.drain()
-        revisions.append(max(e["kv_revision"] for e in await bus.events(key)))
+    projection, revisions = await two_versions(bus, key)
     regarding = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=ns, name=key.name)
 
     # The old decision's status patch is guarded by a resourceVersion: a newer decision does not supersede
@@ -229,12 +249,7 @@ async def test_a_batch_that_comes_after_a_newer_decision_was_applied_is_supersed
     newer = batch(key, "newer", event, rev=revisions[1])
     for sent in (old, newer):
         await send(bus, sent)
-    applier = Applier(
-        bus.js, kube_api, membership=bus.membership(), facts=projection, owners=projection, applied=bus.buckets.applied
-    )
-    sub = await bus.js.pull_subscribe_bind(
-        durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM
-    )
+    applier, sub = await applier_of(bus, kube_api, projection, key)
     try:
         held, waiting = await fetched(sub, 2)
         await applier.apply_batch(waiting, newer)
@@ -278,14 +293,7 @@ async def test_a_batch_refused_whole_does_not_make_an_earlier_decision_a_replay(
     a batch that changed nothing is no decision applied."""
     ns = kubesim_namespace
     key = ReconcileKey(kind="RayCluster", namespace=ns, name="forged")
-    resource = by_kind("RayCluster")
-    assert resource is not None
-    projection = Projection(bus.js)
-    revisions = []
-    for rv in (1, 2):
-        await projection.project(Batch(Scope(resource, ns), (cluster_version(ns, key.name, rv),)))
-        await projection.drain()
-        revisions.append(max(e["kv_revision"] for e in await bus.events(key)))
+    projection, revisions = await two_versions(bus, key)
     regarding = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=ns, name=key.name)
     elsewhere = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace=ns, name="someone-else")
     forged = batch(key, "forged", PatchStatus(id="f", target=elsewhere, status={"state": "ready"}), rev=revisions[1])
@@ -293,12 +301,7 @@ async def test_a_batch_refused_whole_does_not_make_an_earlier_decision_a_replay(
     own = batch(key, "own", event, rev=revisions[0])
     for sent in (forged, own):
         await send(bus, sent)
-    applier = Applier(
-        bus.js, kube_api, membership=bus.membership(), facts=projection, owners=projection, applied=bus.buckets.applied
-    )
-    sub = await bus.js.pull_subscribe_bind(
-        durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM
-    )
+    applier, sub = await applier_of(bus, kube_api, projection, key)
     try:
         for msg, sent in zip(await fetched(sub, 2), (forged, own), strict=True):
             await applier.apply_batch(msg, sent)
