@@ -259,18 +259,31 @@ async def publish(p: Pipeline, key: ReconcileKey, data: bytes) -> int:
     return int(ack.seq)
 
 
+def superseded(result: CommandResult) -> bool:
+    return result.outcome == "superseded"
+
+
+def overtaken(result: CommandResult) -> bool:
+    """Superseded, or refused as a replay: a decision of the key was applied on a newer revision between
+    the attacker's read of the revision and the applier's look at its batch."""
+    return superseded(result) or (result.outcome == "denied" and result.error.startswith("a replayed decision"))
+
+
 async def judged(
-    p: Pipeline, key: ReconcileKey, publish_once: Callable[[], Awaitable[tuple[str, int, int]]]
+    p: Pipeline,
+    key: ReconcileKey,
+    publish_once: Callable[[], Awaitable[tuple[str, int, int]]],
+    again: Callable[[CommandResult], bool] = superseded,
 ) -> list[CommandResult]:
     """The results of a batch ``publish_once`` publishes (its id, stream sequence and command count), published
     again while a newer decision of the key supersedes it (the key is decided again after each denial, so
-    the previous attack's redecision may land just after it): a superseded command is not run either, but
-    only a judged one shows the check."""
+    the previous attack's redecision may land just after it), or whatever else ``again`` says: a superseded
+    command is not run either, but only a judged one shows the check."""
 
     async def attempt() -> list[CommandResult] | None:
         batch_id, sequence, count = await publish_once()
         results = await results_of(p, key, batch_id, sequence, count)
-        return None if any(r.outcome == "superseded" for r in results) else results
+        return None if any(again(r) for r in results) else results
 
     results = await eventually(attempt, timeout=120, message=f"every batch sent for {key} was superseded")
     assert results is not None
@@ -278,7 +291,8 @@ async def judged(
 
 
 async def forge(p: Pipeline, key: ReconcileKey, *commands: Command) -> list[CommandResult]:
-    """A batch as a compromised reconciler would publish it: the current revision, real names and owners."""
+    """A batch as a compromised reconciler would publish it: the current revision, real names and owners
+    (sent again with the then current revision when a decision of the key overtook it)."""
 
     async def publish_once() -> tuple[str, int, int]:
         batch = CommandBatch(
@@ -290,7 +304,7 @@ async def forge(p: Pipeline, key: ReconcileKey, *commands: Command) -> list[Comm
         )
         return batch.id, await publish(p, key, codec.encode(batch)), len(commands)
 
-    return await judged(p, key, publish_once)
+    return await judged(p, key, publish_once, overtaken)
 
 
 async def denial_event(p: Pipeline, key: ReconcileKey, text: str) -> None:
