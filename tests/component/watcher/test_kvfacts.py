@@ -266,6 +266,10 @@ async def test_kvfacts_answers_as_the_projection_that_wrote_the_bucket(bus: Bus)
     async with following(bus.nc) as late:
         assert verdicts(late) == gone
         assert targets(late) == targets(projection)
+        # and it follows what is written after what it read
+        await project(projection, "DELETED", STRAY)
+        await settle(late, kv)
+        assert late.find("Pod", NS, "stray") is None and late.recently_deleted("Pod", NS, "stray")
 
 
 async def test_a_prober_following_the_probed_keys_only_finds_the_same_targets(bus: Bus) -> None:
