@@ -97,7 +97,7 @@ class _Entry:
 
 
 class KvFacts:
-    """The watched objects as KV ``raybus-objects`` shows them, kept current by KV watches."""
+    """The watched objects as KV ``raybus-objects`` shows them: read once, then kept current by its writes."""
 
     def __init__(self, nc: Client, *, keys: Collection[KeyKind] = ()) -> None:
         """Follow the ``raybus-objects`` bucket on ``nc`` once :meth:`start` is called: every key's entries,
