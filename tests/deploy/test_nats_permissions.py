@@ -178,6 +178,8 @@ async def test_watcher_does_its_job(watcher: User, server: NatsServer) -> None:
     watch = await objects.watch(subjects.entry_prefix(key))
     try:
         first = await watch.updates(timeout=5)
+        if first is None:  # nats-py's end-of-initial-values marker can come before the values
+            first = await watch.updates(timeout=5)
         assert first is not None
         assert first.key == entry
     finally:
