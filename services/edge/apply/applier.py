@@ -436,13 +436,12 @@ class Applier:
             together=self._result_batches,
         )
         checks = None
-        replay = ""
         if self._facts is not None:
             verified = not batch.snapshot_revision or await self._facts_at(batch)
             checks = BatchChecks(batch, self._facts, self._config, self._written.of(batch.key))
-            replay = await self._freshness.judge(batch, verified=verified and not checks.refused_whole())
+            checks.replay = await self._freshness.judge(batch, verified=verified and not checks.refused_whole())
         try:
-            await self._apply_commands(msg, batch, report, checks, replay, sequence, delivery)
+            await self._apply_commands(msg, batch, report, checks, sequence, delivery)
         finally:
             await asyncio.gather(report.close(), self._freshness.stored(batch.key))
 
@@ -471,22 +470,19 @@ class Applier:
         batch: CommandBatch,
         report: RunReport,
         checks: BatchChecks | None,
-        replay: str,
         sequence: int,
         delivery: int,
     ) -> None:
         parent = extract_context(msg.headers)
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
         # A late batch is no replay: every command is superseded, so the refusal below is never reached.
-        review = await self._decisions.review(msg, batch, queued, behind=bool(replay))
+        review = await self._decisions.review(msg, batch, queued, behind=bool(checks and checks.replay))
         slots = asyncio.Semaphore(WAVE_CONCURRENCY)
 
         async def one(index: int, command: Command) -> None:
             async with slots:
                 report.add(
-                    await self._apply_one(
-                        batch, index, command, review.stale, checks, replay, parent, sequence, delivery
-                    )
+                    await self._apply_one(batch, index, command, review.stale, checks, parent, sequence, delivery)
                 )
 
         for wave in waves(batch.commands):
@@ -504,7 +500,6 @@ class Applier:
         command: Command,
         stale: Callable[[Command], str],
         checks: BatchChecks | None,
-        replay: str,
         parent: Context,
         sequence: int,
         delivery: int,
@@ -522,7 +517,7 @@ class Applier:
                 "raybus.target": command_target(command),
             },
         ) as span:
-            applied = await self._apply_authorized(batch, index, command, stale, checks, replay, sequence)
+            applied = await self._apply_authorized(batch, index, command, stale, checks, sequence)
             span.set_attribute("raybus.outcome", applied.outcome)
             if isinstance(command, PatchStatus) and applied.outcome in TAKEN_EFFECT:
                 self._written.wrote(batch.key, command)
@@ -566,12 +561,10 @@ class Applier:
         command: Command,
         stale: Callable[[Command], str],
         checks: BatchChecks | None,
-        replay: str,
         sequence: int = 0,
     ) -> Applied:
         """Apply one command if its key may (the one place commands are authorized), its decision still
-        holds, and its batch (``replay``, from ``freshness``) and content are what the key's custom resource
-        asks for now."""
+        holds, and its batch and content are what the key's custom resource asks for now."""
         if checks is not None:
             verdict = checks.authority(index, command)
             if isinstance(verdict, Gone):
@@ -582,7 +575,7 @@ class Applier:
         why = stale(command)
         if why:
             return Applied(outcome="superseded", error=why)
-        reason = replay or (checks.content(index, command) if checks is not None else "")
+        reason = checks.refusal(index, command) if checks is not None else ""
         if reason:
             await self._report_denial(batch, index, command, reason, sequence)
             return Applied(outcome="denied", error=reason[:1000])

@@ -10,7 +10,7 @@ as replays.
 Invariants: pure (no I/O, clock or randomness); each command is judged once, on the facts as they are
 when it is first asked about.
 
-Not here: the checks themselves (``authorize``, ``provenance``), replays (``freshness``).
+Not here: the checks themselves (``authorize``, ``provenance``), judging replays (``freshness``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class BatchChecks:
         self._content = ContentCheck(batch.key, facts, config, (*written, *batch.commands))
         self._verdicts: dict[int, Verdict] = {}
         self._problems: dict[int, str] = {}
+        self.replay = ""
+        """Why the batch as a whole must not run: a replayed decision (``freshness``, once it judged)."""
 
     def authority(self, index: int, command: Command) -> Verdict:
         """Whether the batch's key may send its ``index``-th command (``authorize``)."""
@@ -49,12 +51,17 @@ class BatchChecks:
             verdict = self._verdicts[index] = authorize(self._batch.key, command, self._facts)
         return verdict
 
-    def content(self, index: int, command: Command) -> str:
+    def _problem(self, index: int, command: Command) -> str:
         """Why the ``index``-th command's content does not follow from the custom resource ("" if it does)."""
         problem = self._problems.get(index)
         if problem is None:
             problem = self._problems[index] = self._content.problem(command)
         return problem
+
+    def refusal(self, index: int, command: Command) -> str:
+        """Why the ``index``-th command must not run although its key may send it: its batch is a replay,
+        or its content does not follow from the custom resource ("" when neither)."""
+        return self.replay or self._problem(index, command)
 
     def refused_whole(self) -> bool:
         """Whether the batch has commands and every one is refused by one of the checks (the checks stop at
@@ -66,4 +73,4 @@ class BatchChecks:
         verdict = self.authority(index, command)
         if isinstance(verdict, Gone):
             return True  # not run, but not refused: its target went away
-        return isinstance(verdict, Allowed) and not self.content(index, command)
+        return isinstance(verdict, Allowed) and not self._problem(index, command)
