@@ -437,13 +437,18 @@ class Applier:
         )
         checks = None
         if self._facts is not None:
-            verified = not batch.snapshot_revision or await self._facts_at(batch)
             checks = BatchChecks(batch, self._facts, self._config, self._written.of(batch.key))
-            checks.replay = await self._freshness.judge(batch, verified=verified and not checks.refused_whole())
+            checks.replay = await self._freshness.judge(batch, verified=self._verified(batch, checks))
         try:
             await self._apply_commands(msg, batch, report, checks, sequence, delivery)
         finally:
             await asyncio.gather(report.close(), self._freshness.stored(batch.key))
+
+    async def _verified(self, batch: CommandBatch, checks: BatchChecks) -> bool:
+        """Whether ``batch`` counts as a decision applied (``freshness``): the facts reached its revision,
+        and the checks do not refuse it whole."""
+        caught_up = not batch.snapshot_revision or await self._facts_at(batch)
+        return caught_up and not checks.refused_whole()
 
     async def _facts_at(self, batch: CommandBatch) -> bool:
         """Wait until the facts reflect the snapshot the batch was decided on (an applier reading them from

@@ -23,7 +23,8 @@ applier that held it stopped. Its refusal here is then no replay: the newer deci
 and the applier reports its commands superseded, not denied (``staleness``).
 
 The newest revision applied per key is kept in KV ``raybus-applied`` (:meth:`Freshness.judge`), read
-before each batch and raised while its commands run (:meth:`Freshness.stored` waits for the write before
+before each batch (beside the applier's wait for its facts and its checks, as the read is a round trip on
+the path of every change) and raised while its commands run (:meth:`Freshness.stored` waits for the write before
 the batch is acknowledged), so it survives a restart of the applier and is shared by its replicas: a
 batch replayed to the next holder of its partition is refused there too. The write is off the path of a
 change (two round trips were half of the time from a decision to its first API call), and is stored
@@ -46,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict, deque
+from collections.abc import Awaitable
 from typing import Final
 
 import nats.errors
@@ -76,22 +78,28 @@ class Freshness:
         self._floors = floors
         self._storing: dict[ReconcileKey, asyncio.Task[None]] = {}
 
-    async def judge(self, batch: CommandBatch, *, verified: bool) -> str:
+    async def judge(self, batch: CommandBatch, *, verified: bool | Awaitable[bool]) -> str:
         """Why ``batch`` must not be applied ("" when it is a current decision). A current one is
         remembered as applied (``verified``: the facts reached its revision) at once, and written to the
-        bucket in the background: :meth:`stored` waits for that write."""
+        bucket in the background: :meth:`stored` waits for that write. An awaitable ``verified`` runs
+        while the bucket is read: the read is a round trip on the path of every change."""
         if _is_report(batch):
+            await _known(verified)
             return ""
-        await self.stored(batch.key)  # the key's previous write first: its writes stay in order
-        stored = await self._stored(batch.key)
+        reading = asyncio.ensure_future(self._stored_in_order(batch.key))
+        try:
+            known = await _known(verified)
+            stored = await reading
+        finally:
+            reading.cancel()  # a no-op once it is done
         if stored > self._applied.get(batch.key, 0):
             self._remember(batch.key, stored)
         replay = self.problem(batch)
         if replay:
             return replay
-        if verified and batch.snapshot_revision > stored:
+        if known and batch.snapshot_revision > stored:
             self._start_store(batch.key, batch.snapshot_revision)
-        self.applied(batch, verified=verified)
+        self.applied(batch, verified=known)
         return ""
 
     async def stored(self, key: ReconcileKey) -> None:
@@ -110,6 +118,10 @@ class Freshness:
                 del self._storing[key]
 
         task.add_done_callback(done)
+
+    async def _stored_in_order(self, key: ReconcileKey) -> int:
+        await self.stored(key)  # the key's previous write first: its writes stay in order
+        return await self._stored(key)
 
     async def _stored(self, key: ReconcileKey) -> int:
         if self._floors is None:
@@ -159,6 +171,10 @@ class Freshness:
     def newest(self, key: ReconcileKey) -> int:
         """The newest verified revision applied for ``key`` (0: none remembered)."""
         return self._applied.get(key, 0)
+
+
+async def _known(verified: bool | Awaitable[bool]) -> bool:
+    return verified if isinstance(verified, bool) else await verified
 
 
 def _is_report(batch: CommandBatch) -> bool:

@@ -3,6 +3,7 @@ and is shared by the applier replicas (KV ``raybus-applied``)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from schema import subjects
@@ -64,3 +65,19 @@ async def test_only_digits_count_as_a_stored_revision(bus: Bus) -> None:
     assert await fresh.judge(batch(3), verified=True) == ""
     await fresh.stored(KEY)
     assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"3"
+
+
+async def test_a_verification_still_running_is_answered_as_a_flag_would_be(bus: Bus) -> None:
+    """The applier hands over its facts check unfinished, so that the bucket's read runs beside it."""
+
+    async def facts_reached(answer: bool) -> bool:
+        await asyncio.sleep(0)  # still running when the judge starts its read
+        return answer
+
+    fresh = Freshness(floors=bus.buckets.applied)
+    assert await fresh.judge(batch(10**9), verified=facts_reached(False)) == ""
+    assert await fresh.judge(batch(7), verified=facts_reached(True)) == ""
+    await fresh.stored(KEY)
+    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"7"
+    replica = Freshness(floors=bus.buckets.applied)
+    assert "before revision 7" in await replica.judge(batch(6), verified=facts_reached(True))
