@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import logging
 import secrets
 from collections import deque
@@ -216,6 +217,10 @@ class Applier:
         self._membership = membership
         self._leases: PartitionLeases | None = None
         self._consumers: dict[int, tuple[asyncio.Event, asyncio.Task[None], JetStreamContext.PullSubscription]] = {}
+        self._holdings = itertools.count(1)
+        self._holding: dict[int, int] = {}
+        """Per partition held, the id of this holding (one per start): ``freshness`` trusts what it wrote to the
+        bucket under the holding that still lasts, as no other replica writes the partition's keys meanwhile."""
         self._halt = asyncio.Event()
         self._crash: BaseException | None = None
         self.progress = Progress("applier")
@@ -252,6 +257,7 @@ class Applier:
         halt.set()
 
     async def _start_partition(self, partition: int) -> None:
+        self._holding[partition] = next(self._holdings)
         sub = await self._js.pull_subscribe_bind(
             durable=subjects.applier_consumer(partition), stream=subjects.COMMANDS_STREAM
         )
@@ -268,6 +274,7 @@ class Applier:
     async def _stop_partition(self, partition: int) -> None:
         """Stop fetching, let the partition's running batches finish (within the exit timeout; a partition
         whose lease was lost cancels them at once), nak its queued ones."""
+        self._holding.pop(partition, None)
         entry = self._consumers.pop(partition, None)
         if entry is None:
             return
@@ -438,11 +445,20 @@ class Applier:
         checks = None
         if self._facts is not None:
             checks = BatchChecks(batch, self._facts, self._config, self._written.of(batch.key))
-            checks.replay = await self._freshness.judge(batch, verified=self._verified(batch, checks))
+            checks.replay = await self._freshness.judge(
+                batch, verified=self._verified(batch, checks), holding=self._holding_of(batch.key)
+            )
         try:
             await self._apply_commands(msg, batch, report, checks, sequence, delivery)
         finally:
             await asyncio.gather(report.close(), self._freshness.stored(batch.key))
+
+    def _holding_of(self, key: ReconcileKey) -> int | None:
+        """The id of this replica's holding of ``key``'s partition, while its lease is valid (else None)."""
+        partition = self._partition_of.get(key)
+        if partition is None or self._leases is None or not self._leases.valid(partition):
+            return None
+        return self._holding.get(partition)
 
     async def _verified(self, batch: CommandBatch, checks: BatchChecks) -> bool:
         """Whether ``batch`` counts as a decision applied (``freshness``): the facts reached its revision,

@@ -24,7 +24,8 @@ and the applier reports its commands superseded, not denied (``staleness``).
 
 The newest revision applied per key is kept in KV ``raybus-applied`` (:meth:`Freshness.judge`), read
 before each batch (beside the applier's wait for its facts and its checks, as the read is a round trip on
-the path of every change) and raised while its commands run (:meth:`Freshness.stored` waits for the write before
+the path of every change; not at all when this process wrote the key's entry itself in its current holding
+of the key's partition, as no other replica writes it meanwhile) and raised while its commands run (:meth:`Freshness.stored` waits for the write before
 the batch is acknowledged), so it survives a restart of the applier and is shared by its replicas: a
 batch replayed to the next holder of its partition is refused there too. The write is off the path of a
 change (two round trips were half of the time from a decision to its first API call), and is stored
@@ -46,8 +47,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Final
 
 import nats.errors
@@ -57,11 +60,16 @@ from nats.js.kv import KeyValue
 from schema.keys import ReconcileKey
 from schema.messages import CommandBatch, EmitEvent, PatchStatus
 from schema.subjects import applied_key
+from services.runtime.clock import Monotonic
 
 log = logging.getLogger(__name__)
 
 REMEMBERED_KEYS: Final = 200_000
 """Keys whose newest applied decision is remembered (the least recently applied ones are forgotten first)."""
+
+WRITTEN_STANDS_FOR: Final = 3600.0
+"""Seconds a revision this process wrote is taken to stand in the bucket without reading it again, while
+the process holds the key's partition: far below ``APPLIED_TTL``, so an entry never expires unnoticed."""
 
 
 class Freshness:
@@ -70,23 +78,33 @@ class Freshness:
     Args:
         remembered: keys kept in memory.
         floors: KV ``raybus-applied``, where the revisions are kept for every replica (None: memory only).
+        clock: monotonic seconds, for how long a written revision stands (:data:`WRITTEN_STANDS_FOR`).
     """
 
-    def __init__(self, *, remembered: int = REMEMBERED_KEYS, floors: KeyValue | None = None) -> None:
+    def __init__(
+        self, *, remembered: int = REMEMBERED_KEYS, floors: KeyValue | None = None, clock: Monotonic = time.monotonic
+    ) -> None:
         self._applied: OrderedDict[ReconcileKey, int] = OrderedDict()
         self._remembered = max(1, remembered)
         self._floors = floors
+        self._clock = clock
         self._storing: dict[ReconcileKey, asyncio.Task[None]] = {}
+        self._own_writes: OrderedDict[ReconcileKey, _OwnWrite] = OrderedDict()
+        """Per key, the revision this process last wrote to the bucket, and under which holding."""
 
-    async def judge(self, batch: CommandBatch, *, verified: bool | Awaitable[bool]) -> str:
+    async def judge(self, batch: CommandBatch, *, verified: bool | Awaitable[bool], holding: int | None = None) -> str:
         """Why ``batch`` must not be applied ("" when it is a current decision). A current one is
         remembered as applied (``verified``: the facts reached its revision) at once, and written to the
         bucket in the background: :meth:`stored` waits for that write. An awaitable ``verified`` runs
-        while the bucket is read: the read is a round trip on the path of every change."""
+        while the bucket is read: the read is a round trip on the path of every change.
+
+        ``holding`` names the caller's uninterrupted holding of the key's partition (None: not known).
+        No other replica writes the key's entry meanwhile, so under the holding in which this process
+        last wrote it, that write is what the bucket holds, and it is not read again."""
         if _is_report(batch):
             await _known(verified)
             return ""
-        reading = asyncio.ensure_future(self._stored_in_order(batch.key))
+        reading = asyncio.ensure_future(self._stored_in_order(batch.key, holding))
         try:
             known = await _known(verified)
             stored = await reading
@@ -98,7 +116,7 @@ class Freshness:
         if replay:
             return replay
         if known and batch.snapshot_revision > stored:
-            self._start_store(batch.key, batch.snapshot_revision)
+            self._start_store(batch.key, batch.snapshot_revision, holding)
         self.applied(batch, verified=known)
         return ""
 
@@ -109,8 +127,8 @@ class Freshness:
         if task is not None:
             await task
 
-    def _start_store(self, key: ReconcileKey, revision: int) -> None:
-        task = asyncio.ensure_future(self._store(key, revision))
+    def _start_store(self, key: ReconcileKey, revision: int, holding: int | None) -> None:
+        task = asyncio.ensure_future(self._store(key, revision, holding))
         self._storing[key] = task
 
         def done(_: asyncio.Task[None]) -> None:
@@ -119,8 +137,16 @@ class Freshness:
 
         task.add_done_callback(done)
 
-    async def _stored_in_order(self, key: ReconcileKey) -> int:
+    async def _stored_in_order(self, key: ReconcileKey, holding: int | None) -> int:
         await self.stored(key)  # the key's previous write first: its writes stay in order
+        written = self._own_writes.get(key)
+        if (
+            holding is not None
+            and written is not None
+            and written.holding == holding
+            and self._clock() - written.at < WRITTEN_STANDS_FOR
+        ):
+            return written.revision
         return await self._stored(key)
 
     async def _stored(self, key: ReconcileKey) -> int:
@@ -136,13 +162,19 @@ class Freshness:
         value = (entry.value or b"").decode(errors="replace")
         return int(value) if value.isdigit() else 0
 
-    async def _store(self, key: ReconcileKey, revision: int) -> None:
+    async def _store(self, key: ReconcileKey, revision: int, holding: int | None) -> None:
         if self._floors is None:
             return
+        self._own_writes.pop(key, None)  # until the write is answered, the bucket's value is not known
         try:
             await self._floors.put(applied_key(key), str(revision).encode())
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("the applied revision %d of %s cannot be stored: %s", revision, key, exc)
+            return
+        if holding is not None:
+            self._own_writes[key] = _OwnWrite(holding=holding, revision=revision, at=self._clock())
+            while len(self._own_writes) > self._remembered:
+                self._own_writes.popitem(last=False)
 
     def problem(self, batch: CommandBatch) -> str:
         """Why ``batch`` must not be applied, by this process's memory alone ("" when current)."""
@@ -171,6 +203,13 @@ class Freshness:
     def newest(self, key: ReconcileKey) -> int:
         """The newest verified revision applied for ``key`` (0: none remembered)."""
         return self._applied.get(key, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _OwnWrite:
+    holding: int
+    revision: int
+    at: float
 
 
 async def _known(verified: bool | Awaitable[bool]) -> bool:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from schema import subjects
 from schema.keys import ReconcileKey
 from schema.messages import CommandBatch
-from services.edge.apply.freshness import Freshness
+from services.edge.apply.freshness import WRITTEN_STANDS_FOR, Freshness
 from tests.component.watcher.conftest import Bus
 
 KEY = ReconcileKey(kind="RayCluster", namespace="default", name="rc")
@@ -81,3 +81,27 @@ async def test_a_verification_still_running_is_answered_as_a_flag_would_be(bus: 
     assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"7"
     replica = Freshness(floors=bus.buckets.applied)
     assert "before revision 7" in await replica.judge(batch(6), verified=facts_reached(True))
+
+
+async def test_its_own_write_is_not_read_again_while_its_holding_lasts(bus: Bus) -> None:
+    """No other replica writes a key while this one holds the key's partition: what it wrote stands, and a
+    write behind its back (which only a new holding can follow) is seen from its next holding on, or once
+    its own write is older than ``WRITTEN_STANDS_FOR``."""
+    now = [0.0]
+    fresh = Freshness(floors=bus.buckets.applied, clock=lambda: now[0])
+    assert await fresh.judge(batch(10), verified=True, holding=1) == ""
+    await fresh.stored(KEY)
+    await bus.buckets.applied.put(subjects.applied_key(KEY), b"20")
+    assert await fresh.judge(batch(12), verified=True, holding=1) == ""  # by its own write, 10
+    await fresh.stored(KEY)
+    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"12"
+    await bus.buckets.applied.put(subjects.applied_key(KEY), b"20")
+    assert "before revision 20" in await fresh.judge(batch(14), verified=True, holding=2)
+    assert "before revision 20" in await fresh.judge(batch(14), verified=True)  # no holding known: read
+
+    fresh = Freshness(floors=bus.buckets.applied, clock=lambda: now[0])
+    assert await fresh.judge(batch(30), verified=True, holding=3) == ""
+    await fresh.stored(KEY)
+    await bus.buckets.applied.put(subjects.applied_key(KEY), b"40")
+    now[0] += WRITTEN_STANDS_FOR
+    assert "before revision 40" in await fresh.judge(batch(35), verified=True, holding=3)
