@@ -22,12 +22,13 @@ A legitimate batch can come after a newer decision of its key was applied: deliv
 applier that held it stopped. Its refusal here is then no replay: the newer decision is on the stream,
 and the applier reports its commands superseded, not denied (``staleness``).
 
-The newest revision applied per key is kept in KV ``raybus-applied`` (:meth:`Freshness.judge`), read
-before each batch (beside the applier's wait for its facts and its checks, as the read is a round trip on
-the path of every change; not at all when this process wrote the key's entry itself in its current holding
-of the key's partition, as no other replica writes it meanwhile) and raised while its commands run (:meth:`Freshness.stored` waits for the write before
-the batch is acknowledged), so it survives a restart of the applier and is shared by its replicas: a
-batch replayed to the next holder of its partition is refused there too. The write is off the path of a
+The newest revision applied per key is kept in KV ``raybus-applied`` (:meth:`Freshness.judge`), and
+raised while a batch's commands run (:meth:`Freshness.stored` waits for the write before the batch is
+acknowledged), so it survives a restart of the applier and is shared by its replicas: a batch replayed to
+the next holder of its partition is refused there too. It is read before each batch, beside the applier's
+wait for its facts and its checks (the read is a round trip on the path of every change), and not at all
+when this process wrote the key's entry itself in its current holding of the key's partition: no other
+replica writes it meanwhile, and a new holding reads again. The write is off the path of a
 change (two round trips were half of the time from a decision to its first API call), and is stored
 before the batch is acknowledged, so no acknowledged batch leaves a lower revision behind. Only
 the watcher's NATS user may write that bucket (a reconciler can neither lower nor raise it). Each process
