@@ -24,9 +24,9 @@ Layout (docs/architecture.md#flow):
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
-from schema.keys import KeyKind, ReconcileKey, encode_token
+from schema.keys import KeyKind, ReconcileKey, decode_token, encode_token
 
 PREFIX: Final = "raybus"
 
@@ -182,6 +182,32 @@ def direct_get_subject(stream: str) -> str:
 def entry_key(key: ReconcileKey, entry_kind: str, entry_name: str) -> str:
     """KV key of one projected object (or observation) under ``key``'s prefix."""
     return f"{key.token()}.{entry_kind}.{encode_token(entry_name)}"
+
+
+class EntryKey(NamedTuple):
+    """A KV entry key of ``raybus-objects``, parsed (:func:`parse_entry_key`)."""
+
+    key: ReconcileKey
+    entry_kind: str
+    name: str
+
+
+def entry_kind_and_name(kv_key: str) -> tuple[str, str]:
+    """The entry kind and the object's name of an entry key read under a key's prefix (:func:`entry_prefix`)."""
+    _, entry_kind, name = kv_key.rsplit(".", 2)
+    return entry_kind, decode_token(name)
+
+
+def parse_entry_key(kv_key: str) -> EntryKey:
+    """The inverse of :func:`entry_key`.
+
+    Raises:
+        ValueError: ``kv_key`` is not an entry key.
+    """
+    parts = kv_key.split(".")
+    if len(parts) != 5:
+        raise ValueError(f"not an entry key: {kv_key!r}")
+    return EntryKey(ReconcileKey.from_token(".".join(parts[:3])), parts[3], decode_token(parts[4]))
 
 
 def entry_prefix(key: ReconcileKey) -> str:

@@ -48,7 +48,7 @@ from nats.aio.client import Client
 
 from schema import subjects
 from schema.decision import Snapshot
-from schema.keys import ReconcileKey, decode_token
+from schema.keys import ReconcileKey
 from services.runtime.backoff import Backoff, retry
 from services.runtime.clock import Monotonic
 from services.runtime.errors import RetryableError
@@ -114,11 +114,6 @@ class _Held:
         return len(self.written)
 
 
-def _entry_name(kv_key: str) -> tuple[str, str]:
-    _, entry_kind, name = kv_key.rsplit(".", 2)
-    return entry_kind, decode_token(name)
-
-
 _Change = tuple[str, str, str, int, dict[str, Any] | None]
 """One write to apply to held entries: entry kind, name, KV key, revision, object (None: deleted)."""
 
@@ -142,7 +137,7 @@ def _applied(base: _Held, changes: Iterable[_Change], revision: int) -> _Held:
 def _decoded(read: KvEntries, reuse: _Held | None) -> Iterator[_Change]:
     """The writes of ``read``; an entry whose write ``reuse`` holds decoded already is not decoded again."""
     for kv_key, entry in read.entries.items():
-        entry_kind, name = _entry_name(kv_key)
+        entry_kind, name = subjects.entry_kind_and_name(kv_key)
         value: dict[str, Any] | None
         if entry.value is None:
             value = None

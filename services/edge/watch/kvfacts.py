@@ -60,7 +60,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from schema import subjects
-from schema.keys import KeyKind, ReconcileKey, decode_token
+from schema.keys import KeyKind
 from schema.objects import being_deleted, metadata_of, text
 from services.edge.resources import by_kind
 from services.edge.watch.podfacts import POD, decode_slim_pod
@@ -232,20 +232,20 @@ class KvFacts:
             self._put(kv_key, revision, value)
 
     def _put(self, kv_key: str, revision: int, value: bytes) -> None:
-        parts = kv_key.split(".")
-        if len(parts) != 5:
+        try:
+            key, entry_kind, name = subjects.parse_entry_key(kv_key)
+        except ValueError:
             return self._skip(kv_key, "not an entry key")
-        resource = by_kind(parts[3])
+        resource = by_kind(entry_kind)
         if resource is None or not resource.watched:
             return None  # observations and anything else that is not a watched object
         try:
-            key = ReconcileKey.from_token(".".join(parts[:3]))
             obj = decode_slim_pod(value) if resource.kind == POD else _json.decode(value)
         except (ValueError, msgspec.DecodeError):
             return self._skip(kv_key, "undecodable")
         metadata = metadata_of(obj)
         uid = text(metadata.get("uid"))
-        named = (resource.kind, text(metadata.get("namespace")) or key.namespace, decode_token(parts[4]))
+        named = (resource.kind, text(metadata.get("namespace")) or key.namespace, name)
         previous = self._entries.get(kv_key)
         if previous is not None and previous.named != named:
             self._remove(kv_key)  # the entry now holds another object (never written so, but harmless)
@@ -288,13 +288,14 @@ class KvFacts:
 
     def _remember_unseen_deletion(self, kv_key: str) -> None:
         """A delete marker of an entry this view never saw written (among the initial values)."""
-        parts = kv_key.split(".")
-        if len(parts) != 5:
+        try:
+            key, entry_kind, name = subjects.parse_entry_key(kv_key)
+        except ValueError:
             return self._skip(kv_key, "not an entry key")
-        resource = by_kind(parts[3])
+        resource = by_kind(entry_kind)
         if resource is None or not resource.watched:
             return None
-        named = (resource.kind, decode_token(parts[1]), decode_token(parts[4]))
+        named = (resource.kind, key.namespace, name)
         if named not in self._held:
             self._remember_deletion(named)
         return None

@@ -64,7 +64,7 @@ from opentelemetry.trace import Tracer
 
 from schema import codec, subjects
 from schema.bounds import TooComplex
-from schema.keys import ReconcileKey, decode_token
+from schema.keys import ReconcileKey
 from schema.messages import CommandResult, Transition, WatchEvent, WatchEventType
 from schema.times import parse_time
 from services.edge import pipeline_metrics
@@ -269,16 +269,18 @@ class Projection:
         found: dict[ObjectId, tuple[int, Placed]] = {}
         read = await read_entries(nc, subjects.OBJECTS_BUCKET, ">")
         for kv_key, entry in read.entries.items():
-            parts = kv_key.split(".")
-            if len(parts) != 5 or entry.value is None:
+            if entry.value is None:
                 continue
-            resource = by_kind(parts[3])
+            try:
+                key, entry_kind, name = subjects.parse_entry_key(kv_key)
+            except ValueError:
+                continue
+            resource = by_kind(entry_kind)
             if resource is None or not resource.watched:
                 continue  # observations and anything else that is not a watched object
             try:
-                key = ReconcileKey.from_token(".".join(parts[:3]))
                 obj: dict[str, Any] = msgspec.json.decode(entry.value, type=dict[str, Any])
-            except (ValueError, msgspec.DecodeError):
+            except msgspec.DecodeError:
                 log.warning("ignoring undecodable KV entry %s", kv_key)
                 continue
             metadata = obj.get("metadata") or {}
@@ -289,7 +291,7 @@ class Projection:
                 uid=str(metadata.get("uid") or ""),
                 resource_version=str(metadata.get("resourceVersion") or ""),
                 namespace=str(metadata.get("namespace") or ""),
-                name=decode_token(parts[4]),
+                name=name,
             )
             oid = (resource.kind, change.uid)
             held = found.get(oid)
@@ -603,14 +605,13 @@ class Projection:
             async for entry in watcher:
                 if entry is None:
                     break
-                parts = entry.key.split(".")
-                resource = by_kind(parts[3]) if len(parts) == 5 else None
-                if resource is None or not resource.watched:
-                    continue
                 try:
-                    live[entry.key] = (ReconcileKey.from_token(".".join(parts[:3])), resource)
+                    key, entry_kind, _ = subjects.parse_entry_key(entry.key)
                 except ValueError:
                     continue
+                resource = by_kind(entry_kind)
+                if resource is not None and resource.watched:
+                    live[entry.key] = (key, resource)
         finally:
             with contextlib.suppress(Exception):
                 await cast(Callable[[], Awaitable[None]], watcher.stop)()
