@@ -48,7 +48,7 @@ async def test_lifecycle_replays_live_and_from_an_export(tmp_path: Path, db_url:
 
         live = await replay_cli_async(["RayCluster", f"{key.namespace}/{key.name}", "--nats-url", url])
         assert live.code == 0, live.out + live.err
-        assert f"{len(history.decisions)} decision(s): {len(history.decisions)} match, 0 diverged" in live.out
+        scenarios.assert_every_decision_matched(live.out, history)
 
         exported = tmp_path / "lifecycle.yaml"
         export = await replay_cli_async(
@@ -116,7 +116,7 @@ async def test_rayjob_and_rayservice_histories_replay(tmp_path: Path, db_url: st
             assert_deterministic(history)
             run = await replay_cli_async([key.kind, f"{key.namespace}/{key.name}", "--nats-url", p.nats.url])
             assert run.code == 0, run.out + run.err
-            assert f"{len(history.decisions)} match, 0 diverged" in run.out
+            scenarios.assert_every_decision_matched(run.out, history)
         assert (
             "OBSERVED rayjob"
             in (await replay_cli_async(["RayJob", "default/replay-rayjob", "--nats-url", p.nats.url])).out

@@ -17,7 +17,7 @@ from schema.keys import ReconcileKey
 from tests.e2e.pipeline import Pipeline, shared_pipeline
 from tests.e2e.rayjobs import JobDriver, ended, steps
 from tests.realray.jobs import real_rayjob
-from tests.replays.scenarios import settled_history
+from tests.replays.scenarios import assert_every_decision_matched, settled_history
 from tests.unit.replay.clirun import replay_cli_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -115,4 +115,4 @@ async def test_history_and_replay_of_the_real_runs(pipe: Pipeline, jobs: dict[st
         history = await settled_history(pipe, ReconcileKey(kind="RayJob", namespace=job.namespace, name=job.name))
         run = await replay_cli_async(["RayJob", f"{job.namespace}/{job.name}", "--nats-url", pipe.nats.url])
         assert run.code == 0, run.out + run.err
-        assert f"{len(history.decisions)} match, 0 diverged" in run.out
+        assert_every_decision_matched(run.out, history)

@@ -25,7 +25,7 @@ from tests.e2e.pipeline import Pipeline, shared_pipeline
 from tests.e2e.rayservices import ServiceDriver, active, is_ready, pending, watching_endpoints
 from tests.helpers import eventually
 from tests.realray.jobs import RAY_IMAGE
-from tests.replays.scenarios import settled_history
+from tests.replays.scenarios import assert_every_decision_matched, settled_history
 from tests.unit.replay.clirun import replay_cli_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -182,7 +182,7 @@ async def test_serve_application_update_and_zero_downtime_upgrade(
     history = await settled_history(pipe, ReconcileKey(kind="RayService", namespace=rs.namespace, name=rs.name))
     run = await replay_cli_async(["RayService", f"{rs.namespace}/{rs.name}", "--nats-url", pipe.nats.url])
     assert run.code == 0, run.out + run.err
-    assert f"{len(history.decisions)} match, 0 diverged" in run.out
+    assert_every_decision_matched(run.out, history)
 
 
 def _clusters(rs: ServiceDriver) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ folder). Each scenario returns the reconcile key it drove and leaves it deleted,
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -260,3 +261,16 @@ async def settled_history(p: Pipeline, key: ReconcileKey, *, incarnations: int =
         return await until(probe, message=f"{key}'s history never settled")
     finally:
         await nc.close()
+
+
+_REPLAYED = re.compile(r"(\d+) decision\(s\): (\d+) match, 0 diverged")
+
+
+def assert_every_decision_matched(out: str, history: KeyHistory) -> None:
+    """The replay command's ``out`` says that every decision it replayed matched, and it replayed at least
+    the decisions of ``history``: the key's children, deleted after it, can still bring its history
+    decisions (on nothing left) between the settled read and the command's own."""
+    found = _REPLAYED.search(out)
+    assert found is not None, out
+    replayed, matched = int(found[1]), int(found[2])
+    assert replayed == matched >= len(history.decisions), out
