@@ -273,7 +273,8 @@ class Projection:
                 continue
             try:
                 key, entry_kind, name = subjects.parse_entry_key(kv_key)
-            except ValueError:
+            except ValueError as exc:
+                log.warning("ignoring KV entry %s: %s", kv_key, exc)
                 continue
             resource = by_kind(entry_kind)
             if resource is None or not resource.watched:
