@@ -80,6 +80,11 @@ class WatchEvent(_Input, tag="watch_event", frozen=True, kw_only=True):
     write under the key before that one, as the bucket checked when it stored the write (None: not
     checked): a reader holding the key at that revision or later needs only this event's object to
     hold it at ``kv_revision``.
+
+    ``status_only``: the object is the key's own custom resource and changed in its status alone (most often
+    the echo of raybus's own status write). KubeRay does not even reconcile a RayCluster or a RayService on
+    such a change; raybus decides on it, but a decision that has nothing to do on such events alone is not
+    recorded (:func:`unrecorded_when_unchanged`).
     """
 
     event_type: WatchEventType
@@ -89,6 +94,7 @@ class WatchEvent(_Input, tag="watch_event", frozen=True, kw_only=True):
     observed_at: datetime
     kv_revision: int = 0
     kv_previous: int | None = None
+    status_only: bool = False
 
 
 class Observation(_Input, tag="observation", frozen=True, kw_only=True):
@@ -134,6 +140,13 @@ def is_backstop(message: BusInput) -> bool:
 def is_resync(message: BusInput) -> bool:
     """Whether ``message`` is a resync tick (:data:`RESYNC`)."""
     return isinstance(message, TimerTick) and message.reason == RESYNC
+
+
+def unrecorded_when_unchanged(message: BusInput) -> bool:
+    """Whether a decision that has nothing to do (no command, nothing withheld) on inputs that are all like
+    ``message`` goes unrecorded: a resync tick, or a change of the key's own status alone
+    (``WatchEvent.status_only``). Replay and the stall check count no gap for such an input."""
+    return is_resync(message) or (isinstance(message, WatchEvent) and message.status_only)
 
 
 class _Command(msgspec.Struct, tag_field="type", frozen=True, kw_only=True):

@@ -37,7 +37,7 @@ import msgspec
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import Command, CommandBatch, is_backstop, is_resync
+from schema.messages import Command, CommandBatch, is_backstop, unrecorded_when_unchanged
 from schema.times import format_time_ms
 from services.reconciler.registry import default_reconcilers
 from services.reconciler.worker.decide import LOGIC_VERSION, draft
@@ -296,12 +296,12 @@ class Replayer:
             window=history.window,
             complete_from=timeline.complete_from,
             # A backstop tick is reconciled only by a worker that lost what it stands behind, and a resync
-            # tick that found nothing to do is not recorded: no decision names those, and they are no gap
-            # in the history.
+            # tick or a change of the key's own status alone that found nothing to do is not recorded: no
+            # decision names those, and they are no gap in the history.
             unconsumed=tuple(
                 r
                 for r in history.inputs
-                if r.seq not in consumed and not is_backstop(r.message) and not is_resync(r.message)
+                if r.seq not in consumed and not is_backstop(r.message) and not unrecorded_when_unchanged(r.message)
             ),
             incarnations=incarnations(history),
             inputs_total=len(history.inputs),

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from schema.keys import KeyKind, ReconcileKey
+from schema.messages import unrecorded_when_unchanged
 from services.replay.history import KeyHistory
 from services.replay.source import read_history
 from tests.e2e.pipeline import Pipeline, load_yaml_docs
@@ -254,7 +255,7 @@ async def settled_history(p: Pipeline, key: ReconcileKey, *, incarnations: int =
                 bool(owner_events)
                 and owner_events[-1].event_type == "DELETED"  # type: ignore[union-attr]
                 and len(uids) == incarnations
-                and all(r.seq in consumed for r in history.inputs)
+                and all(r.seq in consumed for r in history.inputs if not unrecorded_when_unchanged(r.message))
             )
             return history if done else None
 

@@ -78,6 +78,7 @@ from services.edge.watch.packing import Packer
 from services.edge.watch.podfacts import POD, slim_pod
 from services.edge.watch.relations import ObjectId, Relations
 from services.edge.watch.resume import Ticket, Watermarks, store_resume_points
+from services.edge.watch.statusonly import status_only
 from services.runtime.aio import cancel_and_wait, raise_if_cancelling
 from services.runtime.backoff import Backoff, retry
 from services.runtime.bus import bus_unavailable, publish
@@ -149,6 +150,8 @@ class _Write:
     # Per-entry order: a write starts only when the previous write of the same entry has finished.
     after: asyncio.Future[None] | None = None
     done: asyncio.Future[None] | None = None
+    status_only: bool = False
+    """The key's own custom resource changed in its status alone (``statusonly``)."""
 
 
 @dataclass(slots=True)
@@ -366,7 +369,10 @@ class Projection:
         old_keys = prev.keys if prev is not None else ()
         for key in keys:
             event_type: WatchEventType = change.type if key in old_keys else "ADDED"
-            ops.append(_Write(key, resource, change, event_type, message_id(change, event_type, key, cause)))
+            write = _Write(key, resource, change, event_type, message_id(change, event_type, key, cause))
+            if event_type == "MODIFIED" and prev is not None and resource.is_key_kind:
+                write.status_only = status_only(key, resource.kind, prev.change.obj, change.obj)
+            ops.append(write)
         for key in old_keys:
             if key not in keys:
                 ops.append(_Write(key, resource, change, "DELETED", message_id(change, "DELETED", key, cause)))
@@ -821,6 +827,7 @@ class Projection:
                     observed_at=now,
                     kv_revision=revision,
                     kv_previous=previous,
+                    status_only=op.status_only,
                 )
                 payload = codec.encode(event)
                 await self._retrying(lambda: self._publish_event(op, payload), superseded)

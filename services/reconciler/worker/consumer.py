@@ -36,7 +36,7 @@ from schema.codec import decode_input
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import CONFLICT, BusInput, TimerTick, is_backstop, is_resync
+from schema.messages import CONFLICT, BusInput, TimerTick, is_backstop, is_resync, unrecorded_when_unchanged
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.carried import carried_write
@@ -76,6 +76,10 @@ _backstops_answered = _meter.create_counter(
 )
 _resyncs_quiet = _meter.create_counter(
     "raybus_resyncs_unchanged_total", description="resync decisions that had nothing to do (not recorded)"
+)
+_status_changes_quiet = _meter.create_counter(
+    "raybus_status_changes_unchanged_total",
+    description="decisions on changes of a key's own status alone that had nothing to do (not recorded)",
 )
 _refusals_redecided = _meter.create_counter(
     "raybus_refused_writes_redecided_total", description="keys decided again after the API refused a write as stale"
@@ -377,11 +381,15 @@ class PartitionConsumer:
         span.set_attribute("raybus.commands", len(batch.commands))
         span.set_attribute("raybus.suppressed", len(batch.suppressed))
         decided = _Decided(wake_at=drafted.decision.wake_at, applied_floor=floor, exists=snapshot.owner() is not None)
-        if not batch.commands and not batch.suppressed and all(is_resync(message) for message in inputs):
+        if not batch.commands and not batch.suppressed and all(unrecorded_when_unchanged(m) for m in inputs):
             # A resync that found nothing to do is not recorded: at 10,000 idle keys the decision log would
-            # otherwise grow by a message per key and period, each read by an applier for nothing.
+            # otherwise grow by a message per key and period, each read by an applier for nothing. Nor is
+            # the echo of a status write (a quarter of a burst's inputs), on which KubeRay does not reconcile.
             span.set_attribute("raybus.unchanged", True)
-            _resyncs_quiet.add(1, {"raybus.kind": key.kind})
+            if all(is_resync(message) for message in inputs):
+                _resyncs_quiet.add(1, {"raybus.kind": key.kind})
+            else:
+                _status_changes_quiet.add(1, {"raybus.kind": key.kind})
             return decided
         last_seq = await publish_decision(self._js, batch, budget=self._part_budget)
         self._inflight.published(key, last_seq)

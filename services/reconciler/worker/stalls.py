@@ -43,7 +43,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from schema import subjects
 from schema.codec import decode_batch, decode_input, encode
 from schema.keys import ReconcileKey
-from schema.messages import CommandBatch, EmitEvent, WatchEvent, is_backstop, is_resync
+from schema.messages import CommandBatch, EmitEvent, WatchEvent, is_backstop, unrecorded_when_unchanged
 from services.reconciler.worker.reports import failure_report, owner_uid
 from services.runtime.bus import publish
 from services.runtime.directget import direct_batches
@@ -171,7 +171,7 @@ class StallWatch:
                     message = decode_input(stored.data)
                 except Exception:  # parked by the partition's consumer with its reason, not a stall
                     continue
-                if key in candidates or is_resync(message) or is_backstop(message):
+                if key in candidates or unrecorded_when_unchanged(message) or is_backstop(message):
                     continue
                 uid = owner_uid(key, [message]) if isinstance(message, WatchEvent) else ""
                 candidates[key] = Stall(

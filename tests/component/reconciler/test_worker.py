@@ -625,3 +625,53 @@ async def test_every_live_key_is_decided_again_without_events_and_a_quiet_resync
         await eventually(withdrawn, timeout=30, message="the resync of a deleted key withdrawn")
     finally:
         await worker.close()
+
+
+async def test_an_empty_decision_on_the_echo_of_a_status_write_is_not_recorded(
+    nats_server: NatsServer, client: Client
+) -> None:
+    """The key is decided on a change of its own status alone, and the decision, having nothing to do, is not
+    recorded; an ordinary event's empty decision is."""
+    seen: list[datetime] = []
+
+    def note(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+        seen.append(now)
+        return create_one_pod(snapshot, now, config) if len(seen) == 1 else Decision()
+
+    async def modified(*, status_only: bool) -> None:
+        kv = await client.jetstream().key_value(subjects.OBJECTS_BUCKET)
+        obj = {"metadata": {"name": "c2", "namespace": "default"}, "status": {"state": f"s{len(seen)}"}}
+        revision = await kv.put(subjects.entry_key(key(2), "RayCluster", "c2"), msgspec.json.encode(obj))
+        event = WatchEvent(
+            key=key(2),
+            event_type="MODIFIED",
+            entry_kind="RayCluster",
+            object=obj,
+            resource_version=str(revision),
+            observed_at=T0,
+            kv_revision=revision,
+            status_only=status_only,
+        )
+        await client.jetstream().publish(subjects.events_subject(key(2)), encode(event))
+
+    async def acked() -> bool:
+        js = client.jetstream()
+        for p in range(4):
+            info = await js.consumer_info(subjects.EVENTS_STREAM, subjects.partition_consumer(p))
+            if info.num_pending or info.num_ack_pending:
+                return False
+        return True
+
+    worker = Worker(settings_for(nats_server, worker_id="w1"), {"RayCluster": note})
+    try:
+        await put_cr(client, key(2))
+        await eventually(lambda: _at_least(decisions(client), 1), timeout=30)
+        await modified(status_only=True)
+        await eventually(lambda: len(seen) >= 2, timeout=30, message="no decision on the status change")
+        await eventually(acked, timeout=30, message="the status change never acknowledged")
+        assert len(await decisions(client)) == 1
+        await modified(status_only=False)
+        recorded = await eventually(lambda: _at_least(decisions(client), 2), timeout=30)
+        assert len(seen) == 3 and not recorded[-1].commands
+    finally:
+        await worker.close()
