@@ -384,7 +384,7 @@ class PartitionConsumer:
         if not batch.commands and not batch.suppressed and all(unrecorded_when_unchanged(m) for m in inputs):
             # A resync that found nothing to do is not recorded: at 10,000 idle keys the decision log would
             # otherwise grow by a message per key and period, each read by an applier for nothing. Nor is
-            # the echo of a status write (a quarter of a burst's inputs), on which KubeRay does not reconcile.
+            # the echo of a status write: a third of a burst's decisions, on which KubeRay does not reconcile.
             span.set_attribute("raybus.unchanged", True)
             if all(is_resync(message) for message in inputs):
                 _resyncs_quiet.add(1, {"raybus.kind": key.kind})
