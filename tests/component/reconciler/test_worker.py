@@ -32,6 +32,7 @@ from schema.messages import (
     ObjectRef,
     TimerTick,
     WatchEvent,
+    WatchEventType,
 )
 from services.reconciler.worker.service import run_reconciler
 from services.reconciler.worker.timers import schedule_header
@@ -90,19 +91,27 @@ async def client(nats_server: NatsServer) -> AsyncIterator[Client]:
         await nc.close()
 
 
-async def put_cr(nc: Client, key: ReconcileKey, body: dict[str, object] | None = None) -> None:
+async def put_cr(
+    nc: Client,
+    key: ReconcileKey,
+    body: dict[str, object] | None = None,
+    *,
+    event_type: WatchEventType = "ADDED",
+    status_only: bool = False,
+) -> None:
     """Project a CR into KV and publish its watch event, as the watcher does."""
     kv = await nc.jetstream().key_value(subjects.OBJECTS_BUCKET)
     obj = {"metadata": {"name": key.name, "namespace": key.namespace}, **(body or {})}
     revision = await kv.put(subjects.entry_key(key, key.kind, key.name), msgspec.json.encode(obj))
     event = WatchEvent(
         key=key,
-        event_type="ADDED",
+        event_type=event_type,
         entry_kind=key.kind,
         object=obj,
         resource_version=str(revision),
         observed_at=T0,
         kv_revision=revision,
+        status_only=status_only,
     )
     await nc.jetstream().publish(subjects.events_subject(key), encode(event))
 
@@ -639,20 +648,8 @@ async def test_an_empty_decision_on_the_echo_of_a_status_write_is_not_recorded(
         return create_one_pod(snapshot, now, config) if len(seen) == 1 else Decision()
 
     async def modified(*, status_only: bool) -> None:
-        kv = await client.jetstream().key_value(subjects.OBJECTS_BUCKET)
-        obj = {"metadata": {"name": "c2", "namespace": "default"}, "status": {"state": f"s{len(seen)}"}}
-        revision = await kv.put(subjects.entry_key(key(2), "RayCluster", "c2"), msgspec.json.encode(obj))
-        event = WatchEvent(
-            key=key(2),
-            event_type="MODIFIED",
-            entry_kind="RayCluster",
-            object=obj,
-            resource_version=str(revision),
-            observed_at=T0,
-            kv_revision=revision,
-            status_only=status_only,
-        )
-        await client.jetstream().publish(subjects.events_subject(key(2)), encode(event))
+        status = {"status": {"state": f"s{len(seen)}"}}
+        await put_cr(client, key(2), status, event_type="MODIFIED", status_only=status_only)
 
     async def acked() -> bool:
         js = client.jetstream()
