@@ -49,7 +49,7 @@ import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 import nats.errors
@@ -159,6 +159,18 @@ class Applied:
     resource_version: str = ""
 
 
+class _Consumer(NamedTuple):
+    """A partition this replica holds: its fetch loop, and the id of this holding of it (one per start).
+
+    ``freshness`` trusts what it wrote to the bucket under a holding that still lasts, as no other replica
+    writes the partition's keys meanwhile."""
+
+    done: asyncio.Event
+    task: asyncio.Task[None]
+    sub: JetStreamContext.PullSubscription
+    holding: int
+
+
 class Applier:
     """Applies command batches; one instance per watcher process."""
 
@@ -216,11 +228,8 @@ class Applier:
         self._outstanding = 0
         self._membership = membership
         self._leases: PartitionLeases | None = None
-        self._consumers: dict[int, tuple[asyncio.Event, asyncio.Task[None], JetStreamContext.PullSubscription]] = {}
+        self._consumers: dict[int, _Consumer] = {}
         self._holdings = itertools.count(1)
-        self._holding: dict[int, int] = {}
-        """Per partition held, the id of this holding (one per start): ``freshness`` trusts what it wrote to the
-        bucket under the holding that still lasts, as no other replica writes the partition's keys meanwhile."""
         self._halt = asyncio.Event()
         self._crash: BaseException | None = None
         self.progress = Progress("applier")
@@ -257,14 +266,13 @@ class Applier:
         halt.set()
 
     async def _start_partition(self, partition: int) -> None:
-        self._holding[partition] = next(self._holdings)
         sub = await self._js.pull_subscribe_bind(
             durable=subjects.applier_consumer(partition), stream=subjects.COMMANDS_STREAM
         )
         done = asyncio.Event()
         task = asyncio.create_task(self._consume(partition, sub, done), name=f"applier-partition-{partition}")
         task.add_done_callback(self._on_consumer_done)
-        self._consumers[partition] = (done, task, sub)
+        self._consumers[partition] = _Consumer(done, task, sub, next(self._holdings))
 
     def _on_consumer_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and self._crash is None:
@@ -274,11 +282,10 @@ class Applier:
     async def _stop_partition(self, partition: int) -> None:
         """Stop fetching, let the partition's running batches finish (within the exit timeout; a partition
         whose lease was lost cancels them at once), nak its queued ones."""
-        self._holding.pop(partition, None)
         entry = self._consumers.pop(partition, None)
         if entry is None:
             return
-        done, task, sub = entry
+        done, task, sub, _ = entry
         done.set()
         try:
             await asyncio.wait([task], timeout=FETCH_TIMEOUT + STOP_GRACE)
@@ -458,7 +465,8 @@ class Applier:
         partition = self._partition_of.get(key)
         if partition is None or self._leases is None or not self._leases.valid(partition):
             return None
-        return self._holding.get(partition)
+        consumer = self._consumers.get(partition)
+        return consumer.holding if consumer is not None else None
 
     async def _verified(self, batch: CommandBatch, checks: BatchChecks) -> bool:
         """Whether ``batch`` counts as a decision applied (``freshness``): the facts reached its revision,

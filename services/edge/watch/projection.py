@@ -370,7 +370,7 @@ class Projection:
         for key in keys:
             event_type: WatchEventType = change.type if key in old_keys else "ADDED"
             write = _Write(key, resource, change, event_type, message_id(change, event_type, key, cause))
-            if event_type == "MODIFIED" and prev is not None and resource.is_key_kind:
+            if event_type == "MODIFIED" and prev is not None:
                 write.status_only = status_only(key, resource.kind, prev.change.obj, change.obj)
             ops.append(write)
         for key in old_keys:
