@@ -25,10 +25,13 @@ and the applier reports its commands superseded, not denied (``staleness``).
 The newest revision applied per key is kept in KV ``raybus-applied`` (:meth:`Freshness.judge`), and
 raised while a batch's commands run (:meth:`Freshness.stored` waits for the write before the batch is
 acknowledged), so it survives a restart of the applier and is shared by its replicas: a batch replayed to
-the next holder of its partition is refused there too. It is read before each batch, beside the applier's
-wait for its facts and its checks (the read is a round trip on the path of every change), and not at all
-when this process wrote the key's entry itself in its current holding of the key's partition: no other
-replica writes it meanwhile, and a new holding reads again. The write is off the path of a
+the next holder of its partition is refused there too. The entry only ever rises: each write names the
+entry's KV revision it follows, and a write that finds the entry moved on reads it again and stands back
+when it already holds as much (an applier whose lease lapsed cannot lower what the next holder wrote).
+It is read before each batch, beside the applier's wait for its facts and its checks (the read is a
+round trip on the path of every change), and not at all when this process wrote the key's entry itself
+in its current holding of the key's partition: no other replica writes it meanwhile, and a new holding
+reads again. The write is off the path of a
 change (two round trips were half of the time from a decision to its first API call), and is stored
 before the batch is acknowledged, so no acknowledged batch leaves a lower revision behind. Only
 the watcher's NATS user may write that bucket (a reconciler can neither lower nor raise it). Each process
@@ -55,7 +58,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import nats.errors
-from nats.js.errors import NotFoundError
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from schema.keys import ReconcileKey
@@ -67,6 +70,9 @@ log = logging.getLogger(__name__)
 
 REMEMBERED_KEYS: Final = 200_000
 """Keys whose newest applied decision is remembered (the least recently applied ones are forgotten first)."""
+
+STORE_ATTEMPTS: Final = 3
+"""Writes of one revision, each after reading an entry that another replica changed meanwhile."""
 
 WRITTEN_STANDS_FOR: Final = 3600.0
 """Seconds a revision this process wrote is taken to stand in the bucket without reading it again, while
@@ -90,8 +96,8 @@ class Freshness:
         self._floors = floors
         self._clock = clock
         self._storing: dict[ReconcileKey, asyncio.Task[None]] = {}
-        self._own_writes: OrderedDict[ReconcileKey, _OwnWrite] = OrderedDict()
-        """Per key, the revision this process last wrote to the bucket, and under which holding."""
+        self._entries: OrderedDict[ReconcileKey, _Entry] = OrderedDict()
+        """Per key, its entry in the bucket as this process last read or wrote it."""
 
     async def judge(self, batch: CommandBatch, *, verified: bool | Awaitable[bool], holding: int | None = None) -> str:
         """Why ``batch`` must not be applied ("" when it is a current decision). A current one is
@@ -140,42 +146,61 @@ class Freshness:
 
     async def _stored_in_order(self, key: ReconcileKey, holding: int | None) -> int:
         await self.stored(key)  # the key's previous write first: its writes stay in order
-        written = self._own_writes.get(key)
+        seen = self._entries.get(key)
         if (
             holding is not None
-            and written is not None
-            and written.holding == holding
-            and self._clock() - written.at < WRITTEN_STANDS_FOR
+            and seen is not None
+            and seen.holding == holding
+            and self._clock() - seen.at < WRITTEN_STANDS_FOR
         ):
-            return written.revision
-        return await self._stored(key)
+            return seen.revision
+        seen = await self._read(key)
+        return seen.revision if seen is not None else 0
 
-    async def _stored(self, key: ReconcileKey) -> int:
+    async def _read(self, key: ReconcileKey) -> _Entry | None:
+        """The key's entry as the bucket holds it now (remembered), or None when it cannot be read."""
         if self._floors is None:
-            return 0
+            return None
         try:
             entry = await self._floors.get(applied_key(key))
-        except NotFoundError:  # never written, or expired
-            return 0
+        except NotFoundError as exc:  # never written or expired (no entry), or deleted (its tombstone's)
+            gone = getattr(exc, "entry", None)
+            return self._saw(key, 0, gone.revision if gone is not None else 0)
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("the applied revision of %s cannot be read (%s); judging on this process's", key, exc)
-            return 0
+            return None
         value = (entry.value or b"").decode(errors="replace")
-        return int(value) if value.isdigit() else 0
+        return self._saw(key, int(value) if value.isdigit() else 0, entry.revision or 0)
 
     async def _store(self, key: ReconcileKey, revision: int, holding: int | None) -> None:
         if self._floors is None:
             return
-        self._own_writes.pop(key, None)  # until the write is answered, the bucket's value is not known
-        try:
-            await self._floors.put(applied_key(key), str(revision).encode())
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("the applied revision %d of %s cannot be stored: %s", revision, key, exc)
+        # Until the write is answered, the bucket's value is not known.
+        seen: _Entry | None = self._entries.pop(key, None)
+        for _ in range(STORE_ATTEMPTS):
+            try:
+                sequence = await self._floors.update(
+                    applied_key(key), str(revision).encode(), last=seen.sequence if seen is not None else 0
+                )
+            except KeyWrongLastSequenceError:  # written meanwhile: by a holder before this one, or after it
+                seen = await self._read(key)
+                if seen is None or seen.revision >= revision:
+                    return
+                continue
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.warning("the applied revision %d of %s cannot be stored: %s", revision, key, exc)
+                return
+            self._saw(key, revision, sequence, holding)
             return
-        if holding is not None:
-            self._own_writes[key] = _OwnWrite(holding=holding, revision=revision, at=self._clock())
-            while len(self._own_writes) > self._remembered:
-                self._own_writes.popitem(last=False)
+        log.warning("the applied revision %d of %s was not stored: the entry kept changing", revision, key)
+
+    def _saw(self, key: ReconcileKey, revision: int, sequence: int, holding: int | None = None) -> _Entry:
+        """Remember the key's entry as seen now."""
+        self._entries.pop(key, None)
+        self._entries[key] = entry = _Entry(revision, sequence, holding, self._clock())
+        while len(self._entries) > self._remembered:
+            self._entries.popitem(last=False)
+        return entry
 
     def problem(self, batch: CommandBatch) -> str:
         """Why ``batch`` must not be applied, by this process's memory alone ("" when current)."""
@@ -207,10 +232,17 @@ class Freshness:
 
 
 @dataclass(frozen=True, slots=True)
-class _OwnWrite:
-    holding: int
+class _Entry:
+    """A key's entry in the bucket, as this process last saw it."""
+
     revision: int
+    """The applied snapshot revision it holds (0: none)."""
+    sequence: int
+    """Its KV revision, which the next write must follow (0: the key has no entry)."""
+    holding: int | None
+    """The holding of the key's partition under which this process wrote it (None: read, not written)."""
     at: float
+    """When this process saw it (monotonic seconds)."""
 
 
 async def _known(verified: bool | Awaitable[bool]) -> bool:

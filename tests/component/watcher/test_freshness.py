@@ -94,8 +94,7 @@ async def test_its_own_write_is_not_read_again_while_its_holding_lasts(bus: Bus)
     await bus.buckets.applied.put(subjects.applied_key(KEY), b"20")
     assert await fresh.judge(batch(12), verified=True, holding=1) == ""  # by its own write, 10
     await fresh.stored(KEY)
-    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"12"
-    await bus.buckets.applied.put(subjects.applied_key(KEY), b"20")
+    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"20"  # its write stood back
     assert "before revision 20" in await fresh.judge(batch(14), verified=True, holding=2)
     assert "before revision 20" in await fresh.judge(batch(14), verified=True)  # no holding known: read
 
@@ -105,3 +104,37 @@ async def test_its_own_write_is_not_read_again_while_its_holding_lasts(bus: Bus)
     await bus.buckets.applied.put(subjects.applied_key(KEY), b"40")
     now[0] += WRITTEN_STANDS_FOR
     assert "before revision 40" in await fresh.judge(batch(35), verified=True, holding=3)
+
+
+async def test_the_stored_revision_only_rises_whoever_writes_late(bus: Bus) -> None:
+    """An applier whose lease lapsed may still finish a batch after the partition's next holder applied a
+    newer one: its late write must not lower the entry, or a replay of a decision between the two would pass
+    the next read. A late write of a higher revision (a batch it did apply) still lands."""
+    lapsed, holder = Freshness(floors=bus.buckets.applied), Freshness(floors=bus.buckets.applied)
+    assert await lapsed.judge(batch(10), verified=True, holding=1) == ""
+    await lapsed.stored(KEY)
+    assert await holder.judge(batch(15), verified=True, holding=1) == ""
+    await holder.stored(KEY)
+    assert await lapsed.judge(batch(12), verified=True, holding=1) == ""  # it still trusts its own write, 10
+    await lapsed.stored(KEY)
+    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"15"
+    assert "before revision 15" in await lapsed.judge(batch(13), verified=True, holding=1)  # it read 15 meanwhile
+    assert await lapsed.judge(batch(20), verified=True, holding=1) == ""
+    await lapsed.stored(KEY)
+    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"20"
+    assert "before revision 20" in await holder.judge(batch(16), verified=True, holding=2)
+
+
+async def test_a_deleted_entry_is_written_again(bus: Bus) -> None:
+    """A write names the revision it follows: after a delete, the tombstone's."""
+    fresh = Freshness(floors=bus.buckets.applied)
+    assert await fresh.judge(batch(4), verified=True, holding=1) == ""
+    await fresh.stored(KEY)
+    await bus.buckets.applied.delete(subjects.applied_key(KEY))
+    assert await Freshness(floors=bus.buckets.applied).judge(batch(2), verified=False) == ""  # nothing stored
+    assert await fresh.judge(batch(6), verified=True, holding=1) == ""  # it follows its own write: refused
+    await fresh.stored(KEY)
+    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"6"
+    assert await fresh.judge(batch(7), verified=True) == ""  # read: the entry is there again
+    await fresh.stored(KEY)
+    assert (await bus.buckets.applied.get(subjects.applied_key(KEY))).value == b"7"
