@@ -17,13 +17,14 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
 from schema.messages import Command, command_target, command_verb
 from schema.times import format_time_exact
-from services.reconciler.worker.inflight import in_flight_key
+from services.reconciler.worker.decide import Ids, content_digest
+from services.reconciler.worker.inflight import in_flight_key, target_key
 
 VALUE_WIDTH: Final = 48
 """Characters of a value shown in a field diff before it is clipped."""
@@ -130,27 +131,40 @@ class Published:
             self.keys[command.id] = in_flight_key(command)
 
 
+class Split(NamedTuple):
+    """Today's decision split as the worker split the recorded one (:func:`split_withheld`)."""
+
+    commands: tuple[Command, ...]
+    """Today's commands in order: those kept with their ids, those withheld as reconcile left them (the
+    worker gives ids only to what it publishes)."""
+    kept: tuple[Command, ...]
+    """Today's kept commands, in order."""
+    withheld: tuple[int, ...]
+    """Positions in ``commands`` of today's withheld ones."""
+    lacking: tuple[str, ...]
+    """The suppressed ids today's decision lacks."""
+
+
 def split_withheld(
     today: Sequence[Command],
     kept: Sequence[Command],
     suppressed: Sequence[str],
     published: Published,
     *,
+    rule: Ids,
     ids: bool = True,
-    contents: Sequence[str] = (),
-) -> tuple[list[Command], list[Command], list[str]]:
-    """Split today's commands like the worker split the recorded decision.
+) -> Split:
+    """Split today's commands (as reconcile decided them, without ids) like the worker split the recorded
+    decision, giving ids by ``rule`` as the worker does: to every command it publishes, counting a command
+    of no target among the identical ones before it even when it is withheld (``inflight.InFlight.filter``).
 
     The worker publishes a decision's commands minus those identical (``in_flight_key``) to one of its
     key still in flight, and records the id of that twin in ``suppressed``. Today's commands are walked in
     order: one equal to the next recorded (kept) command is kept; else one identical to the twin of a
     suppressed id is withheld; else, while suppressed ids remain that ``published`` cannot resolve (the
     twin aged out of the stream, or an older logic version recorded other ids), it is taken as withheld;
-    else it is kept (and will show as a difference). ``contents``, when given, are today's commands'
-    content digests (``decide.Outcome.contents``), so none is encoded again.
-
-    Returns:
-        today's kept commands, today's withheld commands, and the suppressed ids today's decision lacks.
+    else it is kept (and will show as a difference). A withheld command with a target is never encoded:
+    its target is all the walk needs, and creates are the bulk of a scale-up's withheld commands.
     """
     resolved: dict[str, list[str]] = {}
     unresolved: list[str] = []
@@ -161,22 +175,41 @@ def split_withheld(
         else:
             resolved.setdefault(key, []).append(twin)
     position = 0
+    commands: list[Command] = []
     kept_today: list[Command] = []
-    withheld_today: list[Command] = []
+    withheld: list[int] = []
     for index, command in enumerate(today):
-        if position < len(kept) and same_command(kept[position], command, ids=ids):
-            kept_today.append(command)
+        key = target_key(command)
+        content = ""
+        if key is None:
+            key, counted = rule.count(command)
+            candidate: Command | None = rule.name(command, key, counted)
+        elif position < len(kept) and target_key(kept[position]) == key:
+            content = content_digest(command)
+            candidate = rule.name(command, content, rule.counted(content))
+        else:
+            candidate = None
+        if candidate is not None and position < len(kept) and same_command(kept[position], candidate, ids=ids):
             position += 1
-        elif twins := resolved.get(in_flight_key(command, contents[index] if contents else None)):
+        elif twins := resolved.get(key):
             twins.pop()
-            withheld_today.append(command)
+            candidate = None
         elif unresolved:
             unresolved.pop()
-            withheld_today.append(command)
-        else:
-            kept_today.append(command)
+            candidate = None
+        elif candidate is None:
+            content = content_digest(command)
+            candidate = rule.name(command, content, rule.counted(content))
+        if candidate is None:
+            withheld.append(index)
+            commands.append(command)
+            continue
+        if content:
+            rule.claim(content)
+        commands.append(candidate)
+        kept_today.append(candidate)
     missing = [twin for twins in resolved.values() for twin in twins] + unresolved
-    return kept_today, withheld_today, missing
+    return Split(tuple(commands), tuple(kept_today), tuple(withheld), tuple(missing))
 
 
 def command_diff(

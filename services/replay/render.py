@@ -100,11 +100,11 @@ def _transitions(command: Command) -> list[str]:
 
 
 def _decision_lines(
-    commands: Sequence[Command], wake_at: datetime | None, now: datetime, indent: str, withheld: Sequence[str] = ()
+    commands: Sequence[Command], wake_at: datetime | None, now: datetime, indent: str, withheld: Sequence[int] = ()
 ) -> list[str]:
     lines = []
-    for command in commands:
-        note = "  (withheld: in flight)" if command.id in withheld else ""
+    for index, command in enumerate(commands):
+        note = "  (withheld: in flight)" if index in withheld else ""
         lines.append(f"{indent}→ {describe(command)}{note}")
         lines.extend(f"{indent}    {t}" for t in _transitions(command))
     if not commands:
@@ -269,7 +269,7 @@ def render_step_detail(step: ReplayStep, history: KeyHistory, *, total: int) -> 
         )
         if step.withheld:
             text += "withheld by the worker (an identical command was in flight):\n" + "".join(
-                f"  - {describe(c)} ({c.id})\n" for c in step.replayed.commands if c.id in step.withheld
+                f"  - {describe(c)}\n" for c in step.withheld_commands()
             )
     else:
         text += f"decision: reconcile raised {step.error}\n"

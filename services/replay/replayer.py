@@ -27,7 +27,7 @@ Not here: I/O of any kind (``source``, ``archive``, ``cli``), printing (``render
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -58,11 +58,12 @@ class ReplayStep(msgspec.Struct, frozen=True, kw_only=True):
         uid: the incarnation of the custom resource the decision was about.
         inputs: the recorded inputs coalesced into the decision; ``missing_inputs`` the sequences that
             are no longer in the stream.
-        recorded: the batch as recorded; ``replayed`` the batch today's code builds (None if it raised).
+        recorded: the batch as recorded; ``replayed`` the batch today's code builds (None if it raised),
+            with all its commands, those withheld without ids (the worker names only what it publishes).
         verdict: ``match``, ``diverged`` or ``unverifiable`` (snapshot needs inputs that aged out).
         diff: the divergence in readable lines (empty on a match).
-        withheld: ids of today's commands that the recording shows withheld by the worker because an
-            identical command of the key was still in flight (``CommandBatch.suppressed``).
+        withheld: positions in ``replayed.commands`` of those the recording shows withheld by the worker
+            because an identical command of the key was still in flight (``CommandBatch.suppressed``).
         logic_change: set when the decision was recorded under an older ``LOGIC_VERSION`` and today's
             ids differ from the recorded ones: that version change, in words (ids are not compared then).
         error: the exception today's reconcile raised, if any (a divergence).
@@ -81,7 +82,7 @@ class ReplayStep(msgspec.Struct, frozen=True, kw_only=True):
     decision: Decision | None
     verdict: Verdict
     diff: tuple[str, ...] = ()
-    withheld: tuple[str, ...] = ()
+    withheld: tuple[int, ...] = ()
     logic_change: str = ""
     error: str = ""
     snapshot: Snapshot | None = None
@@ -90,6 +91,17 @@ class ReplayStep(msgspec.Struct, frozen=True, kw_only=True):
     def diverged(self) -> bool:
         """Whether today's decision differs from the recorded one."""
         return self.verdict == "diverged"
+
+    def withheld_commands(self) -> tuple[Command, ...]:
+        """Today's commands the recording shows withheld, in order."""
+        commands = self.replayed.commands if self.replayed is not None else ()
+        return tuple(commands[i] for i in self.withheld)
+
+    def kept_commands(self) -> tuple[Command, ...]:
+        """Today's commands the recording shows published, in order."""
+        commands = self.replayed.commands if self.replayed is not None else ()
+        withheld = set(self.withheld)
+        return tuple(c for i, c in enumerate(commands) if i not in withheld)
 
     @property
     def rules_changed(self) -> bool:
@@ -210,37 +222,39 @@ class Replayer:
     ) -> ReplayStep:
         replayed: CommandBatch | None = None
         decision: Decision | None = None
-        contents: tuple[str, ...] = ()
         error = ""
         try:
-            outcome = draft(
+            drafted = draft(
                 reconcilers=self.reconcilers,
                 snapshot=snapshot,
                 now=batch.issued_at,
                 config=self.config,
                 sequences=batch.inputs,
-            ).outcome()
-            replayed, decision, contents = outcome.batch, outcome.decision, outcome.contents
+            )
         except Exception as exc:  # a crash of today's reconcile is a finding, not the replayer's failure
             error = f"{type(exc).__name__}: {exc}"
         diff: list[str] = []
-        withheld: tuple[str, ...] = ()
+        withheld: tuple[int, ...] = ()
         logic_change = ""
         ids = batch.logic_version == LOGIC_VERSION
-        if replayed is None:
+        if error:
             diff = [f"! reconcile raised {error}", *(f"- {describe(c)}" for c in batch.commands)]
         else:
-            kept: Sequence[Command] = replayed.commands
-            lacking: list[str] = []
-            if batch.suppressed:
-                kept, withheld_now, lacking = split_withheld(
-                    replayed.commands, batch.commands, batch.suppressed, published, ids=ids, contents=contents
-                )
-                withheld = tuple(c.id for c in withheld_now)
-            diff = command_diff(batch.commands, kept, ids=ids)
-            diff += [f"- withheld command {i} (recorded as in flight, not decided now)" for i in lacking]
+            split = split_withheld(
+                drafted.decision.commands,
+                batch.commands,
+                batch.suppressed,
+                published,
+                rule=drafted.ids(),
+                ids=ids,
+            )
+            withheld = split.withheld
+            decision = msgspec.structs.replace(drafted.decision, commands=split.commands)
+            replayed = msgspec.structs.replace(drafted.batch, commands=split.commands)
+            diff = command_diff(batch.commands, split.kept, ids=ids)
+            diff += [f"- withheld command {i} (recorded as in flight, not decided now)" for i in split.lacking]
             diff += wake_diff(batch.wake_at, replayed.wake_at)
-            if not ids and [c.id for c in kept] != [c.id for c in batch.commands]:
+            if not ids and [c.id for c in split.kept] != [c.id for c in batch.commands]:
                 logic_change = (
                     f"command ids differ, not compared: recorded with logic_version {batch.logic_version}, "
                     f"today's is {LOGIC_VERSION}"

@@ -193,8 +193,8 @@ def replayed_transitions(p: Pipeline, history: KeyHistory) -> list[Step]:
     found: list[Step] = []
     for step in result.steps:
         assert step.replayed is not None
-        for command in step.replayed.commands:
-            if isinstance(command, PatchStatus) and command.id not in step.withheld:
+        for command in step.kept_commands():
+            if isinstance(command, PatchStatus):
                 found += [
                     (t.field, t.from_value, t.to_value, t.reason, t.resource_version) for t in command.transitions
                 ]

@@ -44,7 +44,7 @@ LOGIC_VERSION = 2
 """Bumped with any change that alters the commands for a recorded history, so replay can tell a
 logic change from a bug (a change gated on it, never a re-recorded history).
 
-2: every kind's command ids follow :func:`with_ids` (RayCluster's were its own, salted with the snapshot
+2: every kind's command ids follow :class:`Ids` (RayCluster's were its own, salted with the snapshot
 revision, the RayCluster's resourceVersion and the command's position; the other kinds' a digest of the
 content alone). Replay compares ids only within one logic version."""
 
@@ -73,12 +73,10 @@ and then dead-lettered like any failure)."""
 
 @dataclass(frozen=True)
 class Outcome:
-    """A decision and the batch that records it (published even when it has no commands), and the
-    :func:`content_digest` of each of the batch's commands (what ``inflight.in_flight_key`` matches on)."""
+    """A decision and the batch that records it (published even when it has no commands)."""
 
     decision: Decision
     batch: CommandBatch
-    contents: tuple[str, ...] = ()
 
 
 class Ids:
@@ -98,9 +96,17 @@ class Ids:
     def count(self, command: Command) -> tuple[str, int]:
         """``command``'s content digest and how many identical commands were counted before it; counts it."""
         content = content_digest(command)
+        return content, self.claim(content)
+
+    def counted(self, content: str) -> int:
+        """How many commands of content digest ``content`` were counted so far."""
+        return self._seen.get(content, 0)
+
+    def claim(self, content: str) -> int:
+        """Count one more command of content digest ``content``; returns how many were counted before it."""
         count = self._seen.get(content, 0)
         self._seen[content] = count + 1
-        return content, count
+        return count
 
     def name(self, command: Command, content: str, count: int) -> Command:
         """``command`` with the id of what :meth:`count` returned for it (whatever id reconcile left is
@@ -127,14 +133,13 @@ class Draft:
         return Ids(self.batch.snapshot_revision)
 
     def outcome(self) -> Outcome:
-        """The decision with every command identified."""
+        """The decision with every command identified (what the worker publishes when nothing of the key
+        is in flight)."""
         ids = self.ids()
-        given = [ids.give(command) for command in self.decision.commands]
-        commands = tuple(command for command, _ in given)
+        commands = tuple(ids.give(command)[0] for command in self.decision.commands)
         return Outcome(
             decision=msgspec.structs.replace(self.decision, commands=commands),
             batch=msgspec.structs.replace(self.batch, commands=commands),
-            contents=tuple(content for _, content in given),
         )
 
 
@@ -161,12 +166,6 @@ def content_digest(command: Command) -> str:
     """Digest of a command's content, its ``id`` field excluded."""
     body = _encoder.encode(msgspec.structs.replace(command, id="") if command.id else command)
     return hashlib.blake2b(body, digest_size=12).hexdigest()
-
-
-def with_ids(commands: Sequence[Command], snapshot_revision: int) -> tuple[Command, ...]:
-    """The commands of one decision with their ids (:class:`Ids`)."""
-    ids = Ids(snapshot_revision)
-    return tuple(ids.give(command)[0] for command in commands)
 
 
 def batch_id(key_token: str, sequences: Sequence[int], snapshot_revision: int) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from schema.messages import Command, CreateObject, DeleteObject, ObjectRef
-from services.reconciler.worker.decide import content_digest
+from schema.messages import Command, CreateObject, DeleteObject, EmitEvent, ObjectRef
+from services.reconciler.worker.decide import Ids
 from services.replay.compare import (
     Published,
     command_diff,
@@ -18,6 +18,7 @@ from services.replay.compare import (
     short_value,
     split_withheld,
     wake_diff,
+    without_id,
 )
 
 
@@ -109,21 +110,35 @@ def test_wake_diff() -> None:
 
 def test_withheld_commands_are_matched_with_their_twins_content() -> None:
     """``suppressed`` names the in-flight twin of each withheld command (a command of an earlier batch,
-    with its own id): today's commands are matched with the twin's content, whatever their ids."""
+    with its own id): today's commands are matched with the twin's content, and only those kept get ids,
+    by the worker's rule."""
     published = Published()
     published.add([pod("a", cmd_id="earlier-a"), pod("b", cmd_id="earlier-b")])
-    today = [pod("a", cmd_id="today-a"), pod("c", cmd_id="today-c"), pod("b", cmd_id="today-b")]
-    kept, withheld, missing = split_withheld(today, [pod("c", cmd_id="today-c")], ["earlier-b", "earlier-a"], published)
-    assert [c.id for c in kept] == ["today-c"] and [c.id for c in withheld] == ["today-a", "today-b"] and not missing
-    # Today's content digests, when decide has them already, give the same split.
-    contents = [content_digest(c) for c in today]
-    again = split_withheld(
-        today, [pod("c", cmd_id="today-c")], ["earlier-b", "earlier-a"], published, contents=contents
-    )
-    assert again == (kept, withheld, missing)
-    kept, withheld, missing = split_withheld(today[1:], [pod("c", cmd_id="today-c")], ["earlier-a"], published)
-    assert [c.id for c in kept] == ["today-c", "today-b"] and not withheld and missing == ["earlier-a"]
+    today = [without_id(pod(name)) for name in "acb"]
+    c = Ids(7).give(today[1])[0]
+    split = split_withheld(today, [c], ["earlier-b", "earlier-a"], published, rule=Ids(7))
+    assert split.kept == (c,) and split.withheld == (0, 2) and not split.lacking
+    assert split.commands == (today[0], c, today[2])  # the withheld ones as reconcile left them, without ids
+    b = Ids(7).give(today[2])[0]
+    split = split_withheld(today[1:], [c], ["earlier-a"], published, rule=Ids(7))
+    assert split.kept == (c, b) and not split.withheld and split.lacking == ("earlier-a",)
     # A twin the history does not hold (aged out, or an older logic version's id) takes what is left over.
-    kept, withheld, missing = split_withheld(today, [pod("c", cmd_id="x")], ["gone"], published, ids=False)
-    assert [c.id for c in kept] == ["today-c", "today-b"] and [c.id for c in withheld] == ["today-a"]
-    assert not missing
+    split = split_withheld(today, [pod("c", cmd_id="x")], ["gone"], published, rule=Ids(7), ids=False)
+    assert split.kept == (c, b) and split.withheld == (0,) and not split.lacking
+
+
+def test_a_withheld_command_without_a_target_is_counted_as_the_worker_counts_it() -> None:
+    """Of identical commands without a target (Events), the worker counts each, the withheld ones too: the
+    one it publishes after a withheld twin is the second of its content."""
+    event = EmitEvent(
+        regarding=ObjectRef(api_version="v1", kind="Pod", namespace="default", name="a"),
+        event_type="Normal",
+        reason="Created",
+        message="Created worker Pod a",
+    )
+    rule = Ids(7)
+    first, second = rule.give(event)[0], rule.give(event)[0]
+    published = Published()
+    published.add([first])
+    split = split_withheld([event, event], [second], [first.id], published, rule=Ids(7))
+    assert split.kept == (second,) and split.withheld == (0,) and split.commands == (event, second)

@@ -126,13 +126,8 @@ def test_withheld_commands_must_still_be_decided() -> None:
     them, and a reconcile that no longer does diverges on exactly as many."""
     history = load(REPLAYS / "raycluster-scaling.json").history()
     normal = Replayer().replay_history(history)
-    step = next(
-        s
-        for s in normal.steps
-        if s.replayed is not None and any(c.id in s.withheld and isinstance(c, EmitEvent) for c in s.replayed.commands)
-    )
-    assert step.replayed is not None
-    events = [c for c in step.replayed.commands if c.id in step.withheld and isinstance(c, EmitEvent)]
+    step = next(s for s in normal.steps if any(isinstance(c, EmitEvent) for c in s.withheld_commands()))
+    events = [c for c in step.withheld_commands() if isinstance(c, EmitEvent)]
     changed = Replayer(reconcilers={"RayCluster": without_events}).replay_history(history, raise_on_divergence=False)
     diff = next(s.diff for s in changed.steps if s.index == step.index)
     lacking = [line for line in diff if line.startswith("- withheld command ")]

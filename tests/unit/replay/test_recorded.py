@@ -78,10 +78,10 @@ def recorded_today(history: KeyHistory, config: OperatorConfig) -> KeyHistory:
     decisions: list[RecordedDecision] = []
     for step, recorded in zip(Replayer(config=config).iter_steps(history), history.decisions, strict=True):
         assert step.replayed is not None
-        kept = tuple(c for c in step.replayed.commands if c.id not in step.withheld)
+        kept = step.kept_commands()
         for command in kept:
             ids.setdefault(in_flight_key(command), command.id)
-        twins = tuple(ids[in_flight_key(c)] for c in step.replayed.commands if c.id in step.withheld)
+        twins = tuple(ids[in_flight_key(c)] for c in step.withheld_commands())
         batch = msgspec.structs.replace(step.replayed, commands=kept, suppressed=twins)
         decisions.append(msgspec.structs.replace(recorded, batch=batch))
     return msgspec.structs.replace(history, decisions=tuple(decisions))

@@ -162,14 +162,6 @@ def test_in_flight_commands_are_withheld_until_applied_and_recorded() -> None:
     assert inflight.filter(again.batch, applied_floor=10).commands == again.batch.commands
 
 
-def test_decide_gives_each_commands_content_digest() -> None:
-    from services.reconciler.worker.decide import content_digest
-
-    snap = Snapshot(key=KEY, entries={}, revision=1)
-    outcome = draft(reconcilers={"RayCluster": _twice}, snapshot=snap, now=T0, config=OperatorConfig()).outcome()
-    assert outcome.contents == tuple(map(content_digest, outcome.batch.commands))
-
-
 def _scale(workers: int) -> Callable[[Snapshot, datetime, OperatorConfig], Decision]:
     def reconcile(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
         commands: list[Command] = []
