@@ -11,7 +11,8 @@ Figures, each the best of ``--repeat`` runs over the whole history:
   reconcile, comparison with the recorded batch): inputs/s and decisions/s;
 - rebuild: the incremental snapshot rebuild alone, and rebuilding each snapshot from scratch (what
   ``rebuild`` avoids);
-- decide: the production ``decide`` alone on the prebuilt snapshots (the floor for a full replay);
+- decide: the production ``draft`` alone (reconcile and the batch around it, before any command has its id)
+  on the prebuilt snapshots: the floor for a full replay;
 - load: decoding the export file;
 - golden: replaying every recorded history of ``tests/replays/`` (RayCluster, RayJob, RayService runs).
 
@@ -158,7 +159,7 @@ def main() -> int:
                 now=recorded.batch.issued_at,
                 config=config,
                 sequences=recorded.batch.inputs,
-            ).outcome()
+            )
 
     decide_s = best(args.repeat, decide_all)
     incremental_s = best(args.repeat, lambda: rebuild_incremental(history))
@@ -186,7 +187,7 @@ def main() -> int:
     print(f"{'figure':<44} {'seconds':>8} {'inputs/s':>10} {'decisions/s':>12}")
     rows = [
         ("replay (rebuild + decide + compare)", replay_s),
-        ("decide alone on prebuilt snapshots", decide_s),
+        ("decide alone (draft) on prebuilt snapshots", decide_s),
         ("snapshot rebuild, incremental", incremental_s),
         ("snapshot rebuild, from scratch per decision", scratch_s),
         ("load the export file (JSON decode)", load_s),
