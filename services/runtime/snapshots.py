@@ -19,7 +19,11 @@ keeps a stale view for long.
 
 A small key is held too, within a budget of its own (:data:`SMALL_HELD_ENTRIES`, the most recently read
 keys): a change to a quiet cluster (one worker more) then costs one short answer instead of every entry
-of the key, read and decoded again. The server finds a filter's changes by walking the bucket's writes
+of the key, read and decoded again. A small key let go from that budget is kept encoded, as the JSON the
+bucket holds (:data:`SMALL_PACKED_BYTES`, a fifth of its decoded size): a burst over more keys than the
+decoded budget holds, reconciled in turn, would otherwise find none of them held and read each whole at
+every decision; decoding the key again costs what a whole read decodes, without the round trip and the
+server's lookup. The server finds a filter's changes by walking the bucket's writes
 since the held revision, while a whole read looks the key's entries up directly; so a small key's
 changes are read only when the event being processed shows the bucket moved at most
 :data:`CHANGES_WITHIN` writes since. Otherwise (a burst of writes to many keys, or an input that names no
@@ -41,7 +45,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import msgspec
 from nats.aio.client import Client
@@ -56,6 +60,7 @@ from services.runtime.kvread import KvEntries, KvReader
 from services.runtime.metrics import meter
 
 _json_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
+_json_encoder: Final = msgspec.json.Encoder()
 _snapshots = meter(__name__).create_counter(
     "raybus_snapshots_total", description="snapshots by how they were had (raybus.snapshot: whole, changes, applied)"
 )
@@ -72,6 +77,9 @@ HELD_ENTRIES: Final = 20_000
 
 SMALL_HELD_ENTRIES: Final = 1_000
 """Decoded entries held over the keys smaller than :data:`HELD_FROM` (about 25 MB of Pods)."""
+
+SMALL_PACKED_BYTES: Final = 64 * 2**20
+"""JSON bytes of the small keys let go from :data:`SMALL_HELD_ENTRIES`, kept encoded (4 to 6 KB a Pod)."""
 
 CHANGES_WITHIN: Final = 1_000
 """Writes to the bucket since a small key's held revision up to which only its changes are read."""
@@ -112,6 +120,35 @@ class _Held:
 
     def size(self) -> int:
         return len(self.written)
+
+    def packed(self) -> _Packed:
+        """The same entries, encoded."""
+        values: dict[str, tuple[int, bytes]] = {}
+        for kv_key, revision in self.written.items():
+            entry_kind, name = subjects.entry_kind_and_name(kv_key)
+            values[kv_key] = (revision, _json_encoder.encode(self.entries[entry_kind][name]))
+        return _Packed(revision=self.revision, read_at=self.read_at, values=values)
+
+
+@dataclass(frozen=True)
+class _Packed:
+    """A key's entries as of ``revision``, each as the JSON of its object and the revision of its write."""
+
+    revision: int
+    read_at: float
+    values: dict[str, tuple[int, bytes]]
+
+    def size(self) -> int:
+        return sum(len(value) for _, value in self.values.values())
+
+    def unpacked(self) -> _Held:
+        """The same entries, decoded."""
+        entries: Entries = {}
+        for kv_key, (_, value) in self.values.items():
+            entry_kind, name = subjects.entry_kind_and_name(kv_key)
+            entries.setdefault(entry_kind, {})[name] = _json_decoder.decode(value)
+        written = {kv_key: revision for kv_key, (revision, _) in self.values.items()}
+        return _Held(revision=self.revision, read_at=self.read_at, entries=entries, written=written)
 
 
 _Change = tuple[str, str, str, int, dict[str, Any] | None]
@@ -167,29 +204,40 @@ def _advanced(key: ReconcileKey, held: _Held, writes: Sequence[Write]) -> _Held 
     return _applied(held, changes, revision)
 
 
-class _Budget:
-    """Held keys, the least recently read first, within a bound on their entries (a single key larger than
-    the bound is still held)."""
+class _Sized(Protocol):
+    def size(self) -> int: ...
 
-    def __init__(self, entries: int) -> None:
-        self._bound = entries
+
+T = TypeVar("T", bound=_Sized)
+
+
+class _Budget(Generic[T]):
+    """Held keys, the least recently read first, within a bound on their size (entries or bytes; a single
+    key larger than the bound is still held)."""
+
+    def __init__(self, bound: int) -> None:
+        self._bound = bound
         self._total = 0
-        self.keys: OrderedDict[ReconcileKey, _Held] = OrderedDict()
+        self.keys: OrderedDict[ReconcileKey, T] = OrderedDict()
 
-    def put(self, key: ReconcileKey, held: _Held) -> None:
-        """Hold ``key`` as the most recently read; let the least recently read go beyond the bound."""
+    def put(self, key: ReconcileKey, held: T) -> list[tuple[ReconcileKey, T]]:
+        """Hold ``key`` as the most recently read; let the least recently read go beyond the bound, and
+        return them."""
         self.pop(key)
         self.keys[key] = held
         self._total += held.size()
+        dropped: list[tuple[ReconcileKey, T]] = []
         while self._total > self._bound and len(self.keys) > 1:
-            _, dropped = self.keys.popitem(last=False)
-            self._total -= dropped.size()
+            dropped.append(self.keys.popitem(last=False))
+            self._total -= dropped[-1][1].size()
+        return dropped
 
-    def pop(self, key: ReconcileKey) -> None:
-        """Stop holding ``key`` (nothing when it is not held)."""
+    def pop(self, key: ReconcileKey) -> T | None:
+        """Stop holding ``key``; what was held (None when it was not)."""
         held = self.keys.pop(key, None)
         if held is not None:
             self._total -= held.size()
+        return held
 
 
 class SnapshotReader:
@@ -204,6 +252,7 @@ class SnapshotReader:
         held_from: int = HELD_FROM,
         held_entries: int = HELD_ENTRIES,
         small_held_entries: int = SMALL_HELD_ENTRIES,
+        small_packed_bytes: int = SMALL_PACKED_BYTES,
         changes_within: int = CHANGES_WITHIN,
     ) -> None:
         self._kv = KvReader(nc)
@@ -211,17 +260,17 @@ class SnapshotReader:
         self._clock = clock
         self._held_from = held_from
         self._changes_within = changes_within
-        self._large = _Budget(held_entries)
-        self._small = _Budget(small_held_entries)
+        self._large: _Budget[_Held] = _Budget(held_entries)
+        self._small: _Budget[_Held] = _Budget(small_held_entries)
+        self._packed: _Budget[_Packed] = _Budget(small_packed_bytes)
         self._had: Counter[str] = Counter()
 
     def forget(self, which: Callable[[ReconcileKey], bool]) -> None:
         """Read the keys ``which`` selects whole next time: another reader may have decided them since this
         one held them (a partition that comes back), and a decision must not be made on an older revision
         than one already decided on, even where the key's entries did not change."""
-        for budget in (self._large, self._small):
-            for key in [key for key in budget.keys if which(key)]:
-                budget.pop(key)
+        for key in [key for budget in (self._large, self._small, self._packed) for key in budget.keys if which(key)]:
+            self._drop(key)
 
     @property
     def whole_reads(self) -> int:
@@ -303,13 +352,24 @@ class SnapshotReader:
 
     def _held(self, key: ReconcileKey) -> _Held | None:
         held = self._large.keys.get(key)
-        return held if held is not None else self._small.keys.get(key)
+        if held is None:
+            held = self._small.keys.get(key)
+        if held is None and (packed := self._packed.pop(key)) is not None:
+            held = packed.unpacked()
+            self._keep(key, held)
+        return held
 
     def _keep(self, key: ReconcileKey, held: _Held) -> None:
-        """Hold ``key`` as the most recently read, in the budget its size falls in."""
+        """Hold ``key`` as the most recently read, in the budget its size falls in; a small key let go
+        is kept encoded."""
         self._drop(key)
-        (self._large if held.size() >= self._held_from else self._small).put(key, held)
+        if held.size() >= self._held_from:
+            self._large.put(key, held)
+            return
+        for dropped, let_go in self._small.put(key, held):
+            self._packed.put(dropped, let_go.packed())
 
     def _drop(self, key: ReconcileKey) -> None:
         self._large.pop(key)
         self._small.pop(key)
+        self._packed.pop(key)
