@@ -226,6 +226,9 @@ class Applier:
         self._unacked: dict[int, Msg] = {}
         """Batches received from JetStream and not yet acked or nak'ed (by ``id``: a Msg is unhashable)."""
         self._outstanding = 0
+        self._room = asyncio.Event()
+        """Set while fewer batches than the bound are outstanding: what a partition's fetch waits for."""
+        self._room.set()
         self._membership = membership
         self._leases: PartitionLeases | None = None
         self._consumers: dict[int, _Consumer] = {}
@@ -259,7 +262,7 @@ class Applier:
             for partition in list(self._consumers):
                 await self._stop_partition(partition)
         if self._crash is not None:
-            raise RuntimeError("an applier partition crashed") from self._crash
+            raise RuntimeError("an applier partition or key worker crashed") from self._crash
 
     async def _halt_on(self, stop: asyncio.Event, halt: asyncio.Event) -> None:
         await stop.wait()
@@ -271,10 +274,11 @@ class Applier:
         )
         done = asyncio.Event()
         task = asyncio.create_task(self._consume(partition, sub, done), name=f"applier-partition-{partition}")
-        task.add_done_callback(self._on_consumer_done)
+        task.add_done_callback(self._on_done)
         self._consumers[partition] = _Consumer(done, task, sub, next(self._holdings))
 
-    def _on_consumer_done(self, task: asyncio.Task[None]) -> None:
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        """A partition's consumer or a key's worker ended: one that raised halts the applier (``run``)."""
         if not task.cancelled() and task.exception() is not None and self._crash is None:
             self._crash = task.exception()
             self._halt.set()
@@ -314,7 +318,7 @@ class Applier:
         if key not in self._workers:
             self._partition_of.pop(key, None)
         for msg, _ in queue:
-            self._outstanding -= 1
+            self._settled()
             self._unacked.pop(id(msg), None)
             with contextlib.suppress(Exception):
                 await msg.nak()
@@ -322,10 +326,11 @@ class Applier:
     async def _consume(self, partition: int, sub: JetStreamContext.PullSubscription, done: asyncio.Event) -> None:
         while not done.is_set():
             raise_if_cancelling()
-            self._raise_crashed()
-            room = self._concurrency * 4 - self._outstanding
+            room = self._bound() - self._outstanding
             if room <= 0:
-                await asyncio.sleep(0.01)
+                self._room.clear()
+                with contextlib.suppress(TimeoutError):  # looks at ``done`` as often as a fetch would
+                    await asyncio.wait_for(self._room.wait(), FETCH_TIMEOUT)
                 continue
             try:
                 messages = await sub.fetch(batch=min(room, 256), timeout=FETCH_TIMEOUT)
@@ -340,10 +345,15 @@ class Applier:
             for msg in messages:
                 await self._accept(partition, msg)
 
-    def _raise_crashed(self) -> None:
-        for task in list(self._workers.values()):
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise RuntimeError("an applier worker crashed") from task.exception()
+    def _bound(self) -> int:
+        """Batches received and not yet settled above which no partition fetches more."""
+        return self._concurrency * 4
+
+    def _settled(self) -> None:
+        """One outstanding batch was acked, dead-lettered or handed back: room for the fetches."""
+        self._outstanding -= 1
+        if self._outstanding < self._bound():
+            self._room.set()
 
     async def _accept(self, partition: int, msg: Msg) -> None:
         try:
@@ -364,7 +374,9 @@ class Applier:
         self._partition_of[batch.key] = partition
         self._queues.setdefault(batch.key, deque()).append((msg, batch))
         if batch.key not in self._workers:
-            self._workers[batch.key] = asyncio.create_task(self._work(batch.key), name=f"applier {batch.key}")
+            worker = asyncio.create_task(self._work(batch.key), name=f"applier {batch.key}")
+            worker.add_done_callback(self._on_done)
+            self._workers[batch.key] = worker
 
     def _holds(self, key: ReconcileKey) -> bool:
         """Whether ``key``'s partition is still this replica's and not stopping (a stopping partition has
@@ -395,7 +407,7 @@ class Applier:
                     with self.progress.working():
                         failure = await self._apply_guarded(msg, batch)
                 queue.popleft()
-                self._outstanding -= 1
+                self._settled()
                 if failure is None:
                     with contextlib.suppress(nats.errors.Error):  # lost: redelivered, commands are idempotent
                         await msg.ack()

@@ -220,3 +220,29 @@ async def test_a_batch_redelivered_too_often_is_dead_lettered(
         await task
     assert "delivered 3 times" in letters[0]["error"]
     assert await bus.results(key) == []
+
+
+async def test_a_full_applier_fetches_again_as_soon_as_a_batch_is_settled(
+    bus: Bus, kube_api: KubeApi, kubesim_namespace: str
+) -> None:
+    """With as many batches outstanding as its bound (four per API slot), no partition fetches more until
+    one is settled; then the fetches go on, and every batch is applied."""
+    ns = kubesim_namespace
+    keys = [ReconcileKey(kind="RayJob", namespace=ns, name=f"full-{i}") for i in range(12)]
+    for i, key in enumerate(keys):
+        await send(bus, key, f"full-{i}", [CreateObject(id=f"sa-{i}", target=sa_ref(ns, f"full-{i}"), body={})])
+    applier = Applier(bus.js, kube_api, membership=bus.membership(), concurrency=1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(applier.run(stop))
+    try:
+        for key in keys:
+            results = await results_of(bus, key, 1)
+            assert results[0]["outcome"] == "applied"
+
+        async def all_settled() -> bool | None:
+            return (applier.batches_applied == len(keys) and applier.busy == 0) or None
+
+        await until(all_settled, message="every batch acknowledged")
+    finally:
+        stop.set()
+        await task
