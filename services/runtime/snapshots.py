@@ -23,11 +23,11 @@ of the key, read and decoded again. A small key let go from that budget is kept 
 bucket holds (:data:`SMALL_PACKED_BYTES`, a fifth of its decoded size): a burst over more keys than the
 decoded budget holds, reconciled in turn, would otherwise find none of them held and read each whole at
 every decision; decoding the key again costs what a whole read decodes, without the round trip and the
-server's lookup. The server finds a filter's changes by walking the bucket's writes
-since the held revision, while a whole read looks the key's entries up directly; so a small key's
-changes are read only when the event being processed shows the bucket moved at most
-:data:`CHANGES_WITHIN` writes since. Otherwise (a burst of writes to many keys, or an input that names no
-revision) the key is read whole, still reusing the decoded entries whose revision did not change.
+server's lookup. The server finds a filter's changes by walking the bucket's writes since the held
+revision, while a whole read looks the key's entries up directly; so a small key's changes are read only
+when the event being processed shows the bucket moved at most :data:`CHANGES_WITHIN` writes since.
+Otherwise (a burst of writes to many keys, or an input that names no revision) the key is read whole,
+still reusing the decoded entries whose revision did not change.
 
 A key held needs no read at all when the inputs carry every write under it since the revision held: a
 watch event names the key's write before its own (``WatchEvent.kv_previous``, which the bucket checked
@@ -208,31 +208,31 @@ class _Sized(Protocol):
     def size(self) -> int: ...
 
 
-T = TypeVar("T", bound=_Sized)
+_HeldT = TypeVar("_HeldT", bound=_Sized)
 
 
-class _Budget(Generic[T]):
+class _Budget(Generic[_HeldT]):
     """Held keys, the least recently read first, within a bound on their size (entries or bytes; a single
     key larger than the bound is still held)."""
 
     def __init__(self, bound: int) -> None:
         self._bound = bound
         self._total = 0
-        self.keys: OrderedDict[ReconcileKey, T] = OrderedDict()
+        self.keys: OrderedDict[ReconcileKey, _HeldT] = OrderedDict()
 
-    def put(self, key: ReconcileKey, held: T) -> list[tuple[ReconcileKey, T]]:
+    def put(self, key: ReconcileKey, held: _HeldT) -> list[tuple[ReconcileKey, _HeldT]]:
         """Hold ``key`` as the most recently read; let the least recently read go beyond the bound, and
         return them."""
         self.pop(key)
         self.keys[key] = held
         self._total += held.size()
-        dropped: list[tuple[ReconcileKey, T]] = []
+        dropped: list[tuple[ReconcileKey, _HeldT]] = []
         while self._total > self._bound and len(self.keys) > 1:
             dropped.append(self.keys.popitem(last=False))
             self._total -= dropped[-1][1].size()
         return dropped
 
-    def pop(self, key: ReconcileKey) -> T | None:
+    def pop(self, key: ReconcileKey) -> _HeldT | None:
         """Stop holding ``key``; what was held (None when it was not)."""
         held = self.keys.pop(key, None)
         if held is not None:

@@ -31,14 +31,13 @@ when it already holds as much (an applier whose lease lapsed cannot lower what t
 It is read before each batch, beside the applier's wait for its facts and its checks (the read is a
 round trip on the path of every change), and not at all when this process wrote the key's entry itself
 in its current holding of the key's partition: no other replica writes it meanwhile, and a new holding
-reads again. The write is off the path of a
-change (two round trips were half of the time from a decision to its first API call), and is stored
-before the batch is acknowledged, so no acknowledged batch leaves a lower revision behind. Only
-the watcher's NATS user may write that bucket (a reconciler can neither lower nor raise it). Each process
-also keeps it in memory, which answers alone while the bucket cannot be read (a warning is logged).
-A reconciler worker reads the keys of a partition it takes whole (``SnapshotReader.forget``), so it
-never decides on a revision older than one another worker already decided on, even for a key whose
-entries did not change.
+reads again. The write is off the path of a change (two round trips were half of the time from a
+decision to its first API call), and is stored before the batch is acknowledged, so no acknowledged batch
+leaves a lower revision behind. Only the watcher's NATS user may write that bucket (a reconciler can
+neither lower nor raise it). Each process also keeps it in memory, which answers alone while the bucket
+cannot be read (a warning is logged). A reconciler worker reads the keys of a partition it takes whole
+(``SnapshotReader.forget``), so it never decides on a revision older than one another worker already
+decided on, even for a key whose entries did not change.
 
 Known limits: an entry expires ``APPLIED_TTL`` after its key's last applied decision; a replay of a
 key quiet for that long is refused only by a process that still remembers it. A reconciler that forges
