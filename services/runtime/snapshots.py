@@ -32,7 +32,9 @@ still reusing the decoded entries whose revision did not change.
 A key held needs no read at all when the inputs carry every write under it since the revision held: a
 watch event names the key's write before its own (``WatchEvent.kv_previous``, which the bucket checked
 when it stored the write), so a chain of such writes starting at or below the held revision is exactly
-what a read would return (:class:`Write`); their objects are applied to the held entries.
+what a read would return (:class:`Write`); their objects are applied to the held entries. A key not held
+is as good as held empty at revision 0 for a chain that starts there: the first write of a new cluster
+proves that nothing was under its key before it.
 
 The snapshots share the decoded entries with each other: ``reconcile`` never mutates its snapshot
 (tests/unit/replay/test_determinism.py checks it on every recorded history).
@@ -292,6 +294,8 @@ class SnapshotReader:
             RetryableError: the server did not answer, or never reached ``min_revision``.
         """
         held = self._held(key)
+        if held is None and writes:  # a chain from revision 0 is a key that held nothing before it
+            held = _Held(revision=0, read_at=self._clock(), entries={}, written={})
         if held is not None and writes and self._young(held):
             advanced = _advanced(key, held, writes)
             if advanced is not None and advanced.revision >= min_revision:

@@ -10,10 +10,13 @@ at that revision applies the event's object instead of reading the key again
 
 Writes of one key are made one after the other, each once the previous one is acknowledged, so each is
 checked against the revision of the one before it. (Writes of different keys go on at once.) The last
-revision of a key is known from this projection's own acknowledgements or from a refusal: after a refusal
-the write is tried again against the revision the refusal names, at most :data:`CHECKED_TRIES` times,
-then written unchecked. An unchecked write (a key's first since the projection started, a duplicate)
-carries no previous revision, and its reader reads the key.
+revision of a key is known from the bucket as the projection loaded it (:meth:`KeyWrites.seed`), from
+this projection's own acknowledgements, or from a refusal: after a refusal the write is tried again
+against the revision the refusal names, at most :data:`CHECKED_TRIES` times, then written unchecked. A key
+of which nothing is known is expected to have no write at all (revision 0): a new cluster's first write
+then proves that the key held nothing before it, and its reader needs no read of the key either. An
+unchecked write (a duplicate, or one refused too often) carries no previous revision, and its reader reads
+the key.
 
 The check comes before JetStream's de-duplication: a write stored already is refused when the key moved
 on since, then acknowledged as a duplicate at the revision its refusal named.
@@ -70,13 +73,17 @@ class KeyWrites:
         try:
             if before is not None:
                 await asyncio.shield(before)  # a cancelled write still lets the next one go
-            ack, previous = await self._attempts(key, self._last.get(key), publish)
+            ack, previous = await self._attempts(key, self._last.get(key, 0), publish)
             self._remember(key, int(ack.seq))
             return ack, previous
         finally:
             mine.set_result(None)
             if self._tails.get(key) is mine:
                 del self._tails[key]
+
+    def seed(self, key: ReconcileKey, revision: int) -> None:
+        """Know that ``key``'s writes in the bucket reach ``revision`` (the projection's load)."""
+        self._remember(key, revision)
 
     async def _attempts(self, key: ReconcileKey, expected: int | None, publish: Publish) -> tuple[PubAck, int | None]:
         tries = 0

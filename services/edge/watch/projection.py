@@ -272,12 +272,13 @@ class Projection:
         found: dict[ObjectId, tuple[int, Placed]] = {}
         read = await read_entries(nc, subjects.OBJECTS_BUCKET, ">")
         for kv_key, entry in read.entries.items():
-            if entry.value is None:
-                continue
             try:
                 key, entry_kind, name = subjects.parse_entry_key(kv_key)
             except ValueError as exc:
                 log.warning("ignoring KV entry %s: %s", kv_key, exc)
+                continue
+            self._key_writes.seed(key, entry.revision)  # deletions too: their markers are the key's writes
+            if entry.value is None:
                 continue
             resource = by_kind(entry_kind)
             if resource is None or not resource.watched:

@@ -236,12 +236,32 @@ async def test_writes_with_a_gap_before_them_are_not_applied_the_key_is_read(
 
 async def test_a_key_not_held_or_held_too_long_is_read_whatever_the_writes(objects: tuple[Client, KeyValue]) -> None:
     nc, kv = objects
+    before = await put(kv, OTHER, "Pod", "q", {"q": 1})
     first = await put(kv, OTHER, "Pod", "p", {"p": 1})
     clock = ManualClock()
     reader = SnapshotReader(nc, clock=clock)
-    await reader.read(OTHER, min_revision=first, writes=[carried((0, first), "p", {"p": 1})])
+    await reader.read(OTHER, min_revision=first, writes=[carried((before, first), "p", {"p": 1})])
     assert reader.applied_writes == 0 and reader.whole_reads == 1
     clock.now += HELD_FOR
     p2 = await put(kv, OTHER, "Pod", "p", {"p": 2})
     await reader.read(OTHER, min_revision=p2, writes=[carried((first, p2), "p", {"p": 2})])
     assert reader.applied_writes == 0 and reader.whole_reads == 2
+
+
+async def test_a_key_not_held_is_had_from_a_chain_of_writes_from_revision_0(objects: tuple[Client, KeyValue]) -> None:
+    """The first write of a new key proves nothing was under it (``kv_previous`` 0): its object alone is
+    the key's snapshot. A chain that starts later needs a read."""
+    nc, kv = objects
+    key = ReconcileKey(kind="RayCluster", namespace="default", name="new")
+    cluster = {"spec": {"new": True}}
+    first = await put(kv, key, "RayCluster", key.name, cluster)
+    reader = SnapshotReader(nc)
+    snapshot = await reader.read(
+        key, min_revision=first, writes=[Write(first, 0, "RayCluster", key.name, lambda: cluster)]
+    )
+    assert reader.whole_reads == 0 and reader.applied_writes == 1
+    assert snapshot.entries == (await whole(nc, key, first)).entries and snapshot.revision == first
+    second = await put(kv, key, "Pod", "head", {"p": 1})
+    other = SnapshotReader(nc)
+    await other.read(key, min_revision=second, writes=[Write(second, first, "Pod", "head", lambda: {"p": 1})])
+    assert other.whole_reads == 1 and other.applied_writes == 0

@@ -29,10 +29,10 @@ def entry(bus: Bus, key: ReconcileKey, name: str, value: bytes = b"{}", msg_id: 
     return attempt
 
 
-async def test_each_write_after_the_first_names_the_write_before_it(bus: Bus) -> None:
+async def test_each_write_names_the_write_before_it(bus: Bus) -> None:
     writes, key = KeyWrites(subjects.OBJECTS_BUCKET), fresh_key()
-    first, unchecked = await writes.write(key, entry(bus, key, "a"))
-    assert unchecked is None  # nothing known of the key yet
+    first, previous = await writes.write(key, entry(bus, key, "a"))
+    assert previous == 0  # a new key: the bucket checked that nothing was under it
     second, previous = await writes.write(key, entry(bus, key, "b"))
     assert previous == first.seq
     _, previous = await writes.write(key, entry(bus, key, "a"))
@@ -72,3 +72,28 @@ async def test_a_duplicate_proves_nothing_and_does_not_lower_what_is_known(bus: 
     assert again.duplicate and previous is None
     _, previous = await writes.write(key, entry(bus, key, "c"))
     assert previous == later.seq
+
+
+async def test_a_key_written_before_the_projection_knew_it_is_learnt_from_the_refusal(bus: Bus) -> None:
+    """A key with writes this projection does not know of (written before it started, or forgotten) is not
+    taken for new: the bucket refuses the check against 0 and names its last write. A key seeded from the
+    projection's load is checked against the right revision at once."""
+    key = fresh_key()
+    earlier = await entry(bus, key, "a")({})
+    attempts: list[dict[str, str]] = []
+
+    def counted(publish: Publish) -> Publish:
+        async def attempt(checks: dict[str, str]) -> PubAck:
+            attempts.append(checks)
+            return await publish(checks)
+
+        return attempt
+
+    _, previous = await KeyWrites(subjects.OBJECTS_BUCKET).write(key, counted(entry(bus, key, "b")))
+    assert previous == earlier.seq and len(attempts) == 2
+    seeded = KeyWrites(subjects.OBJECTS_BUCKET)
+    last = await entry(bus, key, "c")({})
+    seeded.seed(key, last.seq)
+    attempts.clear()
+    _, previous = await seeded.write(key, counted(entry(bus, key, "d")))
+    assert previous == last.seq and len(attempts) == 1

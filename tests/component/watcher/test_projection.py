@@ -71,7 +71,7 @@ async def test_each_event_of_a_key_after_its_first_names_the_write_before_it(
     await project_and_stop(settings, bus, kube.api_client, key, ["chain-head", "chain-worker-a", "chain-worker-b"])
     chain = sorted(await bus.events(key), key=lambda e: e["kv_revision"])
     assert len(chain) == 4
-    assert chain[0]["kv_previous"] is None  # the key's first write since the watcher started
+    assert chain[0]["kv_previous"] == 0  # a new key: nothing was written under it before
     assert [e["kv_previous"] for e in chain[1:]] == [e["kv_revision"] for e in chain[:-1]]
 
 
