@@ -29,8 +29,9 @@ Invariants:
   child's deletion (or deletionTimestamp) whose owner is held alive, the owner is read from the API
   server, and its deletion, if it happened, is projected and published first (``owners``). Its own
   DELETE arriving later changes nothing; its older events arriving later are skipped.
-- A KV write is checked against its key's last write while that is known (``keywrites``), and its event
-  then names that write's revision (``kv_previous``), so a reconciler holding the key needs no read.
+- A KV write is checked against its key's last write (``keywrites``; revision 0 for a key the loaded
+  bucket did not hold), and its event then names that write's revision (``kv_previous``), so a reconciler
+  holding the key, or a new key's, needs no read.
 - Message ids: ``<uid>/<rv>/<type>/<key token>`` for a change, with ``/<cause uid>/<cause rv>`` appended
   when a relation change moved the object (so the same version can re-enter a key later). The KV writes
   carry the same id, so HA replicas store each version once and agree on ``kv_revision``.
