@@ -119,6 +119,10 @@ class Ids:
         content, count = self.count(command)
         return self.name(command, content, count), content
 
+    def every(self, commands: Sequence[Command]) -> tuple[Command, ...]:
+        """Each of ``commands`` with its id, none withheld."""
+        return tuple(self.give(command)[0] for command in commands)
+
 
 @dataclass(frozen=True)
 class Draft:
@@ -135,8 +139,7 @@ class Draft:
     def outcome(self) -> Outcome:
         """The decision with every command identified (what the worker publishes when nothing of the key
         is in flight)."""
-        ids = self.ids()
-        commands = tuple(ids.give(command)[0] for command in self.decision.commands)
+        commands = self.ids().every(self.decision.commands)
         return Outcome(
             decision=msgspec.structs.replace(self.decision, commands=commands),
             batch=msgspec.structs.replace(self.batch, commands=commands),

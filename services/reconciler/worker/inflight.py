@@ -274,7 +274,7 @@ class InFlight:
         if self._max_age <= 0:
             if ids is None:
                 return batch
-            return msgspec.structs.replace(batch, commands=tuple(ids.give(command)[0] for command in batch.commands))
+            return msgspec.structs.replace(batch, commands=ids.every(batch.commands))
         sent = self._live(batch.key, applied_floor)
         kept: list[Command] = []
         withheld: list[str] = []
