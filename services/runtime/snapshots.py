@@ -20,14 +20,15 @@ keeps a stale view for long.
 A small key is held too, within a budget of its own (:data:`SMALL_HELD_ENTRIES`, the most recently read
 keys): a change to a quiet cluster (one worker more) then costs one short answer instead of every entry
 of the key, read and decoded again. A small key let go from that budget is kept encoded, as the JSON the
-bucket holds (:data:`SMALL_PACKED_BYTES`, a fifth of its decoded size): a burst over more keys than the
-decoded budget holds, reconciled in turn, would otherwise find none of them held and read each whole at
-every decision; decoding the key again costs what a whole read decodes, without the round trip and the
-server's lookup. The server finds a filter's changes by walking the bucket's writes since the held
-revision, while a whole read looks the key's entries up directly; so a small key's changes are read only
-when the event being processed shows the bucket moved at most :data:`CHANGES_WITHIN` writes since.
-Otherwise (a burst of writes to many keys, or an input that names no revision) the key is read whole,
-still reusing the decoded entries whose revision did not change.
+bucket holds (:data:`SMALL_PACKED_BYTES`, a fifth of its decoded size), which a small key holds beside
+its decoded entries from the read or the watch event it had them from, so letting it go encodes nothing:
+a burst over more keys than the decoded budget holds, reconciled in turn, would otherwise find none of
+them held and read each whole at every decision; decoding the key again costs what a whole read decodes,
+without the round trip and the server's lookup. The server finds a filter's changes by walking the
+bucket's writes since the held revision, while a whole read looks the key's entries up directly; so a
+small key's changes are read only when the event being processed shows the bucket moved at most
+:data:`CHANGES_WITHIN` writes since. Otherwise (a burst of writes to many keys, or an input that names no
+revision) the key is read whole, still reusing the decoded entries whose revision did not change.
 
 A key held needs no read at all when the inputs carry every write under it since the revision held: a
 watch event names the key's write before its own (``WatchEvent.kv_previous``, which the bucket checked
@@ -101,34 +102,40 @@ Entries = dict[str, dict[str, dict[str, Any]]]
 @dataclass(frozen=True)
 class Write:
     """A write under a key that an input carries: its revision, the revision of the key's write before it
-    (as the bucket checked it), the entry it wrote, and that entry's object (None: deleted), decoded only
-    when applied."""
+    (as the bucket checked it), the entry it wrote, and the JSON of that entry's object (None: deleted),
+    had only when applied."""
 
     revision: int
     previous: int
     entry_kind: str
     name: str
-    value: Callable[[], dict[str, Any] | None]
+    encoded: Callable[[], bytes | None]
 
 
 @dataclass
 class _Held:
-    """A key's decoded entries as of ``revision``, and the revision of each entry's write."""
+    """A key's decoded entries as of ``revision``, the revision of each entry's write, and, for a small
+    key, the JSON each entry was decoded from (None for a large one, whose entries would be held twice)."""
 
     revision: int
     read_at: float
     entries: Entries
     written: dict[str, int]
+    encoded: dict[str, bytes] | None
 
     def size(self) -> int:
         return len(self.written)
 
     def packed(self) -> _Packed:
-        """The same entries, encoded."""
+        """The same entries, encoded: as they were read where that is kept, else encoded again."""
+        kept = self.encoded or {}
         values: dict[str, tuple[int, bytes]] = {}
         for kv_key, revision in self.written.items():
-            entry_kind, name = subjects.entry_kind_and_name(kv_key)
-            values[kv_key] = (revision, _json_encoder.encode(self.entries[entry_kind][name]))
+            value = kept.get(kv_key)
+            if value is None:
+                entry_kind, name = subjects.entry_kind_and_name(kv_key)
+                value = _json_encoder.encode(self.entries[entry_kind][name])
+            values[kv_key] = (revision, value)
         return _Packed(revision=self.revision, read_at=self.read_at, values=values)
 
 
@@ -150,27 +157,39 @@ class _Packed:
             entry_kind, name = subjects.entry_kind_and_name(kv_key)
             entries.setdefault(entry_kind, {})[name] = _json_decoder.decode(value)
         written = {kv_key: revision for kv_key, (revision, _) in self.values.items()}
-        return _Held(revision=self.revision, read_at=self.read_at, entries=entries, written=written)
+        encoded = {kv_key: value for kv_key, (_, value) in self.values.items()}
+        return _Held(revision=self.revision, read_at=self.read_at, entries=entries, written=written, encoded=encoded)
 
 
-_Change = tuple[str, str, str, int, dict[str, Any] | None]
-"""One write to apply to held entries: entry kind, name, KV key, revision, object (None: deleted)."""
+_Change = tuple[str, str, str, int, bytes | None, dict[str, Any] | None]
+"""One write to apply to held entries: entry kind, name, KV key, revision, the object's JSON and the
+object (None, None: deleted)."""
+
+
+def _nothing(revision: int, read_at: float) -> _Held:
+    """A key held empty as of ``revision``."""
+    return _Held(revision=revision, read_at=read_at, entries={}, written={}, encoded={})
 
 
 def _applied(base: _Held, changes: Iterable[_Change], revision: int) -> _Held:
     """``base`` at ``revision`` with ``changes`` applied, in new maps (a snapshot handed out stays as it
-    was read)."""
+    was read); the entries' JSON is kept where ``base`` keeps it."""
     entries = {kind: dict(by_name) for kind, by_name in base.entries.items()}
     written = dict(base.written)
-    for entry_kind, name, kv_key, written_at, value in changes:
-        if value is None:
+    encoded = dict(base.encoded) if base.encoded is not None else None
+    for entry_kind, name, kv_key, written_at, raw, value in changes:
+        if raw is None or value is None:
             entries.get(entry_kind, {}).pop(name, None)
             written.pop(kv_key, None)
+            if encoded is not None:
+                encoded.pop(kv_key, None)
         else:
             entries.setdefault(entry_kind, {})[name] = value
             written[kv_key] = written_at
+            if encoded is not None:
+                encoded[kv_key] = raw
     kept = {kind: by_name for kind, by_name in entries.items() if by_name}
-    return dataclasses.replace(base, revision=revision, entries=kept, written=written)
+    return dataclasses.replace(base, revision=revision, entries=kept, written=written, encoded=encoded)
 
 
 def _decoded(read: KvEntries, reuse: _Held | None) -> Iterator[_Change]:
@@ -184,7 +203,15 @@ def _decoded(read: KvEntries, reuse: _Held | None) -> Iterator[_Change]:
             value = reuse.entries[entry_kind][name]
         else:
             value = _json_decoder.decode(entry.value)
-        yield entry_kind, name, kv_key, entry.revision, value
+        yield entry_kind, name, kv_key, entry.revision, entry.value, value
+
+
+def _carried(key: ReconcileKey, write: Write) -> _Change:
+    """What applying ``write`` under ``key`` changes."""
+    raw = write.encoded()
+    value = None if raw is None else _json_decoder.decode(raw)
+    kv_key = subjects.entry_key(key, write.entry_kind, write.name)
+    return write.entry_kind, write.name, kv_key, write.revision, raw, value
 
 
 def _advanced(key: ReconcileKey, held: _Held, writes: Sequence[Write]) -> _Held | None:
@@ -200,10 +227,7 @@ def _advanced(key: ReconcileKey, held: _Held, writes: Sequence[Write]) -> _Held 
             return None
         chained.append(write)
         revision = write.revision
-    changes = (
-        (w.entry_kind, w.name, subjects.entry_key(key, w.entry_kind, w.name), w.revision, w.value()) for w in chained
-    )
-    return _applied(held, changes, revision)
+    return _applied(held, (_carried(key, write) for write in chained), revision)
 
 
 class _Sized(Protocol):
@@ -295,7 +319,7 @@ class SnapshotReader:
         """
         held = self._held(key)
         if held is None and writes:  # a chain from revision 0 is a key that held nothing before it
-            held = _Held(revision=0, read_at=self._clock(), entries={}, written={})
+            held = _nothing(0, self._clock())
         if held is not None and writes and self._young(held):
             advanced = _advanced(key, held, writes)
             if advanced is not None and advanced.revision >= min_revision:
@@ -331,8 +355,7 @@ class SnapshotReader:
         read = await self._kv.entries(subjects.OBJECTS_BUCKET, subjects.entry_prefix(key), timeout=self._timeout)
         self._count(_WHOLE)
         revision = min_revision if read.empty else read.revision  # a prefix never written lacks nothing
-        empty = _Held(revision=revision, read_at=self._clock(), entries={}, written={})
-        whole = _applied(empty, _decoded(read, held), revision)
+        whole = _applied(_nothing(revision, self._clock()), _decoded(read, held), revision)
         self._keep(key, whole)
         return Snapshot(key=key, entries=whole.entries, revision=revision)
 
@@ -364,11 +387,12 @@ class SnapshotReader:
         return held
 
     def _keep(self, key: ReconcileKey, held: _Held) -> None:
-        """Hold ``key`` as the most recently read, in the budget its size falls in; a small key let go
-        is kept encoded."""
+        """Hold ``key`` as the most recently read, in the budget its size falls in: a large key decoded
+        only (its JSON would hold it twice), a small one with the JSON it was read from, which it is kept
+        as when let go, never encoded again."""
         self._drop(key)
         if held.size() >= self._held_from:
-            self._large.put(key, held)
+            self._large.put(key, dataclasses.replace(held, encoded=None) if held.encoded is not None else held)
             return
         for dropped, let_go in self._small.put(key, held):
             self._packed.put(dropped, let_go.packed())

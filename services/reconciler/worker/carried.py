@@ -1,14 +1,14 @@
 """The writes that a key's watch events carry, for the snapshot reader: a key it holds then needs no read
 (``services.runtime.snapshots``).
 
-A worker keeps only the identity of a watch event's object (``reports.identity_only``). The object is
-decoded again from the message's bytes, which the worker holds until it acknowledges them, and only when
+A worker keeps only the identity of a watch event's object (``reports.identity_only``). The object's JSON
+is taken again from the message's bytes, which the worker holds until it acknowledges them, and only when
 the reader applies it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -23,7 +23,6 @@ class _Carried(msgspec.Struct):
 
 
 _carried_decoder: Final[msgspec.json.Decoder[_Carried]] = msgspec.json.Decoder(_Carried)
-_object_decoder: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
 
 
 def carried_write(data: bytes, message: BusInput) -> Write | None:
@@ -37,13 +36,13 @@ def carried_write(data: bytes, message: BusInput) -> Write | None:
         return None
     deleted = message.event_type == "DELETED"
 
-    def value() -> dict[str, Any] | None:
-        return None if deleted else _object_decoder.decode(_carried_decoder.decode(data).object)
+    def encoded() -> bytes | None:
+        return None if deleted else bytes(_carried_decoder.decode(data).object)
 
     return Write(
         revision=message.kv_revision,
         previous=message.kv_previous,
         entry_kind=message.entry_kind,
         name=name,
-        value=value,
+        encoded=encoded,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 from nats.aio.client import Client
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_OP, KeyValue
 
 from schema import subjects
 from schema.decision import Snapshot
@@ -21,6 +21,17 @@ OTHER = ReconcileKey(kind="RayCluster", namespace="default", name="small")
 
 async def put(kv: KeyValue, key: ReconcileKey, kind: str, name: str, value: object) -> int:
     return await kv.put(subjects.entry_key(key, kind, name), msgspec.json.encode(value))
+
+
+async def remove(nc: Client, key: ReconcileKey, kind: str, name: str) -> int:
+    """Delete an entry; the revision of its delete marker."""
+    subject = f"$KV.{subjects.OBJECTS_BUCKET}.{subjects.entry_key(key, kind, name)}"
+    return (await nc.jetstream().publish(subject, headers={KV_OP: KV_DEL})).seq
+
+
+def encoded(value: object) -> bytes | None:
+    """The JSON a watch event carries of ``value`` (None: deleted)."""
+    return None if value is None else msgspec.json.encode(value)
 
 
 async def whole(nc: Client, key: ReconcileKey, revision: int) -> Snapshot:
@@ -142,6 +153,32 @@ async def test_small_keys_let_go_are_kept_encoded(objects: tuple[Client, KeyValu
     assert reader.whole_reads == len(keys) + 1
 
 
+async def test_a_key_that_shrank_below_the_large_ones_and_was_let_go_is_kept_whole(
+    objects: tuple[Client, KeyValue],
+) -> None:
+    """A large key is held without the JSON of its entries; once it has shrunk to a small key and is let
+    go, its entries are encoded again from the decoded ones."""
+    nc, kv = objects
+    key = ReconcileKey(kind="RayCluster", namespace="default", name="shrinks")
+    previous = 0
+    for index in range(5):
+        previous = await put(kv, key, "Pod", f"w-{index}", {"i": index})
+    reader = SnapshotReader(nc, held_from=4, small_held_entries=3)
+    await reader.read(key, min_revision=previous)
+    for index in (2, 3, 4):
+        name = f"w-{index}"
+        revision = await remove(nc, key, "Pod", name)
+        await reader.read(key, min_revision=revision, writes=[carried((previous, revision), name, None)])
+        previous = revision
+    added = await put(kv, key, "Pod", "w-9", {"i": 9})
+    await reader.read(key, min_revision=added, writes=[carried((previous, added), "w-9", {"i": 9})])
+    await reader.read(OTHER, min_revision=await put(kv, OTHER, "Pod", "p", {"p": 1}))  # lets the key go
+    assert reader.whole_reads == 2 and reader.applied_writes == 4
+    again = await reader.read(key, min_revision=added)
+    assert reader.whole_reads == 2
+    assert again.entries == (await whole(nc, key, added)).entries == {"Pod": {f"w-{i}": {"i": i} for i in (0, 1, 9)}}
+
+
 async def test_a_read_behind_the_revision_asked_for_is_retried_whole(objects: tuple[Client, KeyValue]) -> None:
     nc, kv = objects
     for i in range(HELD_FROM):
@@ -190,7 +227,7 @@ async def test_a_forgotten_key_is_read_whole_at_the_revision_of_now(objects: tup
 def carried(key_rev: tuple[int, int], name: str, value: dict[str, object] | None) -> Write:
     """The write of Pod ``name`` at revision ``key_rev[1]``, the key's previous write being ``key_rev[0]``."""
     previous, revision = key_rev
-    return Write(revision=revision, previous=previous, entry_kind="Pod", name=name, value=lambda: value)
+    return Write(revision=revision, previous=previous, entry_kind="Pod", name=name, encoded=lambda: encoded(value))
 
 
 async def test_writes_chained_on_from_the_held_revision_are_applied_without_a_read(
@@ -257,11 +294,11 @@ async def test_a_key_not_held_is_had_from_a_chain_of_writes_from_revision_0(obje
     first = await put(kv, key, "RayCluster", key.name, cluster)
     reader = SnapshotReader(nc)
     snapshot = await reader.read(
-        key, min_revision=first, writes=[Write(first, 0, "RayCluster", key.name, lambda: cluster)]
+        key, min_revision=first, writes=[Write(first, 0, "RayCluster", key.name, lambda: encoded(cluster))]
     )
     assert reader.whole_reads == 0 and reader.applied_writes == 1
     assert snapshot.entries == (await whole(nc, key, first)).entries and snapshot.revision == first
     second = await put(kv, key, "Pod", "head", {"p": 1})
     other = SnapshotReader(nc)
-    await other.read(key, min_revision=second, writes=[Write(second, first, "Pod", "head", lambda: {"p": 1})])
+    await other.read(key, min_revision=second, writes=[Write(second, first, "Pod", "head", lambda: encoded({"p": 1}))])
     assert other.whole_reads == 1 and other.applied_writes == 0
