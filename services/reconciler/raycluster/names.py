@@ -13,6 +13,7 @@ Not here: which slot is free (``pod_scaling``), object bodies (``pod_bodies``, `
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Final
 
@@ -59,6 +60,12 @@ def worker_pod_prefix(cluster: str, group: str) -> str:
     return f"{f'{cluster}-{group}'[:50].lower()}-worker"
 
 
+WORKER_NAMES_REMEMBERED: Final = 8_192
+"""Worker pod names remembered (some 2 MB): a scale-up's decisions name the slots not yet seen again and
+again, each name a digest of its inputs alone."""
+
+
+@functools.lru_cache(maxsize=WORKER_NAMES_REMEMBERED)
 def worker_pod_name(cluster: str, uid: str, group: str, slot: int) -> str:
     """The name of the worker pod occupying ``slot`` of a group (single-host groups)."""
     return f"{worker_pod_prefix(cluster, group)}-{stable_suffix(uid, group, str(slot))}"
