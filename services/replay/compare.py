@@ -164,7 +164,8 @@ def split_withheld(
     suppressed id is withheld; else, while suppressed ids remain that ``published`` cannot resolve (the
     twin aged out of the stream, or an older logic version recorded other ids), it is taken as withheld;
     else it is kept (and will show as a difference). A withheld command with a target is never encoded:
-    its target is all the walk needs, and creates are the bulk of a scale-up's withheld commands.
+    its target is all the walk needs, and creates are the bulk of a scale-up's withheld commands; one
+    without a target is counted, and named only when the next recorded command has no target either.
     """
     resolved: dict[str, list[str]] = {}
     unresolved: list[str] = []
@@ -175,28 +176,33 @@ def split_withheld(
         else:
             resolved.setdefault(key, []).append(twin)
     position = 0
+    upcoming, upcoming_key = _upcoming(kept, position)
     commands: list[Command] = []
     kept_today: list[Command] = []
     withheld: list[int] = []
     for index, command in enumerate(today):
         key = target_key(command)
         content = ""
+        counted: int | None = None
+        candidate: Command | None = None
         if key is None:
             key, counted = rule.count(command)
-            candidate: Command | None = rule.name(command, key, counted)
-        elif position < len(kept) and target_key(kept[position]) == key:
+            if upcoming is not None and upcoming_key is None:
+                candidate = rule.name(command, key, counted)
+        elif upcoming is not None and upcoming_key == key:
             content = content_digest(command)
             candidate = rule.name(command, content, rule.counted(content))
-        else:
-            candidate = None
-        if candidate is not None and position < len(kept) and same_command(kept[position], candidate, ids=ids):
+        if candidate is not None and upcoming is not None and same_command(upcoming, candidate, ids=ids):
             position += 1
+            upcoming, upcoming_key = _upcoming(kept, position)
         elif twins := resolved.get(key):
             twins.pop()
             candidate = None
         elif unresolved:
             unresolved.pop()
             candidate = None
+        elif candidate is None and counted is not None:
+            candidate = rule.name(command, key, counted)
         elif candidate is None:
             content = content_digest(command)
             candidate = rule.name(command, content, rule.counted(content))
@@ -210,6 +216,13 @@ def split_withheld(
         kept_today.append(candidate)
     missing = [twin for twins in resolved.values() for twin in twins] + unresolved
     return Split(tuple(commands), tuple(kept_today), tuple(withheld), tuple(missing))
+
+
+def _upcoming(kept: Sequence[Command], position: int) -> tuple[Command | None, str | None]:
+    """The recorded command at ``position`` (None past the end) and its target key (None: it has none)."""
+    if position >= len(kept):
+        return None, None
+    return kept[position], target_key(kept[position])
 
 
 def command_diff(
