@@ -20,6 +20,7 @@ import msgspec
 
 from schema.config import OperatorConfig
 from schema.ray import RayClusterSpec, RayClusterStatus, WorkerGroupSpec, conventions, decode_as
+from services.reconciler.common.memo import by_identity
 from services.reconciler.raycluster import names
 
 CreatorCRD = Literal["RayCluster", "RayJob", "RayService"]
@@ -48,6 +49,7 @@ def _str_map(value: object) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+@by_identity()
 def decode_view(obj: dict[str, Any]) -> ClusterView:
     """Decode a projected RayCluster object.
 

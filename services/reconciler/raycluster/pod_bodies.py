@@ -24,6 +24,7 @@ from schema.config import OperatorConfig
 from schema.messages import ObjectRef
 from schema.ray import RayClusterSpec, WorkerGroupSpec, conventions
 from schema.ray.conventions import check_name
+from services.reconciler.common.memo import by_identity
 from services.reconciler.common.owners import owner_reference
 from services.reconciler.raycluster import containers, env, model, names, rayparams
 from services.reconciler.raycluster.model import ClusterView
@@ -339,6 +340,7 @@ def worker_start_params(view: ClusterView, group: WorkerGroupSpec, config: Opera
     )
 
 
+@by_identity()
 def worker_pod_base(view: ClusterView, group: WorkerGroupSpec, config: OperatorConfig) -> dict[str, Any]:
     """A worker Pod of ``group`` without its identity (name and per-pod labels): see ``with_identity``."""
     template = deep_copy(group.template)

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from schema.ray import RayClusterSpec
+from services.reconciler.common.memo import by_identity
 from services.reconciler.raycluster.quantity import ZERO, Quantity, try_parse_quantity
 from services.reconciler.raycluster.rayparams import is_gpu
 
@@ -56,6 +57,7 @@ def pod_resources(template: dict[str, Any]) -> dict[str, Quantity]:
     return totals
 
 
+@by_identity()
 def desired_resources(spec: RayClusterSpec) -> DesiredResources:
     """The four ``desired*`` status values of ``spec``."""
     totals: dict[str, Quantity] = dict(pod_resources(spec.head_group_spec.template))

@@ -18,6 +18,7 @@ from typing import Final
 
 from schema.config import OperatorConfig
 from schema.ray import NetworkPolicyRules, RayClusterSpec, WorkerGroupNetworkPolicy, WorkerGroupSpec, conventions
+from services.reconciler.common.memo import by_identity
 from services.reconciler.common.validation import DNS1035
 from services.reconciler.raycluster import model, shape
 from services.reconciler.raycluster.model import ClusterView
@@ -127,6 +128,7 @@ def _replica_bounds(group: WorkerGroupSpec, raw: dict[str, object], autoscaling:
     return ""
 
 
+@by_identity()
 def validate_spec(view: ClusterView, config: OperatorConfig) -> str:
     """``ValidateRayClusterSpec`` (docs/behaviour.md#8), first failure wins; "" when valid."""
     spec = view.spec
