@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import pytest
 from kubernetes import client
 
 from schema import codec, subjects
@@ -220,6 +221,33 @@ async def test_a_batch_redelivered_too_often_is_dead_lettered(
         await task
     assert "delivered 3 times" in letters[0]["error"]
     assert await bus.results(key) == []
+
+
+class _BreaksOn(Applier):
+    """An applier whose worker for the key named ``breaks`` fails outside the batch's guard: a fault of the
+    applier's own code, which nothing of the batch can cause."""
+
+    async def _may_apply(self, key: ReconcileKey) -> bool:
+        if key.name == "breaks":
+            raise RuntimeError("a fault in the key's worker")
+        return await super()._may_apply(key)
+
+
+async def test_a_key_worker_that_crashes_halts_the_applier(bus: Bus, kube_api: KubeApi, kubesim_namespace: str) -> None:
+    """A crash of a key's worker is never silent: the applier stops taking batches, drains the others and
+    raises with the crash as its cause; the batch stays unacknowledged, for the next holder of the
+    partition."""
+    ns = kubesim_namespace
+    key = ReconcileKey(kind="RayJob", namespace=ns, name="breaks")
+    await send(bus, key, "breaks", [CreateObject(id="sa-breaks", target=sa_ref(ns, "breaks"), body={})])
+    applier = _BreaksOn(bus.js, kube_api, membership=bus.membership())
+    with pytest.raises(RuntimeError, match="crashed") as raised:
+        await applier.run(asyncio.Event())
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert str(raised.value.__cause__) == "a fault in the key's worker"
+    assert applier.batches_applied == 0
+    consumer = await bus.js.consumer_info(subjects.COMMANDS_STREAM, subjects.applier_consumer(partition_of(key)))
+    assert consumer.num_ack_pending + consumer.num_pending == 1
 
 
 async def test_a_full_applier_fetches_again_as_soon_as_a_batch_is_settled(
