@@ -68,6 +68,7 @@ from schema.probes import head_service_name, serve_port
 from schema.ray import conventions
 from schema.ray.rayjob import RayJobSpec
 from services.edge.apply.authorize import command_kind
+from services.reconciler.common.memo import unremembered
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.raycluster import auth, autoscaler_rbac, gcsft, ingress, names, pod_bodies, services
 from services.reconciler.raycluster.model import ClusterView, autoscaling_enabled, decode_view
@@ -222,7 +223,7 @@ class ContentCheck:
             if obj is None:
                 raise Unreadable(f"RayCluster {self.key.namespace}/{name} is not known to the watcher")
             try:
-                view = self._views[name] = decode_view(dict(obj))
+                view = self._views[name] = unremembered(decode_view)(dict(obj))
             except msgspec.ValidationError as exc:
                 raise Unreadable(f"RayCluster {self.key.namespace}/{name} cannot be read: {exc}") from exc
         return view
@@ -264,7 +265,7 @@ def _pod(check: ContentCheck, command: CreateObject) -> str:
             return f"the Pod's {conventions.LABEL_GROUP} label {group!r} names no worker group of {check.key}"
         chosen = groups[0]
         spec = check.derived(
-            ("worker", str(group)), lambda: pod_bodies.worker_pod_base(view, chosen, check.config)["spec"]
+            ("worker", str(group)), lambda: unremembered(pod_bodies.worker_pod_base)(view, chosen, check.config)["spec"]
         )
         source = f"worker group {group}"
     else:

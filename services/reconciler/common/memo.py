@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar, cast
 
 REMEMBERED: Final = 256
 """Results a function remembers: more than the keys decided at once, so a key decided again soon finds its
@@ -53,3 +53,10 @@ def by_identity(size: int = REMEMBERED) -> Callable[[Callable[_P, _R]], Callable
         return remembered
 
     return wrap
+
+
+def unremembered(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """The function itself, without the memory :func:`by_identity` gave it: for a caller whose arguments are
+    new at every call (the applier's checks decode the facts' objects afresh), so that remembering would
+    only hold memory."""
+    return cast(Callable[_P, _R], getattr(function, "__wrapped__", function))

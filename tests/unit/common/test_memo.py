@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.reconciler.common.memo import by_identity
+from services.reconciler.common.memo import by_identity, unremembered
 
 
 def test_a_result_is_remembered_for_the_same_objects_only() -> None:
@@ -50,3 +50,17 @@ def test_a_call_that_raises_is_not_remembered() -> None:
         with pytest.raises(KeyError):
             name_of(broken)
     assert len(calls) == 2
+
+
+def test_the_function_itself_remembers_nothing() -> None:
+    calls: list[dict[str, int]] = []
+
+    def size_of(spec: dict[str, int]) -> int:
+        calls.append(spec)
+        return len(spec)
+
+    remembered = by_identity(size=4)(size_of)
+    spec = {"a": 1}
+    assert unremembered(remembered)(spec) == unremembered(remembered)(spec) == 1
+    assert len(calls) == 2
+    assert unremembered(size_of) is size_of
