@@ -23,7 +23,7 @@ import msgspec
 
 from schema.messages import Command, command_target, command_verb
 from schema.times import format_time_exact
-from services.reconciler.worker.decide import Ids, content_digest
+from services.reconciler.worker.decide import Ids
 from services.reconciler.worker.inflight import in_flight_key, target_key
 
 VALUE_WIDTH: Final = 48
@@ -190,8 +190,7 @@ def split_withheld(
             if upcoming is not None and upcoming_key is None:
                 candidate = rule.name(command, key, counted)
         elif upcoming is not None and upcoming_key == key:
-            content = content_digest(command)
-            candidate = rule.name(command, content, rule.counted(content))
+            candidate, content = rule.tentative(command)
         if candidate is not None and upcoming is not None and same_command(upcoming, candidate, ids=ids):
             position += 1
             upcoming, upcoming_key = _upcoming(kept, position)
@@ -204,8 +203,7 @@ def split_withheld(
         elif candidate is None and counted is not None:
             candidate = rule.name(command, key, counted)
         elif candidate is None:
-            content = content_digest(command)
-            candidate = rule.name(command, content, rule.counted(content))
+            candidate, content = rule.tentative(command)
         if candidate is None:
             withheld.append(index)
             commands.append(command)

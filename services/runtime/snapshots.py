@@ -115,7 +115,8 @@ class Write:
 @dataclass
 class _Held:
     """A key's decoded entries as of ``revision``, the revision of each entry's write, and, for a small
-    key, the JSON each entry was decoded from (None for a large one, whose entries would be held twice)."""
+    key, the JSON each entry was decoded from (None for a large one, whose entries would be held twice).
+    Its maps are never changed once built (``_applied`` makes new ones), so a packed key shares them."""
 
     revision: int
     read_at: float
@@ -128,37 +129,36 @@ class _Held:
 
     def packed(self) -> _Packed:
         """The same entries, encoded: as they were read where that is kept, else encoded again."""
-        kept = self.encoded or {}
-        values: dict[str, tuple[int, bytes]] = {}
-        for kv_key, revision in self.written.items():
-            value = kept.get(kv_key)
-            if value is None:
+        encoded = self.encoded or {}
+        if len(encoded) < len(self.written):
+            encoded = dict(encoded)
+            for kv_key in self.written.keys() - encoded.keys():
                 entry_kind, name = subjects.entry_kind_and_name(kv_key)
-                value = _json_encoder.encode(self.entries[entry_kind][name])
-            values[kv_key] = (revision, value)
-        return _Packed(revision=self.revision, read_at=self.read_at, values=values)
+                encoded[kv_key] = _json_encoder.encode(self.entries[entry_kind][name])
+        return _Packed(revision=self.revision, read_at=self.read_at, written=self.written, encoded=encoded)
 
 
 @dataclass(frozen=True)
 class _Packed:
-    """A key's entries as of ``revision``, each as the JSON of its object and the revision of its write."""
+    """A key's entries as of ``revision``: the revision of each entry's write and the JSON of its object."""
 
     revision: int
     read_at: float
-    values: dict[str, tuple[int, bytes]]
+    written: dict[str, int]
+    encoded: dict[str, bytes]
 
     def size(self) -> int:
-        return sum(len(value) for _, value in self.values.values())
+        return sum(map(len, self.encoded.values()))
 
     def unpacked(self) -> _Held:
         """The same entries, decoded."""
         entries: Entries = {}
-        for kv_key, (_, value) in self.values.items():
+        for kv_key, value in self.encoded.items():
             entry_kind, name = subjects.entry_kind_and_name(kv_key)
             entries.setdefault(entry_kind, {})[name] = _json_decoder.decode(value)
-        written = {kv_key: revision for kv_key, (revision, _) in self.values.items()}
-        encoded = {kv_key: value for kv_key, (_, value) in self.values.items()}
-        return _Held(revision=self.revision, read_at=self.read_at, entries=entries, written=written, encoded=encoded)
+        return _Held(
+            revision=self.revision, read_at=self.read_at, entries=entries, written=self.written, encoded=self.encoded
+        )
 
 
 _Change = tuple[str, str, str, int, bytes | None, dict[str, Any] | None]

@@ -114,6 +114,12 @@ class Ids:
         seed = f"{self._revision}/{content}/{count}"
         return msgspec.structs.replace(command, id=hashlib.blake2b(seed.encode(), digest_size=12).hexdigest())
 
+    def tentative(self, command: Command) -> tuple[Command, str]:
+        """``command`` with the id it gets if it is the next of its content to be counted (:meth:`claim`
+        counts it), and its content digest."""
+        content = content_digest(command)
+        return self.name(command, content, self.counted(content)), content
+
     def give(self, command: Command) -> tuple[Command, str]:
         """``command`` with its id, and its content digest."""
         content, count = self.count(command)
