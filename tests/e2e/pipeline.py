@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,16 @@ from kubernetes import client
 from schema import codec, subjects
 from schema.crd import write_crds
 from schema.keys import ReconcileKey
-from schema.messages import CommandResult, command_target, command_verb
+from schema.messages import (
+    Command,
+    CommandResult,
+    Observation,
+    PatchObject,
+    PatchStatus,
+    WatchEvent,
+    command_target,
+    command_verb,
+)
 from services.edge.service import run_watcher
 from services.reconciler.worker.service import run_reconciler
 from services.runtime.health import HealthServer
@@ -126,21 +136,24 @@ class Pipeline:
             component.check()
 
     async def trail(self, key: ReconcileKey, *, last: int = 20) -> str:
-        """The last ``last`` decisions and command results of ``key`` as stored on the bus, one line each in
-        stream order: what a failed wait shows, so that a stalled key can be diagnosed from the test's output."""
+        """The last ``last`` inputs, decisions and command results of ``key`` as stored on the bus, one line
+        each in stream order: what a failed wait shows, so that a stalled key can be diagnosed from the test's
+        output (which input came, which decision took it, on which snapshot, and what each patch was based on)."""
         nc = await self.nc()
         try:
             js = nc.jetstream()
+            inputs = await stored_messages(js, subjects.EVENTS_STREAM, subjects.stored_events_filter(key))
             batches = await stored_messages(js, subjects.COMMANDS_STREAM, subjects.stored_commands_filter(key))
             results = await stored_messages(js, subjects.RESULTS_STREAM, subjects.result_subject(key))
         finally:
             await nc.close()
-        lines: list[str] = []
+        lines = [f"  input {msg.metadata.sequence.stream} {_described(msg.data)}" for msg in inputs[-last:]]
         for msg in batches[-last:]:
             batch = codec.decode_batch(msg.data)
-            verbs = [f"{command_verb(c)} {command_target(c)}" for c in batch.commands]
+            verbs = [_command_line(c) for c in batch.commands]
             lines.append(
-                f"  decision {batch.issued_at:%H:%M:%S.%f} rules {list(batch.rules)} commands {verbs}"
+                f"  decision {batch.issued_at:%H:%M:%S.%f} of inputs {list(batch.inputs)} at revision"
+                f" {batch.snapshot_revision} rules {list(batch.rules)} commands {verbs}"
                 f" withheld {len(batch.suppressed)} wake {batch.wake_at}"
             )
         for result in [r for msg in results for r in codec.decode_results(msg.data)][-last:]:
@@ -272,3 +285,28 @@ def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
 def to_plain(obj: Any) -> Any:
     """A Kubernetes client model or dict as plain JSON data."""
     return msgspec.json.decode(msgspec.json.encode(obj)) if isinstance(obj, dict) else obj.to_dict()
+
+
+def _described(data: bytes) -> str:
+    """One input of a trail: what it is and what it carries of the key's state."""
+    message = codec.decode_input(data)
+    if isinstance(message, WatchEvent):
+        name = message.object.get("metadata", {}).get("name")
+        status_only = " status-only" if message.status_only else ""
+        return (
+            f"{message.event_type} {message.entry_kind} {name} rv {message.resource_version}{status_only}"
+            f" at revision {message.kv_revision}"
+        )
+    if isinstance(message, Observation):
+        return f"observation {message.source} {message.entry_name} at revision {message.kv_revision}"
+    return f"tick {message.reason or 'wake'} due {message.due_at:%H:%M:%S.%f}"
+
+
+def _command_line(command: Command) -> str:
+    """One command of a trail; a patch names the version it was decided on, a status patch also its fields."""
+    line = f"{command_verb(command)} {command_target(command)}"
+    if isinstance(command, PatchStatus):
+        return f"{line}@{command.resource_version} {json.dumps(command.status, sort_keys=True)[:300]}"
+    if isinstance(command, PatchObject) and command.resource_version:
+        return f"{line}@{command.resource_version}"
+    return line

@@ -28,8 +28,9 @@ partition hand-over): then a duplicate is simply applied, which is safe; a look 
 backed by a durable tick at most ``max_age`` later (the consumer's backstop).
 
 A withheld create or delete may be needed after all (its twin was a no-op, e.g. an AlreadyExists on a
-Pod still terminating) and then no further event may come: the key is due for another look when that
-command's memory expires (:meth:`InFlight.due`), once, not on a fixed period while the applier is
+Pod still terminating), and so may a withheld patch of the same object version (its twin changed nothing,
+so the server kept the version); then no further event may come: the key is due for another look when
+that command's memory expires (:meth:`InFlight.due`), once, not on a fixed period while the applier is
 still behind.
 
 A batch that creates objects stays in flight beyond the grace, until the snapshot shows what it created
@@ -103,13 +104,25 @@ def target_key(command: Command) -> str | None:
     A create: the object it names either exists or not, whatever the body; a second create of it while
     the first is in flight is an AlreadyExists at best. A patch with a resourceVersion precondition: only
     one patch per object version can succeed (the rest get 409 Conflict), and the object's next watch event
-    brings a fresh decision anyway. Neither needs its content encoded to be matched, which keeps a
-    5,000-worker scale-up from digesting every Pod still in flight in each decision."""
+    brings a fresh decision (or, if the first changed nothing, the look of :func:`_needs_look`). Neither
+    needs its content encoded to be matched, which keeps a 5,000-worker scale-up from digesting every Pod
+    still in flight in each decision."""
     if isinstance(command, CreateObject):
         return _create_key(command_target(command))
     if isinstance(command, PatchStatus | PatchObject) and command.resource_version:
         return f"{command_verb(command)}/{command_target(command)}@{command.resource_version}"
     return None
+
+
+def _needs_look(command: Command) -> bool:
+    """Whether a withheld ``command`` makes its key due for another look once its twin is out of flight:
+    when the twin's effect may bring no event of its own. A create or delete may be a no-op (AlreadyExists,
+    NotFound); a patch matched by its target alone may carry other content than its twin, and the twin may
+    change nothing on the server (a status write of the same second that only carries transitions), so
+    no watch event follows and what the withheld one wanted would wait for the key's resync."""
+    if isinstance(command, CreateObject | DeleteObject | DeleteCollection):
+        return True
+    return isinstance(command, PatchStatus | PatchObject) and bool(command.resource_version)
 
 
 def _create_key(target: str) -> str:
@@ -295,7 +308,7 @@ class InFlight:
             twin = in_flight or fresh.get(key)
             if twin is not None:
                 withheld.append(twin.command_id)
-                if isinstance(command, CreateObject | DeleteObject | DeleteCollection):
+                if _needs_look(command):
                     look.add(key)
                 continue
             content = ""
@@ -485,8 +498,8 @@ class InFlight:
 
     def due(self, applied_floor: int) -> dict[ReconcileKey, datetime | None]:
         """Keys to reconcile again, each returned once, with when: ``None`` (now) when its latest decision
-        withheld a create or delete that is no longer in flight (its effect may bring no event of its
-        own), else the held wake-up of a key with nothing in flight any more."""
+        withheld a command (:func:`_needs_look`) that is no longer in flight (its twin's effect may bring
+        no event of its own), else the held wake-up of a key with nothing in flight any more."""
         self._reached(applied_floor)
         keys, self._recheck_due = self._recheck_due, set()
         due: dict[ReconcileKey, datetime | None] = {}

@@ -107,6 +107,29 @@ def test_a_newer_status_of_the_same_version_waits_for_the_first_and_is_decided_a
     assert isinstance(fresh, PatchStatus) and fresh.status == {"readyWorkerReplicas": 4}
 
 
+def test_a_newer_status_of_the_same_version_is_looked_at_again_when_the_first_changed_nothing() -> None:
+    """The patch sent changed nothing on the server (a status write of the same second that only carries
+    transitions): the version stays, so no watch event follows. The withheld newer one must not wait for
+    the key's resync: once the first is out of flight, the key is due at once; unless a decision came in
+    between, which stands for the withheld one."""
+    m = Memory()
+    (first,) = m.decide(ready=2, resource_version="5", seq=1).commands
+    assert m.decide(ready=4, resource_version="5", seq=2).commands == ()
+    m.now = 1.0
+    m.inflight.reported(KEY, first.id)
+    assert m.inflight.due(applied_floor=0) == {}  # its grace runs: its echo may still come
+    m.now = 3.5
+    assert m.inflight.due(applied_floor=0) == {KEY: None}
+    assert m.inflight.due(applied_floor=0) == {}  # returned once
+
+    (first,) = m.decide(ready=2, resource_version="6", seq=3).commands
+    m.decide(ready=4, resource_version="6", seq=4)
+    m.inflight.reported(KEY, first.id)
+    m.decide(ready=4, resource_version="7", seq=5)  # the echo of the first came and was decided
+    m.now = 10.0
+    assert m.inflight.due(applied_floor=0) == {}
+
+
 def test_resync_intervals_are_spread_between_half_a_period_and_a_period() -> None:
     keys = [ReconcileKey(kind="RayCluster", namespace="ns", name=f"c{n}") for n in range(2000)]
     intervals = [interval(key, 300.0) for key in keys]
