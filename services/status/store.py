@@ -55,6 +55,7 @@ from services.status.transition_folds import (
     fold_rayservice,
     fold_resource,
     status_of,
+    without_repeats,
 )
 
 _COMMANDS = Base.metadata.tables[Command.__tablename__]
@@ -289,17 +290,20 @@ class StatusStore:
         transitions: list[dict[str, Any]] = []
         facts: dict[str, list[Fact]] = defaultdict(list)
         identity: dict[str, tuple[KeyKind, str, str]] = {}
+        rows: dict[int, dict[str, Any]] = {}
         for record in records:
             result = record.result
             commands.append(_command_row(record))
             for t in result.transitions:
                 row = _transition_row(record, t)
-                transitions.append(row)
-                facts[t.uid].append(_fact(row))
+                fact = _fact(row)
+                rows[id(fact)] = row
+                facts[t.uid].append(fact)
                 identity.setdefault(t.uid, (t.kind, t.namespace, t.name))
         uids = sorted(facts)
         if uids:
-            await self._merge_resources(conn, uids=uids, facts=facts, identity=identity)
+            steps = await self._merge_resources(conn, uids=uids, facts=facts, identity=identity)
+            transitions = [rows[id(fact)] for uid in uids for fact in steps[uid]]
         if commands:
             insert = self._insert(_COMMANDS).on_conflict_do_nothing(index_elements=list(_COMMAND_KEY))
             await conn.execute(insert, commands)
@@ -327,19 +331,28 @@ class StatusStore:
         uids: list[str],
         facts: dict[str, list[Fact]],
         identity: dict[str, tuple[KeyKind, str, str]],
-    ) -> None:
+    ) -> dict[str, list[Fact]]:
+        """Create or update the resource rows of ``uids`` with their ``facts``; returns each uid's facts
+        that are steps, in order (those that repeat a step are left out: ``transition_folds.is_repeat``)."""
+        steps = {uid: without_repeats(None, facts[uid]) for uid in uids}
         created = []
         for uid in uids:
             kind, namespace, name = identity[uid]
-            state = fold_resource(None, facts[uid])
-            assert state is not None  # every uid here has at least one fact
+            state = fold_resource(None, steps[uid])
+            assert state is not None  # a uid's first fact is never a repeat
             created.append({"uid": uid, "kind": kind, "namespace": namespace, "name": name, **_state_row(kind, state)})
-        await conn.execute(self._insert(_RESOURCES).on_conflict_do_nothing(index_elements=["uid"]), created)
+        inserted = await conn.execute(
+            self._insert(_RESOURCES).on_conflict_do_nothing(index_elements=["uid"]).returning(_RESOURCES.c.uid),
+            created,
+        )
+        new = {row.uid for row in inserted}
         locked = await conn.execute(
             sa.select(_RESOURCES).where(_RESOURCES.c.uid.in_(uids)).order_by(_RESOURCES.c.uid).with_for_update()
         )
         updates = []
         for row in locked:
+            if row.uid in new:
+                continue
             current = ResourceState(
                 first_seen=row.first_seen,
                 updated_at=row.updated_at,
@@ -347,7 +360,8 @@ class StatusStore:
                 deleted_at=row.deleted_at,
                 fields=msgspec.convert(row.fields, dict[str, FieldMark]),
             )
-            merged = fold_resource(current, facts[row.uid])
+            steps[row.uid] = without_repeats(current, facts[row.uid])
+            merged = fold_resource(current, steps[row.uid])
             assert merged is not None
             if merged != current:
                 updates.append({"row_id": row.id, **_state_row(row.kind, merged)})
@@ -356,6 +370,7 @@ class StatusStore:
                 _RESOURCES.update().where(_RESOURCES.c.id == sa.bindparam("row_id")),
                 updates,
             )
+        return steps
 
     async def _refresh_view(
         self, conn: AsyncConnection, view: _View, uids: list[str], identity: dict[str, tuple[KeyKind, str, str]]

@@ -8,6 +8,9 @@ keys interleave on the stream):
   the highest results-stream sequence; ``deleted_at`` is the earliest "deleted" lifecycle fact.
 - each field keeps the value of its latest fact, ordered by ``(at, stream sequence)``; applying an
   older or an already-applied fact changes nothing.
+- a fact that repeats the step that set its field's latest value is no step and is not stored
+  (:func:`is_repeat`). This one rule is judged against what is stored when the fact arrives: results of
+  one key arrive in order, so only a redelivery can bring the repeat first, and then both are stored.
 
 Kind views (the RayJob table) are *folds* over all transitions of one uid, recomputed inside the
 persisting transaction: a RayJob has a few dozen transitions, and a fold is trivially correct under
@@ -47,6 +50,8 @@ class FieldMark(msgspec.Struct, frozen=True, kw_only=True):
     value: str
     at: datetime
     seq: int
+    from_value: str | None = None
+    """The value that fact moved the field from (None in a mark stored before it was kept)."""
 
 
 class ResourceState(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,7 +75,10 @@ def apply_fact(state: ResourceState | None, fact: Fact) -> ResourceState:
     fields = state.fields
     current = fields.get(fact.field)
     if current is None or _is_newer(fact, current):
-        fields = {**fields, fact.field: FieldMark(value=fact.to_value, at=fact.at, seq=fact.seq)}
+        fields = {
+            **fields,
+            fact.field: FieldMark(value=fact.to_value, at=fact.at, seq=fact.seq, from_value=fact.from_value),
+        }
     deleted_at = state.deleted_at
     if fact.field == LIFECYCLE_FIELD and fact.to_value == LIFECYCLE_DELETED:
         deleted_at = fact.at if deleted_at is None else min(deleted_at, fact.at)
@@ -86,6 +94,33 @@ def apply_fact(state: ResourceState | None, fact: Fact) -> ResourceState:
 def in_order(facts: Iterable[Fact]) -> list[Fact]:
     """``facts`` in the order every fold applies them: ``(at, results-stream sequence)``."""
     return sorted(facts, key=lambda f: (f.at, f.seq))
+
+
+def is_repeat(state: ResourceState | None, fact: Fact) -> bool:
+    """Whether ``fact`` repeats the step that set its field's latest value (the same values from and to).
+
+    Such a fact is no step of the state machine: the field did not move in between. It comes from a
+    decision made again before the effect of the first was visible: a RayService's serve Service whose
+    create is still in flight is decided, with its ``traffic`` step, again in the next decision, whose
+    status write also carries the step."""
+    mark = state.fields.get(fact.field) if state is not None else None
+    return (
+        mark is not None
+        and mark.from_value == fact.from_value
+        and mark.value == fact.to_value
+        and _is_newer(fact, mark)
+    )
+
+
+def without_repeats(state: ResourceState | None, facts: Iterable[Fact]) -> list[Fact]:
+    """``facts`` in order, without those that repeat a step (:func:`is_repeat`) on ``state`` or on an
+    earlier one of them."""
+    kept: list[Fact] = []
+    for fact in in_order(facts):
+        if not is_repeat(state, fact):
+            kept.append(fact)
+            state = apply_fact(state, fact)
+    return kept
 
 
 def fold_resource(state: ResourceState | None, facts: Iterable[Fact]) -> ResourceState | None:

@@ -89,6 +89,38 @@ async def test_a_duplicate_decision_in_one_batch_is_stored_once(store: StatusSto
     assert (stored.stream_seq, stored.trace_id, stored.batch_id) == (1, "t" * 32, "x")
 
 
+async def test_a_step_decided_again_before_its_effect_showed_is_stored_once(store: StatusStore) -> None:
+    """The serve Service's create was still in flight at the next decision, whose status write (on a newer
+    resourceVersion) carried its ``traffic`` step again. The field did not move in between, so the second
+    is no step; a step back to a value the field held before, or another step into the same value, is."""
+
+    def step(frm: str, to: str, *, field: str = "traffic", seconds: float, rv: str) -> object:
+        return transition(field, frm, to, kind="RayService", uid="s1", seconds=seconds, rv=rv)
+
+    await store.persist([rec(result(step("", "s-a", seconds=1, rv="3"), batch_id="p1"), 1)])
+    stats = await store.persist(
+        [
+            rec(result(step("", "s-a", seconds=1.2, rv="4"), batch_id="p2"), 2),  # in another batch
+            rec(result(step("", "s-a", seconds=1.4, rv="5"), batch_id="p3"), 3),
+            rec(result(step("s-a", "s-b", seconds=9, rv="6"), batch_id="p4"), 4),
+            rec(result(step("s-b", "s-a", seconds=20, rv="7"), batch_id="p5"), 5),  # back: a step
+            rec(result(step("s-a", "", field="clusterDeleted", seconds=30, rv="8"), batch_id="p6"), 6),
+            rec(result(step("s-b", "", field="clusterDeleted", seconds=31, rv="9"), batch_id="p7"), 7),
+        ]
+    )
+    assert stats.transitions == 4
+    rows = await store.list_transitions("s1")
+    assert [(t.field, t.from_value, t.to_value, t.resource_version) for t in rows] == [
+        ("traffic", "", "s-a", "3"),
+        ("traffic", "s-a", "s-b", "6"),
+        ("traffic", "s-b", "s-a", "7"),
+        ("clusterDeleted", "s-a", "", "8"),
+        ("clusterDeleted", "s-b", "", "9"),
+    ]
+    found = await store.find_resource(kind="RayService", namespace="default", name="demo")
+    assert found is not None and found.resource.last_seq == 7
+
+
 async def test_every_execution_of_a_command_is_a_row_and_a_redelivered_result_is_not(store: StatusStore) -> None:
     first = result(batch_id="b", command_id="create-head", verb="create_object", batch_seq=7, delivery=1)
     # the batch came back after its applier died: the command ran a second time

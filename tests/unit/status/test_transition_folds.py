@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
 import pytest
 
-from services.status.transition_folds import Fact, apply_fact, fold_rayjob, fold_resource, status_of
+from services.status.transition_folds import (
+    Fact,
+    FieldMark,
+    apply_fact,
+    fold_rayjob,
+    fold_resource,
+    is_repeat,
+    status_of,
+    without_repeats,
+)
 from tests.unit.status.builders import at
 
 
@@ -123,3 +133,21 @@ def test_rayjob_view(facts: list[Fact], expected: dict[str, object]) -> None:
     assert fold_rayjob(reversed(facts)) == forward
     for name, value in expected.items():
         assert getattr(forward, name) == value, name
+
+
+def test_a_fact_that_repeats_the_latest_step_of_its_field_is_no_step() -> None:
+    first = fact("jobDeploymentStatus", "", "Initializing", 1, 2)
+    again = fact("jobDeploymentStatus", "", "Initializing", 2, 3)
+    later = fact("jobDeploymentStatus", "Initializing", "Running", 5, 4)
+    assert without_repeats(None, [again, first, later]) == [first, later]
+    state = fold_resource(None, [first])
+    assert is_repeat(state, again) and not is_repeat(state, later)
+    assert not is_repeat(fold_resource(None, [first, later]), again)  # the field moved in between
+
+
+def test_a_mark_stored_without_the_value_it_came_from_repeats_nothing() -> None:
+    state = fold_resource(None, [fact("jobStatus", "", "RUNNING", 1, 2)])
+    assert state is not None
+    stored = {"jobStatus": {"value": "RUNNING", "at": at(1).isoformat(), "seq": 2}}  # as such a row holds it
+    older = msgspec.structs.replace(state, fields=msgspec.convert(stored, dict[str, FieldMark]))
+    assert not is_repeat(older, fact("jobStatus", "", "RUNNING", 2, 3))
