@@ -3,6 +3,7 @@
 A status patch carries the resourceVersion its decision saw, so an older decision that reaches the API
 server after a newer one is refused (409) and never overwrites it; and a refused write is no silent drop:
 the worker that published it decides the key again from a fresh snapshot, even when no event follows.
+Nor is a write withheld as the twin of one of the same version in flight, when that one changed nothing.
 The test plays the watch side (it projects objects into KV and publishes their events itself) so that
 it can lose an edge on purpose.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -21,9 +23,9 @@ from kubernetes import client
 from nats.aio.client import Client
 
 from schema import subjects
-from schema.codec import decode_input, decode_results, encode
+from schema.codec import decode_batch, decode_input, decode_results, encode
 from schema.config import OperatorConfig
-from schema.decision import Decision, Snapshot
+from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import ReconcileKey
 from schema.messages import CONFLICT, CommandBatch, ObjectRef, PatchStatus, TimerTick, WatchEvent
 from services.edge.apply.applier import Applier
@@ -69,6 +71,22 @@ def write_step(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Dec
     return Decision(commands=(patch,))
 
 
+def write_step_and_pods(snapshot: Snapshot, now: datetime, config: OperatorConfig) -> Decision:
+    """Write the step label and the number of the key's Pods into the status at every decision, as a
+    status write that only carries transitions is sent even when nothing else changed."""
+    owner = snapshot.owner()
+    if owner is None:
+        return Decision()
+    metadata = owner["metadata"]
+    reason = f"{metadata.get('labels', {}).get('step', '')}/{len(snapshot.entries.get('Pod', {}))}"
+    target = ObjectRef(
+        api_version="ray.io/v1", kind="RayCluster", namespace=metadata["namespace"], name=metadata["name"]
+    )
+    return Decision(
+        commands=(PatchStatus(target=target, status={"reason": reason}, resource_version=metadata["resourceVersion"]),)
+    )
+
+
 def raycluster(name: str, step: str) -> dict[str, Any]:
     head = {"rayStartParams": {}, "template": {"spec": {"containers": [{"name": "ray-head", "image": "ray"}]}}}
     return {
@@ -108,22 +126,34 @@ class Cluster:
             {"metadata": {"labels": {"step": step}}},
         )
 
+    async def write_status(self, status: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(
+            self._api.patch_namespaced_custom_object_status,
+            "ray.io",
+            "v1",
+            self.namespace,
+            "rayclusters",
+            self.name,
+            {"status": status},
+        )
+
     async def get(self) -> dict[str, Any]:
         return await asyncio.to_thread(
             self._api.get_namespaced_custom_object, "ray.io", "v1", self.namespace, "rayclusters", self.name
         )
 
 
-async def project(nc: Client, key: ReconcileKey, obj: dict[str, Any], *, event: bool) -> int:
-    """Write ``obj`` to the key's KV entry, as the projection does; publish its event only with ``event``
-    (without it the edge is lost)."""
+async def project(nc: Client, key: ReconcileKey, obj: dict[str, Any], *, event: bool, kind: str | None = None) -> int:
+    """Write ``obj`` (the key's own resource, or an object of ``kind``) to its KV entry under the key, as
+    the projection does; publish its event only with ``event`` (without it the edge is lost)."""
+    kind = kind or key.kind
     kv = await nc.jetstream().key_value(subjects.OBJECTS_BUCKET)
-    revision = await kv.put(subjects.entry_key(key, key.kind, key.name), msgspec.json.encode(obj))
+    revision = await kv.put(subjects.entry_key(key, kind, obj["metadata"]["name"]), msgspec.json.encode(obj))
     if event:
         message = WatchEvent(
             key=key,
             event_type="MODIFIED",
-            entry_kind=key.kind,
+            entry_kind=kind,
             object=obj,
             resource_version=obj["metadata"]["resourceVersion"],
             observed_at=T0,
@@ -134,10 +164,14 @@ async def project(nc: Client, key: ReconcileKey, obj: dict[str, Any], *, event: 
 
 
 @contextlib.asynccontextmanager
-async def stack(server: NatsServer, kube: KubeSimHandle) -> AsyncIterator[Client]:
-    """nats topology, a reconciler worker running ``write_step`` and an applier on kubesim."""
+async def stack(
+    server: NatsServer, kube: KubeSimHandle, reconcile: ReconcileFn = write_step, *, grace: float = 0.5
+) -> AsyncIterator[Client]:
+    """nats topology, a reconciler worker running ``reconcile`` (its in-flight grace ``grace``) and an
+    applier on kubesim."""
     nc = await nats.connect(server.url)
     config = settings(server)
+    config = dataclasses.replace(config, partitions=dataclasses.replace(config.partitions, inflight_grace=grace))
     buckets = await ensure_topology(nc, bus=config.bus, partitions=config.partitions)
     api = KubeApi(load_configuration(str(kube.kubeconfig)), concurrency=4)
     stop = asyncio.Event()
@@ -150,7 +184,7 @@ async def stack(server: NatsServer, kube: KubeSimHandle) -> AsyncIterator[Client
     tasks = [
         asyncio.create_task(applier.run(stop)),
         asyncio.create_task(
-            run_reconciler(config, stop, HealthServer(host="127.0.0.1", port=0), reconcilers={"RayCluster": write_step})
+            run_reconciler(config, stop, HealthServer(host="127.0.0.1", port=0), reconcilers={"RayCluster": reconcile})
         ),
     ]
     try:
@@ -232,3 +266,45 @@ async def test_an_older_status_decision_applied_after_a_newer_one_is_refused(
         assert found["older"].status_code == 409
         status = (await cluster.get()).get("status") or {}
         assert status.get("readyWorkerReplicas") == 4
+
+
+async def test_a_write_withheld_as_the_twin_of_one_that_changed_nothing_is_decided_again(
+    nats_server: NatsServer,
+    kubesim_server: KubeSimHandle,  # noqa: F811
+    kubesim_namespace: str,  # noqa: F811
+) -> None:
+    """Two decisions on one version: the first writes what the status already holds, so the server keeps
+    the version and sends no event; the second, decided while the first was in flight on a snapshot that
+    holds more (a Pod), is withheld as its twin. Once the first is out of flight the key is decided again
+    and the second's status is written, though no event came."""
+    key = ReconcileKey(kind="RayCluster", namespace=kubesim_namespace, name="c3")
+    cluster = Cluster(kubesim_server, kubesim_namespace, "c3")
+    await cluster.create(step="1")
+    current = await cluster.write_status({"reason": "1/0"})
+    async with stack(nats_server, kubesim_server, write_step_and_pods, grace=5.0) as nc:
+        js = nc.jetstream()
+        await project(nc, key, current, event=True)
+
+        async def decided() -> bool:
+            return bool(await stored_messages(js, subjects.COMMANDS_STREAM, subjects.stored_commands_filter(key)))
+
+        await eventually(decided, timeout=30, message="the first decision published")
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p1", "namespace": kubesim_namespace, "resourceVersion": "1"},
+        }
+        await project(nc, key, pod, event=True, kind="Pod")
+
+        async def written() -> dict[str, Any] | None:
+            found = await cluster.get()
+            return found if (found.get("status") or {}).get("reason") == "1/1" else None
+
+        found = await eventually(written, timeout=60, message="the withheld status written")
+        assert found["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]
+        stored = await stored_messages(js, subjects.COMMANDS_STREAM, subjects.stored_commands_filter(key))
+        batches = [decode_batch(m.data) for m in stored]
+        assert [(len(b.commands), len(b.suppressed)) for b in batches] == [(1, 0), (0, 1), (1, 0)]
+        inputs = await stored_messages(js, subjects.EVENTS_STREAM, subjects.stored_events_filter(key))
+        ticks = [m for m in (decode_input(msg.data) for msg in inputs) if isinstance(m, TimerTick)]
+        assert [t.reason for t in ticks] == ["in-flight commands landed"]  # no event came: the look did it
