@@ -128,6 +128,11 @@ CONFLICT: Final = "conflict"
 """The ``reason`` of a tick that has a key decided again after the API server refused one of its writes as
 stale (409 Conflict, or 404 on an object the snapshot still showed)."""
 
+LANDED: Final = "in-flight commands landed"
+"""The ``reason`` of a tick that has a key decided again once its commands in flight landed: a wake-up held
+while they were in flight, or a look at a command its latest decision withheld as their twin, whose effect
+may bring no event of its own."""
+
 
 BusInput = WatchEvent | Observation | TimerTick
 

@@ -36,7 +36,7 @@ from schema.codec import decode_input
 from schema.config import OperatorConfig
 from schema.decision import ReconcileFn
 from schema.keys import KeyKind, ReconcileKey
-from schema.messages import CONFLICT, BusInput, TimerTick, is_backstop, is_resync, unrecorded_when_unchanged
+from schema.messages import CONFLICT, LANDED, BusInput, TimerTick, is_backstop, is_resync, unrecorded_when_unchanged
 from schema.parts import DEFAULT_MAX_PAYLOAD, part_budget
 from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.carried import carried_write
@@ -258,7 +258,7 @@ class PartitionConsumer:
         floor = await self._applied.get(self.partition)
         for key, wake_at in self._inflight.due(floor).items():
             try:
-                await self._timers.schedule(key, wake_at or datetime.now(UTC), reason="in-flight commands landed")
+                await self._timers.schedule(key, wake_at or datetime.now(UTC), reason=LANDED)
             except NatsError as exc:  # the key's next event looks instead
                 log.warning("partition %d: could not schedule a look at %s (%s)", self.partition, key, exc)
         for key, wake_at in self._inflight.refused(floor).items():

@@ -27,7 +27,7 @@ from schema.codec import decode_batch, decode_input, decode_results, encode
 from schema.config import OperatorConfig
 from schema.decision import Decision, ReconcileFn, Snapshot
 from schema.keys import ReconcileKey
-from schema.messages import CONFLICT, CommandBatch, ObjectRef, PatchStatus, TimerTick, WatchEvent
+from schema.messages import CONFLICT, LANDED, CommandBatch, ObjectRef, PatchStatus, TimerTick, WatchEvent
 from services.edge.apply.applier import Applier
 from services.edge.kubeapi import KubeApi, load_configuration
 from services.reconciler.worker.service import run_reconciler
@@ -307,4 +307,4 @@ async def test_a_write_withheld_as_the_twin_of_one_that_changed_nothing_is_decid
         assert [(len(b.commands), len(b.suppressed)) for b in batches] == [(1, 0), (0, 1), (1, 0)]
         inputs = await stored_messages(js, subjects.EVENTS_STREAM, subjects.stored_events_filter(key))
         ticks = [m for m in (decode_input(msg.data) for msg in inputs) if isinstance(m, TimerTick)]
-        assert [t.reason for t in ticks] == ["in-flight commands landed"]  # no event came: the look did it
+        assert [t.reason for t in ticks] == [LANDED]  # no event came: the look did it
