@@ -8,7 +8,7 @@ keys interleave on the stream):
   the highest results-stream sequence; ``deleted_at`` is the earliest "deleted" lifecycle fact.
 - each field keeps the value of its latest fact, ordered by ``(at, stream sequence)``; applying an
   older or an already-applied fact changes nothing.
-- a fact that repeats the step that set its field's latest value is no step and is not stored
+- a fact that repeats the step that set its field's latest value (from, to and reason) is no step and is not stored
   (:func:`is_repeat`). This one rule is judged against what is stored when the fact arrives: results of
   one key arrive in order, so only a redelivery can bring the repeat first, and then both are stored.
 
@@ -52,6 +52,8 @@ class FieldMark(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     from_value: str | None = None
     """The value that fact moved the field from (None in a mark stored before it was kept)."""
+    reason: str | None = None
+    """That fact's reason (None in a mark stored before it was kept)."""
 
 
 class ResourceState(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,7 +79,9 @@ def apply_fact(state: ResourceState | None, fact: Fact) -> ResourceState:
     if current is None or _is_newer(fact, current):
         fields = {
             **fields,
-            fact.field: FieldMark(value=fact.to_value, at=fact.at, seq=fact.seq, from_value=fact.from_value),
+            fact.field: FieldMark(
+                value=fact.to_value, at=fact.at, seq=fact.seq, from_value=fact.from_value, reason=fact.reason
+            ),
         }
     deleted_at = state.deleted_at
     if fact.field == LIFECYCLE_FIELD and fact.to_value == LIFECYCLE_DELETED:
@@ -97,7 +101,8 @@ def in_order(facts: Iterable[Fact]) -> list[Fact]:
 
 
 def is_repeat(state: ResourceState | None, fact: Fact) -> bool:
-    """Whether ``fact`` repeats the step that set its field's latest value (the same values from and to).
+    """Whether ``fact`` repeats the step that set its field's latest value (the same values from and to,
+    and the same reason: a condition whose reason alone changes steps from a value to the same value).
 
     Such a fact is no step of the state machine: the field did not move in between. It comes from a
     decision made again before the effect of the first was visible: a RayService's serve Service whose
@@ -108,6 +113,7 @@ def is_repeat(state: ResourceState | None, fact: Fact) -> bool:
         mark is not None
         and mark.from_value == fact.from_value
         and mark.value == fact.to_value
+        and mark.reason == fact.reason
         and _is_newer(fact, mark)
     )
 

@@ -145,6 +145,26 @@ def test_a_fact_that_repeats_the_latest_step_of_its_field_is_no_step() -> None:
     assert not is_repeat(fold_resource(None, [first, later]), again)  # the field moved in between
 
 
+def test_a_change_of_reason_alone_is_a_step_each_time() -> None:
+    def ready(seconds: float, seq: int, reason: str, before: str) -> Fact:
+        return Fact(
+            field="condition/Ready",
+            from_value="False",
+            to_value="False",
+            at=at(seconds),
+            seq=seq,
+            reason=reason,
+            attributes={"fromReason": before},
+        )
+
+    steps = [
+        ready(1, 2, "ZeroServeEndpoints", "Initializing"),
+        ready(2, 3, "InitializingTimeout", "ZeroServeEndpoints"),
+    ]
+    again = ready(3, 4, "InitializingTimeout", "ZeroServeEndpoints")
+    assert without_repeats(None, [*steps, again]) == steps
+
+
 def test_a_mark_stored_without_the_value_it_came_from_repeats_nothing() -> None:
     state = fold_resource(None, [fact("jobStatus", "", "RUNNING", 1, 2)])
     assert state is not None
