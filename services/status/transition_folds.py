@@ -107,7 +107,8 @@ def is_repeat(state: ResourceState | None, fact: Fact) -> bool:
     Such a fact is no step of the state machine: the field did not move in between. It comes from a
     decision made again before the effect of the first was visible: a RayService's serve Service whose
     create is still in flight is decided, with its ``traffic`` step, again in the next decision, whose
-    status write also carries the step."""
+    status write also carries the step. The price: a step that really happens again after a change no fact
+    records (that Service deleted by hand and created again) is taken for a repeat too."""
     mark = state.fields.get(fact.field) if state is not None else None
     return (
         mark is not None
