@@ -8,9 +8,10 @@ keys interleave on the stream):
   the highest results-stream sequence; ``deleted_at`` is the earliest "deleted" lifecycle fact.
 - each field keeps the value of its latest fact, ordered by ``(at, stream sequence)``; applying an
   older or an already-applied fact changes nothing.
-- a fact that repeats the step that set its field's latest value (from, to and reason) is no step and is not stored
-  (:func:`is_repeat`). This one rule is judged against what is stored when the fact arrives: results of
-  one key arrive in order, so only a redelivery can bring the repeat first, and then both are stored.
+- a fact that repeats the step that set its field's latest value (from, to and reason) is no step and is
+  not stored (:func:`is_repeat`). This one rule is judged against what is stored when the fact arrives:
+  results of one key arrive in order, so only a redelivery can bring the repeat first, and then both are
+  stored.
 
 Kind views (the RayJob table) are *folds* over all transitions of one uid, recomputed inside the
 persisting transaction: a RayJob has a few dozen transitions, and a fold is trivially correct under

@@ -104,7 +104,8 @@ def target_key(command: Command) -> str | None:
     A create: the object it names either exists or not, whatever the body; a second create of it while
     the first is in flight is an AlreadyExists at best. A patch with a resourceVersion precondition: only
     one patch per object version can succeed (the rest get 409 Conflict), and the object's next watch event
-    brings a fresh decision (or, if the first changed nothing, the look of :func:`_needs_look`). Neither
+    brings a fresh decision (or, if the first changed nothing, the look :meth:`InFlight.filter` registers
+    for a command withheld by its target). Neither
     needs its content encoded to be matched, which keeps a 5,000-worker scale-up from digesting every Pod
     still in flight in each decision."""
     if isinstance(command, CreateObject):
@@ -112,17 +113,6 @@ def target_key(command: Command) -> str | None:
     if isinstance(command, PatchStatus | PatchObject) and command.resource_version:
         return f"{command_verb(command)}/{command_target(command)}@{command.resource_version}"
     return None
-
-
-def _needs_look(command: Command) -> bool:
-    """Whether a withheld ``command`` makes its key due for another look once its twin is out of flight:
-    when the twin's effect may bring no event of its own. A create or delete may be a no-op (AlreadyExists,
-    NotFound); a patch matched by its target alone may carry other content than its twin, and the twin may
-    change nothing on the server (a status write of the same second that only carries transitions), so
-    no watch event follows and what the withheld one wanted would wait for the key's resync."""
-    if isinstance(command, CreateObject | DeleteObject | DeleteCollection):
-        return True
-    return isinstance(command, PatchStatus | PatchObject) and bool(command.resource_version)
 
 
 def _create_key(target: str) -> str:
@@ -296,6 +286,7 @@ class InFlight:
         starts: set[Target] = set()
         for command in batch.commands:
             key = target_key(command)
+            by_target = key is not None
             counted: int | None = None
             if key is None:
                 if ids is None:
@@ -308,7 +299,11 @@ class InFlight:
             twin = in_flight or fresh.get(key)
             if twin is not None:
                 withheld.append(twin.command_id)
-                if _needs_look(command):
+                # Its twin's effect may bring no event of its own: a create or delete may be a no-op
+                # (AlreadyExists, NotFound), and a twin matched by its target alone may carry other content
+                # and change nothing on the server (a status write of the same second that only carries
+                # transitions), so what this one wanted would wait for the key's resync.
+                if by_target or isinstance(command, DeleteObject | DeleteCollection):
                     look.add(key)
                 continue
             content = ""
@@ -498,8 +493,8 @@ class InFlight:
 
     def due(self, applied_floor: int) -> dict[ReconcileKey, datetime | None]:
         """Keys to reconcile again, each returned once, with when: ``None`` (now) when its latest decision
-        withheld a command (:func:`_needs_look`) that is no longer in flight (its twin's effect may bring
-        no event of its own), else the held wake-up of a key with nothing in flight any more."""
+        withheld a create, a delete or a command matched by its target that is no longer in flight (its
+        twin's effect may bring no event of its own), else the held wake-up of a key with nothing in flight any more."""
         self._reached(applied_floor)
         keys, self._recheck_due = self._recheck_due, set()
         due: dict[ReconcileKey, datetime | None] = {}
