@@ -1,18 +1,28 @@
 """Latency benchmark: one idle RayCluster scaled up by one worker, N times, through the whole stack.
 
 The stack is ``pipeline_bench``'s (every component its own process, kubesim with kubelet ``instant``, one
-reconciler, the applier without an API budget); every raybus service runs under ``bench/traced.py``, which
-writes its spans to JSON lines. Per change the bench writes ``replicas + 1`` with a JSON patch and waits for
-the new worker Pod's ADDED on its own watch, then for the stack to be idle again. Figures: write → Pod seen
-(p50/p90/p99), write → create applied (the applier span's end), and the time in each hop, from the spans of
-the change's trace (matched by the resourceVersion the patch returned):
+reconciler, the applier without an API budget). Per change the bench writes ``replicas + 1`` with a JSON
+patch and waits for the new worker Pod's ADDED on its own watch, then for the stack to be idle again.
+
+It runs twice. First as ``raybus up`` runs, no span recorded: write → Pod seen (p50/p90/p99), the aim's
+figure. Then with every raybus service under ``bench/traced.py``, which writes each span, with its events'
+times, to JSON lines: write → Pod seen again (what recording costs), write → create applied (the applier
+span's end), and the time in each step of the change's trace (matched by the resourceVersion the patch
+returned):
 
 - watch: the write until the projection span starts (kubesim, the watch stream, informer decoding);
-- projection: the ``watcher.project`` span (KV write, then the WatchEvent publish);
-- event: projection end until the ``reconcile`` span starts (the partition's fetch);
-- reconcile: the ``reconcile`` span (snapshot read, reconcile, CommandBatch publish);
-- command: reconcile end until the ``applier.create_object`` span of the Pod starts (the applier's fetch);
+- kv write: the ``watcher.project`` span until its entry is stored (``tracing.ENTRY_WRITTEN``);
+- event publish: from there until the span ends (the WatchEvent stored);
+- event fetch: until the ``reconcile`` span starts (the partition's fetch);
+- snapshot: until the key's snapshot is had (``tracing.SNAPSHOT_READ``);
+- decide: until the decision is drafted and split into kept and withheld commands (``tracing.DECIDED``);
+- decision publish: until its batch is stored (``tracing.DECISION_STORED``);
+- command fetch: until the ``applier.check_batch`` span of that batch starts (the applier's fetch);
+- checks: until the ``applier.create_object`` span of the Pod starts (freshness and content checks);
 - apply: that span (the API call).
+
+The four publishes and fetches are the bus's round trips; on an idle stack each wakes a process that
+slept (``bench/roundtrip_bench.py`` measures a round trip idle and busy).
 
 Run: ``.venv/bin/python bench/latency_bench.py [--changes 50] [--settle 0.5] [--peer PYTHON]``; with ``--peer``
 the same changes go to the Kopf peer operator of ``bench/peer`` (no spans: only the end-to-end figure).
@@ -39,10 +49,22 @@ from pipeline_bench import peer_stack, stack, stack_dir
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from services.runtime.tracing import DECIDED, DECISION_STORED, ENTRY_WRITTEN, SNAPSHOT_READ  # noqa: E402
 from tests.e2e.clusters import small_cluster  # noqa: E402
 
 NAME = "latency"
-HOPS = ("watch", "projection", "event", "reconcile", "command", "apply")
+HOPS = (
+    "watch",
+    "kv write",
+    "event publish",
+    "event fetch",
+    "snapshot",
+    "decide",
+    "decision publish",
+    "command fetch",
+    "checks",
+    "apply",
+)
 
 
 class PodWatch:
@@ -131,14 +153,16 @@ def hops_of(spans: list[dict[str, Any]], written_ns: int, resource_version: str)
     if not reconciles or not creates:
         return None
     r, a = reconciles[0], creates[0]
+    checks = [s for s in in_trace if s["name"] == "applier.check_batch" and s["parent"] == a["parent"]]
+    steps = [p["events"].get(ENTRY_WRITTEN), *(r["events"].get(e) for e in (SNAPSHOT_READ, DECIDED, DECISION_STORED))]
+    if not checks or None in steps:
+        return None
+    written, read, decided, stored = steps
+    times = [written_ns, p["start"], written, p["end"], r["start"], read, decided, stored, checks[0]["start"]]
+    times += [a["start"], a["end"]]
     ms = 1e-6
     return {
-        "watch": (p["start"] - written_ns) * ms,
-        "projection": (p["end"] - p["start"]) * ms,
-        "event": (r["start"] - p["end"]) * ms,
-        "reconcile": (r["end"] - r["start"]) * ms,
-        "command": (a["start"] - r["end"]) * ms,
-        "apply": (a["end"] - a["start"]) * ms,
+        **{hop: (end - start) * ms for hop, start, end in zip(HOPS, times[:-1], times[1:], strict=True)},
         "applied": (a["end"] - written_ns) * ms,
     }
 
@@ -149,14 +173,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 @contextmanager
-def traced_stack(workdir: Path) -> Iterator[Path]:
-    spans = workdir / "spans"
-    spans.mkdir()
-    os.environ["RAYBUS_BENCH_SPANS"] = str(spans)
-    launcher = (sys.executable, str(REPO / "bench" / "traced.py"))
+def raybus_stack(workdir: Path, *, traced: bool) -> Iterator[Path]:
+    """The stack, its services writing their spans to ``workdir/spans`` when ``traced``."""
+    launcher: tuple[str, ...] = (sys.executable, "-m", "services.cli.main")
+    if traced:
+        spans = workdir / "spans"
+        spans.mkdir()
+        os.environ["RAYBUS_BENCH_SPANS"] = str(spans)
+        launcher = (sys.executable, str(REPO / "bench" / "traced.py"))
     with stack(workdir, 1, watcher_args=["--qps", "0"], launcher=launcher) as (_, _nats, kubeconfig):
         yield kubeconfig
-    time.sleep(0.5)
 
 
 @contextmanager
@@ -165,10 +191,10 @@ def peer(workdir: Path, python: Path) -> Iterator[Path]:
         yield kubeconfig
 
 
-def run(changes: int, settle: float, peer_python: Path | None = None) -> dict[str, Any]:
+def run(changes: int, settle: float, *, peer_python: Path | None = None, traced: bool = False) -> dict[str, Any]:
     with stack_dir("latency-bench-") as workdir:
         writes: list[tuple[int, str, int]] = []
-        with peer(workdir, peer_python) if peer_python else traced_stack(workdir) as kubeconfig:
+        with peer(workdir, peer_python) if peer_python else raybus_stack(workdir, traced=traced) as kubeconfig:
             api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
             custom = client.CustomObjectsApi(api)
             core = client.CoreV1Api(api)
@@ -190,10 +216,17 @@ def run(changes: int, settle: float, peer_python: Path | None = None) -> dict[st
                 writes.append((written, obj["metadata"]["resourceVersion"], seen))
                 wait_status(custom, replicas)
             time.sleep(1.0)  # the exporters' last batch
-        spans = [] if peer_python else load_spans(workdir / "spans")
+        spans = load_spans(workdir / "spans") if traced else []
     seen_ms = [(seen - written) * 1e-6 for written, _, seen in writes]
     hops = [h for written, rv, _ in writes if (h := hops_of(spans, written, rv)) is not None]
     return {"seen_ms": seen_ms, "hops": hops}
+
+
+def print_seen(seen: list[float], how: str) -> None:
+    print(
+        f"write → Pod seen on a watch ({len(seen)} changes{how}): p50 {percentile(seen, 0.5):.1f} ms, "
+        f"p90 {percentile(seen, 0.9):.1f} ms, p99 {percentile(seen, 0.99):.1f} ms"
+    )
 
 
 def main() -> int:
@@ -210,14 +243,11 @@ def main() -> int:
     print(f"machine: {platform.platform()}, {len(os.sched_getaffinity(0))} cpus, python {platform.python_version()}")
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     print("operator:", "the Kopf peer" if args.peer else "raybus")
-    r = run(args.changes, args.settle, args.peer)
-    seen = r["seen_ms"]
-    print(
-        f"write → Pod seen on a watch ({len(seen)} changes): p50 {percentile(seen, 0.5):.1f} ms, "
-        f"p90 {percentile(seen, 0.9):.1f} ms, p99 {percentile(seen, 0.99):.1f} ms"
-    )
-    hops = r["hops"]
-    if hops:
+    print_seen(run(args.changes, args.settle, peer_python=args.peer)["seen_ms"], "")
+    if not args.peer:
+        r = run(args.changes, args.settle, traced=True)
+        print_seen(r["seen_ms"], ", every span recorded")
+        hops = r["hops"]
         applied = [h["applied"] for h in hops]
         print(
             f"write → create applied ({len(hops)} traced): p50 {percentile(applied, 0.5):.1f} ms, "
@@ -226,8 +256,8 @@ def main() -> int:
         for hop in HOPS:
             values = [h[hop] for h in hops]
             print(
-                f"  {hop:<11} p50 {statistics.median(values):6.1f} ms   p90 {percentile(values, 0.9):6.1f} ms"
-                f"   max {max(values):6.1f} ms"
+                f"  {hop:<16} p50 {statistics.median(values):6.2f} ms   p90 {percentile(values, 0.9):6.2f} ms"
+                f"   max {max(values):6.2f} ms"
             )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0

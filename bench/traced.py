@@ -43,6 +43,7 @@ class JsonLinesExporter(SpanExporter):
                         "start": span.start_time,
                         "end": span.end_time,
                         "attributes": dict(span.attributes or {}),
+                        "events": {event.name: event.timestamp for event in span.events},
                     }
                 )
             )

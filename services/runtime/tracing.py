@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -14,6 +15,15 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+ENTRY_WRITTEN: Final = "entry written"
+"""Event of a ``watcher.project`` span: the object's KV entry is stored (its WatchEvent is published next)."""
+SNAPSHOT_READ: Final = "snapshot read"
+"""Event of a ``reconcile`` span: the key's snapshot is had (the pure reconcile runs next)."""
+DECIDED: Final = "decided"
+"""Event of a ``reconcile`` span: the decision is drafted and split into kept and withheld commands."""
+DECISION_STORED: Final = "decision stored"
+"""Event of a ``reconcile`` span: JetStream acknowledged the decision's command batch (the applier can have it)."""
 
 _configured = False
 

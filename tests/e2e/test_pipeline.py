@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from services.runtime.tracing import DECIDED, DECISION_STORED, ENTRY_WRITTEN, SNAPSHOT_READ
 from tests.e2e.pipeline import Pipeline, load_yaml_docs, running_pipeline
 from tests.helpers import eventually, samples_dir
 
@@ -73,7 +74,14 @@ async def test_sample_cluster_is_ready_recorded_and_traced(
         assert trace_id
         traced = [s for s in spans.get_finished_spans() if format(s.context.trace_id, "032x") == trace_id]
         names = {s.name for s in traced}
-        assert {"watcher.project", "reconcile", "status.persist"} <= names, names
+        assert {"watcher.project", "reconcile", "applier.check_batch", "status.persist"} <= names, names
+        # the steps of each hop, as the latency bench reads them
+        assert any(ENTRY_WRITTEN in [e.name for e in s.events] for s in traced if s.name == "watcher.project")
+        stored = [s for s in traced if s.name == "reconcile" and DECISION_STORED in [e.name for e in s.events]]
+        assert stored and [e.name for e in stored[0].events] == [SNAPSHOT_READ, DECIDED, DECISION_STORED]
+        reconciles = {s.context.span_id for s in traced if s.name == "reconcile"}
+        checked = [s for s in traced if s.name == "applier.check_batch"]
+        assert all(s.parent is not None and s.parent.span_id in reconciles for s in checked), names
         # each recorded result continues the span of the command it reports, though a run's results
         # travel together in one message
         applied = {s.context.span_id for s in traced if s.name.startswith("applier.")}

@@ -461,14 +461,28 @@ class Applier:
             run_id(batch.id, batch_seq=sequence, delivery=delivery),
             together=self._result_batches,
         )
+        parent = extract_context(msg.headers)
         checks = None
         if self._facts is not None:
-            checks = BatchChecks(batch, self._facts, self._config, self._written.of(batch.key))
-            checks.replay = await self._freshness.judge(
-                batch, verified=self._verified(batch, checks), holding=self._holding_of(batch.key)
-            )
+            # A span of its own: the checks stand between the batch's delivery and its first call.
+            with self._tracer.start_as_current_span(
+                "applier.check_batch",
+                context=parent,
+                attributes={
+                    "raybus.key": str(batch.key),
+                    "raybus.kind": batch.key.kind,
+                    "k8s.namespace.name": batch.key.namespace,
+                    "raybus.commands": len(batch.commands),
+                },
+            ) as span:
+                checks = BatchChecks(batch, self._facts, self._config, self._written.of(batch.key))
+                checks.replay = await self._freshness.judge(
+                    batch, verified=self._verified(batch, checks), holding=self._holding_of(batch.key)
+                )
+                if checks.replay:
+                    span.set_attribute("raybus.replay", checks.replay)
         try:
-            await self._apply_commands(msg, batch, report, checks, sequence, delivery)
+            await self._apply_commands(msg, batch, report, checks, parent, sequence, delivery)
         finally:
             await asyncio.gather(report.close(), self._freshness.stored(batch.key))
 
@@ -511,10 +525,10 @@ class Applier:
         batch: CommandBatch,
         report: RunReport,
         checks: BatchChecks | None,
+        parent: Context,
         sequence: int,
         delivery: int,
     ) -> None:
-        parent = extract_context(msg.headers)
         queued = [later for m, later in self._queues.get(batch.key, ()) if m is not msg]
         # A late batch is no replay: every command is superseded, so the refusal below is never reached.
         review = await self._decisions.review(msg, batch, queued, behind=bool(checks and checks.replay))

@@ -85,7 +85,7 @@ from services.runtime.backoff import Backoff, retry
 from services.runtime.bus import bus_unavailable, publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.kvread import read_entries
-from services.runtime.tracing import current_trace_id, tracer
+from services.runtime.tracing import ENTRY_WRITTEN, current_trace_id, tracer
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -811,11 +811,12 @@ class Projection:
                     "k8s.resource_version": op.change.resource_version,
                     "raybus.event_type": op.event_type,
                 },
-            ):
+            ) as span:
                 written = await self._retrying(lambda: self._write_kv(op, subject), superseded)
                 if written is None:
                     return
                 revision, previous = written
+                span.add_event(ENTRY_WRITTEN, {"raybus.kv_revision": revision})
                 if op.resource.is_key_kind and op.event_type != "DELETED" and deleting(op.change.obj):
                     since = self._deleting_at.get(op.change.uid)
                     self._deleting_at[op.change.uid] = revision if since is None else min(since, revision)

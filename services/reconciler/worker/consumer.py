@@ -56,7 +56,7 @@ from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
 from services.runtime.snapshots import SnapshotReader
-from services.runtime.tracing import extract_context, tracer
+from services.runtime.tracing import DECIDED, DECISION_STORED, SNAPSHOT_READ, extract_context, tracer
 
 T = TypeVar("T")
 
@@ -358,6 +358,7 @@ class PartitionConsumer:
         try:
             writes = [write for item in items if (write := carried_write(item.msg.data, item.message)) is not None]
             snapshot = await self._reader.read(key, min_revision=min_revision(inputs), writes=writes)
+            span.add_event(SNAPSHOT_READ, {"raybus.snapshot_revision": snapshot.revision})
             drafted = draft(
                 reconcilers=self._reconcilers,
                 snapshot=snapshot,
@@ -377,6 +378,7 @@ class PartitionConsumer:
             span.set_attribute("raybus.fenced", True)
             return None
         batch = self._inflight.filter(drafted.batch, applied_floor=floor, entries=snapshot.entries, ids=drafted.ids())
+        span.add_event(DECIDED)
         span.set_attribute("raybus.rules", list(drafted.decision.rules))
         span.set_attribute("raybus.commands", len(batch.commands))
         span.set_attribute("raybus.suppressed", len(batch.suppressed))
@@ -392,6 +394,7 @@ class PartitionConsumer:
                 _status_changes_quiet.add(1, {"raybus.kind": key.kind})
             return decided
         last_seq = await publish_decision(self._js, batch, budget=self._part_budget)
+        span.add_event(DECISION_STORED, {"raybus.decision_seq": last_seq})
         self._inflight.published(key, last_seq)
         return decided
 

@@ -20,7 +20,7 @@ from services.edge.resources import by_kind
 from services.edge.watch.informer import Batch, Change, Scope
 from services.edge.watch.projection import Projection
 from services.runtime.bus import publish
-from services.runtime.tracing import extract_context
+from services.runtime.tracing import ENTRY_WRITTEN, extract_context
 from tests.component.watcher.conftest import Bus, until
 
 
@@ -67,6 +67,7 @@ async def test_watch_event_command_and_result_share_one_trace(
         "k8s.resource_version": "41",
         "raybus.event_type": "ADDED",
     }
+    assert [e.name for e in project_span.events] == [ENTRY_WRITTEN]
 
     # The reconciler continues the event's trace and publishes its commands inside it.
     with tracer.start_as_current_span("reconcile", context=extract_context(stored.headers)):

@@ -1,0 +1,118 @@
+"""Round-trip benchmark: what one round trip costs when the processes on both ends slept, and when they did not.
+
+A change to an idle cluster crosses the bus four times (``latency_bench.py``): each time a process that
+slept in its event loop is woken by a socket, and on a virtual machine an idle vCPU is woken too. A burst
+pays that once: its processes seldom sleep. Two round trips, each timed back to back (busy) and after a
+pause of ``--pause`` seconds (idle), N times:
+
+- a JetStream publish until its acknowledgement (nats-py, a file stream on nats-server, 3 KB: a Pod's size);
+- a Pod create on kubesim with the official client (the API call that ends a change).
+
+Run: ``.venv/bin/python bench/roundtrip_bench.py [--times 60] [--pause 0.5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nats
+from kubernetes import client, config
+from kubesim_bench import _accepts, _free_port, _pod, kubesim_process
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from services.runtime.natsbin import nats_server_binary, nats_server_environment  # noqa: E402
+
+PAYLOAD = b"x" * 3000
+
+
+def summary(label: str, values: list[float]) -> str:
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return f"{label:<10} p50 {statistics.median(values):6.3f} ms   p90 {p90:6.3f} ms"
+
+
+def timed(times: int, pause: float, trip: Callable[[str], None]) -> list[float]:
+    """``times`` round trips in ms, each ``pause`` seconds after the one before (``trip`` gets a unique name)."""
+    found = []
+    for i in range(times):
+        time.sleep(pause)
+        start = time.perf_counter()
+        trip(f"{pause}-{i}")
+        found.append((time.perf_counter() - start) * 1e3)
+    return found
+
+
+@contextmanager
+def nats_server(workdir: str) -> Iterator[str]:
+    """A JetStream nats-server on a free port; yields its URL."""
+    port = _free_port()
+    argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", workdir]
+    env = {**os.environ, **nats_server_environment()}
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not _accepts(port):
+            time.sleep(0.05)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def jetstream(times: int, pause: float) -> None:
+    with tempfile.TemporaryDirectory() as workdir, nats_server(workdir) as url:
+        loop = asyncio.new_event_loop()
+        nc = loop.run_until_complete(nats.connect(url))
+        js = nc.jetstream()
+        loop.run_until_complete(js.add_stream(name="ROUNDTRIP", subjects=["roundtrip.>"]))
+
+        def publish(name: str) -> None:
+            loop.run_until_complete(js.publish("roundtrip.a", PAYLOAD, headers={"Nats-Msg-Id": name}))
+
+        print("JetStream publish → acknowledgement")
+        print("  " + summary("busy", timed(times, 0.0, publish)))
+        print("  " + summary("idle", timed(times, pause, publish)))
+        loop.run_until_complete(nc.close())
+        loop.close()
+
+
+def kube_create(times: int, pause: float) -> None:
+    with tempfile.TemporaryDirectory() as workdir, kubesim_process(Path(workdir), kubelet="instant") as (kubeconfig, _):
+        core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))  # type: ignore[no-untyped-call]
+
+        def create(name: str) -> None:
+            core.create_namespaced_pod("default", _pod(f"trip-{name}"))  # type: ignore[arg-type]
+
+        create("warm-up")
+        print("kubesim Pod create (the official client)")
+        print("  " + summary("busy", timed(times, 0.0, create)))
+        print("  " + summary("idle", timed(times, pause, create)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--times", type=int, default=60)
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds of quiet before each idle round trip")
+    args = parser.parse_args()
+    print(f"machine: {platform.platform()}, {len(os.sched_getaffinity(0))} cpus, python {platform.python_version()}")
+    print(f"load average before: {os.getloadavg()[0]:.1f}")
+    jetstream(args.times, args.pause)
+    kube_create(args.times, args.pause)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
