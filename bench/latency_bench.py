@@ -21,8 +21,8 @@ returned):
 - checks: until the ``applier.create_object`` span of the Pod starts (freshness and content checks);
 - apply: that span (the API call).
 
-The four publishes and fetches are the bus's round trips; on an idle stack each wakes a process that
-slept (``bench/roundtrip_bench.py`` measures a round trip idle and busy).
+Five of the steps are the bus's: three publishes, each acknowledged, and two fetches. On an idle stack each
+wakes a process that slept (``bench/roundtrip_bench.py`` measures a round trip idle and busy).
 
 Run: ``.venv/bin/python bench/latency_bench.py [--changes 50] [--settle 0.5] [--peer PYTHON]``; with ``--peer``
 the same changes go to the Kopf peer operator of ``bench/peer`` (no spans: only the end-to-end figure).

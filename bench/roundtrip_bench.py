@@ -1,12 +1,13 @@
 """Round-trip benchmark: what one round trip costs when the processes on both ends slept, and when they did not.
 
-A change to an idle cluster crosses the bus four times (``latency_bench.py``): each time a process that
-slept in its event loop is woken by a socket, and on a virtual machine an idle vCPU is woken too. A burst
-pays that once: its processes seldom sleep. Two round trips, each timed back to back (busy) and after a
+One change to an idle cluster makes three acknowledged publishes and two deliveries on the bus
+(``latency_bench.py``): each wakes a process that slept in its event loop, and on a virtual machine the
+vCPU it sleeps on too. A burst seldom pays that: its processes seldom sleep. Three round trips, each timed back to back (busy) and after a
 pause of ``--pause`` seconds (idle), N times:
 
 - a JetStream publish until its acknowledgement (nats-py, a file stream on nats-server, 3 KB: a Pod's size);
-- a Pod create on kubesim with the official client (the API call that ends a change).
+- a Pod create on kubesim with the official client (the API call that ends a change);
+- a Pod patch on kubesim until a watch stream shows it (how a change begins).
 
 Run: ``.venv/bin/python bench/roundtrip_bench.py [--times 60] [--pause 0.5]``.
 """
@@ -21,11 +22,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import nats
 from kubernetes import client, config
 from kubesim_bench import _accepts, _free_port, _pod, kubesim_process
@@ -88,17 +92,55 @@ def jetstream(times: int, pause: float) -> None:
         loop.close()
 
 
-def kube_create(times: int, pause: float) -> None:
+class LabelWatch:
+    """The value of one Pod's ``trip`` label as a raw watch stream last showed it (a daemon thread)."""
+
+    def __init__(self, core: client.CoreV1Api, name: str) -> None:
+        self._shown = ""
+        self._changed = threading.Condition()
+        response: Any = core.list_namespaced_pod(
+            "default", field_selector=f"metadata.name={name}", watch=True, _preload_content=False
+        )
+        threading.Thread(target=self._run, args=(response,), daemon=True).start()
+
+    def _run(self, response: Any) -> None:
+        buffer = b""
+        for chunk in response.stream(4096):
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    labels = msgspec.json.decode(line)["object"]["metadata"].get("labels") or {}
+                    with self._changed:
+                        self._shown = labels.get("trip", "")
+                        self._changed.notify_all()
+
+    def wait_for(self, value: str) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._shown == value, 30):
+                raise RuntimeError(f"the watch never showed trip={value}")
+
+
+def kube(times: int, pause: float) -> None:
     with tempfile.TemporaryDirectory() as workdir, kubesim_process(Path(workdir), kubelet="instant") as (kubeconfig, _):
         core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))  # type: ignore[no-untyped-call]
 
         def create(name: str) -> None:
             core.create_namespaced_pod("default", _pod(f"trip-{name}"))  # type: ignore[arg-type]
 
-        create("warm-up")
+        create("watched")
         print("kubesim Pod create (the official client)")
         print("  " + summary("busy", timed(times, 0.0, create)))
         print("  " + summary("idle", timed(times, pause, create)))
+        watch = LabelWatch(core, "trip-watched")
+
+        def relabel(name: str) -> None:
+            core.patch_namespaced_pod("trip-watched", "default", {"metadata": {"labels": {"trip": name}}})
+            watch.wait_for(name)
+
+        print("kubesim Pod patch → its MODIFIED on a watch (the official client)")
+        print("  " + summary("busy", timed(times, 0.0, relabel)))
+        print("  " + summary("idle", timed(times, pause, relabel)))
 
 
 def main() -> int:
@@ -109,7 +151,7 @@ def main() -> int:
     print(f"machine: {platform.platform()}, {len(os.sched_getaffinity(0))} cpus, python {platform.python_version()}")
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     jetstream(args.times, args.pause)
-    kube_create(args.times, args.pause)
+    kube(args.times, args.pause)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 
