@@ -16,6 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
+from schema.keys import ReconcileKey
+
 ENTRY_WRITTEN: Final = "entry written"
 """Event of a ``watcher.project`` span: the object's KV entry is stored (its WatchEvent is published next)."""
 SNAPSHOT_READ: Final = "snapshot read"
@@ -81,6 +83,11 @@ def current_trace_id(context: otel_context.Context | None = None) -> str:
     """Hex trace id of the current span (or of the span ``context`` carries), or "" outside a trace."""
     ctx = trace.get_current_span(context).get_span_context()
     return format(ctx.trace_id, "032x") if ctx.is_valid else ""
+
+
+def key_attributes(key: ReconcileKey) -> dict[str, str]:
+    """The attributes by which a span names the reconcile key it works for."""
+    return {"raybus.key": str(key), "raybus.kind": key.kind, "k8s.namespace.name": key.namespace}
 
 
 def tracer(name: str) -> trace.Tracer:

@@ -57,7 +57,7 @@ from services.runtime.fetching import Linger
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
-from services.runtime.tracing import current_trace_id, extract_context
+from services.runtime.tracing import current_trace_id, extract_context, key_attributes
 from services.runtime.tracing import tracer as get_tracer
 from services.status.metrics import ResourceMetrics
 from services.status.store import ResultRecord, StatusStore
@@ -237,9 +237,7 @@ class ResultConsumer:
             "status.persist",
             context=context,
             attributes={
-                "raybus.key": str(result.key),
-                "raybus.kind": result.key.kind,
-                "k8s.namespace.name": result.key.namespace,
+                **key_attributes(result.key),
                 "raybus.command.verb": result.verb,
                 "raybus.resource_version": result.resource_version,
             },

@@ -101,7 +101,7 @@ from services.runtime.inprogress import kept_in_progress
 from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
-from services.runtime.tracing import current_trace_id, current_traceparent, extract_context, tracer
+from services.runtime.tracing import current_trace_id, current_traceparent, extract_context, key_attributes, tracer
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -468,12 +468,7 @@ class Applier:
             with self._tracer.start_as_current_span(
                 "applier.check_batch",
                 context=parent,
-                attributes={
-                    "raybus.key": str(batch.key),
-                    "raybus.kind": batch.key.kind,
-                    "k8s.namespace.name": batch.key.namespace,
-                    "raybus.commands": len(batch.commands),
-                },
+                attributes={**key_attributes(batch.key), "raybus.commands": len(batch.commands)},
             ) as span:
                 checks = BatchChecks(batch, self._facts, self._config, self._written.of(batch.key))
                 checks.replay = await self._freshness.judge(
@@ -564,13 +559,7 @@ class Applier:
         with self._tracer.start_as_current_span(
             f"applier.{verb}",
             context=parent,
-            attributes={
-                "raybus.key": str(batch.key),
-                "raybus.kind": batch.key.kind,
-                "k8s.namespace.name": batch.key.namespace,
-                "raybus.verb": verb,
-                "raybus.target": command_target(command),
-            },
+            attributes={**key_attributes(batch.key), "raybus.verb": verb, "raybus.target": command_target(command)},
         ) as span:
             applied = await self._apply_authorized(batch, index, command, stale, checks, sequence)
             span.set_attribute("raybus.outcome", applied.outcome)

@@ -53,7 +53,7 @@ from services.runtime.bus import publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.errors import PermanentError
 from services.runtime.leases import Membership, PartitionLeases
-from services.runtime.tracing import tracer
+from services.runtime.tracing import key_attributes, tracer
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -255,12 +255,7 @@ class Prober:
         msg_id = observation_id(target, significant, base)
         with self._tracer.start_as_current_span(
             "watcher.observe",
-            attributes={
-                "raybus.key": str(target.key),
-                "raybus.kind": target.key.kind,
-                "k8s.namespace.name": target.key.namespace,
-                "raybus.source": target.source,
-            },
+            attributes={**key_attributes(target.key), "raybus.source": target.source},
         ):
             encoded = msgspec.json.encode(data)
             subject = subjects.kv_subject(

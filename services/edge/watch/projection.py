@@ -85,7 +85,7 @@ from services.runtime.backoff import Backoff, retry
 from services.runtime.bus import bus_unavailable, publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.kvread import read_entries
-from services.runtime.tracing import ENTRY_WRITTEN, current_trace_id, tracer
+from services.runtime.tracing import ENTRY_WRITTEN, current_trace_id, key_attributes, tracer
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
@@ -784,9 +784,7 @@ class Projection:
             with self._tracer.start_as_current_span(
                 "watcher.lifecycle",
                 attributes={
-                    "k8s.namespace.name": op.change.namespace,
-                    "raybus.kind": op.key.kind,
-                    "raybus.key": str(op.key),
+                    **key_attributes(op.key),
                     "k8s.resource_version": op.change.resource_version,
                     "raybus.lifecycle": op.what,
                 },

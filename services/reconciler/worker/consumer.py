@@ -56,7 +56,7 @@ from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
 from services.runtime.settings import BusSettings
 from services.runtime.snapshots import SnapshotReader
-from services.runtime.tracing import DECIDED, DECISION_STORED, SNAPSHOT_READ, extract_context, tracer
+from services.runtime.tracing import DECIDED, DECISION_STORED, SNAPSHOT_READ, extract_context, key_attributes, tracer
 
 T = TypeVar("T")
 
@@ -307,12 +307,7 @@ class PartitionConsumer:
         now = decision_time(inputs)
         started = time.perf_counter()
         parent = extract_context(items[0].msg.headers)
-        attributes: dict[str, str | int] = {
-            "raybus.key": str(key),
-            "raybus.kind": key.kind,
-            "k8s.namespace.name": key.namespace,
-            "raybus.inputs": len(items),
-        }
+        attributes: dict[str, str | int] = {**key_attributes(key), "raybus.inputs": len(items)}
         with _tracer.start_as_current_span(
             "reconcile", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
         ) as span:
