@@ -2,8 +2,8 @@
 
 One change to an idle cluster makes three acknowledged publishes and two deliveries on the bus
 (``latency_bench.py``): each wakes a process that slept in its event loop, and on a virtual machine the
-vCPU it sleeps on too. A burst seldom pays that: its processes seldom sleep. Three round trips, each timed back to back (busy) and after a
-pause of ``--pause`` seconds (idle), N times:
+vCPU it sleeps on too. A burst seldom pays that: its processes seldom sleep. Three round trips, each timed
+back to back (busy) and after a pause of ``--pause`` seconds (idle), N times:
 
 - a JetStream publish until its acknowledgement (nats-py, a file stream on nats-server, 3 KB: a Pod's size);
 - a Pod create on kubesim with the official client (the API call that ends a change);
