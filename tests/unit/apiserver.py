@@ -69,6 +69,9 @@ class SimFacts:
         """Always: a simulation has no projection lag, an absent object is one that is gone."""
         return True
 
+    async def caught_up(self, revision: int) -> None:
+        """At once: a simulation's objects are always its latest."""
+
 
 def check_authorized(
     key: ReconcileKey,
@@ -169,12 +172,16 @@ class ApiServer:
         """An object by kind and name."""
         return self.objects.get((kind, name))
 
+    def existing(self, kind: str, name: str) -> dict[str, Any]:
+        """An object by kind and name that the test expects to exist (KeyError when it does not)."""
+        return self.objects[(kind, name)]
+
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         """Every object of a kind, by name."""
         return [obj for (k, _), obj in sorted(self.objects.items()) if k == kind]
 
     def update(
-        self, kind: str, name: str, mutate: Callable[[dict[str, Any]], None], *, spec: bool = False
+        self, kind: str, name: str, mutate: Callable[[dict[str, Any]], object], *, spec: bool = False
     ) -> dict[str, Any]:
         """Change an object (another actor), bumping resourceVersion (and generation for spec edits)."""
         obj = self.objects[(kind, name)]

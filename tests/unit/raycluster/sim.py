@@ -102,9 +102,9 @@ class World:
 
     def apply(self, decision: Decision) -> None:
         # What the applier sends is JSON: tuples become lists, exactly as on the wire.
-        decision = msgspec.json.decode(msgspec.json.encode(decision), type=Decision)
-        for command in decision.commands:
-            check_authorized(self.key, command, self.objects, config=self.config, decision=decision.commands)
+        sent: Decision = msgspec.json.decode(msgspec.json.encode(decision), type=Decision)
+        for command in sent.commands:
+            check_authorized(self.key, command, self.objects, config=self.config, decision=sent.commands)
             match command:
                 case CreateObject():
                     self._create(command)

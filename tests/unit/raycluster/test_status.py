@@ -21,7 +21,8 @@ def conditions(world: World) -> dict[str, dict[str, Any]]:
 
 
 def head_name(world: World) -> str:
-    return next(p["metadata"]["name"] for p in world.pods() if p["metadata"]["labels"]["ray.io/node-type"] == "head")
+    heads = [p["metadata"]["name"] for p in world.pods() if p["metadata"]["labels"]["ray.io/node-type"] == "head"]
+    return str(heads[0])
 
 
 def worker_names(world: World) -> list[str]:

@@ -15,7 +15,7 @@ from services.reconciler.raycluster.validation import MESSAGES
 from tests.unit.raycluster import builders
 from tests.unit.raycluster.sim import NOW, World
 
-Mutate = Callable[[dict[str, Any]], None]
+Mutate = Callable[[dict[str, Any]], object]
 
 
 def head(obj: dict[str, Any]) -> dict[str, Any]:
@@ -28,18 +28,21 @@ def worker(obj: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def head_env(obj: dict[str, Any], name: str, value: str = "x") -> None:
+def head_env(obj: dict[str, Any], name: str, value: str = "x") -> dict[str, Any]:
     head(obj)["template"]["spec"]["containers"][0].setdefault("env", []).append({"name": name, "value": value})
+    return obj
 
 
-def autoscale(obj: dict[str, Any], version: str | None = None) -> None:
+def autoscale(obj: dict[str, Any], version: str | None = None) -> dict[str, Any]:
     obj["spec"]["enableInTreeAutoscaling"] = True
     if version:
         obj["spec"]["autoscalerOptions"] = {"version": version}
+    return obj
 
 
-def _ft(obj: dict[str, Any], **options: Any) -> None:
+def _ft(obj: dict[str, Any], **options: Any) -> dict[str, Any]:
     obj["spec"]["gcsFaultToleranceOptions"] = {"redisAddress": "redis:6379", **options}
+    return obj
 
 
 ON = FeatureGates(

@@ -7,7 +7,8 @@ import copy
 from datetime import datetime
 from typing import Any
 
-from tests.unit.rayjob.sim import NAMESPACE, World, stamp
+from tests.unit.apiserver import NAMESPACE
+from tests.unit.rayjob.sim import World, stamp
 
 IMAGE = "rayproject/ray:2.52.0"
 

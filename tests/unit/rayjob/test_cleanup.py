@@ -40,7 +40,7 @@ def finish(world: World, ray_status: str, **spec: Any) -> str:
     world.observations[job_id] = job_info(job_id, ray_status, end_ms=1714564900000)
     step(world)
     assert status_of(world)["jobDeploymentStatus"] in ("Complete", "Failed")
-    return cluster
+    return str(cluster)
 
 
 def deletes(decision: Any) -> list[tuple[str, str]]:
@@ -120,7 +120,7 @@ def test_legacy_policies(ray_status: str, expected: str) -> None:
     else:
         (patch,) = [c for c in decision.commands if isinstance(c, PatchObject)]
         assert patch.patch == [{"op": "add", "path": "/spec/workerGroupSpecs/0/suspend", "value": True}]
-        assert world.get("RayCluster", cluster)["spec"]["workerGroupSpecs"][0]["suspend"] is True
+        assert world.existing("RayCluster", cluster)["spec"]["workerGroupSpecs"][0]["suspend"] is True
     assert step(world).commands == ()
 
 
@@ -197,5 +197,5 @@ def test_worker_delete_patch_covers_every_group() -> None:
     rules = [{"condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 0}, "policy": "DeleteWorkers"}]
     cluster = finish(world, "SUCCEEDED", deletionStrategy={"deletionRules": rules}, rayClusterSpec=spec)
     step(world)
-    groups = world.get("RayCluster", cluster)["spec"]["workerGroupSpecs"]
+    groups = world.existing("RayCluster", cluster)["spec"]["workerGroupSpecs"]
     assert [g["suspend"] for g in groups] == [True, True]

@@ -44,7 +44,7 @@ def start_to_running(world: World, name: str = "rj", **spec: Any) -> tuple[str, 
     world.add(rayjob(name, finalizer=False, **spec))
     decision = step(world, name)
     assert decision.rules == ("5.2/new-add-finalizer",)
-    assert world.get("RayJob", name)["metadata"]["finalizers"] == ["ray.io/rayjob-finalizer"]
+    assert world.existing("RayJob", name)["metadata"]["finalizers"] == ["ray.io/rayjob-finalizer"]
     step(world, name)
     status = status_of(world, name)
     assert status["jobDeploymentStatus"] == "Initializing"
@@ -75,7 +75,7 @@ def test_success_k8s_job_mode() -> None:
     }
     # Running: the RayJob's own head Service appears; no observation yet → quiet, no timer.
     decision = step(world)
-    assert world.get("Service", "rj-head-svc")["spec"]["selector"]["ray.io/cluster"] == cluster
+    assert world.existing("Service", "rj-head-svc")["spec"]["selector"]["ray.io/cluster"] == cluster
     quiet = step(world)
     assert quiet.commands == () and quiet.wake_at is None
     assert "5.4/await-observation" in quiet.rules
@@ -172,7 +172,7 @@ def test_application_failure_retries_with_fresh_clusters() -> None:
     assert [c.target.name for c in created(world, "RayCluster")] == clusters
     # ``<rj>-head-svc`` was created once and re-pointed at each new cluster.
     assert len(created(world, "Service")) == 1
-    assert world.get("Service", "rj-head-svc")["spec"]["selector"]["ray.io/cluster"] == clusters[-1]
+    assert world.existing("Service", "rj-head-svc")["spec"]["selector"]["ray.io/cluster"] == clusters[-1]
     updates = [e for e in world.events if e.reason == "UpdatedService"]
     assert len(updates) == 2
     steps = deployment_transitions(world)
@@ -344,7 +344,7 @@ def test_interactive_mode_waits_for_job_id() -> None:
 def test_sidecar_mode() -> None:
     world = World()
     cluster, job_id = start_to_running(world, submissionMode="SidecarMode")
-    body = world.get("RayCluster", cluster)
+    body = world.existing("RayCluster", cluster)
     assert body["metadata"]["annotations"]["ray.io/disable-provisioned-head-restart"] == "true"
     assert body["metadata"]["labels"]["ray.io/job-submission-mode"] == "SidecarMode"
     head = body["spec"]["headGroupSpec"]["template"]["spec"]
@@ -579,7 +579,7 @@ def test_deleting_a_finished_rayjob_does_not_stop_the_job() -> None:
 def test_status_is_written_once_per_pass_with_the_resource_version() -> None:
     world = World()
     world.add(rayjob())
-    rv = world.get("RayJob", "rj")["metadata"]["resourceVersion"]
+    rv = world.existing("RayJob", "rj")["metadata"]["resourceVersion"]
     decision = step(world)
     patches = [c for c in decision.commands if isinstance(c, PatchStatus)]
     assert len(patches) == 1 and patches[0].resource_version == rv
@@ -608,7 +608,7 @@ def test_sidecar_restart_gate_adds_status_check(gate: bool, expected: list[str])
     config = OperatorConfig(gates=FeatureGates(sidecar_submitter_restart=gate))
     world = World(config=config)
     cluster, _ = start_to_running(world, submissionMode="SidecarMode")
-    sidecar = world.get("RayCluster", cluster)["spec"]["headGroupSpec"]["template"]["spec"]["containers"][-1]
+    sidecar = world.existing("RayCluster", cluster)["spec"]["headGroupSpec"]["template"]["spec"]["containers"][-1]
     for token in expected:
         assert (token in sidecar["args"][0]) is gate
     assert (sidecar.get("restartPolicy") == "OnFailure") is gate

@@ -40,11 +40,11 @@ def lifecycle_snapshots() -> list[tuple[Snapshot, Any]]:
     world.add(rayjob_object(finalizer=False, shutdownAfterJobFinishes=True, ttlSecondsAfterFinished=30))
     for _ in range(3):
         step()
-    cluster = world.get("RayJob", "rj")["status"]["rayClusterName"]
+    cluster = world.existing("RayJob", "rj")["status"]["rayClusterName"]
     make_cluster_ready(world, cluster)
     step()
     step()
-    job_id = world.get("RayJob", "rj")["status"]["jobId"]
+    job_id = world.existing("RayJob", "rj")["status"]["jobId"]
     world.observations[job_id] = job_info(job_id, "SUCCEEDED", end_ms=1714564810000)
     finish_submitter(world, "rj")
     step()
@@ -66,13 +66,14 @@ def test_replay_reproduces_generated_names() -> None:
     for world in (first, second):
         world.add(rayjob_object(backoffLimit=1))
         world.reconcile(rayjob.reconcile, "RayJob", "rj")
-    assert first.get("RayJob", "rj")["status"] == second.get("RayJob", "rj")["status"]
+    assert first.existing("RayJob", "rj")["status"] == second.existing("RayJob", "rj")["status"]
     other = World()
     other.add(rayjob_object())
     other.update("RayJob", "rj", lambda o: o["metadata"].update(uid="another-uid"))
     other.reconcile(rayjob.reconcile, "RayJob", "rj")
     assert (
-        other.get("RayJob", "rj")["status"]["rayClusterName"] != first.get("RayJob", "rj")["status"]["rayClusterName"]
+        other.existing("RayJob", "rj")["status"]["rayClusterName"]
+        != first.existing("RayJob", "rj")["status"]["rayClusterName"]
     )
 
 
@@ -83,12 +84,12 @@ def test_a_running_rayjob_with_unchanged_observations_asks_for_no_wake_up(mode: 
     world.add(rayjob_object(submissionMode=mode, activeDeadlineSeconds=deadline))
     for _ in range(2):
         world.reconcile(rayjob.reconcile, "RayJob", "rj")
-    make_cluster_ready(world, world.get("RayJob", "rj")["status"]["rayClusterName"])
+    make_cluster_ready(world, world.existing("RayJob", "rj")["status"]["rayClusterName"])
     world.reconcile(rayjob.reconcile, "RayJob", "rj")
     if mode == "InteractiveMode":
         world.update("RayJob", "rj", lambda o: o["spec"].update(jobId="interactive"))
         world.reconcile(rayjob.reconcile, "RayJob", "rj")
-    status = world.get("RayJob", "rj")["status"]
+    status = world.existing("RayJob", "rj")["status"]
     assert status["jobDeploymentStatus"] == "Running"
     world.observations[status["jobId"]] = job_info(status["jobId"], "RUNNING")
     world.settle(rayjob.reconcile, "RayJob", "rj")
@@ -345,11 +346,11 @@ def test_probe_target_follows_the_running_state() -> None:
     world.add(rayjob_object(submissionMode="HTTPMode"))
     for _ in range(2):
         world.reconcile(rayjob.reconcile, "RayJob", "rj")
-    cluster_name = world.get("RayJob", "rj")["status"]["rayClusterName"]
+    cluster_name = world.existing("RayJob", "rj")["status"]["rayClusterName"]
     assert snapshot_targets(world.snapshot("RayJob", "rj")) == []  # Initializing
     make_cluster_ready(world, cluster_name)
     world.reconcile(rayjob.reconcile, "RayJob", "rj")
-    obj = world.get("RayJob", "rj")
+    obj = world.existing("RayJob", "rj")
     [target] = snapshot_targets(world.snapshot("RayJob", "rj"))
     job_id = obj["status"]["jobId"]
     assert (target.key.name, target.entry_name, target.path) == ("rj", job_id, f"/api/jobs/{job_id}")

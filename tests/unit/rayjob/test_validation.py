@@ -259,7 +259,7 @@ def test_runtime_env_yaml_syntax_error() -> None:
     world = World()
     world.add(rayjob(runtimeEnvYAML="pip: [unclosed"))
     world.reconcile(reconcile, "RayJob", "rj")
-    message = world.get("RayJob", "rj")["status"]["message"]
+    message = world.existing("RayJob", "rj")["status"]["message"]
     assert message.startswith("failed to unmarshal RuntimeEnvYAML: pip: [unclosed: ")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from tests.helpers import samples_dir
-from tests.unit.rayservice.sim import NAMESPACE
+from tests.unit.apiserver import NAMESPACE
 
 SAMPLES = samples_dir()
 IMAGE = "rayproject/ray:2.52.0"

@@ -12,6 +12,7 @@ threads or does I/O; time moves only when a test says so.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +37,15 @@ NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 def labels(obj: dict[str, Any]) -> dict[str, str]:
     """An object's labels."""
     return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _with_status(status: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """A change that sets an object's status to ``status``."""
+
+    def change(obj: dict[str, Any]) -> None:
+        obj["status"] = status
+
+    return change
 
 
 class World(ApiServer):
@@ -237,11 +247,7 @@ class World(ApiServer):
         for gateway in self.of_kind("Gateway"):
             if not gateway.get("status"):
                 conditions = [{"type": t, "status": "True"} for t in ("Accepted", "Programmed")]
-                self.update(
-                    "Gateway",
-                    gateway["metadata"]["name"],
-                    lambda o, c=conditions: o.__setitem__("status", {"conditions": c}),
-                )
+                self.update("Gateway", gateway["metadata"]["name"], _with_status({"conditions": conditions}))
                 changed = True
         for route in self.of_kind("HTTPRoute"):
             if not route.get("status"):
@@ -254,7 +260,7 @@ class World(ApiServer):
                         }
                     ]
                 }
-                self.update("HTTPRoute", route["metadata"]["name"], lambda o, s=status: o.__setitem__("status", s))
+                self.update("HTTPRoute", route["metadata"]["name"], _with_status(status))
                 changed = True
         return changed
 

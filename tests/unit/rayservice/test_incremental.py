@@ -208,7 +208,7 @@ def test_third_spec_rolls_back_first_then_upgrades() -> None:
     active, pending = _names(world)
     assert pending == "" and active not in (old, second)
     assert [t.to_value for t in world.steps("rollback")] == ["InProgress", "Complete"]
-    assert world.get("RayCluster", active)["spec"]["rayVersion"] == "2.54.0"  # type: ignore[index]
+    assert world.existing("RayCluster", active)["spec"]["rayVersion"] == "2.54.0"
 
 
 def test_gate_off_means_no_incremental_upgrade() -> None:

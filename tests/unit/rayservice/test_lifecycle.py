@@ -81,7 +81,7 @@ def test_samples_reach_ready_with_endpoints(sample: str, serve_service: str, por
     assert "raybus.io/serve-config-hash" in annotations
     assert len(world.puts) == 1
     assert world.puts[0].config == yaml.safe_load(obj["spec"]["serveConfigV2"])
-    assert world.get("Pod", f"{cluster}-head")["metadata"]["labels"]["ray.io/serve"] == "true"  # type: ignore[index]
+    assert world.existing("Pod", f"{cluster}-head")["metadata"]["labels"]["ray.io/serve"] == "true"
     assert world.decisions[-1].wake_at is None  # nothing polls once settled
 
 
@@ -103,7 +103,7 @@ def test_first_passes_finalizer_then_pending_cluster_then_create() -> None:
     world.add(rayservice(finalizer=False))
     first = world.reconcile("rs")
     assert first.rules == ("6.1/add-finalizer",)
-    assert world.get("RayService", "rs")["metadata"]["finalizers"] == ["ray.io/rayservice-finalizer"]  # type: ignore[index]
+    assert world.existing("RayService", "rs")["metadata"]["finalizers"] == ["ray.io/rayservice-finalizer"]
     second = world.reconcile("rs")
     assert "6.2/prepare-new-cluster" in second.rules
     pending = pending_name(world)
@@ -159,8 +159,8 @@ def test_blue_green_upgrade_switches_selector_then_deletes_old_cluster_after_del
     new = active_name(world)
     assert new != old and new.startswith("rs-")
     assert pending_name(world) == ""
-    assert world.get("Service", "rs-serve-svc")["spec"]["selector"]["ray.io/cluster"] == new  # type: ignore[index]
-    assert world.get("Service", "rs-head-svc")["spec"]["selector"]["ray.io/cluster"] == new  # type: ignore[index]
+    assert world.existing("Service", "rs-serve-svc")["spec"]["selector"]["ray.io/cluster"] == new
+    assert world.existing("Service", "rs-head-svc")["spec"]["selector"]["ray.io/cluster"] == new
     traffic = world.steps("traffic")[-1]
     assert (traffic.from_value, traffic.to_value) == (old, new)
     assert traffic.attributes["from"] == old and traffic.attributes["to"] == new
@@ -193,13 +193,13 @@ def test_deletion_delay_survives_a_restart_and_a_replay() -> None:
     old = active_name(world)
     edit_spec(world, "rs", lambda s: s["rayClusterConfig"]["workerGroupSpecs"][0].update(groupName="other"))
     world.settle("rs")
-    scheduled = world.get("RayCluster", old)["metadata"]["annotations"]["raybus.io/delete-after"]  # type: ignore[index]
+    scheduled = world.existing("RayCluster", old)["metadata"]["annotations"]["raybus.io/delete-after"]
     world.advance(10)
     # Any later pass (a fresh worker, a replay) reads the same deadline: no restart of the delay.
     decision = reconcile(world.snapshot("rs"), world.now, world.config)
     assert decision.wake_at == world.now + timedelta(seconds=50)
     assert not any(isinstance(c, PatchObject) and c.target.name == old for c in decision.commands)
-    assert world.get("RayCluster", old)["metadata"]["annotations"]["raybus.io/delete-after"] == scheduled  # type: ignore[index]
+    assert world.existing("RayCluster", old)["metadata"]["annotations"]["raybus.io/delete-after"] == scheduled
 
 
 def test_deletion_delay_is_never_cut_short_by_whole_second_timestamps() -> None:
@@ -209,7 +209,7 @@ def test_deletion_delay_is_never_cut_short_by_whole_second_timestamps() -> None:
     old = active_name(world)
     edit_spec(world, "rs", lambda s: s["rayClusterConfig"]["workerGroupSpecs"][0].update(groupName="other"))
     decision = world.settle("rs")
-    scheduled = world.get("RayCluster", old)["metadata"]["annotations"]["raybus.io/delete-after"]  # type: ignore[index]
+    scheduled = world.existing("RayCluster", old)["metadata"]["annotations"]["raybus.io/delete-after"]
     assert scheduled == "2024-05-01T12:00:03Z"  # 12:00:00.7 + 2 s, rounded up
     assert decision.wake_at == NOW_SUBSECOND.replace(microsecond=0) + timedelta(seconds=3)
     world.advance_to(NOW_SUBSECOND + timedelta(seconds=2))  # 12:00:02.7: the delay has not passed
@@ -329,7 +329,10 @@ def test_other_operator_version_updates_the_active_cluster_in_place() -> None:
         "RayCluster", cluster, lambda o: o["metadata"]["annotations"].update({"ray.io/kuberay-version": "v1.3.0"})
     )
     world.settle("rs")
-    assert world.get("RayCluster", cluster)["metadata"]["annotations"]["ray.io/kuberay-version"] == world.config.version  # type: ignore[index]
+    assert (
+        world.existing("RayCluster", cluster)["metadata"]["annotations"]["ray.io/kuberay-version"]
+        == world.config.version
+    )
 
 
 def test_pending_apps_deploy_failed_no_traffic_moves() -> None:
@@ -343,7 +346,7 @@ def test_pending_apps_deploy_failed_no_traffic_moves() -> None:
     world.app_status[pending] = "DEPLOY_FAILED"
     world.settle("rs")
     assert active_name(world) == old and pending_name(world) == pending
-    assert world.get("Service", "rs-serve-svc")["spec"]["selector"]["ray.io/cluster"] == old  # type: ignore[index]
+    assert world.existing("Service", "rs-serve-svc")["spec"]["selector"]["ray.io/cluster"] == old
     apps = world.status("rs")["pendingServiceStatus"]["applicationStatuses"]
     assert {a["status"] for a in apps.values()} == {"DEPLOY_FAILED"}
     assert world.status("rs")["serviceStatus"] == "Running"
@@ -360,7 +363,7 @@ def test_head_label_false_when_excluded_from_serve_service() -> None:
     world.add(rayservice(excludeHeadPodFromServeSvc=True))
     world.settle("rs")
     cluster = active_name(world)
-    assert world.get("Pod", f"{cluster}-head")["metadata"]["labels"]["ray.io/serve"] == "false"  # type: ignore[index]
+    assert world.existing("Pod", f"{cluster}-head")["metadata"]["labels"]["ray.io/serve"] == "false"
     assert world.status("rs")["numServeEndpoints"] == 1  # only the worker
 
 
@@ -373,7 +376,7 @@ def test_head_label_follows_proxy_health() -> None:
     assert pod is not None and pod["metadata"]["labels"]["ray.io/serve"] == "true"
     world.observations["obs-servehealth"][f"{cluster}-head"] = {"healthy": False, "http_status": 503}
     world.reconcile("rs")
-    assert world.get("Pod", f"{cluster}-head")["metadata"]["labels"]["ray.io/serve"] == "false"  # type: ignore[index]
+    assert world.existing("Pod", f"{cluster}-head")["metadata"]["labels"]["ray.io/serve"] == "false"
     # An answer about an earlier pod of the same name is ignored.
     world.observations["obs-servehealth"][f"{cluster}-head"] = {"healthy": True, "pod_uid": "someone-else"}
     decision = world.reconcile("rs")
@@ -565,19 +568,19 @@ def test_a_failed_put_is_not_recorded_and_is_retried_after_two_seconds() -> None
     world.add(rayservice())
     world.settle("rs")
     cluster = active_name(world)
-    recorded = world.get("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"]  # type: ignore[index]
+    recorded = world.existing("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"]
     world.unreachable_dashboards.add(cluster)
     edit_spec(
         world, "rs", lambda s: s.update(serveConfigV2=s["serveConfigV2"].replace("num_replicas: 1", "num_replicas: 3"))
     )
     failed = world.reconcile("rs")  # the dashboard refuses the PUT: no event follows, only the timer
     assert world.failed_puts and "'num_replicas': 3" in str(world.failed_puts[-1].config)
-    assert world.get("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"] == recorded  # type: ignore[index]
+    assert world.existing("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"] == recorded
     assert failed.wake_at == world.now + timedelta(seconds=2)  # KubeRay's requeue
     world.unreachable_dashboards.clear()
     world.advance(2)
     retried = world.reconcile("rs")
     assert any(isinstance(c, PutServeConfig) for c in retried.commands)
     world.settle("rs")
-    assert world.get("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"] != recorded  # type: ignore[index]
+    assert world.existing("RayCluster", cluster)["metadata"]["annotations"]["raybus.io/serve-config-hash"] != recorded
     assert "'num_replicas': 3" in str(world.dashboards[cluster])

@@ -184,7 +184,7 @@ def test_endpoints_count_distinct_ready_pods() -> None:
         slice_("rs-serve-svc", ("a", True), ("c", True)),  # dual stack: same pod twice
         slice_("other", ("d", True)),
     ]
-    assert count_serve_endpoints(slices, {"rs-serve-svc"}) == 2  # type: ignore[arg-type]
+    assert count_serve_endpoints(slices, {"rs-serve-svc"}) == 2
 
 
 def test_cluster_status_alone_does_not_write() -> None:
@@ -231,7 +231,7 @@ def test_probe_targets_follow_active_and_pending_clusters() -> None:
         (f"{active}-head", 8000, "/-/healthz")
     ]
     assert health[0].pod is not None
-    assert health[0].pod.uid == world.get("Pod", f"{active}-head")["metadata"]["uid"]  # type: ignore[index]
+    assert health[0].pod.uid == world.existing("Pod", f"{active}-head")["metadata"]["uid"]
     world.update("RayService", "rs", lambda o: o["spec"].update(excludeHeadPodFromServeSvc=True), spec=True)
     assert [t for t in snapshot_targets(world.snapshot("rs")) if t.entry_kind == OBS_SERVE_HEALTH] == []
     empty = Snapshot(key=ReconcileKey(kind="RayService", namespace="default", name="rs"), entries={})

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from schema.keys import KEY_KINDS
-from services.edge.apply.authorize import ALLOWED, EVENT_KIND
+from services.edge.apply.authorize import ALLOWED, EVENT_KIND, GRANTED_RULES
 from services.edge.permissions import (
-    GRANTED_RULES,
     NAMESPACE_RULES_BY_ROLE,
     REQUIRED_RULES,
     RULES_BY_ROLE,

@@ -12,7 +12,7 @@ import pytest
 
 from schema.config import FeatureGates, OperatorConfig
 from schema.decision import OBS_RAY_JOB, OBS_SERVE, OBS_SERVE_HEALTH, Snapshot
-from schema.keys import ReconcileKey
+from schema.keys import KEY_KINDS, ReconcileKey
 from schema.messages import StopRayJob
 from schema.probes import ProbeTarget, snapshot_targets
 from services.edge.probe.probekinds import PROBE_KINDS
@@ -24,7 +24,6 @@ from tests.unit.rayjob.sim import World as JobWorld
 from tests.unit.rayservice.builders import rayservice
 from tests.unit.rayservice.sim import World as ServiceWorld
 
-KEY_KINDS = ("RayCluster", "RayJob", "RayService", "RayCronJob")
 READS = {"RayCluster": set(), "RayJob": {OBS_RAY_JOB}, "RayService": {OBS_SERVE, OBS_SERVE_HEALTH}, "RayCronJob": set()}
 """The observation entry kinds each kind's reconcile reads."""
 
@@ -98,17 +97,17 @@ def _rayjob_cluster_unknown() -> ApiServer:
     return world
 
 
-def _rayjob_lifecycle() -> ApiServer:
+def _rayjob_lifecycle() -> JobWorld:
     world = JobWorld()
     world.add(rayjob_object(submissionMode="HTTPMode"))
     for _ in range(2):
         world.reconcile(rayjob.reconcile, "RayJob", "rj")
-    make_cluster_ready(world, world.get("RayJob", "rj")["status"]["rayClusterName"])  # type: ignore[index]
+    make_cluster_ready(world, world.existing("RayJob", "rj")["status"]["rayClusterName"])
     world.reconcile(rayjob.reconcile, "RayJob", "rj")
     return world
 
 
-def _rayservice_upgrading() -> ApiServer:
+def _rayservice_upgrading() -> ServiceWorld:
     world = ServiceWorld()
     world.add(rayservice())
     world.settle("rs")

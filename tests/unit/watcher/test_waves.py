@@ -49,6 +49,6 @@ def test_two_commands_on_one_pod_never_share_a_wave() -> None:
 
 
 def test_every_command_is_in_exactly_one_wave_in_order() -> None:
-    commands: list[Command] = [event(n) for n in range(5)] + [create("Service", "s")] + [event(9)]
+    commands: list[Command] = [*(event(n) for n in range(5)), create("Service", "s"), event(9)]
     assert [i for wave in indexes(commands) for i in wave] == list(range(7))
     assert indexes(commands) == [[0, 1, 2, 3, 4], [5], [6]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import pytest
@@ -12,6 +13,7 @@ from schema.config import OperatorConfig
 from schema.decision import OBS_RAY_JOB, Decision, Snapshot
 from schema.keys import ReconcileKey
 from schema.messages import (
+    BusInput,
     Command,
     CommandBatch,
     CreateObject,
@@ -84,7 +86,7 @@ def test_command_ids_are_decides_for_every_kind(kind: str) -> None:
         snap = Snapshot(key=key, entries={}, revision=revision)
         config = OperatorConfig()
         return (
-            draft(reconcilers={kind: _twice}, snapshot=snap, now=T0, config=config, sequences=[sequence])
+            draft(reconcilers={key.kind: _twice}, snapshot=snap, now=T0, config=config, sequences=[sequence])
             .outcome()
             .batch
         )
@@ -100,7 +102,7 @@ def test_command_ids_are_decides_for_every_kind(kind: str) -> None:
 
 def test_decision_time_is_the_latest_input() -> None:
     later = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
-    inputs = [
+    inputs: list[BusInput] = [
         WatchEvent(key=KEY, event_type="ADDED", entry_kind="Pod", object={}, resource_version="1", observed_at=T0),
         TimerTick(key=KEY, due_at=later),
     ]
@@ -471,7 +473,7 @@ def test_a_create_stays_in_flight_until_the_snapshot_shows_it() -> None:
 
     inflight.published(KEY, batch_seq=2)
     clock[0] = 12.0
-    shown = {created.target.kind: {created.target.name: {}}}
+    shown: dict[str, dict[str, dict[str, Any]]] = {created.target.kind: {created.target.name: {}}}
     assert inflight.filter(batch, applied_floor=2, entries=shown).commands == ()  # shown, within grace
     clock[0] = 14.5
     assert inflight.filter(batch, applied_floor=2, entries={}).commands == batch.commands
