@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import pytest
 import yaml
@@ -110,6 +110,18 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@overload
+async def eventually(
+    probe: Callable[[], Awaitable[T]], *, timeout: float = ..., interval: float = ..., message: str = ...
+) -> T: ...
+
+
+@overload
+async def eventually(
+    probe: Callable[[], T], *, timeout: float = ..., interval: float = ..., message: str = ...
+) -> T: ...
 
 
 async def eventually(

@@ -103,15 +103,16 @@ class RaybusUp:
 
 @contextlib.contextmanager
 def _custom(kubeconfig: str) -> Iterator[tuple[client.CustomObjectsApi, dynamic.DynamicClient]]:
-    api_client = config.new_client_from_config(kubeconfig)
+    api_client = config.new_client_from_config(kubeconfig)  # type: ignore[no-untyped-call]
     try:
-        yield client.CustomObjectsApi(api_client), dynamic.DynamicClient(api_client)
+        yield client.CustomObjectsApi(api_client), dynamic.DynamicClient(api_client)  # type: ignore[no-untyped-call]
     finally:
         api_client.close()
 
 
 def _status(custom: client.CustomObjectsApi, plural: str, name: str) -> dict[str, Any]:
-    return dict(custom.get_namespaced_custom_object("ray.io", "v1", "default", plural, name).get("status") or {})
+    found: Any = custom.get_namespaced_custom_object("ray.io", "v1", "default", plural, name)
+    return dict(found.get("status") or {})
 
 
 def publish_raw(url: str, subject: str, payload: bytes) -> None:
@@ -148,11 +149,13 @@ def _drive(stack: RaybusUp, custom: client.CustomObjectsApi, dyn: dynamic.Dynami
         timeout=180,
         message="the RayJob did not complete",
     )
+    assert job  # a truthy answer: the status
     first = eventually_sync(
         lambda: is_ready(s := _status(custom, "rayservices", "rayservice-sample")) and s,
         timeout=180,
         message="the RayService did not become ready",
     )
+    assert first  # a truthy answer: the status
     old = active(first)
     patch = {"spec": {"rayClusterConfig": with_env(service["spec"]["rayClusterConfig"], "UPGRADE", "1")}}
     custom.patch_namespaced_custom_object("ray.io", "v1", "default", "rayservices", "rayservice-sample", patch)

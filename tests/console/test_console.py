@@ -4,8 +4,6 @@ deleted RayCluster (``stack.record_history``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -26,7 +24,7 @@ def names(stack: RaybusUp) -> dict[str, str]:
 
 
 @pytest.fixture
-def page(browser: WebDriver, stack: RaybusUp, names: dict[str, str]) -> Iterator[WebDriver]:
+def page(browser: WebDriver, stack: RaybusUp, names: dict[str, str]) -> WebDriver:
     return browser
 
 

@@ -440,6 +440,7 @@ REFUSED = {
 @pytest.mark.parametrize("case", REFUSED)
 def test_bad_values_are_refused_naming_the_field(case: str) -> None:
     values, field = REFUSED[case]
+    assert isinstance(values, dict)
     with pytest.raises(ChartError) as refused:
         render_chart(values)
     assert "values don't meet the specifications of the schema" in str(refused.value)

@@ -72,7 +72,7 @@ def test_sample_is_accepted(kube: KubeSimHandle, objects: list[dict[str, Any]]) 
     namespace = _namespace(kube)
     for obj in objects:
         group, version = obj["apiVersion"].split("/")
-        created = api.create_namespaced_custom_object(group, version, namespace, PLURALS[obj["kind"]], obj)
+        created: Any = api.create_namespaced_custom_object(group, version, namespace, PLURALS[obj["kind"]], obj)
         assert created["metadata"]["uid"]
         _assert_kept(obj["spec"], created["spec"], "spec")
 
@@ -91,7 +91,7 @@ def test_defaults_are_applied(kube: KubeSimHandle) -> None:
             ],
         },
     }
-    created = api.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", cluster)
+    created: Any = api.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", cluster)
     group = created["spec"]["workerGroupSpecs"][0]
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"], group["numOfHosts"]) == (0, 0, 2147483647, 1)
     job = {

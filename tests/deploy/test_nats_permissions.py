@@ -34,6 +34,7 @@ from services.reconciler.worker.applied import AppliedFloor
 from services.reconciler.worker.stalls import StallWatch
 from services.replay.responder import serve_replays
 from services.runtime.leases import Membership, PartitionLeases
+from services.runtime.natsbin import nats_server_binary
 from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.topology import ensure_topology
@@ -41,7 +42,7 @@ from services.status.busview import bus_view
 from services.status.eventsview import key_events
 from tests.deploy.render import find
 from tests.deploy.test_nats_tls import make_certificates
-from tests.fixtures.nats import NatsServer, nats_server_binary
+from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually
 
 USERS = ("admin", "watcher", "reconciler", "status")
@@ -177,13 +178,13 @@ async def test_watcher_does_its_job(watcher: User, server: NatsServer) -> None:
     assert (await objects.get(entry)).value == b'{"kind": "Pod"}'
     watch = await objects.watch(subjects.entry_prefix(key))
     try:
-        first = await watch.updates(timeout=5)
+        first = await watch.updates(timeout=5)  # type: ignore[no-untyped-call]
         if first is None:  # nats-py's end-of-initial-values marker can come before the values
-            first = await watch.updates(timeout=5)
+            first = await watch.updates(timeout=5)  # type: ignore[no-untyped-call]
         assert first is not None
         assert first.key == entry
     finally:
-        await watch.stop()
+        await watch.stop()  # type: ignore[no-untyped-call]
     resume = await watcher.js.key_value(subjects.WATCHER_BUCKET)
     await resume.put(subjects.resume_key("pods"), b"12345")
     assert (await resume.get(subjects.resume_key("pods"))).value == b"12345"
@@ -222,7 +223,8 @@ async def test_watcher_does_its_job(watcher: User, server: NatsServer) -> None:
     await again.ack_sync()
 
     # The appliers and probers share the partitions through their groups' leases.
-    for group in ("apply", "probe"):
+    groups: tuple[subjects.LeaseGroup, ...] = ("apply", "probe")
+    for group in groups:
         await _hold_every_partition(watcher, group)
     assert watcher.violations == []
 
@@ -467,6 +469,6 @@ async def test_the_console_reads_the_bus_and_a_reconciler_replays_for_it(
         answer = await status.nc.request(subjects.REPLAY_SUBJECT, msgspec.json.encode(request), timeout=30)
     finally:
         await responder.unsubscribe()
-    view = msgspec.json.decode(answer.data, type=ReplayView)
+    view: ReplayView = msgspec.json.decode(answer.data, type=ReplayView)
     assert view.error == "" and view.steps == []  # the one recorded batch does not decode: nothing to replay
     assert status.violations == [] and reconciler.violations == []

@@ -42,7 +42,7 @@ def create_head(
     container_env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in (env or {}).items()]
     if token is not None:
         data = {"auth_token": base64.b64encode(token.encode()).decode()}
-        core.create_namespaced_secret(namespace, {"metadata": {"name": cluster}, "data": data})
+        core.create_namespaced_secret(namespace, {"metadata": {"name": cluster}, "data": data})  # type: ignore[arg-type]
         container_env += [
             {"name": "RAY_AUTH_MODE", "value": "token"},
             {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": cluster, "key": "auth_token"}}},
@@ -53,11 +53,10 @@ def create_head(
         "metadata": {"name": f"{cluster}-head", "labels": labels},
         "spec": {"containers": [{"name": "ray-head", "image": RAY_IMAGE, "env": container_env, "ports": ports}]},
     }
-    core.create_namespaced_pod(namespace, pod)
+    core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
     service_ports = [{"name": name, "port": port, "targetPort": port} for name, port in HEAD_PORTS.items()]
-    core.create_namespaced_service(
-        namespace, {"metadata": {"name": f"{cluster}-head-svc"}, "spec": {"selector": labels, "ports": service_ports}}
-    )
+    service = {"metadata": {"name": f"{cluster}-head-svc"}, "spec": {"selector": labels, "ports": service_ports}}
+    core.create_namespaced_service(namespace, service)  # type: ignore[arg-type]
     wait_ready(core, namespace, f"{cluster}-head")
     return Head(kube, namespace, cluster)
 
@@ -67,7 +66,8 @@ def wait_ready(core: client.CoreV1Api, namespace: str, name: str, timeout: float
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pod = core.read_namespaced_pod(name, namespace)
-        if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
+        conditions = pod.status.conditions if pod.status is not None else None
+        if any(c.type == "Ready" and c.status == "True" for c in conditions or []):
             return
         time.sleep(0.2)
     raise AssertionError(f"pod {namespace}/{name} never became Ready")

@@ -212,7 +212,7 @@ def test_stopping_a_running_job(heads: dict[str, Pair]) -> None:
     body = {"entrypoint": "KUBESIM_RUN_SECONDS=inf sleep 600", "submission_id": job_id}
     assert same_status(pair.both("POST", "dashboard", "/api/jobs/", body=body)) == 200
     for head in (pair.sim, pair.real):
-        until(lambda h=head: _status(pair, h, job_id) == "RUNNING", "saw the job running")
+        until(lambda h=head: _status(pair, h, job_id) == "RUNNING", "saw the job running")  # type: ignore[misc]
     sim, real = pair.both("POST", "dashboard", f"/api/jobs/{job_id}/stop")
     assert sim.json() == real.json() == {"stopped": True}
     sim_seen, real_seen = job_statuses(pair, pair.sim, job_id), job_statuses(pair, pair.real, job_id)
@@ -248,7 +248,7 @@ def test_serve_lifecycle(heads: dict[str, Pair]) -> None:
     )
     for head in (pair.sim, pair.real):
         until(
-            lambda h=head: _applications(pair, h)["applications"].get("greeter", {}).get("status") == "RUNNING",
+            lambda h=head: _applications(pair, h)["applications"].get("greeter", {}).get("status") == "RUNNING",  # type: ignore[misc]
             "saw the application running",
         )
     sim_apps, real_apps = _applications(pair, pair.sim), _applications(pair, pair.real)
@@ -263,11 +263,11 @@ def test_serve_lifecycle(heads: dict[str, Pair]) -> None:
     # An application left out of a PUT goes away.
     assert same_status(pair.both("PUT", "dashboard", "/api/serve/applications/", body={"applications": []})) == 200
     for head in (pair.sim, pair.real):
-        until(lambda h=head: not _applications(pair, h)["applications"], "saw the application deleted")
+        until(lambda h=head: not _applications(pair, h)["applications"], "saw the application deleted")  # type: ignore[misc]
 
     assert same_status(pair.both("DELETE", "dashboard", "/api/serve/applications/")) == 200
     for head in (pair.sim, pair.real):
-        until(lambda h=head: not _applications(pair, h)["proxies"], "saw Serve shut down")
+        until(lambda h=head: not _applications(pair, h)["proxies"], "saw Serve shut down")  # type: ignore[misc]
     assert same_status(pair.both("GET", "serve", "/-/healthz")) == 503
 
 
@@ -277,7 +277,7 @@ def test_import_failure(heads: dict[str, Pair]) -> None:
     assert same_status(pair.both("PUT", "dashboard", "/api/serve/applications/", body={"applications": [app]})) == 200
     for head in (pair.sim, pair.real):
         until(
-            lambda h=head: _applications(pair, h)["applications"].get("broken", {}).get("status") == "DEPLOY_FAILED",
+            lambda h=head: _applications(pair, h)["applications"].get("broken", {}).get("status") == "DEPLOY_FAILED",  # type: ignore[misc]
             "saw the deploy fail",
         )
     sim_app = _applications(pair, pair.sim)["applications"]["broken"]

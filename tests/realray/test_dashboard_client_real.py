@@ -54,9 +54,9 @@ def _secret(kube: KubeSimHandle, name: str, token: str, *, create: bool) -> None
     core = client.CoreV1Api(kube.api_client)
     body = {"metadata": {"name": name}, "data": {"auth_token": base64.b64encode(token.encode()).decode()}}
     if create:
-        core.create_namespaced_secret("dash", body)
+        core.create_namespaced_secret("dash", body)  # type: ignore[arg-type]
     else:
-        core.replace_namespaced_secret(name, "dash", body)
+        core.replace_namespaced_secret(name, "dash", body)  # type: ignore[arg-type]
 
 
 async def test_a_rejected_token_is_read_again(head: Head, dashboard: DashboardClient) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import copy
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,8 @@ TIMEOUT = 300.0
 
 
 @pytest.fixture(autouse=True)
-def _no_leaked_tasks() -> Iterator[None]:
+def _no_leaked_tasks() -> None:
     """Replaces the per-test leak guard: ``shared_pipeline`` checks once the module's pipeline stopped."""
-    return
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -186,5 +185,5 @@ async def test_serve_application_update_and_zero_downtime_upgrade(
 
 
 def _clusters(rs: ServiceDriver) -> list[dict[str, Any]]:
-    found = rs.p.custom().list_namespaced_custom_object("ray.io", "v1", rs.namespace, "rayclusters")
+    found: Any = rs.p.custom().list_namespaced_custom_object("ray.io", "v1", rs.namespace, "rayclusters")
     return list(found.get("items", []))

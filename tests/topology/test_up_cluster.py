@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import nats
 from kubernetes import client, config
@@ -29,8 +30,8 @@ async def replicas(url: str) -> int:
 
 
 def state_of(kubeconfig: Path, name: str) -> str:
-    with config.new_client_from_config(str(kubeconfig)) as api_client:
-        found = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+    with config.new_client_from_config(str(kubeconfig)) as api_client:  # type: ignore[no-untyped-call]
+        found: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
             "ray.io", "v1", "default", "rayclusters", name
         )
     return str((found.get("status") or {}).get("state", ""))
@@ -62,7 +63,7 @@ def test_up_runs_the_stack_on_a_three_node_cluster(tmp_path: Path) -> None:
         url = json.loads((state / "endpoints.json").read_text())["nats_url"]
         assert len(url.split(",")) == 3
         assert asyncio.run(replicas(url)) == 3
-        with config.new_client_from_config(str(state / "kubeconfig")) as api_client:
+        with config.new_client_from_config(str(state / "kubeconfig")) as api_client:  # type: ignore[no-untyped-call]
             client.CustomObjectsApi(api_client).create_namespaced_custom_object(
                 "ray.io", "v1", "default", "rayclusters", small_cluster("on-three-nodes")
             )

@@ -25,4 +25,4 @@ class Greeter:
 
 def app(args: dict[str, str]) -> Any:
     """The application builder (``import_path: greeter:app``, ``args: {cluster: ...}``)."""
-    return Greeter.bind(args.get("cluster", ""))
+    return Greeter.bind(args.get("cluster", ""))  # type: ignore[attr-defined]
