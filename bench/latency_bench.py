@@ -67,6 +67,19 @@ HOPS = (
 )
 
 
+def watch_events(response: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each event of a raw watch stream (``_preload_content=False``), decoded, with the time (ns) its line
+    arrived."""
+    buffer = b""
+    for chunk in response.stream(4096):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                arrived = time.time_ns()
+                yield arrived, msgspec.json.decode(line)
+
+
 class PodWatch:
     """The first time each Pod of the cluster is seen (ADDED) on a raw watch stream (a daemon thread; the
     stream ends with kubesim)."""
@@ -82,19 +95,11 @@ class PodWatch:
         response: Any = self._core.list_namespaced_pod(
             "default", label_selector=self._selector, watch=True, _preload_content=False
         )
-        buffer = b""
-        for chunk in response.stream(4096):
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                if not line.strip():
-                    continue
-                now = time.time_ns()
-                event: dict[str, Any] = msgspec.json.decode(line)
-                if event.get("type") == "ADDED":
-                    with self._changed:
-                        self.seen.setdefault(event["object"]["metadata"]["name"], now)
-                        self._changed.notify_all()
+        for arrived, event in watch_events(response):
+            if event.get("type") == "ADDED":
+                with self._changed:
+                    self.seen.setdefault(event["object"]["metadata"]["name"], arrived)
+                    self._changed.notify_all()
 
     def wait_for(self, count: int, timeout: float = 30) -> int:
         """Wait until ``count`` Pods were seen; the time (ns) the last one was."""

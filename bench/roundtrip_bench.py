@@ -19,33 +19,29 @@ import asyncio
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import nats
 from kubernetes import client, config
-from kubesim_bench import _accepts, _free_port, _pod, kubesim_process
+from kubesim_bench import _pod, kubesim_process
+from latency_bench import percentile, watch_events
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from services.runtime.natsbin import nats_server_binary, nats_server_environment  # noqa: E402
+from tests.fixtures.nats import NatsServer  # noqa: E402
 
 PAYLOAD = b"x" * 3000
 
 
 def summary(label: str, values: list[float]) -> str:
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
-    return f"{label:<10} p50 {statistics.median(values):6.3f} ms   p90 {p90:6.3f} ms"
+    return f"{label:<10} p50 {statistics.median(values):6.3f} ms   p90 {percentile(values, 0.9):6.3f} ms"
 
 
 def timed(times: int, pause: float, trip: Callable[[str], None]) -> list[float]:
@@ -59,26 +55,12 @@ def timed(times: int, pause: float, trip: Callable[[str], None]) -> list[float]:
     return found
 
 
-@contextmanager
-def nats_server(workdir: str) -> Iterator[str]:
-    """A JetStream nats-server on a free port; yields its URL."""
-    port = _free_port()
-    argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", workdir]
-    env = {**os.environ, **nats_server_environment()}
-    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        while not _accepts(port):
-            time.sleep(0.05)
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
 def jetstream(times: int, pause: float) -> None:
-    with tempfile.TemporaryDirectory() as workdir, nats_server(workdir) as url:
+    with tempfile.TemporaryDirectory() as workdir:
+        server = NatsServer(Path(workdir))
+        server.start()
         loop = asyncio.new_event_loop()
-        nc = loop.run_until_complete(nats.connect(url))
+        nc = loop.run_until_complete(nats.connect(server.url))
         js = nc.jetstream()
         loop.run_until_complete(js.add_stream(name="ROUNDTRIP", subjects=["roundtrip.>"]))
 
@@ -90,6 +72,7 @@ def jetstream(times: int, pause: float) -> None:
         print("  " + summary("idle", timed(times, pause, publish)))
         loop.run_until_complete(nc.close())
         loop.close()
+        server.stop()
 
 
 class LabelWatch:
@@ -104,16 +87,11 @@ class LabelWatch:
         threading.Thread(target=self._run, args=(response,), daemon=True).start()
 
     def _run(self, response: Any) -> None:
-        buffer = b""
-        for chunk in response.stream(4096):
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    labels = msgspec.json.decode(line)["object"]["metadata"].get("labels") or {}
-                    with self._changed:
-                        self._shown = labels.get("trip", "")
-                        self._changed.notify_all()
+        for _, event in watch_events(response):
+            labels = event["object"]["metadata"].get("labels") or {}
+            with self._changed:
+                self._shown = labels.get("trip", "")
+                self._changed.notify_all()
 
     def wait_for(self, value: str) -> None:
         with self._changed:

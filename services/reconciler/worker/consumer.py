@@ -240,9 +240,10 @@ class PartitionConsumer:
                 if not self._lease_valid():
                     # An empty answer is what a stopping process's released lease meets: nothing to say.
                     if msgs:
-                        returned = len(msgs)
-                        log.warning("partition %d: lease lapsed during a fetch; returning %d", self.partition, returned)
-                        await self._hand_back(msgs)
+                        log.warning(
+                            "partition %d: lease lapsed during a fetch; returning %d", self.partition, len(msgs)
+                        )
+                    await self._hand_back(msgs)
                     continue
                 with self._progress.working():
                     await self.process(msgs)
