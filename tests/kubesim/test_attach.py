@@ -25,7 +25,7 @@ from kubesim.hooks import GVR, StoreEvent
 from kubesim.kubeconfig import write_kubeconfig
 from kubesim.remote import RemoteStore
 from kubesim.settings import KubeSimSettings
-from kubesim.sims.headurls import HEAD_URLS
+from kubesim.sims.annotations import HEAD_URLS
 from kubesim.sims.objects import CONFIGMAPS
 from kubesim.sims.podnetwork import POD_NETWORK, claim, pod_ip, pod_network_problem
 from kubesim.sims.podworker import IpAllocator
@@ -62,10 +62,16 @@ def _condition(obj: Any, kind: str) -> str | None:
     return None
 
 
+def _node_and_phase(found: client.V1Pod) -> tuple[str | None, str | None]:
+    assert found.spec is not None and found.status is not None
+    return found.spec.node_name, found.status.phase
+
+
 async def _ready_pod(core: client.CoreV1Api, namespace: str, name: str) -> Any:
     def probe() -> Any:
         found = core.read_namespaced_pod(name, namespace)
-        return found if found.status.phase == "Running" and _condition(found, "Ready") == "True" else None
+        running = found.status is not None and found.status.phase == "Running"
+        return found if running and _condition(found, "Ready") == "True" else None
 
     return await eventually(lambda: asyncio.to_thread(probe), message=f"pod {name} never Running and Ready")
 
@@ -73,7 +79,7 @@ async def _ready_pod(core: client.CoreV1Api, namespace: str, name: str) -> Any:
 async def test_a_pod_is_bound_to_the_registered_node_started_and_ready(kube: KubeSimHandle) -> None:
     core = client.CoreV1Api(kube.api_client)
     namespace = await _namespace(kube)
-    await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("web", namespace=namespace))
+    await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("web", namespace=namespace))  # type: ignore[arg-type]
 
     ready = await _ready_pod(core, namespace, "web")
 
@@ -101,7 +107,7 @@ async def test_a_batch_job_completes(kube: KubeSimHandle) -> None:
             }
         },
     }
-    await asyncio.to_thread(batch.create_namespaced_job, namespace, job)
+    await asyncio.to_thread(batch.create_namespaced_job, namespace, job)  # type: ignore[arg-type]
 
     def complete() -> Any:
         found = batch.read_namespaced_job("once", namespace)
@@ -111,24 +117,24 @@ async def test_a_batch_job_completes(kube: KubeSimHandle) -> None:
 
     assert done.status.succeeded == 1
     pods = await asyncio.to_thread(client.CoreV1Api(kube.api_client).list_namespaced_pod, namespace)
-    assert [(p.spec.node_name, p.status.phase) for p in pods.items] == [(NODE, "Succeeded")]
+    assert [_node_and_phase(p) for p in pods.items] == [(NODE, "Succeeded")]
 
 
 async def test_a_deleted_pod_terminates_gracefully_then_goes(kube: KubeSimHandle) -> None:
     core = client.CoreV1Api(kube.api_client)
     namespace = await _namespace(kube)
-    await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("doomed", namespace=namespace))
+    await asyncio.to_thread(core.create_namespaced_pod, namespace, pod("doomed", namespace=namespace))  # type: ignore[arg-type]
     ready = await _ready_pod(core, namespace, "doomed")
 
     def events_until_deleted() -> list[tuple[str, bool]]:
         seen: list[tuple[str, bool]] = []
-        stream = watch.Watch()
-        for event in stream.stream(
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in stream.stream(  # type: ignore[no-untyped-call]
             core.list_namespaced_pod, namespace, resource_version=ready.metadata.resource_version, timeout_seconds=60
         ):
             seen.append((event["type"], event["object"].metadata.deletion_timestamp is not None))
             if event["type"] == "DELETED":
-                stream.stop()
+                stream.stop()  # type: ignore[no-untyped-call]
         return seen
 
     watching = asyncio.ensure_future(asyncio.to_thread(events_until_deleted))
@@ -146,15 +152,18 @@ async def test_a_deleted_pod_terminates_gracefully_then_goes(kube: KubeSimHandle
 async def test_a_head_pod_records_where_its_dashboard_answers(kube: KubeSimHandle) -> None:
     core = client.CoreV1Api(kube.api_client)
     namespace = await _namespace(kube)
-    await asyncio.to_thread(core.create_namespaced_service, namespace, head_service("raycluster", namespace=namespace))
-    await asyncio.to_thread(core.create_namespaced_pod, namespace, head_pod("head", "raycluster", namespace=namespace))
+    await asyncio.to_thread(core.create_namespaced_service, namespace, head_service("raycluster", namespace=namespace))  # type: ignore[arg-type]
+    await asyncio.to_thread(core.create_namespaced_pod, namespace, head_pod("head", "raycluster", namespace=namespace))  # type: ignore[arg-type]
     ready = await _ready_pod(core, namespace, "head")
 
     def urls() -> dict[str, str] | None:
-        annotations = core.read_namespaced_pod("head", namespace).metadata.annotations or {}
+        metadata = core.read_namespaced_pod("head", namespace).metadata
+        assert metadata is not None
+        annotations = metadata.annotations or {}
         return json.loads(annotations[HEAD_URLS]) if HEAD_URLS in annotations else None
 
     recorded = await eventually(lambda: asyncio.to_thread(urls), message="no head URLs on the head pod")
+    assert recorded  # a truthy answer: the URLs
 
     async with aiohttp.ClientSession() as session, session.get(recorded["8265"] + "/api/gcs_healthz") as answer:
         assert answer.status == 200
@@ -192,7 +201,7 @@ async def test_heads_on_pod_ips_listen_on_the_pod_ip_and_the_real_ports(tmp_path
                 }
             ]
             body = head_pod("head", "raycluster", namespace=namespace, containers=containers)
-            await asyncio.to_thread(core.create_namespaced_pod, namespace, body)
+            await asyncio.to_thread(core.create_namespaced_pod, namespace, body)  # type: ignore[arg-type]
             ip = (await _ready_pod(core, namespace, "head")).status.pod_ip
             assert ipaddress.ip_address(ip) in POD_NETWORK
             async with aiohttp.ClientSession() as session:
@@ -242,7 +251,7 @@ async def test_simulators_attached_before_the_api_server_answers_catch_up(
         async with running_kubesim(settings=settings, workdir=tmp_path / "late") as kube:
             try:
                 core = client.CoreV1Api(kube.api_client)
-                await asyncio.to_thread(core.create_namespaced_pod, "default", pod("late"))
+                await asyncio.to_thread(core.create_namespaced_pod, "default", pod("late"))  # type: ignore[arg-type]
                 assert (await _ready_pod(core, "default", "late")).spec.node_name == NODE
             finally:
                 await attachment.stop()
@@ -319,10 +328,11 @@ def test_attach_command_runs_the_simulators_until_sigterm(tmp_path: Path) -> Non
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         core = client.CoreV1Api(kube.api_client)
-        core.create_namespaced_pod("default", pod("cli-pod"))
+        core.create_namespaced_pod("default", pod("cli-pod"))  # type: ignore[arg-type]
 
         def running() -> bool:
-            return bool(core.read_namespaced_pod("cli-pod", "default").status.phase == "Running")
+            status = core.read_namespaced_pod("cli-pod", "default").status
+            return status is not None and status.phase == "Running"
 
         eventually_sync(running, timeout=60, message="the attached kubelet never ran the pod")
         proc.send_signal(signal.SIGTERM)

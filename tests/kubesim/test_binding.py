@@ -12,11 +12,12 @@ import pytest
 from kubernetes import client
 
 from tests.fixtures.kubesim import KubeSimHandle
+from tests.kubeobjects import error_body, unread
 
 
 def _pod(core: client.CoreV1Api, namespace: str, name: str) -> None:
     body = {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-    core.create_namespaced_pod(namespace, body)
+    core.create_namespaced_pod(namespace, body)  # type: ignore[arg-type]
 
 
 def _binding(pod: str, node: str) -> dict[str, Any]:
@@ -32,6 +33,11 @@ def _scheduled(pod: Any) -> str | None:
     return next((c.status for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
 
 
+def _node(pod: client.V1Pod) -> str | None:
+    assert pod.spec is not None
+    return pod.spec.node_name
+
+
 @pytest.fixture
 def core(kubesim_server: KubeSimHandle) -> client.CoreV1Api:
     return client.CoreV1Api(kubesim_server.api_client)
@@ -41,7 +47,7 @@ def core(kubesim_server: KubeSimHandle) -> client.CoreV1Api:
 def node(core: client.CoreV1Api) -> Iterator[str]:
     """A registered Node, as a kubelet registers its own."""
     name = f"node-{secrets.token_hex(3)}"
-    core.create_node({"metadata": {"name": name}})
+    core.create_node({"metadata": {"name": name}})  # type: ignore[arg-type]
     yield name
     core.delete_node(name)
 
@@ -49,43 +55,45 @@ def node(core: client.CoreV1Api) -> Iterator[str]:
 def test_a_binding_subresource_sets_the_node_and_pod_scheduled(core: client.CoreV1Api, kubesim_namespace: str) -> None:
     _pod(core, kubesim_namespace, "p")
 
-    answer = core.create_namespaced_pod_binding("p", kubesim_namespace, _binding("p", "node-a"), _preload_content=False)
+    answer = unread(
+        core.create_namespaced_pod_binding("p", kubesim_namespace, _binding("p", "node-a"), _preload_content=False)  # type: ignore[arg-type]
+    )
 
     assert answer.status == 201
     assert json.loads(answer.data)["status"] == "Success"
     bound = core.read_namespaced_pod("p", kubesim_namespace)
-    assert bound.spec.node_name == "node-a"
+    assert _node(bound) == "node-a"
     assert _scheduled(bound) == "True"
 
 
 def test_the_bindings_resource_binds_the_pod_it_names(core: client.CoreV1Api, kubesim_namespace: str) -> None:
     _pod(core, kubesim_namespace, "p")
 
-    core.create_namespaced_binding(kubesim_namespace, _binding("p", "node-b"), _preload_content=False)
+    core.create_namespaced_binding(kubesim_namespace, _binding("p", "node-b"), _preload_content=False)  # type: ignore[arg-type]
 
-    assert core.read_namespaced_pod("p", kubesim_namespace).spec.node_name == "node-b"
+    assert _node(core.read_namespaced_pod("p", kubesim_namespace)) == "node-b"
 
 
 def test_a_bound_pod_cannot_be_bound_again_nor_moved_by_an_update(
     core: client.CoreV1Api, kubesim_namespace: str
 ) -> None:
     _pod(core, kubesim_namespace, "p")
-    core.create_namespaced_binding(kubesim_namespace, _binding("p", "node-a"), _preload_content=False)
+    core.create_namespaced_binding(kubesim_namespace, _binding("p", "node-a"), _preload_content=False)  # type: ignore[arg-type]
 
     with pytest.raises(client.ApiException) as again:
-        core.create_namespaced_binding(kubesim_namespace, _binding("p", "node-b"), _preload_content=False)
+        core.create_namespaced_binding(kubesim_namespace, _binding("p", "node-b"), _preload_content=False)  # type: ignore[arg-type]
     assert again.value.status == 409
-    assert 'is already assigned to node "node-a"' in json.loads(again.value.body)["message"]
+    assert 'is already assigned to node "node-a"' in error_body(again.value)["message"]
 
     with pytest.raises(client.ApiException) as moved:
         core.patch_namespaced_pod("p", kubesim_namespace, {"spec": {"nodeName": "node-b"}})
     assert moved.value.status == 422
-    assert "pod updates may not change fields" in json.loads(moved.value.body)["message"]
+    assert "pod updates may not change fields" in error_body(moved.value)["message"]
 
 
 def test_binding_a_missing_pod_is_not_found(core: client.CoreV1Api, kubesim_namespace: str) -> None:
     with pytest.raises(client.ApiException) as missing:
-        core.create_namespaced_binding(kubesim_namespace, _binding("ghost", "node-a"), _preload_content=False)
+        core.create_namespaced_binding(kubesim_namespace, _binding("ghost", "node-a"), _preload_content=False)  # type: ignore[arg-type]
     assert missing.value.status == 404
 
 
@@ -102,10 +110,11 @@ def test_a_pod_bound_to_a_registered_node_waits_for_its_kubelet(
     core: client.CoreV1Api, kubesim_namespace: str, node: str
 ) -> None:
     _pod(core, kubesim_namespace, "p")
-    core.create_namespaced_binding(kubesim_namespace, _binding("p", node), _preload_content=False)
+    core.create_namespaced_binding(kubesim_namespace, _binding("p", node), _preload_content=False)  # type: ignore[arg-type]
 
     core.delete_namespaced_pod("p", kubesim_namespace)
     terminating = core.read_namespaced_pod("p", kubesim_namespace)
+    assert terminating.metadata is not None
     assert terminating.metadata.deletion_timestamp is not None
     assert terminating.metadata.deletion_grace_period_seconds == 30
 
@@ -117,7 +126,7 @@ def test_a_pod_bound_to_a_registered_node_waits_for_its_kubelet(
 
 def test_a_pod_bound_to_a_node_nobody_registered_goes_at_once(core: client.CoreV1Api, kubesim_namespace: str) -> None:
     _pod(core, kubesim_namespace, "p")
-    core.create_namespaced_binding(kubesim_namespace, _binding("p", "unregistered"), _preload_content=False)
+    core.create_namespaced_binding(kubesim_namespace, _binding("p", "unregistered"), _preload_content=False)  # type: ignore[arg-type]
 
     core.delete_namespaced_pod("p", kubesim_namespace)
 

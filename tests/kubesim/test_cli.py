@@ -6,10 +6,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 
 from tests.helpers import REPO, eventually_sync
+from tests.kubeobjects import name_of
 
 
 def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
@@ -36,10 +38,12 @@ spec:
     proc = subprocess.Popen([*cmd, "--crds", str(crds)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         eventually_sync(kubeconfig.exists, timeout=30, message="kubeconfig never written")
-        api = config.new_client_from_config(str(kubeconfig))
+        api = config.new_client_from_config(str(kubeconfig))  # type: ignore[no-untyped-call]
         try:
-            namespaces = {n.metadata.name for n in client.CoreV1Api(api).list_namespace().items}
-            widgets = client.CustomObjectsApi(api).list_namespaced_custom_object("cli.test", "v1", "default", "widgets")
+            namespaces = {name_of(n) for n in client.CoreV1Api(api).list_namespace().items}
+            widgets: Any = client.CustomObjectsApi(api).list_namespaced_custom_object(
+                "cli.test", "v1", "default", "widgets"
+            )
         finally:
             api.close()
         proc.send_signal(signal.SIGTERM)

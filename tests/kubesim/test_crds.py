@@ -6,7 +6,6 @@ project CRDs of the session server).
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,7 @@ from kubernetes import client
 
 from tests.fixtures.kubesim import KubeSimHandle, start_kubesim
 from tests.helpers import eventually_sync
+from tests.kubeobjects import error_body
 from tests.kubesim.crd_inputs import gateway_crd, kuberay_crd, widget_crd
 
 GROUP = "kubesim.test"
@@ -26,7 +26,7 @@ def crd_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]
     handle = start_kubesim(workdir=tmp_path_factory.mktemp("kubesim-crds"))
     ext = client.ApiextensionsV1Api(handle.api_client)
     for crd in (kuberay_crd("rayclusters"), gateway_crd("gateways"), gateway_crd("gatewayclasses"), widget_crd(GROUP)):
-        ext.create_custom_resource_definition(crd, _preload_content=False)
+        ext.create_custom_resource_definition(crd, _preload_content=False)  # type: ignore[arg-type]
     try:
         yield handle
     finally:
@@ -36,7 +36,7 @@ def crd_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]
 @pytest.fixture
 def ns(crd_sim: KubeSimHandle) -> str:
     name = f"crd-{secrets.token_hex(4)}"
-    client.CoreV1Api(crd_sim.api_client).create_namespace({"metadata": {"name": name}})
+    client.CoreV1Api(crd_sim.api_client).create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]
     return name
 
 
@@ -63,13 +63,14 @@ def _raycluster(name: str, workers: list[dict[str, Any]] | None = None) -> dict[
 
 
 def _create_widget(custom: client.CustomObjectsApi, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-    created: dict[str, Any] = custom.create_namespaced_custom_object(GROUP, "v1", ns, "widgets", body)
+    created = custom.create_namespaced_custom_object(GROUP, "v1", ns, "widgets", body)
+    assert isinstance(created, dict)
     return created
 
 
 def _invalid(exc: client.ApiException) -> dict[str, Any]:
     assert exc.status == 422, exc.body
-    body: dict[str, Any] = json.loads(exc.body)
+    body = error_body(exc)
     assert body["reason"] == "Invalid"
     return body
 
@@ -77,6 +78,7 @@ def _invalid(exc: client.ApiException) -> dict[str, Any]:
 def test_crd_is_established_and_discoverable(crd_sim: KubeSimHandle) -> None:
     ext = client.ApiextensionsV1Api(crd_sim.api_client)
     crd = ext.read_custom_resource_definition("rayclusters.ray.io")
+    assert crd.status is not None and crd.status.conditions is not None
     conditions = {c.type: c.status for c in crd.status.conditions}
     resources = client.CustomObjectsApi(crd_sim.api_client).get_api_resources("ray.io", "v1")
     assert conditions == {"NamesAccepted": "True", "Established": "True"}
@@ -84,9 +86,9 @@ def test_crd_is_established_and_discoverable(crd_sim: KubeSimHandle) -> None:
 
 
 def test_cr_crud_through_custom_objects_api(custom: client.CustomObjectsApi, ns: str) -> None:
-    created = custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", _raycluster("rc"))
-    got = custom.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")
-    listed = custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")
+    created: Any = custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", _raycluster("rc"))
+    got: Any = custom.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")
+    listed: Any = custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")
     custom.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")
     assert got["metadata"]["uid"] == created["metadata"]["uid"]
     assert [i["metadata"]["name"] for i in listed["items"]] == ["rc"]
@@ -94,12 +96,12 @@ def test_cr_crud_through_custom_objects_api(custom: client.CustomObjectsApi, ns:
     with pytest.raises(client.ApiException) as err:
         custom.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")
     assert err.value.status == 404
-    assert json.loads(err.value.body)["message"] == 'rayclusters.ray.io "rc" not found'
+    assert error_body(err.value)["message"] == 'rayclusters.ray.io "rc" not found'
 
 
 def test_nested_array_defaults_are_applied(custom: client.CustomObjectsApi, ns: str) -> None:
     worker = {"groupName": "small", "maxReplicas": 3, "template": {"spec": {"containers": []}}}
-    rc = custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", _raycluster("rc", [worker]))
+    rc: Any = custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", _raycluster("rc", [worker]))
     group = rc["spec"]["workerGroupSpecs"][0]
     assert group["replicas"] == 0
     assert group["minReplicas"] == 0
@@ -111,7 +113,7 @@ def test_defaults_inside_nested_objects(custom: client.CustomObjectsApi, ns: str
     env = [{"name": "X", "valueFrom": {"configMapKeyRef": {"key": "k"}}}]
     body = _raycluster("rc")
     body["spec"]["autoscalerOptions"] = {"env": env}
-    rc = custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", body)
+    rc: Any = custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", body)
     assert rc["spec"]["autoscalerOptions"]["env"][0]["valueFrom"]["configMapKeyRef"] == {"key": "k", "name": ""}
 
 
@@ -153,7 +155,7 @@ def test_unknown_fields_are_pruned(custom: client.CustomObjectsApi, ns: str) -> 
     body["spec"]["notAField"] = {"x": 1}
     body["spec"]["headGroupSpec"]["alsoUnknown"] = True
     body["metadata"]["labels"] = {"kept": "yes"}
-    rc = custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", body)
+    rc: Any = custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", body)
     assert "notAField" not in rc["spec"]
     assert "alsoUnknown" not in rc["spec"]["headGroupSpec"]
     assert rc["metadata"]["labels"] == {"kept": "yes"}
@@ -166,7 +168,7 @@ def test_gateway_api_crd_defaults(crd_sim: KubeSimHandle, custom: client.CustomO
         "metadata": {"name": "gw"},
         "spec": {"gatewayClassName": "kubesim", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]},
     }
-    created = custom.create_namespaced_custom_object("gateway.networking.k8s.io", "v1", ns, "gateways", gateway)
+    created: Any = custom.create_namespaced_custom_object("gateway.networking.k8s.io", "v1", ns, "gateways", gateway)
     listener = created["spec"]["listeners"][0]
     assert listener["allowedRoutes"] == {"namespaces": {"from": "Same"}}
 
@@ -223,7 +225,7 @@ def test_valid_widget_keeps_preserved_fields_and_defaults(custom: client.CustomO
 
 def test_every_served_version_is_served_from_one_storage(custom: client.CustomObjectsApi, ns: str) -> None:
     _create_widget(custom, ns, _widget("w"))
-    beta = custom.get_namespaced_custom_object(GROUP, "v1beta1", ns, "widgets", "w")
+    beta: Any = custom.get_namespaced_custom_object(GROUP, "v1beta1", ns, "widgets", "w")
     assert beta["apiVersion"] == f"{GROUP}/v1beta1"
 
 
@@ -255,20 +257,20 @@ def test_strategic_merge_patch_on_custom_object_is_415(custom: client.CustomObje
             _content_type="application/strategic-merge-patch+json",
         )
     assert err.value.status == 415
-    assert json.loads(err.value.body)["reason"] == "UnsupportedMediaType"
+    assert error_body(err.value)["reason"] == "UnsupportedMediaType"
 
 
 def test_deleting_a_crd_removes_its_objects_and_stops_serving(crd_sim: KubeSimHandle, ns: str) -> None:
     ext = client.ApiextensionsV1Api(crd_sim.api_client)
     custom = client.CustomObjectsApi(crd_sim.api_client)
     group = f"g{secrets.token_hex(3)}.kubesim.test"
-    ext.create_custom_resource_definition(widget_crd(group), _preload_content=False)
+    ext.create_custom_resource_definition(widget_crd(group), _preload_content=False)  # type: ignore[arg-type]
     custom.create_namespaced_custom_object(group, "v1", ns, "widgets", {**_widget("w"), "apiVersion": f"{group}/v1"})
     ext.delete_custom_resource_definition(f"widgets.{group}")
 
     def gone() -> bool:
         with pytest.raises(client.ApiException) as err:
             custom.list_namespaced_custom_object(group, "v1", ns, "widgets")
-        return err.value.status == 404
+        return bool(err.value.status == 404)
 
     assert eventually_sync(gone)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -12,7 +13,7 @@ from tests.fixtures.kubesim import KubeSimHandle
 
 def _request(
     kube: KubeSimHandle, method: str, path: str, body: bytes = b"", content_type: str = "application/json"
-) -> tuple[int, dict]:
+) -> tuple[int, dict[str, Any]]:
     pool = kube.api_client.rest_client.pool_manager
     resp = pool.request(method, kube.url + path, body=body or None, headers={"Content-Type": content_type})
     return resp.status, json.loads(resp.data)
@@ -101,9 +102,8 @@ def test_body_over_3_mib_is_413(kubesim_server: KubeSimHandle, kubesim_namespace
 
 
 def test_unknown_patch_type_is_415(kubesim_server: KubeSimHandle, kubesim_namespace: str) -> None:
-    client.CoreV1Api(kubesim_server.api_client).create_namespaced_config_map(
-        kubesim_namespace, {"metadata": {"name": "a"}}
-    )
+    core = client.CoreV1Api(kubesim_server.api_client)
+    core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": "a"}})  # type: ignore[arg-type]
     status, body = _request(
         kubesim_server, "PATCH", f"/api/v1/namespaces/{kubesim_namespace}/configmaps/a", b"{}", "text/plain"
     )
@@ -130,9 +130,8 @@ def test_server_side_apply_creates_then_merges(kubesim_server: KubeSimHandle, ku
 
 def test_table_output_for_kubectl(kubesim_server: KubeSimHandle, kubesim_namespace: str) -> None:
     core = client.CoreV1Api(kubesim_server.api_client)
-    core.create_namespaced_pod(
-        kubesim_namespace, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-    )
+    body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    core.create_namespaced_pod(kubesim_namespace, body)  # type: ignore[arg-type]
     pool = kubesim_server.api_client.rest_client.pool_manager
     resp = pool.request(
         "GET",
@@ -148,7 +147,7 @@ def test_table_output_for_kubectl(kubesim_server: KubeSimHandle, kubesim_namespa
 def test_table_watch_for_kubectl_get_watch(kubesim_server: KubeSimHandle, kubesim_namespace: str) -> None:
     core = client.CoreV1Api(kubesim_server.api_client)
     for name in ("a", "b"):
-        core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": name}})
+        core.create_namespaced_config_map(kubesim_namespace, {"metadata": {"name": name}})  # type: ignore[arg-type]
     pool = kubesim_server.api_client.rest_client.pool_manager
     resp = pool.request(
         "GET",

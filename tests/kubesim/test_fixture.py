@@ -17,11 +17,11 @@ async def test_running_kubesim_with_the_kubelet_runs_and_terminates_pods() -> No
     async with running_kubesim(kubelet="instant") as kube:
         core = client.CoreV1Api(kube.api_client)
         pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-        await asyncio.to_thread(core.create_namespaced_pod, "default", pod)
+        await asyncio.to_thread(core.create_namespaced_pod, "default", pod)  # type: ignore[arg-type]
 
         async def running() -> bool:
             read = await asyncio.to_thread(core.read_namespaced_pod, "p", "default")
-            return bool(read.status.phase == "Running")
+            return read.status is not None and read.status.phase == "Running"
 
         await eventually(running, message="pod never ran")
         await asyncio.to_thread(core.delete_namespaced_pod, "p", "default")

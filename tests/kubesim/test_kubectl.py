@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -98,14 +99,14 @@ class Kubectl:
 
 @pytest.fixture
 def ns(ray_sim: KubeSimHandle, request: pytest.FixtureRequest) -> str:
-    name = request.node.name.replace("_", "-").lower()[:50].strip("-")
-    client.CoreV1Api(ray_sim.api_client).create_namespace({"metadata": {"name": name}})
+    name: str = request.node.name.replace("_", "-").lower()[:50].strip("-")
+    client.CoreV1Api(ray_sim.api_client).create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]
     return name
 
 
 def test_get_pods_prints_columns(kubectl: Kubectl, ns: str) -> None:
     core = client.CoreV1Api(kubectl.kube.api_client)
-    core.create_namespaced_pod(ns, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    core.create_namespaced_pod(ns, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})  # type: ignore[arg-type]
     out = kubectl("get", "pods", "-n", ns)
     header, row = out.splitlines()
     assert header.split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
@@ -124,8 +125,10 @@ def test_apply_multi_document_creates_then_configures(kubectl: Kubectl, ns: str,
     assert "configmap/cm1 configured" in second
     assert "service/svc1 unchanged" in second
     assert core.read_namespaced_config_map("cm1", ns).data == {"a": "2"}
+    assert pod.spec is not None and pod.spec.containers[0].env is not None
     assert pod.spec.containers[0].env[0].value == "2"
     assert [c.name for c in pod.spec.containers] == ["main", "side"]
+    assert pod.metadata is not None and pod.metadata.annotations is not None
     assert "kubectl.kubernetes.io/last-applied-configuration" in pod.metadata.annotations
 
 
@@ -133,11 +136,11 @@ def test_apply_and_get_custom_resources(kubectl: Kubectl, ns: str) -> None:
     custom = client.CustomObjectsApi(kubectl.kube.api_client)
     sample = samples_dir() / "ray-cluster-label-selector.yaml"
     out = kubectl("apply", "-n", ns, "-f", str(sample))
-    before = custom.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "ray-label-cluster")
+    before: Any = custom.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "ray-label-cluster")
     # kubectl sends the workerGroupSpecs list again (the live one has schema defaults filled in, as on a real
     # server); the server re-applies the defaults, so the write is a no-op and nothing changes.
     kubectl("apply", "-n", ns, "-f", str(sample))
-    after = custom.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "ray-label-cluster")
+    after: Any = custom.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "ray-label-cluster")
     listed = kubectl("get", "rayclusters", "-n", ns)
     assert "raycluster.ray.io/ray-label-cluster created" in out
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from tests.fixtures.kubesim import KubeSimHandle, start_kubesim
+from tests.kubeobjects import unread
 
 
 class _Echo(BaseHTTPRequestHandler):
@@ -54,10 +55,9 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]
     core = client.CoreV1Api(handle.api_client)
     for name in ("dash", "dark"):
         ports = [{"name": "dashboard", "port": 8265}]
-        core.create_namespaced_service("default", {"metadata": {"name": name}, "spec": {"ports": ports}})
-    core.create_namespaced_pod(
-        "default", {"metadata": {"name": "head"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
-    )
+        core.create_namespaced_service("default", {"metadata": {"name": name}, "spec": {"ports": ports}})  # type: ignore[arg-type]
+    pod = {"metadata": {"name": "head"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    core.create_namespaced_pod("default", pod)  # type: ignore[arg-type]
     try:
         yield handle
     finally:
@@ -68,8 +68,10 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimHandle]
 
 def test_service_proxy_forwards_path_query_and_headers(proxied: KubeSimHandle) -> None:
     core = client.CoreV1Api(proxied.api_client)
-    resp = core.connect_get_namespaced_service_proxy_with_path(
-        "dash:8265", "default", "api/jobs/", _headers={"x-ray-authorization": "Bearer t"}, _preload_content=False
+    resp = unread(
+        core.connect_get_namespaced_service_proxy_with_path(
+            "dash:8265", "default", "api/jobs/", _headers={"x-ray-authorization": "Bearer t"}, _preload_content=False
+        )
     )
     seen = json.loads(resp.data)
     assert seen["method"] == "GET"
@@ -97,6 +99,7 @@ def test_service_without_backend_is_503(proxied: KubeSimHandle) -> None:
     core = client.CoreV1Api(proxied.api_client)
     with pytest.raises(client.ApiException) as err:
         core.connect_get_namespaced_service_proxy_with_path("dark:8265", "default", "api/version")
+    assert err.value.body is not None
     body = json.loads(err.value.body)
     assert err.value.status == 503
     assert (body["reason"], body["message"]) == ("ServiceUnavailable", 'no endpoints available for service "dark"')
@@ -111,8 +114,10 @@ def test_proxy_to_missing_service_is_404(proxied: KubeSimHandle) -> None:
 
 def test_pod_proxy(proxied: KubeSimHandle) -> None:
     core = client.CoreV1Api(proxied.api_client)
-    resp = core.connect_get_namespaced_pod_proxy_with_path(
-        "head:8265", "default", "api/gcs_healthz", _preload_content=False
+    resp = unread(
+        core.connect_get_namespaced_pod_proxy_with_path(
+            "head:8265", "default", "api/gcs_healthz", _preload_content=False
+        )
     )
     seen = json.loads(resp.data)
     assert seen["path"] == "/api/gcs_healthz"

@@ -35,24 +35,29 @@ def kube() -> Iterator[KubeSimHandle]:
 def _review_token(kube: KubeSimHandle, token: str) -> client.V1TokenReviewStatus:
     api = client.AuthenticationV1Api(kube.api_client)
     review = api.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
-    status: client.V1TokenReviewStatus = review.status
-    return status
+    assert review.status is not None
+    return review.status
 
 
 def _allowed(kube: KubeSimHandle, spec: client.V1SubjectAccessReviewSpec) -> bool:
     api = client.AuthorizationV1Api(kube.api_client)
-    return bool(api.create_subject_access_review(client.V1SubjectAccessReview(spec=spec)).status.allowed)
+    status = api.create_subject_access_review(client.V1SubjectAccessReview(spec=spec)).status
+    assert status is not None
+    return bool(status.allowed)
 
 
 def test_token_review_knows_the_tables_tokens(kube: KubeSimHandle) -> None:
     alice = _review_token(kube, "alice-token")
     assert alice.authenticated is True
+    assert alice.user is not None
     assert (alice.user.username, alice.user.uid, alice.user.groups) == (
         "alice",
         "u-1",
         ["readers", "system:authenticated"],
     )
-    assert _review_token(kube, "bob-token").user.username == "bob"
+    bob = _review_token(kube, "bob-token").user
+    assert bob is not None
+    assert bob.username == "bob"
     stranger = _review_token(kube, "made-up")
     assert stranger.authenticated is False
     assert stranger.user is None
@@ -96,6 +101,7 @@ def test_malformed_reviews_are_refused_and_reviews_are_create_only(kube: KubeSim
             )
         )
     assert nobody.value.status == 422
+    assert nobody.value.body is not None
     assert "at least one of user or group" in nobody.value.body
     with pytest.raises(ApiException) as neither:
         api.create_subject_access_review(
