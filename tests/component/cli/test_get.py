@@ -38,7 +38,7 @@ def create(kube: KubeSimHandle, namespace: str, plural: str, kind: str, name: st
 def set_status(kube: KubeSimHandle, namespace: str, plural: str, name: str, status: dict[str, Any]) -> datetime:
     """Write the object's status; returns its creation time."""
     api = client.CustomObjectsApi(kube.api_client)
-    obj = api.get_namespaced_custom_object("ray.io", "v1", namespace, plural, name)
+    obj: Any = api.get_namespaced_custom_object("ray.io", "v1", namespace, plural, name)
     obj["status"] = status
     api.replace_namespaced_custom_object_status("ray.io", "v1", namespace, plural, name, obj)
     return datetime.fromisoformat(obj["metadata"]["creationTimestamp"])

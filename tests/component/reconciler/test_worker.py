@@ -8,13 +8,14 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.js.api import ConsumerInfo
 
 from schema import subjects
 from schema.codec import decode_batch, decode_deadletter, decode_input, encode
@@ -94,7 +95,7 @@ async def client(nats_server: NatsServer) -> AsyncIterator[Client]:
 async def put_cr(
     nc: Client,
     key: ReconcileKey,
-    body: dict[str, object] | None = None,
+    body: Mapping[str, object] | None = None,
     *,
     event_type: WatchEventType = "ADDED",
     status_only: bool = False,
@@ -205,9 +206,9 @@ async def test_each_input_yields_one_batch_and_is_acked(nats_server: NatsServer,
         await worker.close()
 
 
-async def _at_least(coro: object, n: int) -> list[CommandBatch] | None:
-    found = await coro  # type: ignore[misc]
-    return found if len(found) >= n else None
+async def _at_least(coro: Awaitable[list[CommandBatch]], n: int) -> list[CommandBatch]:
+    found = await coro
+    return found if len(found) >= n else []
 
 
 async def test_garbage_goes_to_dead_letters_and_partition_keeps_flowing(
@@ -251,10 +252,10 @@ async def test_failing_reconcile_is_retried_then_dead_lettered(nats_server: Nats
         assert "ZeroDivisionError: boom" in letter.error
         assert letter.deliveries == 3
 
-        async def with_report() -> list[CommandBatch] | None:
+        async def with_report() -> list[CommandBatch]:
             # The report is published after the dead letter is stored: wait for it, not for time.
             found = await batches(client)
-            return found if any(b.report for b in found) else None
+            return found if any(b.report for b in found) else []
 
         found = await eventually(with_report, timeout=30)
         assert [b.key for b in found if not b.report] == [key(2)]
@@ -297,7 +298,7 @@ async def test_a_bus_that_does_not_answer_never_uses_up_an_inputs_deliveries(
         consumer = subjects.partition_consumer(subjects.partition_of(key(1), 4))
 
         async def settled() -> bool:
-            info = await js.consumer_info(subjects.EVENTS_STREAM, consumer)
+            info: ConsumerInfo = await js.consumer_info(subjects.EVENTS_STREAM, consumer)
             return info.num_ack_pending == 0
 
         await eventually(settled, timeout=30, message="the input acked")
@@ -471,7 +472,8 @@ async def test_a_backstop_tick_reaching_the_worker_that_holds_the_wake_up_is_ans
         await eventually(lambda: len(seen) == 1, timeout=30)
         # The backstop is published after the decision: on a loaded machine it may not be there yet.
         armed = await eventually(lambda: js.get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1))))
-        assert decode_input(armed.data).reason == BACKSTOP  # type: ignore[union-attr]
+        armed_tick = decode_input(armed.data or b"")
+        assert isinstance(armed_tick, TimerTick) and armed_tick.reason == BACKSTOP
         # The backstop fires now rather than in a minute: the same schedule, due at once.
         due = datetime.now(UTC)
         tick = TimerTick(key=key(1), due_at=due, reason=BACKSTOP)
@@ -494,8 +496,10 @@ async def test_a_backstop_tick_reaching_the_worker_that_holds_the_wake_up_is_ans
 
         await eventually(tick_acked, timeout=30)
         rearmed = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.timer_subject(key(1)))
+        assert rearmed.seq is not None and armed.seq is not None  # a stored message has its sequence
         assert rearmed.seq > armed.seq and "Nats-Schedule" in (rearmed.headers or {})
-        assert decode_input(rearmed.data).reason == BACKSTOP  # type: ignore[union-attr]
+        rearmed_tick = decode_input(rearmed.data or b"")
+        assert isinstance(rearmed_tick, TimerTick) and rearmed_tick.reason == BACKSTOP
         assert len(seen) == 1  # no reconcile of the tick
     finally:
         await worker.close()

@@ -41,7 +41,7 @@ async def test_flush_sent_returns_after_the_server_processed_a_subscription(tmp_
 
 async def test_a_websocket_url_without_aiohttp_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     # As in ``raybus reconciler``, which keeps aiohttp out of its process.
-    monkeypatch.setitem(sys.modules, "aiohttp", None)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
     with pytest.raises(PermanentError, match="websocket URLs need aiohttp") as raised:
         await connect(NatsSettings(url="ws://raybus:s3cret@127.0.0.1:1"), name="test")
     assert "s3cret" not in str(raised.value)

@@ -10,7 +10,7 @@ import nats
 import pytest
 
 from schema import subjects
-from schema.keys import ReconcileKey
+from schema.keys import KeyKind, ReconcileKey
 from services.runtime.errors import TopologyError
 from services.runtime.settings import BusSettings, PartitionSettings
 from services.runtime.snapshots import SnapshotReader
@@ -74,11 +74,8 @@ async def test_a_keys_commands_and_events_share_the_partition_partition_of_compu
         partitions = 7
         await ensure_topology(nc, bus=BusSettings(partitions=partitions), partitions=PartitionSettings())
         js = nc.jetstream()
-        keys = [
-            ReconcileKey(kind=kind, namespace=ns, name=f"c{n}.x")
-            for n in range(40)
-            for kind, ns in (("RayCluster", "default"), ("RayJob", "team-a"))
-        ]
+        kinds: tuple[tuple[KeyKind, str], ...] = (("RayCluster", "default"), ("RayJob", "team-a"))
+        keys = [ReconcileKey(kind=kind, namespace=ns, name=f"c{n}.x") for n in range(40) for kind, ns in kinds]
         for key in keys:
             await js.publish(subjects.events_subject(key), b"{}")
             await js.publish(subjects.command_subject(key), b"{}")

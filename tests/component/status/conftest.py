@@ -159,8 +159,8 @@ async def runner(settings: RaybusSettings) -> AsyncIterator[StatusRunner]:
 
 
 async def wait_until(probe: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, message: str = "") -> None:
-    """``tests.helpers.eventually`` for async boolean probes, typed so mypy 1.13 can follow it."""
-    await eventually(probe, timeout=timeout, message=message or "condition not met")  # type: ignore[arg-type]
+    """``tests.helpers.eventually`` for async boolean probes."""
+    await eventually(probe, timeout=timeout, message=message or "condition not met")
 
 
 async def count(store: StatusStore, table: str) -> int:

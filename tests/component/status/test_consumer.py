@@ -98,7 +98,7 @@ async def test_a_consumer_started_while_nats_restarts_waits_for_it(
         await asyncio.to_thread(nats_server.start)
         await eventually(lambda: consumer.readiness() is None and not task.done(), timeout=30)
         await publish_results(js, [result(batch_id="after-restart", kind="RayCluster", name="c")])
-        await wait_until(lambda: count(store, "commands"), message="the result persisted")
+        await eventually(lambda: count(store, "commands"), message="the result persisted")
     finally:
         stop.set()
         await task

@@ -13,7 +13,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from schema.messages import CommandResult
 from services.status.metrics import ResourceMetrics
 from services.status.store import StatusStore
-from tests.component.status.test_rayservices import metric_points, records
+from tests.component.status.conftest import records
+from tests.component.status.test_rayservices import metric_points
 from tests.unit.status.builders import lifecycle, result, transition
 
 JOB = {"name": "demo", "namespace": "default", "uid": "rj-1"}

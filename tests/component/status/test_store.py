@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from schema.messages import Transition
 from services.runtime.errors import PermanentError, RetryableError
 from services.status.migrate import upgrade
 from services.status.store import ResultRecord, StatusStore, create_engine
@@ -94,7 +95,7 @@ async def test_a_step_decided_again_before_its_effect_showed_is_stored_once(stor
     resourceVersion) carried its ``traffic`` step again. The field did not move in between, so the second
     is no step; a step back to a value the field held before, or another step into the same value, is."""
 
-    def step(frm: str, to: str, *, field: str = "traffic", seconds: float, rv: str) -> object:
+    def step(frm: str, to: str, *, field: str = "traffic", seconds: float, rv: str) -> Transition:
         return transition(field, frm, to, kind="RayService", uid="s1", seconds=seconds, rv=rv)
 
     await store.persist([rec(result(step("", "s-a", seconds=1, rv="3"), batch_id="p1"), 1)])

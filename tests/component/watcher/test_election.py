@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, cast
 
 import msgspec
@@ -69,6 +70,13 @@ def spec_of(api: KubeApi, namespace: str) -> dict[str, Any]:
     """The Lease's spec as the server sends it (the official client's models would re-format its times)."""
     lease = msgspec.json.decode(api.request("GET", object_path(LEASE, namespace, LEASE_NAME)).data)
     return cast(dict[str, Any], lease["spec"])
+
+
+def renew_time(spec: dict[str, Any]) -> datetime:
+    """The Lease's renewTime, which a held Lease has."""
+    renewed = parse_time(spec["renewTime"])
+    assert renewed is not None
+    return renewed
 
 
 async def test_one_candidate_leads_the_other_waits_and_names_the_holder(
@@ -151,12 +159,12 @@ async def test_a_leader_whose_event_loop_is_busy_for_longer_than_the_renew_deadl
     a = candidate(kube_api, ns, "a", SHORT)
     async with campaigning(a) as (leading, _):
         await eventually(lambda: a.is_leader, message="a leads")
-        before = parse_time((await in_thread(spec_of, kube_api, ns))["renewTime"])
+        before = renew_time(await in_thread(spec_of, kube_api, ns))
         hold_the_interpreter(2 * SHORT.renew_deadline)
         await asyncio.sleep(0)
         assert not leading.done() and a.is_leader and not a.lost.is_set()
         spec = await in_thread(spec_of, kube_api, ns)
-        assert spec["holderIdentity"] == "a" and parse_time(spec["renewTime"]) > before
+        assert spec["holderIdentity"] == "a" and renew_time(spec) > before
 
 
 async def test_a_leader_whose_lease_is_taken_over_notices_that_it_lost(
@@ -241,11 +249,11 @@ async def test_a_watcher_renews_its_lease_while_its_watch_side_starts(
         await eventually(lambda: watcher.readiness() is None, timeout=20, message="watcher ready")
         election = watcher.election
         assert election is not None
-        started = parse_time((await in_thread(spec_of, kube_api, ns))["renewTime"])
+        started = renew_time(await in_thread(spec_of, kube_api, ns))
 
         async def renewed_since() -> bool:
             spec = await in_thread(spec_of, kube_api, ns)
-            return spec["holderIdentity"] == election.identity and parse_time(spec["renewTime"]) > started
+            return spec["holderIdentity"] == election.identity and renew_time(spec) > started
 
         await eventually(renewed_since, message="a renewal after the start-up")
         assert election.is_leader and not election.lost.is_set()

@@ -42,7 +42,11 @@ def batch(
 
 
 def service_accounts(kube: KubeSimHandle, ns: str) -> set[str]:
-    return {sa.metadata.name for sa in client.CoreV1Api(kube.api_client).list_namespaced_service_account(ns).items}
+    names = set()
+    for account in client.CoreV1Api(kube.api_client).list_namespaced_service_account(ns).items:
+        assert account.metadata is not None and account.metadata.name is not None  # a stored object is named
+        names.add(account.metadata.name)
+    return names
 
 
 async def test_a_superseded_batch_sends_only_what_the_newer_decision_still_wants(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -114,7 +114,7 @@ def head_service(cluster: str, *, namespace: str = "default") -> dict[str, Any]:
     }
 
 
-def condition(obj: dict[str, Any] | None, kind: str) -> str | None:
+def condition(obj: Mapping[str, Any] | None, kind: str) -> str | None:
     """The status of condition ``kind`` of an object, or None."""
     for entry in ((obj or {}).get("status") or {}).get("conditions") or []:
         if entry.get("type") == kind:
@@ -122,6 +122,6 @@ def condition(obj: dict[str, Any] | None, kind: str) -> str | None:
     return None
 
 
-def phase(obj: dict[str, Any] | None) -> str | None:
+def phase(obj: Mapping[str, Any] | None) -> str | None:
     """status.phase."""
     return ((obj or {}).get("status") or {}).get("phase")

@@ -31,6 +31,7 @@ async def test_job_parallelism_and_completions() -> None:
     async with simulation(store, replace(FAST, batch_container_run_seconds=0.02)):
         store.create(JOBS, _job("many", completions=3, parallelism=2))
         job = await eventually(lambda: (j := store.get(JOBS, "default", "many")) and condition(j, "Complete") and j)
+        assert job  # a truthy answer: the Job
         assert job["status"]["succeeded"] == 3
         assert condition(job, "SuccessCriteriaMet") == "True"
         assert job["status"]["completionTime"]
@@ -53,6 +54,7 @@ async def test_job_backoff_limit() -> None:
     async with simulation(store):
         store.create(JOBS, _job("flaky", backoffLimit=2, template=template))
         job = await eventually(lambda: (j := store.get(JOBS, "default", "flaky")) and condition(j, "Failed") and j)
+        assert job
         failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
         assert failed["reason"] == "BackoffLimitExceeded"
         assert job["status"]["failed"] == 3
@@ -66,12 +68,14 @@ async def test_job_deadline_and_suspend() -> None:
     async with simulation(store, replace(FAST, batch_container_run_seconds=60)):
         store.create(JOBS, _job("slow", activeDeadlineSeconds=0, template=forever))
         job = await eventually(lambda: (j := store.get(JOBS, "default", "slow")) and condition(j, "Failed") and j)
+        assert job
         assert next(c for c in job["status"]["conditions"] if c["type"] == "Failed")["reason"] == "DeadlineExceeded"
 
         store.create(JOBS, _job("paused", suspend=True))
         paused = await eventually(
             lambda: (j := store.get(JOBS, "default", "paused")) and condition(j, "Suspended") and j
         )
+        assert paused
         assert _job_pods(store, "paused") == []
         paused["spec"]["suspend"] = False
         store.update(JOBS, paused)
@@ -100,8 +104,10 @@ async def test_endpoint_slices_publish_not_ready_and_terminating() -> None:
         store.create(PODS, pod("x1", labels={"app": "x"}, annotations={A + "never-ready": "true"}))
         await eventually(lambda: _slice_endpoints(store, "head"))
         head_endpoints = await eventually(lambda: _slice_endpoints(store, "head"))
+        assert head_endpoints
         assert head_endpoints[0]["conditions"]["ready"] is True  # publishNotReadyAddresses
         plain_endpoints = await eventually(lambda: _slice_endpoints(store, "plain"))
+        assert plain_endpoints
         assert plain_endpoints[0]["conditions"] == {"ready": False, "serving": False, "terminating": False}
         assert _slice_endpoints(store, "manual") is None  # no selector: not ours
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from typing import TypeAlias
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from kubesim.dashboard import REALISTIC_RAY, DashboardServer, ManualClock, build_app, new_state
 from kubesim.dashboard.app import DashboardState, Role
 from kubesim.dashboard.jobs import DELETED_ID_WINDOW
 from schema.ray import conventions
+
+HttpClient: TypeAlias = TestClient[web.Request, web.Application]  # a client of one of the head's ports
 
 
 @pytest.fixture
@@ -25,8 +29,8 @@ def state(clock: ManualClock) -> DashboardState:
     return new_state(clock=clock, default_run_seconds=1.0, serve_deploy_seconds=2.0)
 
 
-async def _serving(state: DashboardState, role: Role) -> AsyncIterator[TestClient[object, object]]:
-    test_client: TestClient[object, object] = TestClient(TestServer(build_app(state, role)))
+async def _serving(state: DashboardState, role: Role) -> AsyncIterator[HttpClient]:
+    test_client: HttpClient = TestClient(TestServer(build_app(state, role)))
     await test_client.start_server()
     try:
         yield test_client
@@ -35,36 +39,34 @@ async def _serving(state: DashboardState, role: Role) -> AsyncIterator[TestClien
 
 
 @pytest.fixture
-async def client(state: DashboardState) -> AsyncIterator[TestClient[object, object]]:
+async def client(state: DashboardState) -> AsyncIterator[HttpClient]:
     """The head's dashboard port."""
     async for test_client in _serving(state, "dashboard"):
         yield test_client
 
 
 @pytest.fixture
-async def agent(state: DashboardState) -> AsyncIterator[TestClient[object, object]]:
+async def agent(state: DashboardState) -> AsyncIterator[HttpClient]:
     """The head's dashboard agent port."""
     async for test_client in _serving(state, "agent"):
         yield test_client
 
 
 @pytest.fixture
-async def proxy(state: DashboardState) -> AsyncIterator[TestClient[object, object]]:
+async def proxy(state: DashboardState) -> AsyncIterator[HttpClient]:
     """The head's Serve proxy port (the server opens it only while Serve runs)."""
     async for test_client in _serving(state, "serve"):
         yield test_client
 
 
-async def _job(client: TestClient[object, object], job_id: str) -> dict[str, object]:
+async def _job(client: HttpClient, job_id: str) -> dict[str, object]:
     response = await client.get(f"/api/jobs/{job_id}")
     assert response.status == 200
     body: dict[str, object] = await response.json()
     return body
 
 
-async def test_health_and_version(
-    client: TestClient[object, object], agent: TestClient[object, object], proxy: TestClient[object, object]
-) -> None:
+async def test_health_and_version(client: HttpClient, agent: HttpClient, proxy: HttpClient) -> None:
     for test_client, path in (
         (client, "/api/gcs_healthz"),
         (agent, "/api/local_raylet_healthz"),
@@ -81,7 +83,7 @@ async def test_health_and_version(
     assert version["ray_version"] == "2.52.0"
 
 
-async def test_job_lifecycle_follows_the_clock(client: TestClient[object, object], clock: ManualClock) -> None:
+async def test_job_lifecycle_follows_the_clock(client: HttpClient, clock: ManualClock) -> None:
     body = {
         "entrypoint": "python /home/ray/samples/sample_code.py",
         "submission_id": "job-a",
@@ -113,7 +115,7 @@ async def test_job_lifecycle_follows_the_clock(client: TestClient[object, object
     assert "exited with code 0" in logs["logs"]
 
 
-async def test_scripted_failure_and_pending(client: TestClient[object, object], clock: ManualClock) -> None:
+async def test_scripted_failure_and_pending(client: HttpClient, clock: ManualClock) -> None:
     entrypoint = "KUBESIM_PENDING_SECONDS=1 KUBESIM_RUN_SECONDS=2 KUBESIM_EXIT_CODE=3 python fail.py"
     await client.post("/api/jobs/", json={"entrypoint": entrypoint, "submission_id": "job-f"})
     job = await _job(client, "job-f")
@@ -128,7 +130,7 @@ async def test_scripted_failure_and_pending(client: TestClient[object, object], 
     assert job["driver_exit_code"] == 3
 
 
-async def test_unknown_job_is_404_and_reuse_is_500(client: TestClient[object, object]) -> None:
+async def test_unknown_job_is_404_and_reuse_is_500(client: HttpClient) -> None:
     assert (await client.get("/api/jobs/nope")).status == 404
     assert (await client.post("/api/jobs/nope/stop")).status == 404
     await client.post("/api/jobs/", json={"entrypoint": "echo hi", "submission_id": "dup"})
@@ -138,7 +140,7 @@ async def test_unknown_job_is_404_and_reuse_is_500(client: TestClient[object, ob
     assert (await client.post("/api/jobs/", json={"submission_id": "x"})).status == 400
 
 
-async def test_stop_and_delete(client: TestClient[object, object], clock: ManualClock) -> None:
+async def test_stop_and_delete(client: HttpClient, clock: ManualClock) -> None:
     await client.post("/api/jobs/", json={"entrypoint": "KUBESIM_RUN_SECONDS=inf serve", "submission_id": "s"})
     assert (await client.delete("/api/jobs/s")).status == 400  # still running
     clock.advance(100)
@@ -159,7 +161,7 @@ async def test_stop_and_delete(client: TestClient[object, object], clock: Manual
     assert (await _job(client, "s"))["status"] in ("PENDING", "RUNNING")
 
 
-async def test_submit_answers_like_ray(client: TestClient[object, object]) -> None:
+async def test_submit_answers_like_ray(client: HttpClient) -> None:
     post = client.post
     assert (await post("/api/jobs/", data=b"not json")).status == 500
     unknown = await post("/api/jobs/", json={"entrypoint": "x", "colour": 1})
@@ -172,7 +174,7 @@ async def test_submit_answers_like_ray(client: TestClient[object, object]) -> No
     assert "entrypoint_num_cpus" not in job  # left out unless asked for
 
 
-async def test_jobs_without_resources_stay_pending(client: TestClient[object, object], clock: ManualClock) -> None:
+async def test_jobs_without_resources_stay_pending(client: HttpClient, clock: ManualClock) -> None:
     for job_id, extra in (("gpu", {"entrypoint_num_gpus": 1}), ("custom", {"entrypoint_resources": {"TPU": 1}})):
         await client.post("/api/jobs/", json={"entrypoint": "echo", "submission_id": job_id, **extra})
         assert await (await client.post(f"/api/jobs/{job_id}/stop")).json() == {"stopped": True}
@@ -198,14 +200,15 @@ async def test_realistic_head_timings(clock: ManualClock) -> None:
         fruit = (await _apps(test_client))["fruit_app"]
         assert (fruit["status"], fruit["deployments"]) == ("DEPLOYING", {})  # not built yet
         clock.advance(REALISTIC_RAY.deployments_after_seconds)
-        assert set((await _apps(test_client))["fruit_app"]["deployments"]) == {"MangoStand", "FruitMarket"}
+        deployments = (await _apps(test_client))["fruit_app"]["deployments"]
+        assert isinstance(deployments, dict) and set(deployments) == {"MangoStand", "FruitMarket"}
         await test_client.put("/api/serve/applications/", json={"applications": SERVE_CONFIG["applications"][1:]})
         assert (await _apps(test_client))["fruit_app"]["status"] == "DELETING"
         clock.advance(REALISTIC_RAY.serve_delete_seconds)
         assert "fruit_app" not in await _apps(test_client)
 
 
-async def test_generated_submission_id(client: TestClient[object, object]) -> None:
+async def test_generated_submission_id(client: HttpClient) -> None:
     body = await (await client.post("/api/jobs/", json={"entrypoint": "echo"})).json()
     assert body["submission_id"].startswith("raysubmit_")
     assert (await client.get(f"/api/jobs/{body['submission_id']}")).status == 200
@@ -224,7 +227,7 @@ SERVE_CONFIG = {
 }
 
 
-async def _apps(client: TestClient[object, object]) -> dict[str, dict[str, object]]:
+async def _apps(client: HttpClient) -> dict[str, dict[str, object]]:
     response = await client.get("/api/serve/applications/?api_type=declarative")
     assert response.status == 200
     body = await response.json()
@@ -233,9 +236,7 @@ async def _apps(client: TestClient[object, object]) -> dict[str, dict[str, objec
     return apps
 
 
-async def test_serve_deploying_then_running(
-    client: TestClient[object, object], proxy: TestClient[object, object], clock: ManualClock
-) -> None:
+async def test_serve_deploying_then_running(client: HttpClient, proxy: HttpClient, clock: ManualClock) -> None:
     assert await _apps(client) == {}
     assert (await client.put("/api/serve/applications/", json=SERVE_CONFIG)).status == 200
     apps = await _apps(client)
@@ -263,7 +264,7 @@ async def test_serve_deploying_then_running(
     assert {n: a["status"] for n, a in body["applications"].items()} == {"math_app": "RUNNING", "new": "DEPLOYING"}
 
 
-async def test_serve_deploy_failed_marker(client: TestClient[object, object], clock: ManualClock) -> None:
+async def test_serve_deploy_failed_marker(client: HttpClient, clock: ManualClock) -> None:
     config = {"applications": [{"name": "bad", "import_path": "kubesim-deploy-fail.app", "route_prefix": "/b"}]}
     body = await (await client.get("/api/serve/applications/")).json()
     assert body == {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}
@@ -286,9 +287,7 @@ async def test_serve_deploy_failed_marker(client: TestClient[object, object], cl
     assert (await client.put("/api/serve/applications/", json={"nope": 1})).status == 400
 
 
-async def test_serve_proxy_failure_injection(
-    client: TestClient[object, object], proxy: TestClient[object, object], state: DashboardState
-) -> None:
+async def test_serve_proxy_failure_injection(client: HttpClient, proxy: HttpClient, state: DashboardState) -> None:
     state.serve_proxy_healthy = False
     assert (await proxy.get("/-/healthz")).status == 503
     state.gcs_healthy = False

@@ -7,7 +7,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -62,8 +62,38 @@ def _core(kube: KubeSimHandle) -> client.CoreV1Api:
     return client.CoreV1Api(kube.api_client)
 
 
+def _pod_status(core: client.CoreV1Api, ns: str, name: str) -> client.V1PodStatus:
+    """The pod's status; an AssertionError while it has none (``eventually`` takes it for "not yet")."""
+    status = core.read_namespaced_pod(name, ns).status
+    assert status is not None
+    return status
+
+
+def _exit_code(status: client.V1PodStatus) -> int | None:
+    """The exit code of the pod's first container, None before it terminated."""
+    state = (status.container_statuses or [])[0].state
+    return state.terminated.exit_code if state is not None and state.terminated is not None else None
+
+
+def _create_pod(core: client.CoreV1Api, ns: str, manifest: dict[str, Any]) -> None:
+    """Create a pod from its manifest (the client declares a V1Pod, and sends a plain dict as it is)."""
+    core.create_namespaced_pod(ns, manifest)  # type: ignore[arg-type]
+
+
+def _create_service(core: client.CoreV1Api, ns: str, manifest: dict[str, Any]) -> None:
+    """Create a Service from its manifest, as :func:`_create_pod`."""
+    core.create_namespaced_service(ns, manifest)  # type: ignore[arg-type]
+
+
+def _complete(batch: client.BatchV1Api, ns: str, name: str) -> client.V1JobStatus | None:
+    """The status of the Job once it is Complete, else None."""
+    status = batch.read_namespaced_job(name, ns).status
+    conditions = status.conditions if status is not None else None
+    return status if conditions and any(c.type == "Complete" and c.status == "True" for c in conditions) else None
+
+
 def _ready(kube: KubeSimHandle, ns: str, name: str) -> bool:
-    status = _core(kube).read_namespaced_pod(name, ns).status
+    status = _pod_status(_core(kube), ns, name)
     return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
 
 
@@ -119,8 +149,8 @@ def _submitter_job(ns: str, name: str, *, script: str, backoff_limit: int = 2) -
 
 
 async def _start_cluster(kube: KubeSimHandle, ns: str, cluster: str) -> None:
-    _core(kube).create_namespaced_service(ns, head_service(cluster, namespace=ns))
-    _core(kube).create_namespaced_pod(ns, head_pod(f"{cluster}-head-x1y2z", cluster, namespace=ns))
+    _create_service(_core(kube), ns, head_service(cluster, namespace=ns))
+    _create_pod(_core(kube), ns, head_pod(f"{cluster}-head-x1y2z", cluster, namespace=ns))
     await eventually(lambda: _ready(kube, ns, f"{cluster}-head-x1y2z"), timeout=10)
 
 
@@ -156,7 +186,8 @@ async def test_head_dashboard_through_service_proxy(kube: KubeSimHandle, simulat
 
 async def test_failure_annotations(kube: KubeSimHandle, ns: str) -> None:
     core = _core(kube)
-    core.create_namespaced_pod(
+    _create_pod(
+        core,
         ns,
         pod(
             "dies",
@@ -165,13 +196,13 @@ async def test_failure_annotations(kube: KubeSimHandle, ns: str) -> None:
             restart_policy="Never",
         ),
     )
-    core.create_namespaced_pod(ns, pod("stuck", namespace=ns, annotations={A + "stay-pending": "true"}))
-    await eventually(lambda: core.read_namespaced_pod("dies", ns).status.phase == "Failed", timeout=10)
-    state = core.read_namespaced_pod("dies", ns).status.container_statuses[0].state
-    assert state.terminated.exit_code == 7
-    stuck = await eventually(lambda: (p := core.read_namespaced_pod("stuck", ns)).status.conditions and p, timeout=10)
-    assert stuck.status.phase == "Pending"
-    assert stuck.status.conditions[0].reason == "Unschedulable"
+    _create_pod(core, ns, pod("stuck", namespace=ns, annotations={A + "stay-pending": "true"}))
+    await eventually(lambda: _pod_status(core, ns, "dies").phase == "Failed", timeout=10)
+    assert _exit_code(_pod_status(core, ns, "dies")) == 7
+    stuck = await eventually(lambda: s if (s := _pod_status(core, ns, "stuck")).conditions else None, timeout=10)
+    assert stuck is not None and stuck.conditions
+    assert stuck.phase == "Pending"
+    assert stuck.conditions[0].reason == "Unschedulable"
     # Deleting a running pod goes through graceful termination and then the pod is gone.
     core.delete_namespaced_pod("stuck", ns)
 
@@ -181,21 +212,19 @@ async def test_batch_job_with_kuberay_submitter_succeeds(kube: KubeSimHandle, ns
     address = f"http://rc-head-svc.{ns}.svc.cluster.local:8265"
     script = _job_script(address, "rayjob-abcde", "python /home/ray/samples/sample_code.py")
     batch = client.BatchV1Api(kube.api_client)
-    batch.create_namespaced_job(ns, _submitter_job(ns, "rayjob", script=script))
-    job = await eventually(
-        lambda: (j := batch.read_namespaced_job("rayjob", ns)).status.conditions
-        and any(c.type == "Complete" and c.status == "True" for c in j.status.conditions)
-        and j,
-        timeout=15,
-    )
-    assert job.status.succeeded == 1
-    assert job.status.completion_time is not None
+    batch.create_namespaced_job(ns, _submitter_job(ns, "rayjob", script=script))  # type: ignore[arg-type]
+    job = await eventually(lambda: _complete(batch, ns, "rayjob"), timeout=15)
+    assert job is not None
+    assert job.succeeded == 1
+    assert job.completion_time is not None
     pods = _core(kube).list_namespaced_pod(ns, label_selector="batch.kubernetes.io/job-name=rayjob").items
     assert len(pods) == 1
-    assert pods[0].metadata.name.startswith("rayjob-")
-    assert pods[0].metadata.owner_references[0].kind == "Job"
-    assert pods[0].status.phase == "Succeeded"
-    assert pods[0].status.container_statuses[0].state.terminated.exit_code == 0
+    metadata, status = pods[0].metadata, pods[0].status
+    assert metadata is not None and status is not None
+    assert metadata.name is not None and metadata.name.startswith("rayjob-")
+    assert metadata.owner_references and metadata.owner_references[0].kind == "Job"
+    assert status.phase == "Succeeded"
+    assert _exit_code(status) == 0
     info = _get(kube, f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy/api/jobs/rayjob-abcde")
     assert '"SUCCEEDED"' in info
     assert '"requests"' in info  # the runtime env made it through the script
@@ -208,14 +237,11 @@ async def test_batch_job_following_a_failed_ray_job_completes(kube: KubeSimHandl
     address = f"http://rc-head-svc.{ns}.svc.cluster.local:8265"
     script = _job_script(address, "failing-1", "KUBESIM_EXIT_CODE=1 python main.py")
     batch = client.BatchV1Api(kube.api_client)
-    batch.create_namespaced_job(ns, _submitter_job(ns, "failing", script=script, backoff_limit=1))
-    job = await eventually(
-        lambda: (j := batch.read_namespaced_job("failing", ns)).status.conditions
-        and any(c.type == "Complete" and c.status == "True" for c in j.status.conditions)
-        and j,
-        timeout=15,
-    )
-    assert (job.status.succeeded, job.status.failed) == (1, None)
+    submitter = _submitter_job(ns, "failing", script=script, backoff_limit=1)
+    batch.create_namespaced_job(ns, submitter)  # type: ignore[arg-type]
+    job = await eventually(lambda: _complete(batch, ns, "failing"), timeout=15)
+    assert job is not None
+    assert (job.succeeded, job.failed) == (1, None)
     jobs = _get(kube, f"/api/v1/namespaces/{ns}/services/rc-head-svc:dashboard/proxy/api/jobs/")
     assert jobs.count('"failing-1"') == 1
     assert '"FAILED"' in jobs
@@ -235,15 +261,15 @@ async def test_sidecar_submitter_in_head_pod(kube: KubeSimHandle, ns: str) -> No
     head["spec"]["containers"].append(sidecar)
     head["spec"]["restartPolicy"] = "Never"
     core = _core(kube)
-    core.create_namespaced_pod(ns, head)
+    _create_pod(core, ns, head)
 
     def submitter_exit() -> int | None:
-        statuses = core.read_namespaced_pod("side-head", ns).status.container_statuses or []
+        statuses = _pod_status(core, ns, "side-head").container_statuses or []
         state = next((s.state for s in statuses if s.name == "ray-job-submitter"), None)
         return state.terminated.exit_code if state and state.terminated else None
 
     assert await eventually(lambda: submitter_exit() == 0, timeout=10)
-    assert core.read_namespaced_pod("side-head", ns).status.phase == "Running"
+    assert _pod_status(core, ns, "side-head").phase == "Running"
 
 
 def _slice(kube: KubeSimHandle, ns: str, service: str) -> Any:
@@ -263,9 +289,10 @@ async def test_endpoint_slices_follow_readiness(kube: KubeSimHandle, ns: str) ->
         "metadata": {"name": "web", "namespace": ns},
         "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
     }
-    core.create_namespaced_service(ns, service)
+    _create_service(core, ns, service)
     container = {"name": "web", "image": "nginx", "ports": [{"name": "http", "containerPort": 8080}]}
-    core.create_namespaced_pod(
+    _create_pod(
+        core,
         ns,
         pod(
             "web-1",
@@ -307,22 +334,26 @@ async def test_gateway_and_httproute_status(kube: KubeSimHandle, ns: str) -> Non
     custom.create_namespaced_custom_object(group, version, ns, "gateways", gateway)
     custom.create_namespaced_custom_object(group, version, ns, "httproutes", route)
 
+    def read(plural: str, name: str) -> dict[str, Any]:
+        # The client declares an object; a custom object comes back as its JSON.
+        return cast(dict[str, Any], custom.get_namespaced_custom_object(group, version, ns, plural, name))
+
     def conditions(plural: str, name: str) -> dict[str, str]:
-        obj = custom.get_namespaced_custom_object(group, version, ns, plural, name)
-        status = obj.get("status") or {}
+        status = read(plural, name).get("status") or {}
         found = status.get("conditions") or [c for p in status.get("parents") or [] for c in p.get("conditions") or []]
         return {c["type"]: c["status"] for c in found}
 
     await eventually(
         lambda: conditions("gateways", "rs-gateway") == {"Accepted": "True", "Programmed": "True"}, timeout=10
     )
-    gw = custom.get_namespaced_custom_object(group, version, ns, "gateways", "rs-gateway")
+    gw = read("gateways", "rs-gateway")
     assert gw["status"]["addresses"][0]["value"]
     assert gw["status"]["conditions"][0]["observedGeneration"] == gw["metadata"]["generation"]
     await eventually(
         lambda: conditions("httproutes", "rs-httproute") == {"Accepted": "True", "ResolvedRefs": "False"}, timeout=10
     )
-    _core(kube).create_namespaced_service(
+    _create_service(
+        _core(kube),
         ns,
         {"metadata": {"name": "rc-serve-svc"}, "spec": {"selector": {"x": "y"}, "ports": [{"port": 8000}]}},
     )
@@ -330,10 +361,7 @@ async def test_gateway_and_httproute_status(kube: KubeSimHandle, ns: str) -> Non
         lambda: conditions("httproutes", "rs-httproute") == {"Accepted": "True", "ResolvedRefs": "True"}, timeout=10
     )
     await eventually(
-        lambda: custom.get_namespaced_custom_object(group, version, ns, "gateways", "rs-gateway")["status"][
-            "listeners"
-        ][0]["attachedRoutes"]
-        == 1,
+        lambda: read("gateways", "rs-gateway")["status"]["listeners"][0]["attachedRoutes"] == 1,
         timeout=10,
     )
     await asyncio.sleep(0)
@@ -341,14 +369,15 @@ async def test_gateway_and_httproute_status(kube: KubeSimHandle, ns: str) -> Non
 
 async def test_token_auth_and_serve_through_the_proxy(kube: KubeSimHandle, ns: str) -> None:
     core = _core(kube)
-    core.create_namespaced_secret(ns, {"metadata": {"name": "auth-rc"}, "stringData": {"auth_token": "tok-1"}})
+    secret = {"metadata": {"name": "auth-rc"}, "stringData": {"auth_token": "tok-1"}}
+    core.create_namespaced_secret(ns, secret)  # type: ignore[arg-type]
     head = head_pod("auth-rc-head", "auth-rc", namespace=ns)
     head["spec"]["containers"][0]["env"] = [
         {"name": "RAY_AUTH_MODE", "value": "token"},
         {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "auth-rc", "key": "auth_token"}}},
     ]
-    core.create_namespaced_service(ns, head_service("auth-rc", namespace=ns))
-    core.create_namespaced_pod(ns, head)
+    _create_service(core, ns, head_service("auth-rc", namespace=ns))
+    _create_pod(core, ns, head)
     await eventually(lambda: _ready(kube, ns, "auth-rc-head"), timeout=10)
     base = f"/api/v1/namespaces/{ns}/services/auth-rc-head-svc:dashboard/proxy/api/serve/applications/"
     status, _ = await _proxy(kube, base)

@@ -25,6 +25,7 @@ async def test_pod_goes_running_and_ready() -> None:
         store.create(PODS, pod("p1", init_containers=[{"name": "init", "image": "busybox"}]))
         store.create(PODS, pod("p2"))
         p1 = await eventually(lambda: (p := _get(store, "p1")) and condition(p, "Ready") == "True" and p)
+        assert p1  # a truthy answer: the pod
         status = p1["status"]
         assert p1["spec"]["nodeName"] == "kubesim-node"
         assert status["phase"] == "Running"
@@ -40,6 +41,7 @@ async def test_pod_goes_running_and_ready() -> None:
         assert "startedAt" in container["state"]["running"]
         assert status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
         p2 = await eventually(lambda: (p := _get(store, "p2")) and condition(p, "Ready") == "True" and p)
+        assert p2
         assert p2["status"]["podIP"] != status["podIP"]
 
 
@@ -49,11 +51,13 @@ async def test_stay_pending_and_never_ready() -> None:
         store.create(PODS, pod("pending", annotations={A + "stay-pending": "true"}))
         store.create(PODS, pod("unready", annotations={A + "never-ready": "true"}))
         unready = await eventually(lambda: (p := _get(store, "unready")) and phase(p) == "Running" and p)
+        assert unready
         assert condition(unready, "Ready") == "False"
         assert unready["status"]["containerStatuses"][0]["ready"] is False
         pending = await eventually(
             lambda: (p := _get(store, "pending")) and condition(p, "PodScheduled") == "False" and p
         )
+        assert pending
         assert phase(pending) == "Pending"
         assert not pending["spec"].get("nodeName")
         # Removing the annotation lets it schedule.
@@ -70,6 +74,7 @@ async def test_fail_after_with_restart_policies() -> None:
         store.create(PODS, pod("ok", annotations={**fail, A + "exit-code": "0"}, restart_policy="Never"))
         store.create(PODS, pod("always", annotations=fail))
         never = await eventually(lambda: (p := _get(store, "never")) and phase(p) == "Failed" and p)
+        assert never
         terminated = never["status"]["containerStatuses"][0]["state"]["terminated"]
         assert terminated["exitCode"] == 3
         assert terminated["reason"] == "Error"
@@ -79,6 +84,7 @@ async def test_fail_after_with_restart_policies() -> None:
         always = await eventually(
             lambda: (p := _get(store, "always")) and p["status"]["containerStatuses"][0]["restartCount"] >= 1 and p
         )
+        assert always
         assert phase(always) == "Running"
         assert always["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 3
 
@@ -90,6 +96,7 @@ async def test_crash_loop() -> None:
         crashed = await eventually(
             lambda: (p := _get(store, "crash")) and p["status"]["containerStatuses"][0]["restartCount"] >= 2 and p
         )
+        assert crashed
         status = crashed["status"]["containerStatuses"][0]
         assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
         assert status["lastState"]["terminated"]["exitCode"] == 1
@@ -191,6 +198,7 @@ async def test_worker_init_waits_for_the_head() -> None:
         waiting = await eventually(
             lambda: (p := _get(store, "rc-worker")) and condition(p, "Initialized") == "False" and p
         )
+        assert waiting
         assert phase(waiting) == "Pending"
         assert waiting["status"]["initContainerStatuses"][0]["state"].get("running")
         store.create(PODS, head_pod("rc-head", "rc"))
