@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import nats
 from kubernetes import client, watch
@@ -35,6 +36,7 @@ from tests.e2e.clusters import small_cluster
 from tests.fixtures.nats import NatsServer
 from tests.fixtures.processes import Processes, Service, running_processes, wait
 from tests.helpers import work_consumers
+from tests.kubeobjects import meta
 
 GROUP, VERSION, PLURAL, NAMESPACE = "ray.io", "v1", "rayclusters", "default"
 WORKERS = 3
@@ -52,7 +54,9 @@ class PodCreates:
         self._core = client.CoreV1Api(api)
         self.added: Counter[str] = Counter()
         self._stop = threading.Event()
-        self._rv = self._core.list_namespaced_pod(NAMESPACE).metadata.resource_version
+        pods = self._core.list_namespaced_pod(NAMESPACE)
+        assert pods.metadata is not None
+        self._rv = pods.metadata.resource_version
         self.cycles = 0
         """Watch requests ended so far."""
         self._thread = threading.Thread(target=self._run, name="pod-creates", daemon=True)
@@ -60,9 +64,9 @@ class PodCreates:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            w = watch.Watch()
+            w = watch.Watch()  # type: ignore[no-untyped-call]
             with contextlib.suppress(Exception):  # a broken watch resumes from the last version seen
-                for event in w.stream(
+                for event in w.stream(  # type: ignore[no-untyped-call]
                     self._core.list_namespaced_pod, NAMESPACE, resource_version=self._rv, timeout_seconds=2
                 ):
                     if event["type"] == "ADDED":
@@ -141,12 +145,16 @@ class Figures:
 
 def pods_by_cluster(api: client.ApiClient) -> Counter[str]:
     pods = client.CoreV1Api(api).list_namespaced_pod(NAMESPACE).items
-    return Counter(pod.metadata.labels.get("ray.io/cluster", "") for pod in pods)
+    return Counter((meta(pod).labels or {}).get("ray.io/cluster", "") for pod in pods)
+
+
+def _clusters(api: client.ApiClient) -> list[dict[str, Any]]:
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)
+    return list(cast(dict[str, Any], listed)["items"])
 
 
 def _states(api: client.ApiClient) -> dict[str, str]:
-    items = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
-    return {c["metadata"]["name"]: (c.get("status") or {}).get("state", "") for c in items}
+    return {c["metadata"]["name"]: (c.get("status") or {}).get("state", "") for c in _clusters(api)}
 
 
 def converged(api: client.ApiClient, expected: dict[str, int]) -> bool:
@@ -303,23 +311,22 @@ class BurstFigures:
     unhealthy: list[str]
 
 
-def _clusters_with_pods(api: client.ApiClient) -> int:
-    return sum(1 for name, count in pods_by_cluster(api).items() if name and count)
+def _have_pods(api: client.ApiClient, clusters: float) -> bool:
+    """Whether at least ``clusters`` clusters have Pods."""
+    return sum(1 for name, count in pods_by_cluster(api).items() if name and count) >= clusters
 
 
 def _not_converged(api: client.ApiClient, expected: dict[str, int]) -> list[str]:
     """The clusters that differ from what is expected, each with why: every named cluster ``ready`` with
     ``readyWorkerReplicas`` = its expected workers = its running worker Pods and one running head; every
     other cluster gone with its Pods."""
-    custom = client.CustomObjectsApi(api)
-    items = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
-    clusters = {c["metadata"]["name"]: c for c in items}
+    clusters = {c["metadata"]["name"]: c for c in _clusters(api)}
     heads: Counter[str] = Counter()
     workers: Counter[str] = Counter()
     for pod in client.CoreV1Api(api).list_namespaced_pod(NAMESPACE).items:
-        labels = pod.metadata.labels or {}
+        labels = meta(pod).labels or {}
         cluster = labels.get("ray.io/cluster", "")
-        running = pod.status is not None and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
+        running = pod.status is not None and pod.status.phase == "Running" and not meta(pod).deletion_timestamp
         if labels.get("ray.io/node-type") == "head":
             heads[cluster] += 1 if running else 100  # a head that is not running (or a second one) is wrong
         else:
@@ -356,11 +363,7 @@ def _burst(
                 GROUP, VERSION, NAMESPACE, PLURAL, small_cluster(name, workers=WORKERS)
             )
         for victim, share in BURST_KILLS:
-            wait(
-                lambda s=share: _clusters_with_pods(api) >= s * clusters,
-                f"{share:.0%} of the clusters with Pods",
-                bound,
-            )
+            wait(functools.partial(_have_pods, api, share * clusters), f"{share:.0%} of the clusters with Pods", bound)
             _kill(stack, victim)
         last_kill = time.monotonic()
         for name in names[:scaled]:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import msgspec
 import nats
 import pytest
 from kubernetes import client
+from nats.aio.client import Client
 
 from schema import codec, subjects
 from schema.crd import write_crds
@@ -53,7 +54,7 @@ from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
 from tests.fixtures.nats import NatsServer, free_port
 from tests.helpers import conformance_dir, eventually, reap_tasks, stored_messages
 
-ServiceFn = Callable[[RaybusSettings, asyncio.Event, HealthServer], Awaitable[None]]
+ServiceFn = Callable[[RaybusSettings, asyncio.Event, HealthServer], Coroutine[Any, Any, None]]
 
 
 def gateway_api_crds() -> Path:
@@ -123,7 +124,7 @@ class Pipeline:
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.kube.api_client)
 
-    async def nc(self) -> nats.aio.client.Client:
+    async def nc(self) -> Client:
         return await nats.connect(self.nats.url)
 
     async def restart(self, name: str) -> None:
@@ -227,8 +228,9 @@ async def running_pipeline(
             components = {"status": Component("status", run_status, settings)}
             if replicas:
                 components["watch"] = Component("watch", run_watcher, as_replica(settings, "watch", ("watch",)))
+                stages: tuple[tuple[str, WatcherRole], ...] = (("applier", "apply"), ("prober", "probe"))
                 for n in range(1, replicas + 1):
-                    for stage, role in (("applier", "apply"), ("prober", "probe")):
+                    for stage, role in stages:
                         name = f"{stage}-{n}"
                         components[name] = Component(name, run_watcher, as_replica(settings, name, (role,)))
                     if with_reconciler:

@@ -13,14 +13,16 @@ import json
 import urllib.request
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+import urllib3
 from kubernetes import client
 
 from tests.e2e.clusters import small_cluster
 from tests.e2e.drivers import ObjectDriver, Rows
 from tests.e2e.pipeline import Pipeline
 from tests.helpers import eventually
+from tests.kubeobjects import name_of
 
 GROUP, VERSION = "ray.io", "v1"
 LONG = "KUBESIM_RUN_SECONDS=inf python main.py"
@@ -63,7 +65,7 @@ def rayjob_statuses(p: Pipeline, namespace: str) -> dict[str, dict[str, Any]]:
     """Status of every RayJob of a namespace, in one list call decoded cheaply (the client's model
     deserialisation of many RayJobs costs more CPU than the pipeline under test)."""
     response = p.custom().list_namespaced_custom_object(GROUP, VERSION, namespace, "rayjobs", _preload_content=False)
-    items = json.loads(response.read())["items"]
+    items = json.loads(cast(urllib3.HTTPResponse, response).read())["items"]
     return {item["metadata"]["name"]: dict(item.get("status") or {}) for item in items}
 
 
@@ -127,12 +129,12 @@ class JobDriver(ObjectDriver):
     async def submitter_jobs(self) -> list[str]:
         """Names of the batch Jobs of the namespace."""
         found = await asyncio.to_thread(client.BatchV1Api(self.p.api).list_namespaced_job, self.namespace)
-        return [j.metadata.name for j in found.items]
+        return [name_of(j) for j in found.items]
 
     async def head_pod(self, cluster: str) -> client.V1Pod:
         selector = f"ray.io/cluster={cluster},ray.io/node-type=head"
         pods = await asyncio.to_thread(self.p.core().list_namespaced_pod, self.namespace, label_selector=selector)
-        assert len(pods.items) == 1, [x.metadata.name for x in pods.items]
+        assert len(pods.items) == 1, [name_of(x) for x in pods.items]
         return pods.items[0]
 
     async def dashboard_post(self, service: str, path: str, body: dict[str, Any]) -> Any:

@@ -113,6 +113,7 @@ class ServiceDriver(ObjectDriver):
                 ready = endpoint.conditions is None or endpoint.conditions.ready is not False
                 ref = endpoint.target_ref
                 if ready and ref is not None and ref.kind == "Pod":
+                    assert ref.name is not None
                     found.add(ref.name)
         return found
 
@@ -160,6 +161,7 @@ class EndpointWatch:
     async def _run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             svc = await self.driver.service(self.service)
+            assert svc.spec is not None
             selected = (svc.spec.selector or {}).get("ray.io/cluster", "")
             self.samples.append((selected, frozenset(await self.driver.ready_endpoints(self.service))))
             await asyncio.sleep(0.01)  # just a yield between samples: each sample is two API reads

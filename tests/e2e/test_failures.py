@@ -14,6 +14,7 @@ from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, apply_cluster, get_cluster, pods_of
 from tests.helpers import eventually
+from tests.kubeobjects import meta
 
 
 async def warnings_on(p: Pipeline, name: str, reason: str) -> list[Any]:
@@ -55,7 +56,7 @@ async def test_failures_after_retries_show_on_the_custom_resource(tmp_path: Path
         async def corrected_worker() -> list[Any]:
             p.check()
             pods = await asyncio.to_thread(pods_of, p, "refused", "default", "worker")
-            return [pod for pod in pods if (pod.metadata.labels or {}).get("team") == "valid"]
+            return [pod for pod in pods if (meta(pod).labels or {}).get("team") == "valid"]
 
         await eventually(corrected_worker, timeout=60, message="no worker Pod after the template was corrected")
 

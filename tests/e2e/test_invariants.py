@@ -11,7 +11,7 @@ import signal
 import subprocess
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -23,6 +23,7 @@ from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, pods_of, status_api
 from tests.fixtures.nats import free_port
 from tests.fixtures.processes import spawn_raybus
 from tests.helpers import eventually, stored_messages, work_consumers
+from tests.kubeobjects import meta, name_of
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
@@ -35,7 +36,8 @@ def create(p: Pipeline, body: dict[str, Any], namespace: str = "default") -> Non
 
 
 def list_clusters(p: Pipeline) -> list[dict[str, Any]]:
-    return list(p.custom().list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)["items"])
+    listed = p.custom().list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
+    return list(cast(dict[str, Any], listed)["items"])
 
 
 async def all_ready(p: Pipeline, names: set[str], *, timeout: float = 120) -> None:
@@ -64,7 +66,7 @@ async def pod_counts(p: Pipeline) -> dict[str, int]:
     pods = await asyncio.to_thread(p.core().list_namespaced_pod, "default")
     counts: dict[str, int] = defaultdict(int)
     for pod in pods.items:
-        cluster = (pod.metadata.labels or {}).get("ray.io/cluster")
+        cluster = (meta(pod).labels or {}).get("ray.io/cluster")
         if cluster is not None:  # a RayJob's submitter Pod belongs to no cluster
             counts[cluster] += 1
     return counts
@@ -85,7 +87,7 @@ async def test_invariant_1_duplicate_commands_and_replayed_events_change_nothing
     async with running_pipeline(tmp_path, db_url=db_url, replicas=REPLICAS) as p:
         await asyncio.to_thread(create, p, small_cluster("dup", workers=2))
         await all_ready(p, {"dup"})
-        before = sorted(x.metadata.name for x in await asyncio.to_thread(pods_of, p, "dup"))
+        before = sorted(name_of(x) for x in await asyncio.to_thread(pods_of, p, "dup"))
         assert len(before) == 3
         batches = [m for m in await stream_messages(p, subjects.COMMANDS_STREAM) if decode_batch(m[2]).commands]
         nc = await p.nc()
@@ -110,7 +112,7 @@ async def test_invariant_1_duplicate_commands_and_replayed_events_change_nothing
             await eventually(drained, timeout=60, message="the repeated commands and events were not all processed")
         finally:
             await nc.close()
-        after = sorted(x.metadata.name for x in await asyncio.to_thread(pods_of, p, "dup"))
+        after = sorted(name_of(x) for x in await asyncio.to_thread(pods_of, p, "dup"))
         assert after == before
 
 

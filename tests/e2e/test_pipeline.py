@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -15,16 +16,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from services.runtime.tracing import DECIDED, DECISION_STORED, ENTRY_WRITTEN, SNAPSHOT_READ
 from tests.e2e.pipeline import Pipeline, load_yaml_docs, running_pipeline
 from tests.helpers import eventually, samples_dir
+from tests.kubeobjects import meta
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
 
 
 def apply_cluster(p: Pipeline, body: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
-    return p.custom().create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)  # type: ignore[no-any-return]
+    return cast(dict[str, Any], p.custom().create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body))
 
 
 def get_cluster(p: Pipeline, name: str, namespace: str = "default") -> dict[str, Any]:
-    return p.custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)  # type: ignore[no-any-return]
+    return cast(dict[str, Any], p.custom().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
 
 
 def pods_of(p: Pipeline, name: str, namespace: str = "default", node_type: str | None = None) -> list[client.V1Pod]:
@@ -51,7 +53,7 @@ async def test_sample_cluster_is_ready_recorded_and_traced(
 
         async def ready() -> bool:
             p.check()
-            return (await asyncio.to_thread(get_cluster, p, name)).get("status", {}).get("state") == "ready"
+            return bool((await asyncio.to_thread(get_cluster, p, name)).get("status", {}).get("state") == "ready")
 
         await eventually(ready, timeout=60, message="RayCluster never became ready")
         status = (await asyncio.to_thread(get_cluster, p, name))["status"]
@@ -62,6 +64,7 @@ async def test_sample_cluster_is_ready_recorded_and_traced(
         assert len(await asyncio.to_thread(pods_of, p, name, "default", "head")) == 1
         assert len(await asyncio.to_thread(pods_of, p, name, "default", "worker")) == 1
         svc = await asyncio.to_thread(p.core().read_namespaced_service, f"{name}-head-svc", "default")
+        assert svc.spec is not None and svc.spec.selector is not None
         assert svc.spec.selector["ray.io/cluster"] == name
 
         async def transition() -> dict[str, Any] | None:
@@ -99,7 +102,7 @@ async def test_scale_up_down_and_delete_cascades(tmp_path: Path, db_url: str) ->
         async def workers(n: int) -> bool:
             p.check()
             pods = await asyncio.to_thread(pods_of, p, name, "default", "worker")
-            live = [x for x in pods if x.metadata.deletion_timestamp is None]
+            live = [x for x in pods if meta(x).deletion_timestamp is None]
             state = (await asyncio.to_thread(get_cluster, p, name)).get("status", {})
             # KubeRay's status fields are omitempty: a zero count is absent
             return len(live) == n and len(pods) == n and state.get("desiredWorkerReplicas", 0) == n
@@ -116,7 +119,9 @@ async def test_scale_up_down_and_delete_cascades(tmp_path: Path, db_url: str) ->
             await asyncio.to_thread(
                 p.custom().patch_namespaced_custom_object, GROUP, VERSION, "default", PLURAL, name, patch
             )
-            await eventually(lambda r=replicas: workers(r), timeout=60, message=f"never reached {replicas} workers")
+            await eventually(
+                functools.partial(workers, replicas), timeout=60, message=f"never reached {replicas} workers"
+            )
         await asyncio.to_thread(p.custom().delete_namespaced_custom_object, GROUP, VERSION, "default", PLURAL, name)
 
         async def all_gone() -> bool:
@@ -143,7 +148,7 @@ async def test_repeated_scaling_and_suspend_resume_converge(tmp_path: Path, db_u
         async def live_workers(n: int) -> bool:
             p.check()
             pods = await asyncio.to_thread(pods_of, p, "again", "default", "worker")
-            return len(pods) == n and all(x.status.phase == "Running" for x in pods)
+            return len(pods) == n and all(x.status is not None and x.status.phase == "Running" for x in pods)
 
         async def patch(spec: dict[str, Any]) -> None:
             await asyncio.to_thread(
@@ -153,7 +158,7 @@ async def test_repeated_scaling_and_suspend_resume_converge(tmp_path: Path, db_u
         for replicas in (3, 0, 3, 0, 3):
             await patch({"workerGroupSpecs": [{**group, "replicas": replicas}]})
             await eventually(
-                lambda r=replicas: live_workers(r), timeout=60, message=f"never reached {replicas} workers"
+                functools.partial(live_workers, replicas), timeout=60, message=f"never reached {replicas} workers"
             )
         await patch({"suspend": True})
         await eventually(lambda: asyncio.to_thread(lambda: not pods_of(p, "again")), timeout=60)

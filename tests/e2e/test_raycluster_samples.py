@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client, dynamic
@@ -18,6 +18,7 @@ from kubernetes import client, dynamic
 from tests.e2e.pipeline import Pipeline, load_yaml_docs, running_pipeline
 from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION
 from tests.helpers import eventually, samples_dir
+from tests.kubeobjects import meta
 
 CONFORMANCE = [
     "ray-cluster.sample.yaml",
@@ -47,7 +48,7 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[Pipeline]:
 def apply_sample(p: Pipeline, sample: str, namespace: str) -> dict[str, Any]:
     """Apply every document of a sample into ``namespace``; return the RayCluster document."""
     client.CoreV1Api(p.api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    dyn = dynamic.DynamicClient(p.api)
+    dyn = dynamic.DynamicClient(p.api)  # type: ignore[no-untyped-call]
     cluster: dict[str, Any] = {}
     for doc in load_yaml_docs(samples_dir() / sample):
         doc.setdefault("metadata", {})["namespace"] = namespace
@@ -82,7 +83,7 @@ async def test_every_conformance_sample_becomes_ready(pipeline: Pipeline) -> Non
         obj = await asyncio.to_thread(
             p.custom().get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, body["metadata"]["name"]
         )
-        return obj.get("status") or {}
+        return cast(dict[str, Any], obj).get("status") or {}
 
     async def all_ready() -> bool:
         p.check()
@@ -123,12 +124,14 @@ async def test_multi_host_group_gets_its_pods_labels_and_headless_service(pipeli
         return list(pods.items) if len(pods.items) == group["replicas"] * hosts else None
 
     pods = await eventually(workers, timeout=60, message="multi-host workers were not created")
-    labels = [pod.metadata.labels for pod in pods]
+    assert pods is not None
+    labels = [meta(pod).labels or {} for pod in pods]
     assert sorted(int(lbl["ray.io/replica-host-index"]) for lbl in labels) == list(range(hosts))
     assert len({lbl["ray.io/worker-group-replica-name"] for lbl in labels}) == group["replicas"]
     assert {lbl["ray.io/worker-group-replica-index"] for lbl in labels} == {"0"}
     svc = await eventually(
         lambda: asyncio.to_thread(p.core().read_namespaced_service, f"{name}-headless", "multihost"), timeout=30
     )
+    assert svc.spec is not None
     assert svc.spec.cluster_ip == "None"
     assert await p.denials() == []

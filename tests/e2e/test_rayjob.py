@@ -29,6 +29,7 @@ from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline, shared_pipeline
 from tests.e2e.rayjobs import LONG, JobDriver, applied, ended, parse_time, small_rayjob, steps
 from tests.helpers import eventually
+from tests.kubeobjects import name_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -197,6 +198,7 @@ async def test_sidecar_mode(pipe: Pipeline) -> None:
     status = await job.wait_deployment("Complete")
     assert status["jobStatus"] == "SUCCEEDED"
     head = await job.head_pod(status["rayClusterName"])
+    assert head.spec is not None
     assert [c.name for c in head.spec.containers][-1] == "ray-job-submitter"
     assert head.spec.restart_policy == "Never"
     assert await job.submitter_jobs() == []
@@ -218,7 +220,7 @@ async def test_cluster_selector_uses_an_existing_cluster_and_never_deletes_it(pi
     await job.wait_gone()
     assert await job.clusters() == ["shared"]
     services = await asyncio.to_thread(pipe.core().list_namespaced_service, job.namespace)
-    assert [s.metadata.name for s in services.items] == ["shared-head-svc"]  # no <rj>-head-svc in this mode
+    assert [name_of(s) for s in services.items] == ["shared-head-svc"]  # no <rj>-head-svc in this mode
     audit = await job.commands(until=applied("patch_object", "RayJob"))
     assert not [c for c in audit if c["verb"] == "delete_object"]
 
@@ -328,6 +330,7 @@ async def test_dashboard_outage_longer_than_the_status_check_timeout(tmp_path: P
         status = await job.wait(lambda s: s.get("jobStatus") == "RUNNING", "ran")
         pod = await job.head_pod(status["rayClusterName"])
         meta = pod.metadata
+        assert meta is not None
         head = {"metadata": {"namespace": job.namespace, "name": meta.name, "uid": meta.uid, "labels": meta.labels}}
         stopping = asyncio.run_coroutine_threadsafe(p.kube.dashboards.stop_for(head), p.kube.loop)
         await asyncio.wrap_future(stopping)

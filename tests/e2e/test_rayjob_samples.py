@@ -31,8 +31,9 @@ from schema.messages import PatchStatus
 from services.replay.history import KeyHistory
 from services.replay.replayer import Replayer
 from services.status import history_cli
+from tests.e2e.drivers import Rows
 from tests.e2e.pipeline import Pipeline, load_yaml_docs, running_pipeline
-from tests.e2e.rayjobs import JobDriver, Rows, steps
+from tests.e2e.rayjobs import JobDriver, steps
 from tests.helpers import samples_dir
 from tests.replays.scenarios import settled_history
 
@@ -43,12 +44,15 @@ INTERACTIVE = (("", "Initializing"), ("Initializing", "Waiting"), ("Waiting", "R
 
 async def submitter_container(job: JobDriver) -> client.V1Container:
     found = await asyncio.to_thread(client.BatchV1Api(job.p.api).read_namespaced_job, job.name, job.namespace)
+    assert found.spec is not None and found.spec.template.spec is not None
     containers: list[client.V1Container] = found.spec.template.spec.containers
     return containers[0]
 
 
 async def resources_reach_the_submitter(job: JobDriver, _: dict[str, Any]) -> None:
-    script = (await submitter_container(job)).args[0]
+    args = (await submitter_container(job)).args
+    assert args is not None
+    script = args[0]
     assert "--entrypoint-num-cpus 2.000000 --entrypoint-num-gpus 0.500000" in script
     assert '--entrypoint-resources "{\\"resource1\\": 1, \\"resource2\\": 2}"' in script
 
@@ -59,6 +63,7 @@ async def custom_head_service_is_the_dashboard(_: JobDriver, status: dict[str, A
 
 async def sidecar_submits_from_the_head(job: JobDriver, status: dict[str, Any]) -> None:
     head = await job.head_pod(status["rayClusterName"])
+    assert head.spec is not None
     assert [c.name for c in head.spec.containers] == ["ray-head", "ray-job-submitter"]
     assert await job.submitter_jobs() == []
 
@@ -66,6 +71,7 @@ async def sidecar_submits_from_the_head(job: JobDriver, status: dict[str, Any]) 
 async def user_submitter_is_kept(job: JobDriver, status: dict[str, Any]) -> None:
     container = await submitter_container(job)
     assert (container.name, container.command) == ("my-custom-rayjob-submitter", ["/submitter"])
+    assert container.env is not None
     env = {e.name: e.value for e in container.env}
     assert env["RAY_JOB_SUBMISSION_ID"] == status["jobId"]
 
@@ -108,7 +114,7 @@ EXISTING_CLUSTER = "ray-cluster-kuberay"
 
 
 def apply_docs(p: Pipeline, docs: list[dict[str, Any]], namespace: str) -> None:
-    dyn = dynamic.DynamicClient(p.api)
+    dyn = dynamic.DynamicClient(p.api)  # type: ignore[no-untyped-call]
     for doc in docs:
         doc.setdefault("metadata", {})["namespace"] = namespace
         dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).create(body=doc, namespace=namespace)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest.fixture(autouse=True)
-def _no_leaked_tasks() -> Iterator[None]:
+def _no_leaked_tasks() -> None:
     """The shared pipeline's services start tasks of their own at any time, so the project's per-test
     leak guard cannot tell them from a test's; ``shared_pipeline`` checks once the pipeline has stopped."""
     return
@@ -130,11 +130,13 @@ async def test_samples_reach_ready_with_endpoints(pipe: Pipeline, sample: str, s
         app["name"] for app in yaml.safe_load(rs.body["spec"]["serveConfigV2"])["applications"]
     }
     svc = await rs.service(serve_service)
+    assert svc.spec is not None
     assert svc.spec.selector == {"ray.io/cluster": cluster, "ray.io/serve": "true"}
-    assert [p.port for p in svc.spec.ports] == [port]
+    assert [p.port for p in svc.spec.ports or []] == [port]
     endpoints = await rs.ready_endpoints(serve_service)
     assert endpoints and all(pod.startswith(f"{cluster}-") for pod in endpoints)
     head = await rs.service(f"{rs.name}-head-svc")
+    assert head.spec is not None and head.spec.selector is not None
     assert head.spec.selector["ray.io/cluster"] == cluster
     assert {a["status"] for a in (await rs.applications(cluster))["applications"].values()} == {"RUNNING"}
 
@@ -361,11 +363,12 @@ async def test_pending_cluster_whose_applications_fail_never_gets_traffic(pipe: 
 
     def failed(status: dict[str, Any]) -> bool:
         apps = (status.get("pendingServiceStatus") or {}).get("applicationStatuses") or {}
-        return apps.get("fruit_app_kubesim-deploy-fail", {}).get("status") == "DEPLOY_FAILED"
+        return bool(apps.get("fruit_app_kubesim-deploy-fail", {}).get("status") == "DEPLOY_FAILED")
 
     status = await rs.wait(failed, "saw the pending cluster's applications fail")
     assert active(status) == old and is_ready(status) and status["numServeEndpoints"] > 0
     serve = await rs.service(f"{rs.name}-serve-svc")
+    assert serve.spec is not None and serve.spec.selector is not None
     assert serve.spec.selector["ray.io/cluster"] == old
     assert all(pod.startswith(f"{old}-") for pod in await rs.ready_endpoints(f"{rs.name}-serve-svc"))
     assert (await rs.applications(old))["applications"].keys() == before.keys()  # nothing was PUT to it

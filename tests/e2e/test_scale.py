@@ -20,6 +20,7 @@ from tests.e2e.clusters import small_cluster
 from tests.e2e.pipeline import Pipeline, running_pipeline
 from tests.e2e.test_pipeline import GROUP, PLURAL, VERSION, apply_cluster, get_cluster, pods_of
 from tests.helpers import eventually
+from tests.kubeobjects import meta
 from tests.replays.scenarios import settled_history
 
 WORKERS = 2000
@@ -32,7 +33,9 @@ async def running_workers(p: Pipeline, name: str, n: int) -> bool:
     status = (await asyncio.to_thread(get_cluster, p, name)).get("status", {})
     return (
         len(pods) == n
-        and all(x.status.phase == "Running" and x.metadata.deletion_timestamp is None for x in pods)
+        and all(
+            x.status is not None and x.status.phase == "Running" and meta(x).deletion_timestamp is None for x in pods
+        )
         and status.get("readyWorkerReplicas", 0) == n
     )
 

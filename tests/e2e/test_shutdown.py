@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import AnyStr
 
 import pytest
 from kubernetes import client, config
@@ -78,13 +79,13 @@ def _needles(state: Path) -> list[str]:
 
 def burst(state: Path, count: int) -> None:
     """Create ``count`` clusters at once through the stack's own kubeconfig."""
-    with config.new_client_from_config(str(state / "kubeconfig")) as api_client:
+    with config.new_client_from_config(str(state / "kubeconfig")) as api_client:  # type: ignore[no-untyped-call]
         api = client.CustomObjectsApi(api_client)
         for i in range(count):
             api.create_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", small_cluster(f"burst-{i}"))
 
 
-def wait_for_exit(proc: subprocess.Popen[str], bound: float) -> int:
+def wait_for_exit(proc: subprocess.Popen[AnyStr], bound: float) -> int:
     try:
         return proc.wait(bound)
     except subprocess.TimeoutExpired:

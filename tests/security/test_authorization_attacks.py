@@ -52,6 +52,7 @@ from tests.e2e.pipeline import (
 )
 from tests.e2e.test_invariants import all_ready, create
 from tests.helpers import eventually, stored_messages
+from tests.kubeobjects import name_of
 from tests.security.denials import assert_denied
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -157,7 +158,7 @@ async def test_no_privileged_hostpath_pod_is_created_in_kube_system(pipe: Pipeli
     assert_denied(made_up, "RayCluster/kube-system/evil is not a custom resource the watcher knows")
     assert_denied(await forge(pipe, VICTIM, CreateObject(target=target, body=pod(VICTIM))), "outside the namespace")
     pods = await asyncio.to_thread(pipe.core().list_namespaced_pod, "kube-system")
-    assert "evil" not in [p.metadata.name for p in pods.items]
+    assert "evil" not in [name_of(p) for p in pods.items]
 
 
 async def test_an_unowned_secret_is_not_overwritten_and_the_denial_shows(
@@ -185,19 +186,21 @@ async def test_an_unowned_secret_is_not_overwritten_and_the_denial_shows(
         return [
             e
             for e in events.items
-            if e.reason == "CommandDenied" and e.involved_object.name == VICTIM.name and "db-password" in e.message
+            if e.reason == "CommandDenied"
+            and e.involved_object.name == VICTIM.name
+            and "db-password" in (e.message or "")
         ]
 
     found = await eventually(warned, message="no CommandDenied Event on the RayCluster")
     assert (found[0].type, found[0].involved_object.kind) == ("Warning", "RayCluster")
-    assert "patch_object Secret default/db-password was not executed" in found[0].message
+    assert "patch_object Secret default/db-password was not executed" in (found[0].message or "")
 
 
 async def test_a_deletecollection_of_unrelated_pods_deletes_nothing(pipe: Pipeline) -> None:
     command = DeleteCollection(api_version="v1", kind="Pod", namespace=NS, label_selector="app=web")
     assert_denied(await forge(pipe, VICTIM, command), "does not require ray.io/cluster")
     pods = await asyncio.to_thread(pipe.core().list_namespaced_pod, NS, label_selector="app=web")
-    assert sorted(p.metadata.name for p in pods.items) == ["web-1", "web-2"]
+    assert sorted(name_of(p) for p in pods.items) == ["web-1", "web-2"]
 
 
 def _status_get(pipe: Pipeline, path: str) -> Any:
@@ -206,9 +209,10 @@ def _status_get(pipe: Pipeline, path: str) -> Any:
 
 
 async def test_a_forged_transition_does_not_enter_another_keys_history(pipe: Pipeline) -> None:
-    other = await asyncio.to_thread(
+    found = await asyncio.to_thread(
         pipe.custom().get_namespaced_custom_object, "ray.io", "v1", NS, "rayclusters", OTHER.name
     )
+    other = cast(dict[str, Any], found)
     forged = Transition(
         kind="RayCluster",
         uid=other["metadata"]["uid"],
@@ -244,7 +248,7 @@ async def test_a_dashboard_namespace_cannot_reach_another_api_through_the_proxy(
         hostile = DashboardRef(namespace=namespace, service=service, port=8265, cluster=VICTIM.name)
         assert_denied(await forge(pipe, JOB, SubmitRayJob(dashboard=hostile, request=planted)), why)
     pods = await asyncio.to_thread(pipe.core().list_namespaced_pod, "kube-system")
-    assert "planted" not in [p.metadata.name for p in pods.items]
+    assert "planted" not in [name_of(p) for p in pods.items]
 
 
 async def test_a_rayjob_cannot_submit_to_a_cluster_it_does_not_own(pipe: Pipeline) -> None:
@@ -285,6 +289,7 @@ async def test_direct_mode_sends_no_token_to_another_host(tmp_path: Path) -> Non
 
             async def token_secret() -> str:
                 secret = await asyncio.to_thread(p.core().read_namespaced_secret, "secured", NS)
+                assert secret.data is not None
                 return base64.b64decode(secret.data["auth_token"]).decode()
 
             token = await eventually(token_secret, timeout=60, message="the auth Secret was never created")

@@ -69,6 +69,9 @@ class DictFacts:
     def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
         return namespace == NS and (kind, name) in self.deleted
 
+    async def caught_up(self, revision: int) -> None:
+        """At once: the dict's objects are always its latest."""
+
 
 RC = obj("RayCluster", "rc", spec={"authOptions": {"mode": "token"}})
 RC_POD = obj(

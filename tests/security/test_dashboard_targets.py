@@ -18,9 +18,9 @@ import pytest
 from kubernetes import client
 
 from schema.messages import DashboardRef
+from schema.probes import PodEndpoint
 from services.edge.dashboard import (
     DashboardClient,
-    PodEndpoint,
     dashboard_base_url,
     dashboard_ref_problem,
     pod_base_url,
@@ -29,6 +29,7 @@ from services.edge.dashboard import (
 from services.edge.kubeapi import KubeApi, load_configuration
 from services.runtime.errors import PermanentError
 from tests.fixtures.kubesim import KubeSimHandle, running_kubesim
+from tests.kubeobjects import name_of
 
 NS = "team"
 TOKEN = "victim-token-" + "x" * 20
@@ -100,7 +101,7 @@ async def test_a_namespace_with_a_path_reaches_no_other_api_through_the_proxy(
     finally:
         await dashboard.close()
     pods = await asyncio.to_thread(client.CoreV1Api(kube.api_client).list_namespaced_pod, "kube-system")
-    assert [p.metadata.name for p in pods.items] == []
+    assert [name_of(p) for p in pods.items] == []
 
 
 async def test_direct_mode_sends_the_token_to_no_other_host(kube_api: KubeApi) -> None:

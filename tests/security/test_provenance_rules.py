@@ -87,6 +87,16 @@ def with_body(command: CreateObject, mutate: Callable[[dict[str, Any]], None]) -
     return CreateObject(target=command.target, body=body)
 
 
+def on_spec(mutate: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """A mutation of a spec as one of the body that holds it."""
+    return lambda body: mutate(body["spec"])
+
+
+def setting(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A mutation that sets one field."""
+    return lambda fields: fields.__setitem__(field, value)
+
+
 # --- Pods of every RayCluster sample ------------------------------------------------------------------
 
 POD_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
@@ -128,7 +138,7 @@ def test_every_pod_of_a_sample_passes_and_every_mutation_is_refused(sample: str,
     for service, batch in created(world.decisions, "Service"):  # what is exposed, and how
         assert ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(service) == ""
         other = "NodePort" if service.body["spec"].get("type") == "LoadBalancer" else "LoadBalancer"
-        exposed = with_body(service, lambda b, other=other: b["spec"].__setitem__("type", other))
+        exposed = with_body(service, on_spec(setting("type", other)))
         problem = ContentCheck(world.key, SimFacts(world.objects), config, batch).problem(exposed)
         assert problem.startswith("the Service's spec.type"), problem
     for ingress, batch in created(world.decisions, "Ingress"):
@@ -606,7 +616,7 @@ def test_the_gateway_and_route_of_an_incremental_upgrade_are_the_rayservices() -
     for patch, batch in patches:
         assert check(key, world.objects, patch, batch) == ""
     for mutate, why in ROUTE_MUTATIONS.values():
-        forged = with_body(route, lambda b, mutate=mutate: mutate(b["spec"]))
+        forged = with_body(route, on_spec(mutate))
         assert check(key, world.objects, forged).startswith(why), why
         spec = copy.deepcopy(patches[-1][0].patch["spec"])  # type: ignore[call-overload]
         mutate(spec)
