@@ -23,7 +23,7 @@ def real_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane
 @pytest.fixture(scope="session")
 def kube_admin(real_kube: ControlPlane) -> Iterator[client.ApiClient]:
     """An official client authenticated as cluster admin."""
-    api = config.new_client_from_config(config_file=str(real_kube.kubeconfig))
+    api = config.new_client_from_config(config_file=str(real_kube.kubeconfig))  # type: ignore[no-untyped-call]
     try:
         yield api
     finally:
@@ -34,7 +34,7 @@ def kube_admin(real_kube: ControlPlane) -> Iterator[client.ApiClient]:
 def resources(kube_admin: client.ApiClient, tmp_path_factory: pytest.TempPathFactory) -> dynamic.DynamicClient:
     """A dynamic client (its discovery cache kept in pytest's tmp, not the machine's)."""
     cache = Path(tmp_path_factory.mktemp("discovery")) / "cache.json"
-    return dynamic.DynamicClient(kube_admin, cache_file=str(cache))
+    return dynamic.DynamicClient(kube_admin, cache_file=str(cache))  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture

@@ -57,7 +57,7 @@ class RaybusStack:
 
     def api(self) -> client.ApiClient:
         """A client as cluster admin (close it)."""
-        return config.new_client_from_config(config_file=self.kubeconfig)
+        return config.new_client_from_config(config_file=self.kubeconfig)  # type: ignore[no-untyped-call,no-any-return]
 
     def child(self, name: str) -> up.Child:
         """The supervised process called ``name``."""

@@ -23,5 +23,5 @@ def submit(resources: dynamic.DynamicClient, objects: Iterable[dict[str, Any]], 
         try:
             resource.create(body=obj, namespace=namespace, **({"dry_run": "All"} if dry_run else {}))
         except dynamic.exceptions.DynamicApiError as exc:
-            refused.append(f"{name}: {exc.status} {exc.summary()}")
+            refused.append(f"{name}: {exc.status} {exc.summary()}")  # type: ignore[no-untyped-call]
     return refused

@@ -16,6 +16,7 @@ from kubernetes import client, config
 
 from realkube import ControlPlane, RealKubeError
 from tests.helpers import eventually_sync
+from tests.kubeobjects import meta
 
 
 def _children(pid: int) -> list[int]:
@@ -55,9 +56,9 @@ def test_runs_until_sigterm_then_leaves_nothing_behind(tmp_path: Path) -> None:
         assert cli.stdout is not None
         kubeconfig = cli.stdout.readline().strip()
         assert kubeconfig == str(tmp_path / "plane" / "kubeconfig"), errors.read_text()
-        api = config.new_client_from_config(config_file=kubeconfig)
+        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         try:
-            names = {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
+            names = {meta(ns).name for ns in client.CoreV1Api(api).list_namespace().items}
         finally:
             api.close()
         assert {"default", "kube-system"} <= names

@@ -5,12 +5,14 @@ ServiceAccount kubeconfig from the TokenRequest API authenticates as that accoun
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 from kubernetes import client, config
 
 from realkube import ControlPlane
 from tests.helpers import eventually_sync
+from tests.kubeobjects import meta, uid_of
 
 HOLD = "raybus.io/test-hold"
 # Controllers act once their informers have synced, which on a busy machine can take a while after start.
@@ -27,8 +29,11 @@ def _gone(read: Callable[[], object]) -> bool:
     return False
 
 
-def _config_map(name: str, **metadata: object) -> client.V1ConfigMap:
-    return client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, **metadata), data={"k": "v"})
+def _config_map(
+    name: str, *, owner_references: list[client.V1OwnerReference] | None = None, finalizers: list[str] | None = None
+) -> client.V1ConfigMap:
+    meta = client.V1ObjectMeta(name=name, owner_references=owner_references, finalizers=finalizers)
+    return client.V1ConfigMap(metadata=meta, data={"k": "v"})
 
 
 def test_the_garbage_collector_deletes_dependents_of_a_deleted_owner(
@@ -36,7 +41,7 @@ def test_the_garbage_collector_deletes_dependents_of_a_deleted_owner(
 ) -> None:
     core = client.CoreV1Api(kube_admin)
     owner = core.create_namespaced_config_map(kube_namespace, _config_map("owner"))
-    reference = client.V1OwnerReference(api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid)
+    reference = client.V1OwnerReference(api_version="v1", kind="ConfigMap", name="owner", uid=uid_of(owner))
     core.create_namespaced_config_map(kube_namespace, _config_map("dependent", owner_references=[reference]))
     core.create_namespaced_config_map(kube_namespace, _config_map("bystander"))
 
@@ -54,7 +59,7 @@ def test_foreground_deletion_waits_for_dependents(kube_admin: client.ApiClient, 
     core = client.CoreV1Api(kube_admin)
     owner = core.create_namespaced_config_map(kube_namespace, _config_map("owner"))
     reference = client.V1OwnerReference(
-        api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid, block_owner_deletion=True
+        api_version="v1", kind="ConfigMap", name="owner", uid=uid_of(owner), block_owner_deletion=True
     )
     core.create_namespaced_config_map(
         kube_namespace, _config_map("dependent", owner_references=[reference], finalizers=[HOLD])
@@ -64,17 +69,17 @@ def test_foreground_deletion_waits_for_dependents(kube_admin: client.ApiClient, 
 
     # The owner waits (foregroundDeletion) on a dependent that a finalizer holds.
     held = eventually_sync(
-        lambda: core.read_namespaced_config_map("dependent", kube_namespace).metadata.deletion_timestamp,
+        lambda: meta(core.read_namespaced_config_map("dependent", kube_namespace)).deletion_timestamp,
         timeout=CONTROLLERS,
         message="the collector deletes the dependent",
     )
     assert held
-    assert "foregroundDeletion" in core.read_namespaced_config_map("owner", kube_namespace).metadata.finalizers
+    assert "foregroundDeletion" in (meta(core.read_namespaced_config_map("owner", kube_namespace)).finalizers or [])
 
     core.patch_namespaced_config_map("dependent", kube_namespace, {"metadata": {"finalizers": None}})
     for name in ("dependent", "owner"):
         eventually_sync(
-            lambda name=name: _gone(lambda: core.read_namespaced_config_map(name, kube_namespace)),
+            partial(_gone, partial(core.read_namespaced_config_map, name, kube_namespace)),
             timeout=CONTROLLERS,
             message=f"{name} is removed",
         )
@@ -86,9 +91,9 @@ def test_a_finalizer_holds_deletion_until_removed(kube_admin: client.ApiClient, 
 
     core.delete_namespaced_config_map("held", kube_namespace)
 
-    held = core.read_namespaced_config_map("held", kube_namespace)
-    assert held.metadata.deletion_timestamp is not None
-    assert held.metadata.finalizers == [HOLD]
+    held = meta(core.read_namespaced_config_map("held", kube_namespace))
+    assert held.deletion_timestamp is not None
+    assert held.finalizers == [HOLD]
     core.patch_namespaced_config_map("held", kube_namespace, {"metadata": {"finalizers": None}})
     eventually_sync(
         lambda: _gone(lambda: core.read_namespaced_config_map("held", kube_namespace)),
@@ -141,7 +146,8 @@ def test_a_job_gets_a_pod_and_a_service_gets_endpoint_slices(kube_admin: client.
         message="the Job controller creates the Pod",
     )
     # No scheduler, no kubelet: the Pod is stored and stays Pending.
-    assert pods[0].status.phase == "Pending"
+    status = pods[0].status
+    assert status is not None and status.phase == "Pending"
     slices = discovery.list_namespaced_endpoint_slice
     eventually_sync(
         lambda: slices(kube_namespace, label_selector="kubernetes.io/service-name=once").items,
@@ -154,7 +160,9 @@ def test_a_service_account_kubeconfig_authenticates_as_the_account(
     real_kube: ControlPlane, kube_admin: client.ApiClient, kube_namespace: str
 ) -> None:
     core = client.CoreV1Api(kube_admin)
-    core.create_namespaced_service_account(kube_namespace, client.V1ServiceAccount(metadata={"name": "reader"}))
+    core.create_namespaced_service_account(
+        kube_namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader"))
+    )
     role = client.V1Role(
         metadata=client.V1ObjectMeta(name="configmap-reader"),
         rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get", "list"])],
@@ -171,10 +179,11 @@ def test_a_service_account_kubeconfig_authenticates_as_the_account(
     path = real_kube.service_account_kubeconfig(kube_namespace, "reader")
 
     assert path.stat().st_mode & 0o077 == 0
-    api = config.new_client_from_config(config_file=str(path))
+    api = config.new_client_from_config(config_file=str(path))  # type: ignore[no-untyped-call]
     try:
-        review = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
-        assert review.status.user_info.username == f"system:serviceaccount:{kube_namespace}:reader"
+        me = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview()).status
+        assert me is not None and me.user_info is not None
+        assert me.user_info.username == f"system:serviceaccount:{kube_namespace}:reader"
         # The RBAC authorizer sees the new RoleBinding through its informers, a moment after it is stored.
         eventually_sync(
             lambda: client.CoreV1Api(api).list_namespaced_config_map(kube_namespace).items is not None,

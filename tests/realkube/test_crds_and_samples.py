@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -67,6 +67,7 @@ def round_trip_differences(sent: Any, stored: Any, schema: dict[str, Any] | None
 
 
 def _accepted(crd: client.V1CustomResourceDefinition) -> bool:
+    assert crd.status is not None
     return any(c.type == "NamesAccepted" and c.status == "True" for c in (crd.status.conditions or []))
 
 
@@ -100,7 +101,10 @@ def test_an_unknown_field_is_pruned_and_named(
         "spec": {"headGroupSpec": head, "notARayField": True},
     }
     custom.create_namespaced_custom_object("ray.io", "v1", kube_namespace, "rayclusters", cluster)
-    stored = custom.get_namespaced_custom_object("ray.io", "v1", kube_namespace, "rayclusters", "unknown-field")
+    stored = cast(
+        dict[str, Any],
+        custom.get_namespaced_custom_object("ray.io", "v1", kube_namespace, "rayclusters", "unknown-field"),
+    )
     spec_schema = _child(_schema("RayCluster", "v1"), "spec")
     assert round_trip_differences(cluster["spec"], stored["spec"], spec_schema, "spec") == ["spec.notARayField: pruned"]
 
@@ -119,8 +123,11 @@ def test_sample_is_accepted_and_read_back_unpruned(
             group, version = obj["apiVersion"].split("/")
             plural = BY_KIND[obj["kind"]]["spec"]["names"]["plural"]
             # Read back by the created name: some samples ask for a generated one.
-            name = custom.create_namespaced_custom_object(group, version, namespace, plural, obj)["metadata"]["name"]
-            stored = custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+            created = cast(
+                dict[str, Any], custom.create_namespaced_custom_object(group, version, namespace, plural, obj)
+            )
+            name = created["metadata"]["name"]
+            stored = cast(dict[str, Any], custom.get_namespaced_custom_object(group, version, namespace, plural, name))
             spec_schema = _child(_schema(obj["kind"], version), "spec")
             where = f"{obj['kind']}/{name} spec"
             problems += round_trip_differences(obj.get("spec", {}), stored.get("spec", {}), spec_schema, where)

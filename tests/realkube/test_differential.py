@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -22,6 +22,7 @@ from kubesim.settings import KubeSimSettings
 from realkube import ControlPlane
 from tests.fixtures.kubesim import KubeSimHandle, default_crd_paths, kubesim_server, start_kubesim  # noqa: F401
 from tests.helpers import eventually_sync
+from tests.kubeobjects import meta
 from tests.realkube.crds import ensure_crds
 from tests.realkube.differential import Side, differences, normalised
 
@@ -180,7 +181,7 @@ def sides(
         Side("real", real_api, namespace, expire=lambda: None if real_kube.compact_etcd() else None),
     )
     for side in pair:
-        client.CoreV1Api(side.api).create_namespace({"metadata": {"name": namespace}})
+        client.CoreV1Api(side.api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     real_core = client.CoreV1Api(real_api)
     eventually_sync(
         lambda: real_core.read_namespaced_service_account("default", namespace),
@@ -202,6 +203,11 @@ def sides(
 
 def _cm(name: str, labels: dict[str, str] | None = None, **metadata: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, **({"labels": labels} if labels else {}), **metadata}, "data": {"k": "v"}}
+
+
+def _create_cm(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> client.V1ConfigMap:
+    """Create a ConfigMap without recording the answer (from a JSON body, as the scenarios write them)."""
+    return core.create_namespaced_config_map(ns, body)  # type: ignore[arg-type]
 
 
 def _gone(read: Callable[[], object]) -> bool:
@@ -285,7 +291,7 @@ def list_paging_and_selectors(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
     for index, tier in enumerate(["web", "web", "db", "cache", "web"]):
         labels = {"tier": tier, **({"canary": "yes"} if index % 2 else {})}
-        core.create_namespaced_config_map(ns, _cm(f"cm-{index}", labels))
+        _create_cm(core, ns, _cm(f"cm-{index}", labels))
     first = side.call("page 1", core.list_namespaced_config_map, ns, limit=2)
     second = side.call("page 2", core.list_namespaced_config_map, ns, limit=2, _continue=first["metadata"]["continue"])
     side.call("page 3", core.list_namespaced_config_map, ns, limit=2, _continue=second["metadata"]["continue"])
@@ -303,19 +309,19 @@ def list_paging_and_selectors(side: Side) -> None:
 @scenario
 def watch_from_a_resource_version(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
-    start = core.create_namespaced_config_map(ns, _cm("w"))
+    start = _create_cm(core, ns, _cm("w"))
     core.patch_namespaced_config_map("w", ns, {"data": {"k": "2"}})
-    core.create_namespaced_config_map(ns, _cm("other", {"skip": "me"}))
+    _create_cm(core, ns, _cm("other", {"skip": "me"}))
     core.delete_namespaced_config_map("w", ns)
     events = []
-    for event in side.watch(core.list_namespaced_config_map, ns, resource_version=start.metadata.resource_version):
+    for event in side.watch(core.list_namespaced_config_map, ns, resource_version=meta(start).resource_version):
         events.append(event)
         if event["type"] == "DELETED":
             break
     side.note("events", events)
     selected = []
     for event in side.watch(
-        core.list_namespaced_config_map, ns, resource_version=start.metadata.resource_version, label_selector="!skip"
+        core.list_namespaced_config_map, ns, resource_version=meta(start).resource_version, label_selector="!skip"
     ):
         selected.append((event["type"], event["object"]["metadata"]["name"]))
         if event["type"] == "DELETED":
@@ -327,7 +333,7 @@ def watch_from_a_resource_version(side: Side) -> None:
 def watch_bookmarks_and_initial_events(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
     for name in ("a", "b"):
-        core.create_namespaced_config_map(ns, _cm(name))
+        _create_cm(core, ns, _cm(name))
     events = []
     for event in side.watch(
         core.list_namespaced_config_map,
@@ -363,8 +369,9 @@ def watch_bookmarks_and_initial_events(side: Side) -> None:
 def expired_resource_versions(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
     for name in ("a", "b"):
-        core.create_namespaced_config_map(ns, _cm(name))
+        _create_cm(core, ns, _cm(name))
     first = core.list_namespaced_config_map(ns, limit=1)
+    assert first.metadata is not None
     for value in range(EVENT_WINDOW + 1):
         core.patch_namespaced_config_map("a", ns, {"data": {"k": str(value)}})
     side.expire()
@@ -382,9 +389,7 @@ def expired_resource_versions(side: Side) -> None:
 @scenario
 def patches(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
-    core.create_namespaced_config_map(
-        ns, {"metadata": {"name": "p", "labels": {"a": "1"}}, "data": {"k": "v", "j": "w"}}
-    )
+    _create_cm(core, ns, {"metadata": {"name": "p", "labels": {"a": "1"}}, "data": {"k": "v", "j": "w"}})
     patch = core.patch_namespaced_config_map
     side.call(
         "merge",
@@ -517,13 +522,11 @@ def status_subresource(side: Side) -> None:
     )
     side.call("list", ray.list_namespaced_custom_object, group, version, ns, plural)
     core, ns = client.CoreV1Api(side.api), side.namespace
-    core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": "p"},
-            "spec": {"automountServiceAccountToken": False, "containers": [{"name": "c", "image": "busybox"}]},
-        },
-    )
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"automountServiceAccountToken": False, "containers": [{"name": "c", "image": "busybox"}]},
+    }
+    core.create_namespaced_pod(ns, pod)  # type: ignore[arg-type]
     side.call(
         "pod status patch",
         core.patch_namespaced_pod_status,
@@ -583,10 +586,10 @@ def custom_objects(side: Side) -> None:
         plural,
         _raycluster("rc"),
     )
-    owner = ray.get_namespaced_custom_object(*coords, "rc")
+    owner = cast(dict[str, Any], ray.get_namespaced_custom_object(*coords, "rc"))
     reference = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": owner["metadata"]["uid"]}
     core = client.CoreV1Api(side.api)
-    core.create_namespaced_config_map(ns, _cm("owned", ownerReferences=[reference]))
+    _create_cm(core, ns, _cm("owned", ownerReferences=[reference]))
     start = owner["metadata"]["resourceVersion"]
     ray.patch_namespaced_custom_object_status(*coords, "rc", {"status": {"state": "ready"}}, _content_type=MERGE)
     side.call("delete", ray.delete_namespaced_custom_object, *coords, "rc")
@@ -622,7 +625,7 @@ def services(side: Side) -> None:
 def service_patches(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
     spec = {"selector": {"app": "x"}, "ports": [{"name": "http", "port": 80}, {"name": "metrics", "port": 9090}]}
-    core.create_namespaced_service(ns, {"metadata": {"name": "svc"}, "spec": spec})
+    core.create_namespaced_service(ns, {"metadata": {"name": "svc"}, "spec": spec})  # type: ignore[arg-type]
     patch = core.patch_namespaced_service
     side.call(
         "strategic: ports merge by port",
@@ -698,7 +701,7 @@ def pods(side: Side) -> None:
 def delete_collection(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
     for name, tier in (("a", "web"), ("b", "web"), ("c", "db")):
-        core.create_namespaced_config_map(ns, _cm(name, {"tier": tier}))
+        _create_cm(core, ns, _cm(name, {"tier": tier}))
     side.call("delete web", core.delete_collection_namespaced_config_map, ns, label_selector="tier=web")
     side.note("left", _names(side.call("list", core.list_namespaced_config_map, ns)))
     ray, (group, version, rns, plural) = _ray(side)
@@ -710,7 +713,7 @@ def delete_collection(side: Side) -> None:
 @scenario
 def finalizers(side: Side) -> None:
     core, ns = client.CoreV1Api(side.api), side.namespace
-    core.create_namespaced_config_map(ns, _cm("held", finalizers=[HOLD]))
+    _create_cm(core, ns, _cm("held", finalizers=[HOLD]))
     side.call("delete", core.delete_namespaced_config_map, "held", ns)
     side.call("get while held", core.read_namespaced_config_map, "held", ns)
     side.call(
@@ -732,9 +735,9 @@ def finalizers(side: Side) -> None:
 
 
 def _owner_and_dependent(core: client.CoreV1Api, ns: str, tag: str, **reference: Any) -> None:
-    owner = core.create_namespaced_config_map(ns, _cm(f"{tag}-owner"))
-    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": f"{tag}-owner", "uid": owner.metadata.uid, **reference}
-    core.create_namespaced_config_map(ns, _cm(f"{tag}-dependent", ownerReferences=[ref]))
+    owner = _create_cm(core, ns, _cm(f"{tag}-owner"))
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": f"{tag}-owner", "uid": meta(owner).uid, **reference}
+    _create_cm(core, ns, _cm(f"{tag}-dependent", ownerReferences=[ref]))
 
 
 @scenario
@@ -750,24 +753,24 @@ def garbage_collection(side: Side) -> None:
     side.call("orphan delete", core.delete_namespaced_config_map, "orphan-owner", ns, propagation_policy="Orphan")
     _until_gone(lambda: read("orphan-owner", ns), "the orphaning owner")
     eventually_sync(
-        lambda: not read("orphan-dependent", ns).metadata.owner_references,
+        lambda: not meta(read("orphan-dependent", ns)).owner_references,
         timeout=CONTROLLERS,
         message="the orphan loses its owner reference",
     )
     side.call("orphan", read, "orphan-dependent", ns)
 
-    owner = core.create_namespaced_config_map(ns, _cm("fg-owner"))
+    owner = _create_cm(core, ns, _cm("fg-owner"))
     ref = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "name": "fg-owner",
-        "uid": owner.metadata.uid,
+        "uid": meta(owner).uid,
         "blockOwnerDeletion": True,
     }
-    core.create_namespaced_config_map(ns, _cm("fg-dependent", ownerReferences=[ref], finalizers=[HOLD]))
+    _create_cm(core, ns, _cm("fg-dependent", ownerReferences=[ref], finalizers=[HOLD]))
     side.call("foreground delete", core.delete_namespaced_config_map, "fg-owner", ns, propagation_policy="Foreground")
     eventually_sync(
-        lambda: read("fg-dependent", ns).metadata.deletion_timestamp,
+        lambda: meta(read("fg-dependent", ns)).deletion_timestamp,
         timeout=CONTROLLERS,
         message="the collector deletes the foreground dependent",
     )

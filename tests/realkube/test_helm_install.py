@@ -232,7 +232,7 @@ def test_each_service_account_holds_exactly_its_roles_permissions(install: Insta
     wrong = []
     for account, held in sorted(grants.items()):
         kubeconfig = real_kube.service_account_kubeconfig(install.namespace, account)
-        api = config.new_client_from_config(config_file=str(kubeconfig))
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
         try:
             me = client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview()).status
             assert me is not None and me.user_info is not None

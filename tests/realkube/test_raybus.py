@@ -12,7 +12,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -26,6 +26,7 @@ from tests.e2e.rayservices import active, is_ready, pending, sample_service
 from tests.e2e.test_raycluster_samples import CONFORMANCE, expected_workers
 from tests.e2e.test_rayservice import with_env
 from tests.helpers import samples_dir
+from tests.kubeobjects import meta
 from tests.realkube import audit, workloads
 from tests.realkube.raybus_stack import GROUP, PLURAL, VERSION, RaybusStack, running_stack, wait
 from tests.security.test_hostile_objects import deep_cluster
@@ -64,10 +65,11 @@ def test_each_process_holds_its_own_service_account(real: RaybusStack) -> None:
             continue  # the history API of ``raybus up`` reviews no tokens: no kubeconfig on its command line
         argv = real.child(role).argv
         kubeconfig = argv[argv.index("--kubeconfig") + 1]
-        with config.new_client_from_config(config_file=kubeconfig) as api:
+        with config.new_client_from_config(config_file=kubeconfig) as api:  # type: ignore[no-untyped-call]
             review = client.AuthenticationV1Api(api).create_self_subject_review(
                 client.V1SelfSubjectReview(metadata=client.V1ObjectMeta())
             )
+        assert review.status is not None and review.status.user_info is not None
         identities[role] = (review.status.user_info.username, account)
     assert identities == {
         role: (audit.SERVICE_ACCOUNT_USER.format(namespace=NAMESPACE, name=account), account)
@@ -80,7 +82,7 @@ def test_each_process_holds_its_own_service_account(real: RaybusStack) -> None:
 def apply_sample(api: client.ApiClient, sample: str, namespace: str) -> dict[str, Any]:
     """Apply a sample's documents into a new ``namespace``; return its RayCluster document."""
     client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    dyn = dynamic.DynamicClient(api)
+    dyn = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
     cluster: dict[str, Any] = {}
     for doc in load_yaml_docs(samples_dir() / sample):
         doc.setdefault("metadata", {})["namespace"] = namespace
@@ -91,7 +93,10 @@ def apply_sample(api: client.ApiClient, sample: str, namespace: str) -> dict[str
 
 
 def cluster_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    obj = cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+    )
     return dict(obj.get("status") or {})
 
 
@@ -102,10 +107,12 @@ def ready(api: client.ApiClient, namespace: str, cluster: dict[str, Any]) -> boo
 
 def children(api: client.ApiClient, namespace: str, name: str) -> set[tuple[str, str]]:
     """(kind, name) of every object the RayCluster owns; a Pod's name counts without its random suffix."""
-    uid = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)[
-        "metadata"
-    ]["uid"]
-    dyn = dynamic.DynamicClient(api)
+    cluster = cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+    )
+    uid = cluster["metadata"]["uid"]
+    dyn = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
     found = set()
     for api_version, kind in CHILD_KINDS:
         for item in dyn.resources.get(api_version=api_version, kind=kind).get(namespace=namespace).items:
@@ -150,7 +157,8 @@ def test_a_deleted_cluster_is_collected_by_the_garbage_collector(real: RaybusSta
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "doomed")
 
         def gone() -> bool:
-            left = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+            listed = cast(dict[str, Any], custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
+            left = listed["items"]
             pods = core.list_namespaced_pod(namespace).items
             services = core.list_namespaced_service(namespace).items
             return not left and not pods and not services
@@ -263,8 +271,9 @@ def test_rayjobs_reach_their_end_in_every_submission_mode(real: RaybusStack) -> 
         }
         (submitter,) = submitters["k8s-job"]
         assert workloads.job_complete(submitter), submitter.status
-        assert [r.kind for r in submitter.metadata.owner_references] == ["RayJob"]
+        assert [r.kind for r in meta(submitter).owner_references or []] == ["RayJob"]
         sidecar_head = workloads.head_pod(api, started["sidecar"][0], ended["sidecar"]["rayClusterName"])
+        assert sidecar_head.spec is not None
         assert [c.name for c in sidecar_head.spec.containers] == ["ray-head", "ray-job-submitter"]
         for mode in ("http", "sidecar", "interactive"):
             namespace, _ = started[mode]
@@ -348,13 +357,15 @@ class PodCreates:
         self.added: Counter[str] = Counter()
         self.cycles = 0
         self._stop = threading.Event()
-        self._rv = self._core.list_namespaced_pod(namespace).metadata.resource_version
+        listed = self._core.list_namespaced_pod(namespace)
+        assert listed.metadata is not None
+        self._rv = listed.metadata.resource_version
         self._thread = threading.Thread(target=self._run, name="pod-creates", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            stream = watch.Watch().stream(
+            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                 self._core.list_namespaced_pod, self._namespace, resource_version=self._rv, timeout_seconds=2
             )
             try:
@@ -376,10 +387,10 @@ def converged(api: client.ApiClient, namespace: str, expected: dict[str, int]) -
     custom = client.CustomObjectsApi(api)
     states = {
         c["metadata"]["name"]: (c.get("status") or {}).get("state")
-        for c in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        for c in cast(dict[str, Any], custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))["items"]
     }
     pods = Counter(
-        (p.metadata.labels or {}).get("ray.io/cluster", "")
+        (meta(p).labels or {}).get("ray.io/cluster", "")
         for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items
     )
     if any(states.get(name) != "ready" or pods.get(name, 0) != n for name, n in expected.items()):
@@ -425,10 +436,14 @@ def test_the_audit_report_names_a_missing_permission(real: RaybusStack) -> None:
     account = "rbac-check"
     with real.api() as admin:
         core = client.CoreV1Api(admin)
-        core.create_namespaced_service_account(NAMESPACE, client.V1ServiceAccount(metadata={"name": account}))
-        token = core.create_namespaced_service_account_token(
+        core.create_namespaced_service_account(
+            NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=account))
+        )
+        requested = core.create_namespaced_service_account_token(
             account, NAMESPACE, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-        ).status.token
+        )
+        assert requested.status is not None
+        token = requested.status.token
         settings = client.Configuration()
         settings.host = admin.configuration.host
         settings.ssl_ca_cert = admin.configuration.ssl_ca_cert

@@ -6,12 +6,13 @@ would send it)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, dynamic
 
 from tests.e2e.pipeline import load_yaml_docs
 from tests.helpers import samples_dir
+from tests.kubeobjects import meta
 
 GROUP, VERSION = "ray.io", "v1"
 
@@ -24,7 +25,7 @@ def sample_docs(file_name: str) -> list[dict[str, Any]]:
 def apply_docs(api: client.ApiClient, docs: list[dict[str, Any]], namespace: str) -> None:
     """Create a new namespace and every document in it."""
     client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    dyn = dynamic.DynamicClient(api)
+    dyn = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
     for doc in docs:
         doc.setdefault("metadata", {})["namespace"] = namespace
         dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"]).create(body=doc, namespace=namespace)
@@ -32,13 +33,18 @@ def apply_docs(api: client.ApiClient, docs: list[dict[str, Any]], namespace: str
 
 def status_of(api: client.ApiClient, plural: str, namespace: str, name: str) -> dict[str, Any]:
     """The status of a ray.io object (empty while it has none)."""
-    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+    obj = cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
+    )
     return dict(obj.get("status") or {})
 
 
 def names(api: client.ApiClient, plural: str, namespace: str) -> set[str]:
     """Names of the ray.io objects of a kind in a namespace."""
-    found = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+    found = cast(
+        dict[str, Any], client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+    )
     return {item["metadata"]["name"] for item in found["items"]}
 
 
@@ -57,7 +63,7 @@ def head_pod(api: client.ApiClient, namespace: str, cluster: str) -> client.V1Po
     """The one head Pod of a RayCluster."""
     selector = f"ray.io/cluster={cluster},ray.io/node-type=head"
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
-    assert len(pods) == 1, [p.metadata.name for p in pods]
+    assert len(pods) == 1, [meta(p).name for p in pods]
     return pods[0]
 
 
@@ -68,6 +74,7 @@ def jobs(api: client.ApiClient, namespace: str) -> list[client.V1Job]:
 
 def job_complete(job: client.V1Job) -> bool:
     """Whether the Job controller marked a Job Complete."""
+    assert job.status is not None
     return any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
 
 
@@ -80,7 +87,9 @@ def ready_endpoint_pods(api: client.ApiClient, namespace: str, service: str) -> 
         e.target_ref.name
         for s in slices.items
         for e in s.endpoints or []
-        if e.target_ref is not None and (e.conditions is None or e.conditions.ready is not False)
+        if e.target_ref is not None
+        and e.target_ref.name is not None
+        and (e.conditions is None or e.conditions.ready is not False)
     }
 
 
@@ -95,5 +104,4 @@ def service_proxy_post(api: client.ApiClient, namespace: str, service: str, path
         auth_settings=["BearerToken"],
     )
     response = api.call_api(method, url, header_params=headers, body=payload)
-    response.read()
-    return json.loads(response.data)
+    return json.loads(response.read())  # type: ignore[no-untyped-call]
