@@ -9,8 +9,11 @@ Four figures, each the best of ``--repeat`` timed loops over a fixed snapshot:
   pod and every worker pod (the most expensive single decision);
 - scale-up by one: the converged cluster with ``replicas + 1``.
 The last two, like the second, decide on a RayCluster object new at every decision, as a changed spec is.
+Then the scale-up once more, one decision after each of ``--pauses`` sleeps of ``--pause`` seconds (the
+median): a single change on an idle stack finds the process, and the code it runs, cold.
 
-Run: ``.venv/bin/python bench/reconcile_bench.py [--workers 100] [--seconds 2] [--repeat 3] [--profile]``.
+Run: ``.venv/bin/python bench/reconcile_bench.py [--workers 100] [--seconds 2] [--repeat 3] [--pause 0.5]
+[--pauses 20] [--profile]``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import copy
 import cProfile
 import platform
 import pstats
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -155,11 +159,24 @@ def rate(snaps: list[Snapshot], config: OperatorConfig, *, seconds: float, repea
     return best, decision
 
 
+def after_pauses(snaps: list[Snapshot], config: OperatorConfig, *, pause: float, pauses: int) -> float:
+    """The median seconds of one decision on each of ``snaps`` in turn, each after ``pause`` seconds asleep."""
+    times = []
+    for snap in (snaps * pauses)[:pauses]:
+        time.sleep(pause)
+        start = time.perf_counter()
+        reconcile(snap, NOW, config)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds asleep before each cold decision")
+    parser.add_argument("--pauses", type=int, default=20, help="cold decisions timed")
     parser.add_argument("--profile", action="store_true", help="profile the no-op path and print the top entries")
     args = parser.parse_args()
     config = OperatorConfig()
@@ -185,6 +202,8 @@ def main() -> None:
             f"{label:22s} {per_second:10.0f} decisions/s  {1e6 / per_second:8.1f} us/decision  "
             f"{len(decision.commands):4d} commands"
         )
+    cold = after_pauses(renewed(scale), config, pause=args.pause, pauses=args.pauses)
+    print(f"{'scale-up, after a pause':22s} {'':10s} {'':12s}  {1e6 * cold:8.1f} us/decision (median of {args.pauses})")
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()

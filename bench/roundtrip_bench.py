@@ -1,15 +1,18 @@
 """Round-trip benchmark: what one round trip costs when the processes on both ends slept, and when they did not.
 
 One change to an idle cluster makes three acknowledged publishes and two deliveries on the bus
-(``latency_bench.py``): each wakes a process that slept in its event loop, and on a virtual machine the
-vCPU it sleeps on too. A burst seldom pays that: its processes seldom sleep. Three round trips, each timed
+(``latency_bench.py``): each wakes a process that slept in its event loop, whose code then runs cold. A
+burst seldom pays that: its processes seldom sleep. Three round trips, each timed
 back to back (busy) and after a pause of ``--pause`` seconds (idle), N times:
 
 - a JetStream publish until its acknowledgement (nats-py, a file stream on nats-server, 3 KB: a Pod's size);
 - a Pod create on kubesim with the official client (the API call that ends a change);
 - a Pod patch on kubesim until a watch stream shows it (how a change begins).
 
-Run: ``.venv/bin/python bench/roundtrip_bench.py [--times 60] [--pause 0.5]``.
+With ``--cpus 0`` the bench and every server it starts run on one vCPU: an idle round trip then wakes no
+other vCPU, which tells how much of its cost is that wake and how much the sleeping processes' own.
+
+Run: ``.venv/bin/python bench/roundtrip_bench.py [--times 60] [--pause 0.5] [--cpus 0]``.
 """
 
 from __future__ import annotations
@@ -125,7 +128,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--times", type=int, default=60)
     parser.add_argument("--pause", type=float, default=0.5, help="seconds of quiet before each idle round trip")
+    parser.add_argument("--cpus", help="pin the bench and its servers to these CPUs, comma-separated")
     args = parser.parse_args()
+    if args.cpus:
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})  # the servers it starts inherit it
     print(f"machine: {platform.platform()}, {len(os.sched_getaffinity(0))} cpus, python {platform.python_version()}")
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     jetstream(args.times, args.pause)
