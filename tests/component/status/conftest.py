@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import aiohttp
 import pytest
@@ -115,7 +115,7 @@ class StatusRunner:
             self._health_started = True
         self._stop = asyncio.Event()
         self._task = asyncio.create_task(run_status(self.settings, self._stop, self.health))
-        await wait_until(self._ready, timeout=20, message="status service ready")
+        await eventually(self._ready, timeout=20, message="status service ready")
         return self
 
     async def _ready(self) -> bool:
@@ -156,11 +156,6 @@ async def runner(settings: RaybusSettings) -> AsyncIterator[StatusRunner]:
         yield one
     finally:
         await one.close()
-
-
-async def wait_until(probe: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, message: str = "") -> None:
-    """``tests.helpers.eventually`` for async boolean probes."""
-    await eventually(probe, timeout=timeout, message=message or "condition not met")
 
 
 async def count(store: StatusStore, table: str) -> int:

@@ -19,9 +19,10 @@ from kubesim.reviews import AccessRule, AccessTable, TokenUser
 from services.runtime.settings import RaybusSettings, StatusAuthSettings
 from services.status.access import AccessReviewer
 from services.status.api import ApiError
-from tests.component.status.conftest import StatusRunner, publish_results, wait_until
+from tests.component.status.conftest import StatusRunner, publish_results
 from tests.fixtures.kubesim import KubeSimHandle, reviewing_kubesim
 from tests.fixtures.nats import free_port
+from tests.helpers import eventually
 from tests.unit.status.builders import lifecycle
 
 OWN_TOKEN = "status-own-token-5f1e"
@@ -107,7 +108,7 @@ async def test_callers_are_reviewed_by_the_api_server(guarded: StatusRunner, cap
         status, _, body = await _get(f"{url}/default/demo", READER)
         return status == 200
 
-    await wait_until(recorded, message="the RayJob is served to the granted reader")
+    await eventually(recorded, message="the RayJob is served to the granted reader")
     status, _, body = await _get(f"{guarded.url}/console/", READER)  # not granted to the group
     assert status == 403
     assert (await _get(f"{guarded.url}/v1/commands", READER, scheme="Basic"))[0] == 401

@@ -16,7 +16,7 @@ from schema.messages import DeadLetter, ResultBatch
 from services.runtime.backoff import Backoff
 from services.status.consumer import ResultConsumer
 from services.status.store import StatusStore
-from tests.component.status.conftest import count, publish_results, wait_until
+from tests.component.status.conftest import count, publish_results
 from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually
 from tests.unit.status.builders import result, transition
@@ -38,7 +38,7 @@ async def consume_all(js: JetStreamContext, store: StatusStore) -> InMemorySpanE
             info = await js.consumer_info(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER)
             return bool(info.num_pending == 0 and info.num_ack_pending == 0)
 
-        await wait_until(settled, message="every result acked")
+        await eventually(settled, message="every result acked")
     finally:
         stop.set()
         await task

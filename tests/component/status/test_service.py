@@ -17,7 +17,7 @@ from services.runtime.health import HealthServer
 from services.runtime.settings import RaybusSettings, StatusSettings
 from services.status.service import run_status
 from services.status.store import StatusStore
-from tests.component.status.conftest import StatusRunner, count, publish_results, wait_until
+from tests.component.status.conftest import StatusRunner, count, publish_results
 from tests.helpers import eventually
 from tests.unit.status.builders import lifecycle, result, transition
 
@@ -47,7 +47,7 @@ async def test_results_become_rows_once_and_outlive_the_resource(
     ]
     await publish_results(js, results)
     await runner.start()
-    await wait_until(lambda: settled(nc), message="all results acked")
+    await eventually(lambda: settled(nc), message="all results acked")
     assert await count(store, "commands") == 5
     assert await count(store, "transitions") == 4
 
@@ -64,7 +64,7 @@ async def test_results_become_rows_once_and_outlive_the_resource(
     await runner.stop()
     await runner.start()
     await publish_results(js, [running])  # and a late duplicate is still absorbed
-    await wait_until(lambda: settled(nc), message="late duplicate acked")
+    await eventually(lambda: settled(nc), message="late duplicate acked")
     assert await count(store, "transitions") == 4
 
 
@@ -78,7 +78,7 @@ async def test_garbage_is_dead_lettered_and_does_not_block(
     await publish_results(js, [result(transition("state", "", "ready", uid=""), batch_id="no-uid")])
     await publish_results(js, [result(batch_id=f"good-{i}") for i in range(3)])
     await runner.start()
-    await wait_until(lambda: settled(nc), message="all results acked")
+    await eventually(lambda: settled(nc), message="all results acked")
     assert await count(store, "commands") == 3
 
     dlq = await js.pull_subscribe(
@@ -127,11 +127,11 @@ async def test_a_restart_during_a_burst_loses_and_duplicates_nothing(
 
     publisher = asyncio.create_task(publish())
     await runner.start()
-    await wait_until(lambda: _at_least(store, 40), message="some results persisted")
+    await eventually(lambda: _at_least(store, 40), message="some results persisted")
     await (runner.stop() if how == "stop" else runner.kill())
     await runner.start()
     await publisher
-    await wait_until(lambda: settled(nc), message="all results acked after the restart")
+    await eventually(lambda: settled(nc), message="all results acked after the restart")
     assert await count(store, "commands") == total
     assert await count(store, "transitions") == total
     assert await count(store, "resources") == 7
@@ -150,7 +150,7 @@ async def test_trace_id_comes_from_the_result_or_its_headers(
     await publish_results(js, [result(batch_id="from-headers")], headers=headers)
     await publish_results(js, [result(batch_id="own", trace_id="a" * 32)], headers=headers)
     await runner.start()
-    await wait_until(lambda: settled(nc))
+    await eventually(lambda: settled(nc))
     rows = {c.batch_id: c.trace_id for c in await store.list_commands()}
     assert rows == {"from-headers": carried, "own": "a" * 32}
 
