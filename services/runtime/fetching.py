@@ -48,6 +48,10 @@ async def fetch_lingering(
             delivered again).
     """
     msgs = await sub.fetch(batch, timeout=timeout)
+    if not msgs:
+        # nats-py ends a fetch with no message, not a timeout, when a status meant for an earlier pull (the
+        # expiry of one that timed out on this side) arrives while it waits: to the caller, nothing arrived.
+        raise TimeoutError
     room = batch - len(msgs)
     if window <= 0 or room <= 0 or len(msgs) < 2:
         return msgs
