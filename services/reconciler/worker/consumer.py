@@ -238,11 +238,7 @@ class PartitionConsumer:
                     await asyncio.sleep(FETCH_TIMEOUT)
                     continue
                 if not self._lease_valid():
-                    # An empty answer is what a stopping process's released lease meets: nothing to say.
-                    if msgs:
-                        log.warning(
-                            "partition %d: lease lapsed during a fetch; returning %d", self.partition, len(msgs)
-                        )
+                    log.warning("partition %d: lease lapsed during a fetch; returning %d", self.partition, len(msgs))
                     await self._hand_back(msgs)
                     continue
                 with self._progress.working():
