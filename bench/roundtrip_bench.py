@@ -63,19 +63,21 @@ def jetstream(times: int, pause: float) -> None:
         server = NatsServer(Path(workdir))
         server.start()
         loop = asyncio.new_event_loop()
-        nc = loop.run_until_complete(nats.connect(server.url))
-        js = nc.jetstream()
-        loop.run_until_complete(js.add_stream(name="ROUNDTRIP", subjects=["roundtrip.>"]))
+        try:
+            nc = loop.run_until_complete(nats.connect(server.url))
+            js = nc.jetstream()
+            loop.run_until_complete(js.add_stream(name="ROUNDTRIP", subjects=["roundtrip.>"]))
 
-        def publish(name: str) -> None:
-            loop.run_until_complete(js.publish("roundtrip.a", PAYLOAD, headers={"Nats-Msg-Id": name}))
+            def publish(name: str) -> None:
+                loop.run_until_complete(js.publish("roundtrip.a", PAYLOAD, headers={"Nats-Msg-Id": name}))
 
-        print("JetStream publish → acknowledgement")
-        print("  " + summary("busy", timed(times, 0.0, publish)))
-        print("  " + summary("idle", timed(times, pause, publish)))
-        loop.run_until_complete(nc.close())
-        loop.close()
-        server.stop()
+            print("JetStream publish → acknowledgement")
+            print("  " + summary("busy", timed(times, 0.0, publish)))
+            print("  " + summary("idle", timed(times, pause, publish)))
+            loop.run_until_complete(nc.close())
+        finally:
+            loop.close()
+            server.stop()  # also when a round trip failed: the server must not outlive the bench
 
 
 class LabelWatch:

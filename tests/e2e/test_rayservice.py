@@ -46,7 +46,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 def _no_leaked_tasks() -> None:
     """The shared pipeline's services start tasks of their own at any time, so the project's per-test
     leak guard cannot tell them from a test's; ``shared_pipeline`` checks once the pipeline has stopped."""
-    return
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
