@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from services.edge.watch.packing import Packer
+from services.edge.watch.packing import Packer, window_bits
 
 
 def pod(name: str, ip: str) -> bytes:
@@ -45,3 +45,19 @@ def test_a_first_object_larger_than_deflates_window_serves_as_the_dictionary() -
     assert packer.unpack("ConfigMap", packer.pack("ConfigMap", large)) == large
     other = msgspec.json.encode({"kind": "ConfigMap", "data": {"k1": "v" * 100}})
     assert packer.unpack("ConfigMap", packer.pack("ConfigMap", other)) == other
+
+
+def test_the_window_reaches_back_over_the_dictionary_and_a_quarter_more() -> None:
+    assert window_bits(b"x" * 100) == 9  # zlib's smallest window
+    assert window_bits(b"x" * 3000) == 12
+    assert window_bits(b"x" * 3500) == 13
+    assert window_bits(b"x" * 100_000) == 15  # zlib's largest: only the dictionary's last 32 KiB are kept
+
+
+def test_an_object_longer_than_the_window_still_comes_back() -> None:
+    packer = Packer()
+    small = msgspec.json.encode({"kind": "Service", "metadata": {"name": "s"}})
+    large = msgspec.json.encode(
+        {"kind": "Service", "metadata": {"name": "s", "labels": {f"k{i}": "v" for i in range(500)}}}
+    )
+    assert [packer.unpack("Service", packer.pack("Service", raw)) for raw in (small, large)] == [small, large]
