@@ -102,14 +102,14 @@ Entries = dict[str, dict[str, dict[str, Any]]]
 @dataclass(frozen=True)
 class Write:
     """A write under a key that an input carries: its revision, the revision of the key's write before it
-    (as the bucket checked it), the entry it wrote, and the JSON of that entry's object (None: deleted),
-    had only when applied."""
+    (as the bucket checked it), the entry it wrote, and how to have the JSON of that entry's object, had
+    only when applied (None: the entry was deleted)."""
 
     revision: int
     previous: int
     entry_kind: str
     name: str
-    encoded: Callable[[], bytes | None]
+    encoded: Callable[[], bytes] | None
 
 
 @dataclass
@@ -206,18 +206,25 @@ def _decoded(read: KvEntries, reuse: _Held | None) -> Iterator[_Change]:
         yield entry_kind, name, kv_key, entry.revision, entry.value, value
 
 
-def _carried(key: ReconcileKey, write: Write) -> _Change:
-    """What applying ``write`` under ``key`` changes."""
-    raw = write.encoded()
-    value = None if raw is None else _json_decoder.decode(raw)
+def _carried(key: ReconcileKey, write: Write, overwritten: bool = False) -> _Change:
+    """What applying ``write`` under ``key`` changes; when a later write of the same entry ``overwritten``
+    it, a stand-in for its object that keeps the entry's place, undecoded."""
     kv_key = subjects.entry_key(key, write.entry_kind, write.name)
-    return write.entry_kind, write.name, kv_key, write.revision, raw, value
+    if write.encoded is None:
+        return write.entry_kind, write.name, kv_key, write.revision, None, None
+    if overwritten:
+        return write.entry_kind, write.name, kv_key, write.revision, b"", {}
+    raw = write.encoded()
+    return write.entry_kind, write.name, kv_key, write.revision, raw, _json_decoder.decode(raw)
 
 
 def _advanced(key: ReconcileKey, held: _Held, writes: Sequence[Write]) -> _Held | None:
     """``held`` with ``writes`` applied, in new maps, when they chain on from its revision (each write's
     previous revision at most the revision reached before it); None when one does not, because a write
-    came between them that no input carries."""
+    came between them that no input carries.
+
+    Of several writes of one entry only the last is decoded (a Pod's creation, bind and start often come
+    in one fetch); the others are still applied in order, as stand-ins, so the entries keep their order."""
     revision = held.revision
     chained: list[Write] = []
     for write in sorted(writes, key=lambda w: w.revision):
@@ -227,7 +234,9 @@ def _advanced(key: ReconcileKey, held: _Held, writes: Sequence[Write]) -> _Held 
             return None
         chained.append(write)
         revision = write.revision
-    return _applied(held, (_carried(key, write) for write in chained), revision)
+    last = {(write.entry_kind, write.name): write for write in chained}
+    changes = (_carried(key, write, last[write.entry_kind, write.name] is not write) for write in chained)
+    return _applied(held, changes, revision)
 
 
 class _Sized(Protocol):

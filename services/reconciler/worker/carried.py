@@ -34,15 +34,14 @@ def carried_write(data: bytes, message: BusInput) -> Write | None:
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or not name:
         return None
-    deleted = message.event_type == "DELETED"
 
-    def encoded() -> bytes | None:
-        return None if deleted else bytes(_carried_decoder.decode(data).object)
+    def encoded() -> bytes:
+        return bytes(_carried_decoder.decode(data).object)
 
     return Write(
         revision=message.kv_revision,
         previous=message.kv_previous,
         entry_kind=message.entry_kind,
         name=name,
-        encoded=encoded,
+        encoded=None if message.event_type == "DELETED" else encoded,
     )

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
+
 import msgspec
 import pytest
 from nats.aio.client import Client
@@ -27,11 +30,6 @@ async def remove(nc: Client, key: ReconcileKey, kind: str, name: str) -> int:
     """Delete an entry; the revision of its delete marker."""
     subject = f"$KV.{subjects.OBJECTS_BUCKET}.{subjects.entry_key(key, kind, name)}"
     return (await nc.jetstream().publish(subject, headers={KV_OP: KV_DEL})).seq
-
-
-def encoded(value: object) -> bytes | None:
-    """The JSON a watch event carries of ``value`` (None: deleted)."""
-    return None if value is None else msgspec.json.encode(value)
 
 
 async def whole(nc: Client, key: ReconcileKey, revision: int) -> Snapshot:
@@ -227,7 +225,13 @@ async def test_a_forgotten_key_is_read_whole_at_the_revision_of_now(objects: tup
 def carried(key_rev: tuple[int, int], name: str, value: dict[str, object] | None) -> Write:
     """The write of Pod ``name`` at revision ``key_rev[1]``, the key's previous write being ``key_rev[0]``."""
     previous, revision = key_rev
-    return Write(revision=revision, previous=previous, entry_kind="Pod", name=name, encoded=lambda: encoded(value))
+    return Write(
+        revision=revision,
+        previous=previous,
+        entry_kind="Pod",
+        name=name,
+        encoded=None if value is None else partial(msgspec.json.encode, value),
+    )
 
 
 async def test_writes_chained_on_from_the_held_revision_are_applied_without_a_read(
@@ -254,6 +258,43 @@ async def test_writes_chained_on_from_the_held_revision_are_applied_without_a_re
     p3 = await put(kv, OTHER, "Pod", "p", {"p": 3})
     again = await reader.read(OTHER, min_revision=p3, writes=[carried((gone, p3), "p", {"p": 3})])
     assert reader.applied_writes == 2 and again.get("Pod", "p") == {"p": 3}
+
+
+async def test_of_several_writes_of_one_entry_only_the_last_is_decoded_and_the_order_is_kept(
+    objects: tuple[Client, KeyValue],
+) -> None:
+    nc, kv = objects
+    first = await put(kv, OTHER, "Pod", "p", {"p": 1})
+    reader = SnapshotReader(nc)
+    await reader.read(OTHER, min_revision=first)
+    decoded: list[str] = []
+
+    def write(key_rev: tuple[int, int], name: str, value: dict[str, object] | None) -> Write:
+        def encoded() -> bytes:
+            decoded.append(f"{name}{key_rev[1]}")
+            return msgspec.json.encode(value)
+
+        return replace(carried(key_rev, name, value), encoded=None if value is None else encoded)
+
+    q1 = await put(kv, OTHER, "Pod", "q", {"q": 1})
+    p2 = await put(kv, OTHER, "Pod", "p", {"p": 2})
+    subject = subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(OTHER, "Pod", "p"))
+    gone = (await nc.jetstream().publish(subject, b"", headers={"KV-Operation": "DEL"})).seq
+    p3 = await put(kv, OTHER, "Pod", "p", {"p": 3})  # created again: after q now
+    q2 = await put(kv, OTHER, "Pod", "q", {"q": 2})
+    writes = [
+        write((first, q1), "q", {"q": 1}),
+        write((q1, p2), "p", {"p": 2}),
+        write((p2, gone), "p", None),
+        write((gone, p3), "p", {"p": 3}),
+        write((p3, q2), "q", {"q": 2}),
+    ]
+
+    snapshot = await reader.read(OTHER, min_revision=q2, writes=writes)
+    assert reader.applied_writes == 1 and reader.whole_reads == 1
+    assert sorted(decoded) == [f"p{p3}", f"q{q2}"]
+    assert list(snapshot.entries["Pod"].items()) == [("q", {"q": 2}), ("p", {"p": 3})]
+    assert snapshot.entries == (await whole(nc, OTHER, q2)).entries
 
 
 async def test_writes_with_a_gap_before_them_are_not_applied_the_key_is_read(
@@ -294,11 +335,13 @@ async def test_a_key_not_held_is_had_from_a_chain_of_writes_from_revision_0(obje
     first = await put(kv, key, "RayCluster", key.name, cluster)
     reader = SnapshotReader(nc)
     snapshot = await reader.read(
-        key, min_revision=first, writes=[Write(first, 0, "RayCluster", key.name, lambda: encoded(cluster))]
+        key, min_revision=first, writes=[Write(first, 0, "RayCluster", key.name, partial(msgspec.json.encode, cluster))]
     )
     assert reader.whole_reads == 0 and reader.applied_writes == 1
     assert snapshot.entries == (await whole(nc, key, first)).entries and snapshot.revision == first
     second = await put(kv, key, "Pod", "head", {"p": 1})
     other = SnapshotReader(nc)
-    await other.read(key, min_revision=second, writes=[Write(second, first, "Pod", "head", lambda: encoded({"p": 1}))])
+    await other.read(
+        key, min_revision=second, writes=[Write(second, first, "Pod", "head", partial(msgspec.json.encode, {"p": 1}))]
+    )
     assert other.whole_reads == 1 and other.applied_writes == 0
