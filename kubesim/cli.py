@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kubesim.apiclient import ApiConnection
+from kubesim.collector import tune_collector
 from kubesim.server import KubeSim, simulators_for
 from kubesim.settings import KubeSimSettings
 
@@ -161,6 +162,7 @@ def main(argv: list[str]) -> int:
     attach = bool(argv) and argv[0] == "attach"
     args = _attach_parser().parse_args(argv[1:]) if attach else _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tune_collector()
     try:
         asyncio.run(_attach(args) if attach else _serve(args))
     except KeyboardInterrupt:
