@@ -6,8 +6,8 @@ request. With CPython's default first-generation threshold (700 allocations) the
 young, 121 middle and 11 full collections through such a burst, and the full ones, each walking the whole
 store, took 3.3 of kubesim's 7.9 CPU-seconds. kubesim shares its machine with the operator it serves, so
 that time was taken from the operator's. Young collections every :data:`YOUNG_THRESHOLD` allocations
-(as the raybus services have them) took the collector's time through the same burst from 4.1 to 1.9
-CPU-seconds, and kubesim's from 8.9 to 7.1 (the mean of three runs each).
+took the collector's time through the same burst from 4.1 to 1.9 CPU-seconds, and kubesim's from 8.9 to
+7.1 (the mean of three runs each).
 """
 
 from __future__ import annotations

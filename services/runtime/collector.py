@@ -8,6 +8,10 @@ objects, and its older-generation passes walk the whole heap again and again: a 
 scale-up decision's time in the reconciler. Collections every :data:`YOUNG_THRESHOLD` allocations take
 that to a few percent; the objects alive once a service is loaded (modules, classes, the Kubernetes
 client's models) are frozen out of every later collection.
+
+The threshold is 100,000 rather than 20,000: through a 1,000-RayCluster burst the collections of the
+watch, the applier and the reconciler took 0.64, 0.73 and 0.80 CPU-seconds at 20,000 and 0.48, 0.28 and
+0.17 at 100,000, a twelfth of their CPU down to a twentieth, for 3 to 4 MB more at their peak.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import gc
 from typing import Final
 
-YOUNG_THRESHOLD: Final = 20_000
+YOUNG_THRESHOLD: Final = 100_000
 """Allocations (net of deallocations) between two collections of the youngest generation."""
 
 
