@@ -260,13 +260,20 @@ async def test_writes_chained_on_from_the_held_revision_are_applied_without_a_re
     assert reader.applied_writes == 2 and again.get("Pod", "p") == {"p": 3}
 
 
-async def test_of_several_writes_of_one_entry_only_the_last_is_decoded_and_the_order_is_kept(
-    objects: tuple[Client, KeyValue],
-) -> None:
+async def holding_p(objects: tuple[Client, KeyValue]) -> tuple[SnapshotReader, int]:
+    """A reader that read ``OTHER`` once its Pod ``p`` was written, and the revision of that write."""
     nc, kv = objects
     first = await put(kv, OTHER, "Pod", "p", {"p": 1})
     reader = SnapshotReader(nc)
     await reader.read(OTHER, min_revision=first)
+    return reader, first
+
+
+async def test_of_several_writes_of_one_entry_only_the_last_is_decoded_and_the_order_is_kept(
+    objects: tuple[Client, KeyValue],
+) -> None:
+    nc, kv = objects
+    reader, first = await holding_p(objects)
     decoded: list[str] = []
 
     def write(key_rev: tuple[int, int], name: str, value: dict[str, object] | None) -> Write:
@@ -300,10 +307,8 @@ async def test_of_several_writes_of_one_entry_only_the_last_is_decoded_and_the_o
 async def test_writes_with_a_gap_before_them_are_not_applied_the_key_is_read(
     objects: tuple[Client, KeyValue],
 ) -> None:
-    nc, kv = objects
-    first = await put(kv, OTHER, "Pod", "p", {"p": 1})
-    reader = SnapshotReader(nc)
-    await reader.read(OTHER, min_revision=first)
+    kv = objects[1]
+    reader, _ = await holding_p(objects)
     unseen = await put(kv, OTHER, "Pod", "q", {"q": 1})  # a write no input carries
     p2 = await put(kv, OTHER, "Pod", "p", {"p": 2})
 
