@@ -11,7 +11,7 @@ client's models) are frozen out of every later collection.
 
 The threshold is 100,000 rather than 20,000: through a 1,000-RayCluster burst the collections of the
 watch, the applier and the reconciler took 0.64, 0.73 and 0.80 CPU-seconds at 20,000 and 0.48, 0.28 and
-0.17 at 100,000, a twelfth of their CPU down to a twentieth, for 3 to 4 MB more at their peak.
+0.17 at 100,000, a twelfth of their CPU down to a seventeenth, for 3 to 4 MB more at their peak.
 """
 
 from __future__ import annotations
