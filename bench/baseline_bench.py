@@ -32,9 +32,14 @@ MODULES = (
     ("its config loaders only", "kubernetes.config", ""),
     ("reconciler", "services.reconciler.worker.service", "reconciler"),
     ("status service", "services.status.service", "status"),
-    ("watcher (any role)", "services.edge.service", "watcher"),
+    ("watcher, before its role", "services.edge.service", "watcher"),
+    ("the watch", "services.edge.service, services.edge.watch.projection, services.edge.watch.election", "watch"),
+    ("the applier", "services.edge.service, services.edge.apply.applier", "applier"),
+    ("the prober", "services.edge.service, services.edge.probe.prober", "prober"),
 )
-"""Each row: its name, the module imported, and the ``raybus`` command whose ``without`` applies."""
+"""Each row: its name, the modules imported, and the ``raybus`` command whose ``without`` applies. A watcher
+process imports its role's modules where the role starts (``services.edge.service``): each role's row
+imports them after the service's."""
 
 PROBE = (
     "import sys\n"

@@ -23,6 +23,10 @@ not stalled. On ``stop``: informers stop first, in-flight projection writes fini
 points are stored, the Lease is released, the prober and the applier finish their in-flight work and
 release their partitions, then everything closes. A crashed part ends the process loudly.
 
+Each role's modules are imported where the role starts: a process that runs one role does not hold the
+others' (2.6 MB for the watch and for the prober, whose siblings' modules the applier's content checks
+mostly share).
+
 Not here: command-line parsing (``services/cli``), signal handling (``services.runtime.lifecycle``).
 """
 
@@ -35,26 +39,16 @@ import logging
 import threading
 from collections.abc import Coroutine
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import nats.errors
 from nats.aio.client import Client
 
 from schema.probes import PROBED_KEYS
-from services.edge.apply.applier import Applier
-from services.edge.apply.failures import FailureReporter
 from services.edge.calls import ApiError
 from services.edge.dashboard import DashboardClient
 from services.edge.kubeapi import KubeApi, load_configuration
-from services.edge.probe.probekinds import PROBE_KINDS
-from services.edge.probe.prober import Prober
 from services.edge.resources import ResourceType, select_served
-from services.edge.watch.election import ElectionTimings, LeaseElection
-from services.edge.watch.informer import RECONNECT_BACKOFF, Handoff, Informer, check_delay, scopes_for
-from services.edge.watch.kvfacts import KvFacts
-from services.edge.watch.owners import api_owner_reader
-from services.edge.watch.projection import Projection
-from services.edge.watch.resume import load_resume_points
 from services.runtime.aio import cancel_and_wait, raise_if_cancelling
 from services.runtime.backoff import retry
 from services.runtime.bus import connect
@@ -63,6 +57,14 @@ from services.runtime.health import HealthServer
 from services.runtime.leases import Membership, default_member_id
 from services.runtime.settings import RaybusSettings, WatcherRole
 from services.runtime.topology import Buckets, ensure_topology, open_buckets, when_answered
+
+if TYPE_CHECKING:
+    from services.edge.apply.applier import Applier
+    from services.edge.probe.prober import Prober
+    from services.edge.watch.election import LeaseElection
+    from services.edge.watch.informer import Informer
+    from services.edge.watch.kvfacts import KvFacts
+    from services.edge.watch.projection import Projection
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,8 @@ class Watcher:
             cluster_domain=settings.operator.switches.cluster_domain,
         )
         if "watch" in self.roles:
+            from services.edge.watch.election import ElectionTimings, LeaseElection
+
             self.election = LeaseElection(
                 self.api,
                 namespace=settings.kube.election_namespace,
@@ -194,6 +198,8 @@ class Watcher:
             self._spawn(self._lead(self.election), "watcher-watch")
         else:
             # A prober alone reads only the probed keys' objects; an applier needs every key's.
+            from services.edge.watch.kvfacts import KvFacts
+
             probed = PROBED_KEYS if "apply" not in self.roles else ()
             self.facts = KvFacts(self.nats, keys=probed)
             await self.facts.start()
@@ -223,6 +229,11 @@ class Watcher:
 
     async def _start_watch(self) -> Projection:
         """Discover, load the projection from KV, start the informers from their resume points."""
+        from services.edge.watch.informer import Handoff, Informer, scopes_for
+        from services.edge.watch.owners import api_owner_reader
+        from services.edge.watch.projection import Projection
+        from services.edge.watch.resume import load_resume_points
+
         assert self.buckets is not None
         js = self.nats.jetstream()
         available, skipped = await self._discover()
@@ -259,6 +270,8 @@ class Watcher:
     async def _check_entries(self, projection: Projection) -> None:
         """Every check interval (jittered), compare KV ``raybus-objects`` with the projection and repair it
         (``Projection.check_entries``; the informers check the projection against the API server)."""
+        from services.edge.watch.informer import check_delay
+
         assert self.buckets is not None
         while True:
             await asyncio.sleep(check_delay(self.settings.kube.check_interval))
@@ -274,6 +287,9 @@ class Watcher:
         settings = self.settings
         js = self.nats.jetstream()
         if "apply" in self.roles:
+            from services.edge.apply.applier import Applier
+            from services.edge.apply.failures import FailureReporter
+
             self.applier = Applier(
                 js,
                 self.api,
@@ -294,6 +310,9 @@ class Watcher:
             )
             self._spawn(self.applier.run(self._applier_stop), "watcher-applier")
         if "probe" in self.roles:
+            from services.edge.probe.probekinds import PROBE_KINDS
+            from services.edge.probe.prober import Prober
+
             self.prober = Prober(
                 js,
                 facts,
@@ -312,6 +331,8 @@ class Watcher:
         Raises:
             PermanentError: still not possible after :data:`DISCOVERY_TIMEOUT` seconds.
         """
+        from services.edge.watch.informer import RECONNECT_BACKOFF
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + DISCOVERY_TIMEOUT
 
