@@ -206,7 +206,7 @@ def _decoded(read: KvEntries, reuse: _Held | None) -> Iterator[_Change]:
         yield entry_kind, name, kv_key, entry.revision, entry.value, value
 
 
-def _carried(key: ReconcileKey, write: Write, overwritten: bool = False) -> _Change:
+def _carried(key: ReconcileKey, write: Write, overwritten: bool) -> _Change:
     """What applying ``write`` under ``key`` changes; when a later write of the same entry ``overwritten``
     it, a stand-in for its object that keeps the entry's place, undecoded."""
     kv_key = subjects.entry_key(key, write.entry_kind, write.name)

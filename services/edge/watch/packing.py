@@ -53,8 +53,8 @@ class Packer:
 
     def _dictionary(self, kind: str, raw: bytes) -> tuple[bytes, int]:
         dictionary = raw[-(1 << WINDOW_BITS[-1]) :]
-        self._dictionaries[kind] = dictionary, window_bits(dictionary)
-        return self._dictionaries[kind]
+        found = self._dictionaries[kind] = dictionary, window_bits(dictionary)
+        return found
 
     def unpack(self, kind: str, packed: bytes) -> bytes:
         """The bytes :meth:`pack` was given."""

@@ -28,7 +28,7 @@ async def put(kv: KeyValue, key: ReconcileKey, kind: str, name: str, value: obje
 
 async def remove(nc: Client, key: ReconcileKey, kind: str, name: str) -> int:
     """Delete an entry; the revision of its delete marker."""
-    subject = f"$KV.{subjects.OBJECTS_BUCKET}.{subjects.entry_key(key, kind, name)}"
+    subject = subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(key, kind, name))
     return (await nc.jetstream().publish(subject, headers={KV_OP: KV_DEL})).seq
 
 
@@ -246,8 +246,7 @@ async def test_writes_chained_on_from_the_held_revision_are_applied_without_a_re
     last = (await kv.get(subjects.entry_key(OTHER, "Pod", "q"))).revision
     assert last is not None
     p2 = await put(kv, OTHER, "Pod", "p", {"p": 2})
-    subject = subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(OTHER, "Pod", "q"))
-    gone = (await nc.jetstream().publish(subject, b"", headers={"KV-Operation": "DEL"})).seq
+    gone = await remove(nc, OTHER, "Pod", "q")
     writes = [carried((p2, gone), "q", None), carried((last, p2), "p", {"p": 2})]  # in any order
 
     snapshot = await reader.read(OTHER, min_revision=gone, writes=writes)
@@ -285,8 +284,7 @@ async def test_of_several_writes_of_one_entry_only_the_last_is_decoded_and_the_o
 
     q1 = await put(kv, OTHER, "Pod", "q", {"q": 1})
     p2 = await put(kv, OTHER, "Pod", "p", {"p": 2})
-    subject = subjects.kv_subject(subjects.OBJECTS_BUCKET, subjects.entry_key(OTHER, "Pod", "p"))
-    gone = (await nc.jetstream().publish(subject, b"", headers={"KV-Operation": "DEL"})).seq
+    gone = await remove(nc, OTHER, "Pod", "p")
     p3 = await put(kv, OTHER, "Pod", "p", {"p": 3})  # created again: after q now
     q2 = await put(kv, OTHER, "Pod", "q", {"q": 2})
     writes = [
