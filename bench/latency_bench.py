@@ -224,8 +224,8 @@ def run(changes: int, settle: float, *, peer_python: Path | None = None, traced:
         spans = load_spans(workdir / "spans") if traced else []
     seen_ms = [(seen - written) * 1e-6 for written, _, seen in writes]
     hops = [
-        {**h, "seen": (seen - written) * 1e-6}
-        for written, rv, seen in writes
+        {**h, "seen": ms}
+        for (written, rv, _), ms in zip(writes, seen_ms, strict=True)
         if (h := hops_of(spans, written, rv)) is not None
     ]
     return {"seen_ms": seen_ms, "hops": hops}
