@@ -174,6 +174,11 @@ def kv_stream(bucket: str) -> str:
     return f"KV_{bucket}"
 
 
+def pull_request_subject(stream: str, consumer: str) -> str:
+    """The JetStream API subject a pull request for ``consumer`` of ``stream`` is published to."""
+    return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+
+
 def direct_get_subject(stream: str) -> str:
     """The JetStream API subject of a direct get on ``stream``."""
     return f"$JS.API.DIRECT.GET.{stream}"

@@ -291,7 +291,7 @@ class Watcher:
             from services.edge.apply.failures import FailureReporter
 
             self.applier = Applier(
-                js,
+                self.nats,
                 self.api,
                 membership=self._membership,
                 dashboard=self.dashboard,

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import nats.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
@@ -53,7 +54,7 @@ from services.runtime.bus import bus_unavailable
 from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
-from services.runtime.fetching import Linger
+from services.runtime.fetching import Linger, Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
@@ -85,7 +86,7 @@ class ResultConsumer:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        nc: Client,
         store: StatusStore,
         *,
         batch_size: int = 256,
@@ -97,7 +98,7 @@ class ResultConsumer:
         metrics: ResourceMetrics | None = None,
     ) -> None:
         """Args:
-        js: JetStream context of the service's connection.
+        nc: the service's connection.
         store: where results go.
         batch_size: messages per fetch, and so per transaction.
         fetch_timeout: seconds one fetch waits for messages; bounds how long a stop request waits.
@@ -108,7 +109,8 @@ class ResultConsumer:
         tracer: where ``status.persist`` spans go (default: the process's tracer provider).
         metrics: custom-resource metrics fed with each persisted batch (none by default).
         """
-        self._js = js
+        self._nc = nc
+        self._js = nc.jetstream()
         self._store = store
         self._batch_size = batch_size
         self._fetch_timeout = fetch_timeout
@@ -147,13 +149,13 @@ class ResultConsumer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, then return after finishing the batch in flight."""
-        sub = await self._js.pull_subscribe_bind(durable=subjects.STATUS_CONSUMER, stream=subjects.RESULTS_STREAM)
+        puller = Puller(self._nc, subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER)
         failures = 0
         try:
             try:
                 # NATS may be restarting while this service starts: wait for it as the fetch loop does.
                 info = await retry(
-                    sub.consumer_info,
+                    functools.partial(self._js.consumer_info, subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER),
                     self._retry_backoff,
                     transient=bus_unavailable,
                     give_up=stop.is_set,
@@ -170,8 +172,8 @@ class ResultConsumer:
             self.running = True
             while not stop.is_set():
                 try:
-                    msgs = await self._linger.fetch(sub, self._batch_size, timeout=self._fetch_timeout)
-                except TimeoutError:  # nats.errors.TimeoutError: nothing to do right now
+                    msgs = await self._linger.fetch(puller, self._batch_size, timeout=self._fetch_timeout)
+                except TimeoutError:  # nothing to do right now
                     raise_if_cancelling()
                     continue
                 except nats.errors.Error as exc:  # reconnecting, consumer briefly unavailable, ...
@@ -185,7 +187,7 @@ class ResultConsumer:
                     async with kept_in_progress(msgs, ack_wait):
                         await self._handle(msgs, stop)
         finally:
-            await sub.unsubscribe()
+            await puller.close()
 
     async def _handle(self, msgs: list[Msg], stop: asyncio.Event) -> None:
         items: list[_Item] = []

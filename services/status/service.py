@@ -84,7 +84,7 @@ async def run_status(settings: RaybusSettings, stop: asyncio.Event, health: Heal
                 )
             probe = DatabaseProbe(store)
             metrics = ResourceMetrics()
-            consumer = ResultConsumer(nc.jetstream(), store, metrics=metrics)
+            consumer = ResultConsumer(nc, store, metrics=metrics)
             # First, so the service is not ready until it consumes (the other checks pass much earlier).
             health.add_readiness("results", consumer.readiness)
             health.add_readiness("nats", lambda: None if nc.is_connected else "not connected to NATS")

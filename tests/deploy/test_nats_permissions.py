@@ -336,10 +336,6 @@ async def test_status_does_its_job(status: User, server: NatsServer) -> None:
     assert status.violations == []
 
 
-def _consumer_next(stream: str, consumer: str) -> str:
-    return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
-
-
 @pytest.mark.parametrize(
     "subject",
     [
@@ -350,8 +346,12 @@ def _consumer_next(stream: str, consumer: str) -> str:
         ),
         pytest.param(subjects.kv_subject(subjects.WATCHER_BUCKET, subjects.resume_key("pods")), id="kv-watcher-write"),
         pytest.param(subjects.kv_subject(subjects.APPLIED_BUCKET, subjects.applied_key(KEY)), id="kv-applied-write"),
-        pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.applier_consumer(0)), id="applier-queue"),
-        pytest.param(_consumer_next(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"),
+        pytest.param(
+            subjects.pull_request_subject(subjects.COMMANDS_STREAM, subjects.applier_consumer(0)), id="applier-queue"
+        ),
+        pytest.param(
+            subjects.pull_request_subject(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"
+        ),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),
         pytest.param(f"$JS.API.STREAM.DELETE.{subjects.EVENTS_STREAM}", id="stream-delete"),
         pytest.param(f"$JS.API.STREAM.PURGE.{subjects.EVENTS_STREAM}", id="stream-purge"),
@@ -391,8 +391,12 @@ async def test_reconciler_cannot_eavesdrop(reconciler: User) -> None:
             subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key("reconcile", 0)), id="kv-leases-write"
         ),
         pytest.param(subjects.direct_get_subject(subjects.kv_stream(subjects.OBJECTS_BUCKET)), id="kv-objects-read"),
-        pytest.param(_consumer_next(subjects.EVENTS_STREAM, subjects.partition_consumer(0)), id="partition-queue"),
-        pytest.param(_consumer_next(subjects.COMMANDS_STREAM, subjects.applier_consumer(0)), id="applier-queue"),
+        pytest.param(
+            subjects.pull_request_subject(subjects.EVENTS_STREAM, subjects.partition_consumer(0)), id="partition-queue"
+        ),
+        pytest.param(
+            subjects.pull_request_subject(subjects.COMMANDS_STREAM, subjects.applier_consumer(0)), id="applier-queue"
+        ),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),
     ],
 )
@@ -408,8 +412,12 @@ async def test_status_is_denied(status: User, subject: str) -> None:
         pytest.param(
             subjects.kv_subject(subjects.LEASES_BUCKET, subjects.lease_key("reconcile", 0)), id="kv-leases-write"
         ),
-        pytest.param(_consumer_next(subjects.EVENTS_STREAM, subjects.partition_consumer(0)), id="partition-queue"),
-        pytest.param(_consumer_next(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"),
+        pytest.param(
+            subjects.pull_request_subject(subjects.EVENTS_STREAM, subjects.partition_consumer(0)), id="partition-queue"
+        ),
+        pytest.param(
+            subjects.pull_request_subject(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER), id="status-queue"
+        ),
         pytest.param("$JS.API.STREAM.CREATE.RAYBUS_EXTRA", id="stream-create"),
         pytest.param(f"$JS.API.STREAM.UPDATE.{subjects.EVENTS_STREAM}", id="stream-update"),
     ],

@@ -53,8 +53,8 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 import nats.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
@@ -96,6 +96,7 @@ from services.runtime.bus import bus_unavailable, publish
 from services.runtime.clock import Clock, utc_now
 from services.runtime.deadletter import dead_letter_of, destination
 from services.runtime.errors import PermanentError
+from services.runtime.fetching import Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.leases import Membership, PartitionLeases
@@ -167,7 +168,7 @@ class _Consumer(NamedTuple):
 
     done: asyncio.Event
     task: asyncio.Task[None]
-    sub: JetStreamContext.PullSubscription
+    puller: Puller
     holding: int
 
 
@@ -176,7 +177,7 @@ class Applier:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        nc: Client,
         api: KubeApi | None,
         *,
         membership: Membership,
@@ -198,7 +199,8 @@ class Applier:
         config: OperatorConfig | None = None,
         applied: KeyValue | None = None,
     ) -> None:
-        self._js = js
+        self._nc = nc
+        self._js = nc.jetstream()
         self._facts = facts
         self._config = config if config is not None else OperatorConfig()
         self._freshness = Freshness(floors=applied)
@@ -217,7 +219,7 @@ class Applier:
         self._max_deliver = max_deliver
         self._ack_wait = ack_wait
         self._on_failure = on_failure
-        self._decisions = DecisionCheck(js, owners)
+        self._decisions = DecisionCheck(self._js, owners)
         self._queues: dict[ReconcileKey, deque[tuple[Msg, CommandBatch]]] = {}
         pipeline_metrics.track_queue(self)
         self._workers: dict[ReconcileKey, asyncio.Task[None]] = {}
@@ -269,13 +271,11 @@ class Applier:
         halt.set()
 
     async def _start_partition(self, partition: int) -> None:
-        sub = await self._js.pull_subscribe_bind(
-            durable=subjects.applier_consumer(partition), stream=subjects.COMMANDS_STREAM
-        )
+        puller = Puller(self._nc, subjects.COMMANDS_STREAM, subjects.applier_consumer(partition))
         done = asyncio.Event()
-        task = asyncio.create_task(self._consume(partition, sub, done), name=f"applier-partition-{partition}")
+        task = asyncio.create_task(self._consume(partition, puller, done), name=f"applier-partition-{partition}")
         task.add_done_callback(self._on_done)
-        self._consumers[partition] = _Consumer(done, task, sub, next(self._holdings))
+        self._consumers[partition] = _Consumer(done, task, puller, next(self._holdings))
 
     def _on_done(self, task: asyncio.Task[None]) -> None:
         """A partition's consumer or a key's worker ended: one that raised halts the applier (``run``)."""
@@ -289,7 +289,7 @@ class Applier:
         entry = self._consumers.pop(partition, None)
         if entry is None:
             return
-        done, task, sub, _ = entry
+        done, task, puller, _ = entry
         done.set()
         try:
             await asyncio.wait([task], timeout=FETCH_TIMEOUT + STOP_GRACE)
@@ -309,7 +309,7 @@ class Applier:
                 await self._hand_back(key)
         finally:
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+                await puller.close()
 
     async def _hand_back(self, key: ReconcileKey) -> None:
         """Nak a key's queued batches (its partition is stopping or no longer this replica's): JetStream
@@ -323,7 +323,7 @@ class Applier:
             with contextlib.suppress(Exception):
                 await msg.nak()
 
-    async def _consume(self, partition: int, sub: JetStreamContext.PullSubscription, done: asyncio.Event) -> None:
+    async def _consume(self, partition: int, puller: Puller, done: asyncio.Event) -> None:
         while not done.is_set():
             raise_if_cancelling()
             room = self._bound() - self._outstanding
@@ -333,7 +333,7 @@ class Applier:
                     await asyncio.wait_for(self._room.wait(), FETCH_TIMEOUT)
                 continue
             try:
-                messages = await sub.fetch(batch=min(room, 256), timeout=FETCH_TIMEOUT)
+                messages = await puller.fetch(min(room, 256), timeout=FETCH_TIMEOUT)
             except TimeoutError:  # nats-py raises both its own and asyncio's (the same in 3.11)
                 raise_if_cancelling()
                 continue

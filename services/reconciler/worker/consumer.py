@@ -24,10 +24,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import msgspec
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import MaxPayloadError
-from nats.js import JetStreamContext
 from nats.js.errors import APIError, ServiceUnavailableError
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -50,7 +50,7 @@ from services.runtime.backoff import Backoff, interruptible, retry
 from services.runtime.bus import bus_unavailable
 from services.runtime.deadletter import dead_letter_of, publish_dead_letter
 from services.runtime.errors import RetryableError
-from services.runtime.fetching import Linger
+from services.runtime.fetching import Linger, Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
@@ -170,7 +170,7 @@ class PartitionConsumer:
         self,
         partition: int,
         *,
-        js: JetStreamContext,
+        nc: Client,
         reader: SnapshotReader,
         timers: TimerScheduler,
         reconcilers: Mapping[KeyKind, ReconcileFn],
@@ -187,7 +187,8 @@ class PartitionConsumer:
         deciding: asyncio.Semaphore | None = None,
     ) -> None:
         self.partition = partition
-        self._js = js
+        self._nc = nc
+        self._js = nc.jetstream()
         self._reader = reader
         self._timers = timers
         self._reconcilers = reconcilers
@@ -218,9 +219,7 @@ class PartitionConsumer:
 
     async def run(self) -> None:
         """Fetch and process until asked to stop or the lease is no longer valid."""
-        sub = await self._js.pull_subscribe_bind(
-            durable=subjects.partition_consumer(self.partition), stream=subjects.EVENTS_STREAM
-        )
+        puller = Puller(self._nc, subjects.EVENTS_STREAM, subjects.partition_consumer(self.partition))
         try:
             while not self._stopping.is_set():
                 if not self._lease_valid():
@@ -229,8 +228,8 @@ class PartitionConsumer:
                     await asyncio.sleep(0.1)
                     continue
                 try:
-                    msgs = await self._linger.fetch(sub, FETCH_BATCH, timeout=FETCH_TIMEOUT)
-                except TimeoutError:  # nats-py raises its own subclass or the builtin
+                    msgs = await self._linger.fetch(puller, FETCH_BATCH, timeout=FETCH_TIMEOUT)
+                except TimeoutError:
                     await self._tend_memory()
                     continue
                 except NatsError as exc:  # disconnected, server restarting: nats-py reconnects
@@ -245,7 +244,7 @@ class PartitionConsumer:
                     await self.process(msgs)
                 await self._tend_memory()
         finally:
-            await sub.unsubscribe()
+            await puller.close()
 
     async def _tend_memory(self) -> None:
         """Forget commands no longer in flight; look again at keys that were waiting for that.

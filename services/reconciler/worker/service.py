@@ -135,7 +135,7 @@ class _Worker:
         settings = self._settings
         return PartitionConsumer(
             partition,
-            js=self._js,
+            nc=self._nc,
             reader=self._reader,
             timers=self._timers,
             reconcilers=self._kinds,

@@ -181,7 +181,7 @@ async def stack(
     api = KubeApi(load_configuration(str(kube.kubeconfig)), concurrency=4)
     stop = asyncio.Event()
     applier = Applier(
-        nc.jetstream(),
+        nc,
         api,
         membership=Membership(nc, buckets.leases, "applier", PARTITIONS, config.partitions),
         concurrency=4,

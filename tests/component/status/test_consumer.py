@@ -24,18 +24,18 @@ from tests.unit.status.builders import result, transition
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
-async def consume_all(js: JetStreamContext, store: StatusStore) -> InMemorySpanExporter:
+async def consume_all(nc: Client, store: StatusStore) -> InMemorySpanExporter:
     """Run a consumer until every stored result is acked; returns its spans."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    consumer = ResultConsumer(js, store, tracer=provider.get_tracer("test"))
+    consumer = ResultConsumer(nc, store, tracer=provider.get_tracer("test"))
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
     try:
 
         async def settled() -> bool:
-            info = await js.consumer_info(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER)
+            info = await nc.jetstream().consumer_info(subjects.RESULTS_STREAM, subjects.STATUS_CONSUMER)
             return bool(info.num_pending == 0 and info.num_ack_pending == 0)
 
         await eventually(settled, message="every result acked")
@@ -66,7 +66,7 @@ async def test_spans_continue_the_trace_and_refused_data_is_isolated(nc: Client,
     headers = {"traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"}
     await publish_results(js, [*good[:2], poison, *good[2:]], headers=headers)
 
-    exporter = await consume_all(js, store)
+    exporter = await consume_all(nc, store)
 
     assert await count(store, "commands") == 4
     assert await count(store, "transitions") == 4
@@ -90,7 +90,7 @@ async def test_a_consumer_started_while_nats_restarts_waits_for_it(
     then consumes, and is not ready before, instead of ending the service."""
     js = nc.jetstream()
     await asyncio.to_thread(nats_server.stop)
-    consumer = ResultConsumer(js, store, retry_backoff=Backoff(base=0.05, cap=0.2))
+    consumer = ResultConsumer(nc, store, retry_backoff=Backoff(base=0.05, cap=0.2))
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
     try:
@@ -124,7 +124,7 @@ async def test_a_runs_results_in_one_message_are_each_persisted_and_a_refused_on
         subject, codec.encode(ResultBatch(results=(result(batch_id="after", kind="RayCluster", name="c"),)))
     )
 
-    exporter = await consume_all(js, store)
+    exporter = await consume_all(nc, store)
 
     assert await count(store, "commands") == 5  # the run's three, "ok" and "after"
     assert await count(store, "transitions") == 3

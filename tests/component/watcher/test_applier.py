@@ -49,7 +49,7 @@ NOW = datetime(2025, 1, 1, tzinfo=UTC)
 @contextlib.asynccontextmanager
 async def running_applier(bus: Bus, api: KubeApi) -> AsyncIterator[Applier]:
     applier = Applier(
-        bus.js, api, membership=bus.membership(), concurrency=4, api_backoff=Backoff(base=0.01, cap=0.02, retries=2)
+        bus.nc, api, membership=bus.membership(), concurrency=4, api_backoff=Backoff(base=0.01, cap=0.02, retries=2)
     )
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
@@ -208,7 +208,7 @@ async def test_a_batch_redelivered_too_often_is_dead_lettered(
         (msg,) = await sub.fetch(1, timeout=5)
         await msg.nak()
     await sub.unsubscribe()
-    applier = Applier(bus.js, kube_api, membership=bus.membership(), concurrency=1, max_deliver=2)
+    applier = Applier(bus.nc, kube_api, membership=bus.membership(), concurrency=1, max_deliver=2)
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
     try:
@@ -240,7 +240,7 @@ async def test_a_key_worker_that_crashes_halts_the_applier(bus: Bus, kube_api: K
     ns = kubesim_namespace
     key = ReconcileKey(kind="RayJob", namespace=ns, name="breaks")
     await send(bus, key, "breaks", [CreateObject(id="sa-breaks", target=sa_ref(ns, "breaks"), body={})])
-    applier = _BreaksOn(bus.js, kube_api, membership=bus.membership())
+    applier = _BreaksOn(bus.nc, kube_api, membership=bus.membership())
     with pytest.raises(RuntimeError, match="crashed") as raised:
         await applier.run(asyncio.Event())
     assert isinstance(raised.value.__cause__, RuntimeError)
@@ -259,7 +259,7 @@ async def test_a_full_applier_fetches_again_as_soon_as_a_batch_is_settled(
     keys = [ReconcileKey(kind="RayJob", namespace=ns, name=f"full-{i}") for i in range(12)]
     for i, key in enumerate(keys):
         await send(bus, key, f"full-{i}", [CreateObject(id=f"sa-{i}", target=sa_ref(ns, f"full-{i}"), body={})])
-    applier = Applier(bus.js, kube_api, membership=bus.membership(), concurrency=1)
+    applier = Applier(bus.nc, kube_api, membership=bus.membership(), concurrency=1)
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
     try:

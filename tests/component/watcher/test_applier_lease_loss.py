@@ -51,7 +51,7 @@ async def test_a_lost_lease_is_claimed_again_without_waiting_for_the_batch_in_ha
     partition = partition_of(key)
     facts = KvFacts(bus.nc)
     await facts.start()
-    applier = Applier(bus.js, kube_api, membership=bus.membership(MEMBER), facts=facts, exit_timeout=3600)
+    applier = Applier(bus.nc, kube_api, membership=bus.membership(MEMBER), facts=facts, exit_timeout=3600)
     stop = asyncio.Event()
     running = asyncio.create_task(applier.run(stop))
     try:

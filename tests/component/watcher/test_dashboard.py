@@ -166,7 +166,7 @@ async def test_dashboard_commands_through_the_proxy_with_token_auth(
         )
         key = ReconcileKey(kind="RayJob", namespace=ns, name="rj")
         dashboard = DashboardClient(kube_api, use_proxy=True)
-        applier = Applier(bus.js, kube_api, membership=bus.membership(), dashboard=dashboard, concurrency=2)
+        applier = Applier(bus.nc, kube_api, membership=bus.membership(), dashboard=dashboard, concurrency=2)
         try:
             stop = asyncio.Event()
             task = asyncio.create_task(applier.run(stop))

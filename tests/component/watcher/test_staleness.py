@@ -138,7 +138,7 @@ async def test_creates_for_an_owner_deleted_after_the_decision_are_never_sent(
     assert deleting_at > before
 
     key = ReconcileKey(kind="RayCluster", namespace=ns, name="owner")
-    applier = Applier(bus.js, kube_api, membership=bus.membership(), concurrency=2, owners=projection)
+    applier = Applier(bus.nc, kube_api, membership=bus.membership(), concurrency=2, owners=projection)
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
     try:
@@ -226,7 +226,7 @@ async def applier_of(
     """An applier on ``projection``'s facts, not running, and the key's partition's consumer to hand it
     batches from (as a running one would)."""
     applier = Applier(
-        bus.js, kube_api, membership=bus.membership(), facts=projection, owners=projection, applied=bus.buckets.applied
+        bus.nc, kube_api, membership=bus.membership(), facts=projection, owners=projection, applied=bus.buckets.applied
     )
     sub = await bus.js.pull_subscribe_bind(
         durable=subjects.applier_consumer(partition_of(key)), stream=subjects.COMMANDS_STREAM

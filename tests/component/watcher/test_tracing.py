@@ -77,7 +77,7 @@ async def test_watch_event_command_and_result_share_one_trace(
         batch = CommandBatch(id="traced-1", key=key, issued_at=datetime.now(UTC), commands=(command,))
         await publish(bus.js, subjects.command_subject(key), codec.encode(batch), msg_id=batch.id)
 
-    applier = Applier(bus.js, kube_api, membership=bus.membership(), concurrency=1, tracer=tracer)
+    applier = Applier(bus.nc, kube_api, membership=bus.membership(), concurrency=1, tracer=tracer)
     stop = asyncio.Event()
     task = asyncio.create_task(applier.run(stop))
     try:
