@@ -43,6 +43,9 @@ LINGER_WINDOW = 0.05
 LINGER_CAP = 0.4
 """The widest window, reached after a few fetches in a row that each brought several messages."""
 
+LINGER_FETCH_TIMEOUT = 0.01
+"""How long the fetch after the window waits for a message when the window gathered none."""
+
 LATE_STATUS: Final = 0.5
 """Seconds after a request's expiry until it is taken for ended without its status (a connection lost
 in between loses the status; the server forgets the request when it expires)."""
@@ -97,24 +100,10 @@ class Puller:
             nats.errors.Error: the server refused the request (e.g. the consumer does not exist), or it
                 could not be sent.
         """
-        return await self._fetch(batch, timeout)
-
-    async def fetch_stored(self, batch: int) -> list[Msg]:
-        """Up to ``batch`` messages of those stored now, without waiting for more; none if none are.
-
-        Raises:
-            nats.errors.Error: as :meth:`fetch`.
-        """
-        try:
-            return await self._fetch(batch, None)
-        except TimeoutError:
-            return []
-
-    async def _fetch(self, batch: int, expires: float | None) -> list[Msg]:
         await self._settle()  # a request whose fetch was cancelled ends first, then its messages are taken
         status: Msg | None = None
         if not self._arrived:
-            request = await self._request(batch, expires)
+            request = await self._request(batch, timeout)
             await self._settle()
             status = request.ended.result() if request.ended.done() else None
         if not self._arrived:
@@ -125,15 +114,13 @@ class Puller:
             raise TimeoutError
         return [self._arrived.popleft() for _ in range(min(batch, len(self._arrived)))]
 
-    async def _request(self, batch: int, expires: float | None) -> _Request:
+    async def _request(self, batch: int, expires: float) -> _Request:
         if self._sub is None:
             self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_message)
         loop = asyncio.get_running_loop()
         token = str(next(self._tokens))
-        self._open = request = _Request(token, batch, loop.time() + (expires or 0.0) + LATE_STATUS)
-        body: dict[str, int | bool] = {"batch": batch, "no_wait": True}
-        if expires is not None:
-            body["expires"] = int(expires * 1e9)
+        self._open = request = _Request(token, batch, loop.time() + expires + LATE_STATUS)
+        body = {"batch": batch, "no_wait": True, "expires": int(expires * 1e9)}
         try:
             await self._nc.publish(self._subject, msgspec.json.encode(body), reply=f"{self._inbox}.{token}")
         except BaseException:
@@ -180,20 +167,24 @@ async def fetch_lingering(
     linger: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> list[Msg]:
     """Up to ``batch`` messages: those of one fetch (waiting at most ``timeout`` for the first), and, when it
-    brought several and left room, those stored in the ``window`` seconds after it (``linger(window)`` is
-    how the window passes; a test ends it when it has published what should join).
+        brought several and left room, those stored in the ``window`` seconds after it (or the first stored within
+    ``LINGER_FETCH_TIMEOUT`` after it) (``linger(window)`` is
+        how the window passes; a test ends it when it has published what should join).
 
-    Raises:
-        TimeoutError: nothing arrived within ``timeout``.
-        nats.errors.Error: the fetch failed (the messages already fetched are not acknowledged, so they are
-            delivered again).
+        Raises:
+            TimeoutError: nothing arrived within ``timeout``.
+            nats.errors.Error: the fetch failed (the messages already fetched are not acknowledged, so they are
+                delivered again).
     """
     msgs = await puller.fetch(batch, timeout=timeout)
     room = batch - len(msgs)
     if window <= 0 or room <= 0 or len(msgs) < 2:
         return msgs
     await linger(window)
-    return msgs + await puller.fetch_stored(room)
+    try:
+        return msgs + await puller.fetch(room, timeout=LINGER_FETCH_TIMEOUT)
+    except TimeoutError:
+        return msgs
 
 
 class Linger:
