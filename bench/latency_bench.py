@@ -234,7 +234,7 @@ def run(changes: int, settle: float, *, peer_python: Path | None = None, traced:
 def print_seen(seen: list[float], how: str) -> None:
     print(
         f"write → Pod seen on a watch ({len(seen)} changes{how}): p50 {percentile(seen, 0.5):.1f} ms, "
-        f"p90 {percentile(seen, 0.9):.1f} ms, p99 {percentile(seen, 0.99):.1f} ms"
+        f"p90 {percentile(seen, 0.9):.1f} ms, p99 {percentile(seen, 0.99):.1f} ms, max {max(seen):.1f} ms"
     )
 
 
