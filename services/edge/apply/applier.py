@@ -334,7 +334,7 @@ class Applier:
                 continue
             try:
                 messages = await puller.fetch(min(room, 256), timeout=FETCH_TIMEOUT)
-            except TimeoutError:  # nats-py raises both its own and asyncio's (the same in 3.11)
+            except TimeoutError:  # nothing stored meanwhile
                 raise_if_cancelling()
                 continue
             except nats.errors.Error as exc:
