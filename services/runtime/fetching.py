@@ -53,16 +53,14 @@ in between loses the status; the server forgets the request when it expires)."""
 _ENDED_QUIETLY: Final = frozenset({"404", "408"})
 """Statuses that end a request without an error: nothing more stored (404), expired (408)."""
 
-_HEARTBEAT: Final = "100"
-
 
 class _Request:
     """One pull request on the server: how many messages it may still deliver, and when it ends."""
 
-    __slots__ = ("ended", "give_up_at", "left", "token")
+    __slots__ = ("ended", "give_up_at", "left", "reply")
 
-    def __init__(self, token: str, batch: int, give_up_at: float) -> None:
-        self.token = token
+    def __init__(self, reply: str, batch: int, give_up_at: float) -> None:
+        self.reply = reply
         self.left = batch
         self.give_up_at = give_up_at
         self.ended: asyncio.Future[Msg | None] = asyncio.get_running_loop().create_future()
@@ -118,11 +116,11 @@ class Puller:
         if self._sub is None:
             self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_message)
         loop = asyncio.get_running_loop()
-        token = str(next(self._tokens))
-        self._open = request = _Request(token, batch, loop.time() + expires + LATE_STATUS)
+        reply = f"{self._inbox}.{next(self._tokens)}"
+        self._open = request = _Request(reply, batch, loop.time() + expires + LATE_STATUS)
         body = {"batch": batch, "no_wait": True, "expires": int(expires * 1e9)}
         try:
-            await self._nc.publish(self._subject, msgspec.json.encode(body), reply=f"{self._inbox}.{token}")
+            await self._nc.publish(self._subject, msgspec.json.encode(body), reply=reply)
         except BaseException:
             self._open = None
             raise
@@ -149,7 +147,7 @@ class Puller:
                 request.left -= 1
                 if request.left <= 0:
                     self._end(request, None)
-        elif code != _HEARTBEAT and request is not None and msg.subject == f"{self._inbox}.{request.token}":
+        elif request is not None and msg.subject == request.reply:  # else a late status, of no request open
             self._end(request, msg)
 
     def _end(self, request: _Request, status: Msg | None) -> None:
@@ -167,14 +165,14 @@ async def fetch_lingering(
     linger: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> list[Msg]:
     """Up to ``batch`` messages: those of one fetch (waiting at most ``timeout`` for the first), and, when it
-        brought several and left room, those stored in the ``window`` seconds after it (or the first stored within
-    ``LINGER_FETCH_TIMEOUT`` after it) (``linger(window)`` is
-        how the window passes; a test ends it when it has published what should join).
+    brought several and left room, those stored in the ``window`` seconds after it, or else the first stored
+    within ``LINGER_FETCH_TIMEOUT`` after it (``linger(window)`` is how the window passes; a test ends it
+    when it has published what should join).
 
-        Raises:
-            TimeoutError: nothing arrived within ``timeout``.
-            nats.errors.Error: the fetch failed (the messages already fetched are not acknowledged, so they are
-                delivered again).
+    Raises:
+        TimeoutError: nothing arrived within ``timeout``.
+        nats.errors.Error: the fetch failed (the messages already fetched are not acknowledged, so they are
+            delivered again).
     """
     msgs = await puller.fetch(batch, timeout=timeout)
     room = batch - len(msgs)
