@@ -54,6 +54,7 @@ from services.runtime.fetching import Linger, Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
+from services.runtime.publishing import jetstream
 from services.runtime.settings import BusSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.tracing import DECIDED, DECISION_STORED, SNAPSHOT_READ, extract_context, key_attributes, tracer
@@ -188,7 +189,7 @@ class PartitionConsumer:
     ) -> None:
         self.partition = partition
         self._nc = nc
-        self._js = nc.jetstream()
+        self._js = jetstream(nc)
         self._reader = reader
         self._timers = timers
         self._reconcilers = reconcilers

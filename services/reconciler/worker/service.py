@@ -35,6 +35,7 @@ from services.runtime.bus import connect
 from services.runtime.fetching import Linger
 from services.runtime.health import HealthServer, Progress
 from services.runtime.leases import Membership, PartitionLeases, default_member_id
+from services.runtime.publishing import jetstream
 from services.runtime.settings import RaybusSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.topology import ensure_topology, open_leases, when_answered
@@ -86,7 +87,7 @@ class _Worker:
         self._settings = settings
         self._stop = stop
         self._kinds = kinds
-        self._js = nc.jetstream()
+        self._js = jetstream(nc)
         self._reader = SnapshotReader(nc)
         self._timers = TimerScheduler(self._js)
         self._applied = AppliedFloor(self._js)
