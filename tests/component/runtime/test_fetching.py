@@ -182,6 +182,32 @@ async def test_the_window_widens_while_fetches_bring_several_and_narrows_after_o
     await puller.close()
 
 
+async def test_after_a_fetch_of_several_a_lone_message_waits_for_the_window(nc: Client) -> None:
+    puller = await _puller(nc, "thinning")
+    windows: list[float] = []
+    publish_in_window: list[str] = []
+
+    async def linger(window: float) -> None:
+        windows.append(window)
+        await _publish(nc, *publish_in_window)
+
+    linger_ = Linger(0.01, 0.04, linger=linger)
+    await _publish(nc, "a", "b")
+    assert _data(await linger_.fetch(puller, 10, timeout=5.0)) == ["a", "b"]
+    await _publish(nc, "c")
+    publish_in_window[:] = ["d", "e"]
+    assert _data(await linger_.fetch(puller, 10, timeout=5.0)) == ["c", "d", "e"]
+    assert windows == [0.01, 0.02] and linger_.window == 0.04
+    publish_in_window[:] = []
+    await _publish(nc, "f")
+    assert _data(await linger_.fetch(puller, 10, timeout=5.0)) == ["f"]
+    assert windows == [0.01, 0.02, 0.04] and linger_.window == 0.01
+    await _publish(nc, "g")
+    assert _data(await linger_.fetch(puller, 10, timeout=5.0)) == ["g"]
+    assert windows == [0.01, 0.02, 0.04], "a lone message at the base window does not linger"
+    await puller.close()
+
+
 async def test_a_fetch_that_times_out_narrows_the_window(nc: Client) -> None:
     puller = await _puller(nc, "quiet")
     linger = Linger(0.01, 0.04)
