@@ -55,7 +55,7 @@ from services.runtime.bus import connect
 from services.runtime.errors import PermanentError
 from services.runtime.health import HealthServer
 from services.runtime.leases import Membership, default_member_id
-from services.runtime.publishing import jetstream
+from services.runtime.publishing import AckedJetStream
 from services.runtime.settings import RaybusSettings, WatcherRole
 from services.runtime.topology import Buckets, ensure_topology, open_buckets, when_answered
 
@@ -236,7 +236,7 @@ class Watcher:
         from services.edge.watch.resume import load_resume_points
 
         assert self.buckets is not None
-        js = jetstream(self.nats)
+        js = AckedJetStream(self.nats)
         available, skipped = await self._discover()
         for resource in skipped:
             log.info("the API server does not serve %s: not watching it", resource.name)
@@ -286,7 +286,7 @@ class Watcher:
         """Start this process's applier and prober on ``facts`` (the projection, or KV)."""
         assert self.buckets is not None and self._membership is not None
         settings = self.settings
-        js = jetstream(self.nats)
+        js = AckedJetStream(self.nats)
         if "apply" in self.roles:
             from services.edge.apply.applier import Applier
             from services.edge.apply.failures import FailureReporter

@@ -9,15 +9,14 @@ took about 46 µs of client CPU per publish, and publishing as below about 27 µ
 
 :class:`AckedJetStream` keeps nats-py's contract (the same arguments, a ``PubAck``, the same errors)
 and receives every acknowledgement on one wildcard subscription under the connection's inbox prefix,
-a counter naming each. :func:`jetstream` gives the one context of a connection, so a process holds one
-such subscription however many of its parts publish.
+a counter naming each. That subscription lasts as long as the connection, so a service makes its
+context once and keeps it (a partition consumer gets its worker's), never one per publish.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import weakref
 from typing import Any, Final
 
 import msgspec
@@ -32,21 +31,11 @@ from nats.js.errors import APIError, NoStreamResponseError
 _NO_RESPONDERS: Final = "503"
 """The status the server answers a publish with when no stream stores its subject."""
 
-_contexts: weakref.WeakKeyDictionary[Client, AckedJetStream] = weakref.WeakKeyDictionary()
-
-
-def jetstream(nc: Client) -> AckedJetStream:
-    """The JetStream context of ``nc`` that the services publish through (one per connection)."""
-    context = _contexts.get(nc)
-    if context is None:
-        context = _contexts[nc] = AckedJetStream(nc)
-    return context
-
 
 class AckedJetStream(JetStreamContext):
     """A JetStream context whose publishes await their acknowledgements on one reply subscription.
 
-    It subscribes at its first publish and for the life of the connection.
+    It subscribes at its first publish, for the life of the connection: make one per service and keep it.
     """
 
     def __init__(self, nc: Client) -> None:

@@ -58,7 +58,7 @@ from services.runtime.fetching import Linger, Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
-from services.runtime.publishing import jetstream
+from services.runtime.publishing import AckedJetStream
 from services.runtime.tracing import current_trace_id, extract_context, key_attributes
 from services.runtime.tracing import tracer as get_tracer
 from services.status.metrics import ResourceMetrics
@@ -111,7 +111,7 @@ class ResultConsumer:
         metrics: custom-resource metrics fed with each persisted batch (none by default).
         """
         self._nc = nc
-        self._js = jetstream(nc)
+        self._js = AckedJetStream(nc)
         self._store = store
         self._batch_size = batch_size
         self._fetch_timeout = fetch_timeout

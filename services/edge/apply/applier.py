@@ -101,7 +101,7 @@ from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.leases import Membership, PartitionLeases
 from services.runtime.metrics import meter
-from services.runtime.publishing import jetstream
+from services.runtime.publishing import AckedJetStream
 from services.runtime.settings import BusSettings
 from services.runtime.tracing import current_trace_id, current_traceparent, extract_context, key_attributes, tracer
 
@@ -201,7 +201,7 @@ class Applier:
         applied: KeyValue | None = None,
     ) -> None:
         self._nc = nc
-        self._js = jetstream(nc)
+        self._js = AckedJetStream(nc)
         self._facts = facts
         self._config = config if config is not None else OperatorConfig()
         self._freshness = Freshness(floors=applied)

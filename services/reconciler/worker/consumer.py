@@ -28,6 +28,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import MaxPayloadError
+from nats.js import JetStreamContext
 from nats.js.errors import APIError, ServiceUnavailableError
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -54,7 +55,6 @@ from services.runtime.fetching import Linger, Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.metrics import meter
-from services.runtime.publishing import jetstream
 from services.runtime.settings import BusSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.tracing import DECIDED, DECISION_STORED, SNAPSHOT_READ, extract_context, key_attributes, tracer
@@ -172,6 +172,7 @@ class PartitionConsumer:
         partition: int,
         *,
         nc: Client,
+        js: JetStreamContext,
         reader: SnapshotReader,
         timers: TimerScheduler,
         reconcilers: Mapping[KeyKind, ReconcileFn],
@@ -189,7 +190,7 @@ class PartitionConsumer:
     ) -> None:
         self.partition = partition
         self._nc = nc
-        self._js = jetstream(nc)
+        self._js = js
         self._reader = reader
         self._timers = timers
         self._reconcilers = reconcilers

@@ -35,7 +35,7 @@ from services.runtime.bus import connect
 from services.runtime.fetching import Linger
 from services.runtime.health import HealthServer, Progress
 from services.runtime.leases import Membership, PartitionLeases, default_member_id
-from services.runtime.publishing import jetstream
+from services.runtime.publishing import AckedJetStream
 from services.runtime.settings import RaybusSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.topology import ensure_topology, open_leases, when_answered
@@ -87,7 +87,7 @@ class _Worker:
         self._settings = settings
         self._stop = stop
         self._kinds = kinds
-        self._js = jetstream(nc)
+        self._js = AckedJetStream(nc)
         self._reader = SnapshotReader(nc)
         self._timers = TimerScheduler(self._js)
         self._applied = AppliedFloor(self._js)
@@ -137,6 +137,7 @@ class _Worker:
         return PartitionConsumer(
             partition,
             nc=self._nc,
+            js=self._js,
             reader=self._reader,
             timers=self._timers,
             reconcilers=self._kinds,

@@ -49,7 +49,7 @@ from services.runtime.bus import publish
 from services.runtime.directget import direct_batches
 from services.runtime.errors import RetryableError
 from services.runtime.metrics import meter
-from services.runtime.publishing import jetstream
+from services.runtime.publishing import AckedJetStream
 
 log = logging.getLogger(__name__)
 _meter = meter(__name__)
@@ -111,7 +111,7 @@ class StallWatch:
 
     def __init__(self, nc: Client, *, partitions: int, stall_after: float) -> None:
         self._nc = nc
-        self._js: JetStreamContext = jetstream(nc)
+        self._js: JetStreamContext = AckedJetStream(nc)
         self._partitions = partitions
         self._stall_after = stall_after
         self._floors: dict[int, tuple[int, datetime]] = {}

@@ -13,7 +13,7 @@ from nats.aio.client import Client
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError, BadRequestError, NoStreamResponseError
 
-from services.runtime.publishing import AckedJetStream, jetstream
+from services.runtime.publishing import AckedJetStream
 from tests.fixtures.nats import NatsServer
 
 STREAM = "PUBLISHING"
@@ -30,13 +30,22 @@ async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
         await client.close()
 
 
-async def test_a_connection_has_one_context(nc: Client) -> None:
-    assert jetstream(nc) is jetstream(nc)
-    assert isinstance(jetstream(nc), AckedJetStream)
+async def test_every_publish_is_answered_under_one_inbox(nc: Client, nats_server: NatsServer) -> None:
+    spy = await nats.connect(nats_server.url)
+    replies: list[str] = []
+    seen = await spy.subscribe(f"{SUBJECT}.spied.>")
+    await spy.flush()
+    js = AckedJetStream(nc)
+    await asyncio.gather(*(js.publish(f"{SUBJECT}.spied.{i}", b"x") for i in range(20)))
+    for _ in range(20):
+        replies.append((await seen.next_msg(timeout=60)).reply)
+    await spy.close()
+    prefixes = {reply.rsplit(".", 1)[0] for reply in replies}
+    assert len(prefixes) == 1 and len(set(replies)) == 20
 
 
 async def test_concurrent_publishes_each_get_their_own_acknowledgement(nc: Client) -> None:
-    js = jetstream(nc)
+    js = AckedJetStream(nc)
     acks = await asyncio.gather(*(js.publish(f"{SUBJECT}.{i}", str(i).encode()) for i in range(200)))
     assert {a.stream for a in acks} == {STREAM}
     assert sorted(a.seq for a in acks) == list(range(1, 201))
@@ -46,7 +55,7 @@ async def test_concurrent_publishes_each_get_their_own_acknowledgement(nc: Clien
 
 
 async def test_a_repeated_message_id_is_acknowledged_as_a_duplicate(nc: Client) -> None:
-    js = jetstream(nc)
+    js = AckedJetStream(nc)
     first = await js.publish(f"{SUBJECT}.dup", b"a", headers={"Nats-Msg-Id": "one"})
     again = await js.publish(f"{SUBJECT}.dup", b"a", headers={"Nats-Msg-Id": "one"})
     assert not first.duplicate
@@ -55,11 +64,11 @@ async def test_a_repeated_message_id_is_acknowledged_as_a_duplicate(nc: Client) 
 
 async def test_a_subject_no_stream_stores_raises_no_stream_response(nc: Client) -> None:
     with pytest.raises(NoStreamResponseError):
-        await jetstream(nc).publish("nowhere.stored", b"x")
+        await AckedJetStream(nc).publish("nowhere.stored", b"x")
 
 
 async def test_a_refused_expectation_raises_the_stream_s_error(nc: Client) -> None:
-    js = jetstream(nc)
+    js = AckedJetStream(nc)
     await js.publish(f"{SUBJECT}.seq", b"a")
     with pytest.raises(BadRequestError) as refused:
         await js.publish(f"{SUBJECT}.seq", b"b", headers={"Nats-Expected-Last-Subject-Sequence": "0"})
@@ -71,7 +80,7 @@ async def test_a_refused_expectation_raises_the_stream_s_error(nc: Client) -> No
 async def test_no_acknowledgement_raises_a_timeout(nc: Client) -> None:
     # A plain subscriber is a responder that never answers: no 503, no acknowledgement.
     await nc.subscribe("silent.subject")
-    js = jetstream(nc)
+    js = AckedJetStream(nc)
     with pytest.raises(nats.errors.TimeoutError):
         await js.publish("silent.subject", b"x", timeout=0.05)
     ack = await js.publish(f"{SUBJECT}.after", b"y")
