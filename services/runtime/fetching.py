@@ -16,7 +16,7 @@ whose window is at its base is an idle consumer: it is returned at once, as the 
 its length to that message's latency. A single message right after fetches of several is a burst
 thinning out (its inputs come a few at a time while the rest of the pipeline catches up), and lingers
 like them: deciding each of those alone made a burst of 1,000 RayClusters take a third more decisions
-and a fifth more status writes.
+and a fifth more status writes (``bench/RESULTS.md``, run entry cfa68b8).
 
 A consumer's window widens while a burst lasts (:class:`Linger`): on a busy machine every batch costs
 the whole pipeline work (a snapshot read, a decision, a status write and its watch event, a

@@ -191,19 +191,19 @@ async def test_after_a_fetch_of_several_a_lone_message_waits_for_the_window(nc: 
         windows.append(window)
         await _publish(nc, *publish_in_window)
 
-    linger_ = Linger(0.01, 0.04, linger=linger)
+    lingering = Linger(0.01, 0.04, linger=linger)
     await _publish(nc, "a", "b")
-    assert _data(await linger_.fetch(puller, 10, timeout=5.0)) == ["a", "b"]
+    assert _data(await lingering.fetch(puller, 10, timeout=5.0)) == ["a", "b"]
     await _publish(nc, "c")
     publish_in_window[:] = ["d", "e"]
-    assert _data(await linger_.fetch(puller, 10, timeout=5.0)) == ["c", "d", "e"]
-    assert windows == [0.01, 0.02] and linger_.window == 0.04
+    assert _data(await lingering.fetch(puller, 10, timeout=5.0)) == ["c", "d", "e"]
+    assert windows == [0.01, 0.02] and lingering.window == 0.04
     publish_in_window[:] = []
     await _publish(nc, "f")
-    assert _data(await linger_.fetch(puller, 10, timeout=5.0)) == ["f"]
-    assert windows == [0.01, 0.02, 0.04] and linger_.window == 0.01
+    assert _data(await lingering.fetch(puller, 10, timeout=5.0)) == ["f"]
+    assert windows == [0.01, 0.02, 0.04] and lingering.window == 0.01
     await _publish(nc, "g")
-    assert _data(await linger_.fetch(puller, 10, timeout=5.0)) == ["g"]
+    assert _data(await lingering.fetch(puller, 10, timeout=5.0)) == ["g"]
     assert windows == [0.01, 0.02, 0.04], "a lone message at the base window does not linger"
     await puller.close()
 
