@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from schema import subjects
+from services.runtime.bus import flush_sent
 from services.runtime.fetching import Linger, Puller, fetch_lingering
 from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually
@@ -71,13 +72,13 @@ async def test_a_late_status_neither_ends_a_fetch_nor_holds_its_message(nc: Clie
     requests: asyncio.Queue[Msg] = asyncio.Queue()
     spy = await nats.connect(nats_server.url)
     await spy.subscribe(subjects.pull_request_subject(STREAM, "late"), cb=requests.put)
-    await spy.flush()
+    await flush_sent(spy)
     fetching = asyncio.create_task(puller.fetch(10, timeout=NEVER))
     request = await asyncio.wait_for(requests.get(), timeout=60)
     inbox = request.reply.rpartition(".")[0]
     for stale in ("404", "408"):
         await spy.publish(f"{inbox}.earlier", b"", headers={"Status": stale, "Description": "stale"})
-    await spy.flush()
+    await flush_sent(spy)
     await _publish(nc, "a")
     assert _data(await asyncio.wait_for(fetching, timeout=60)) == ["a"]
     fetching = asyncio.create_task(puller.fetch(10, timeout=NEVER))

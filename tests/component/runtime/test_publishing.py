@@ -13,6 +13,7 @@ from nats.aio.client import Client
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError, BadRequestError, NoStreamResponseError
 
+from services.runtime.bus import flush_sent
 from services.runtime.publishing import AckedJetStream
 from tests.fixtures.nats import NatsServer
 
@@ -34,7 +35,7 @@ async def test_every_publish_is_answered_under_one_inbox(nc: Client, nats_server
     spy = await nats.connect(nats_server.url)
     replies: list[str] = []
     seen = await spy.subscribe(f"{SUBJECT}.spied.>")
-    await spy.flush()
+    await flush_sent(spy)
     js = AckedJetStream(nc)
     await asyncio.gather(*(js.publish(f"{SUBJECT}.spied.{i}", b"x") for i in range(20)))
     for _ in range(20):
