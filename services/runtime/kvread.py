@@ -17,7 +17,6 @@ of its own. The module's functions read once through a reader of their own.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,11 +26,11 @@ from typing import Final
 import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE
 
 from schema import subjects
 from services.runtime.errors import RetryableError
+from services.runtime.replies import Replies
 
 PAGE: Final = 1000
 """Messages asked for per page of a paged read."""
@@ -109,11 +108,7 @@ class KvReader:
 
     def __init__(self, nc: Client) -> None:
         self._nc = nc
-        self._inbox = nc.new_inbox()
-        self._sub: Subscription | None = None
-        self._subscribing = asyncio.Lock()
-        self._answers: dict[str, _Answer] = {}
-        self._tokens = itertools.count()
+        self._replies: Replies[_Answer] = Replies(nc, _take)
 
     async def __aenter__(self) -> KvReader:
         return self
@@ -125,9 +120,7 @@ class KvReader:
 
     async def close(self) -> None:
         """Stop receiving answers; a read under way gets none more."""
-        sub, self._sub = self._sub, None
-        if sub is not None and not self._nc.is_closed:
-            await sub.unsubscribe()
+        await self._replies.close()
 
     async def latest(self, bucket: str, key_filter: str, *, timeout: float = 5.0) -> KvRead:
         """Latest values of the keys of ``bucket`` matching ``key_filter`` (NATS wildcards allowed).
@@ -199,13 +192,11 @@ class KvReader:
     ) -> dict[str, str]:
         """Send one batched direct get; put each key's write into ``entries``; return the final status
         message's headers. ``timeout`` bounds the wait for each message of the answer, not the whole."""
-        await self._subscribe()
-        token = str(next(self._tokens))
         answer = _Answer(prefix, entries, time.monotonic(), asyncio.get_running_loop().create_future())
-        self._answers[token] = answer
+        reply = await self._replies.open(answer)
         try:
             subject = subjects.direct_get_subject(subjects.kv_stream(bucket))
-            await self._nc.publish(subject, msgspec.json.encode(request), reply=f"{self._inbox}.{token}")
+            await self._nc.publish(subject, msgspec.json.encode(request), reply=reply)
             while True:
                 silent = time.monotonic() - answer.heard_at
                 if silent >= timeout:
@@ -214,20 +205,12 @@ class KvReader:
                 if answer.done.done():
                     return answer.done.result()  # or raises what ended the answer
         finally:
-            del self._answers[token]
+            self._replies.drop(reply)
             answer.done.cancel()
 
-    async def _subscribe(self) -> None:
-        if self._sub is not None:
-            return
-        async with self._subscribing:
-            if self._sub is None:
-                self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_answer)
 
-    async def _on_answer(self, msg: Msg) -> None:
-        answer = self._answers.get(msg.subject[len(self._inbox) + 1 :])
-        if answer is not None:  # else the answer of a read that gave up
-            answer.take(msg, time.monotonic())
+def _take(answer: _Answer, msg: Msg) -> None:
+    answer.take(msg, time.monotonic())
 
 
 async def read_latest(nc: Client, bucket: str, key_filter: str, *, timeout: float = 5.0) -> KvRead:

@@ -9,24 +9,25 @@ took about 46 µs of client CPU per publish, and publishing as below about 27 µ
 
 :class:`AckedJetStream` keeps nats-py's contract (the same arguments, a ``PubAck``, the same errors)
 and receives every acknowledgement on one wildcard subscription under the connection's inbox prefix,
-a counter naming each. That subscription lasts as long as the connection, so a service makes its
-context once and keeps it (a partition consumer gets its worker's), never one per publish.
+a counter naming each (``replies``, as the batched KV reads do). That subscription lasts as long as the
+connection, so a service makes its context once and keeps it (a partition consumer gets its worker's),
+never one per publish.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any, Final
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import Header, PubAck
 from nats.js.errors import APIError, NoStreamResponseError
+
+from services.runtime.replies import Replies
 
 _NO_RESPONDERS: Final = "503"
 """The status the server answers a publish with when no stream stores its subject."""
@@ -41,11 +42,7 @@ class AckedJetStream(JetStreamContext):
     def __init__(self, nc: Client) -> None:
         super().__init__(nc)
         self._client = nc
-        self._acks_inbox = nc.new_inbox()
-        self._acks_sub: Subscription | None = None
-        self._acks_subscribing = asyncio.Lock()
-        self._acks_tokens = itertools.count()
-        self._awaited: dict[str, asyncio.Future[Msg]] = {}
+        self._acks: Replies[asyncio.Future[Msg]] = Replies(nc, _acknowledge)
 
     async def publish(
         self,
@@ -69,12 +66,9 @@ class AckedJetStream(JetStreamContext):
             headers = {**(headers or {}), Header.EXPECTED_STREAM: stream}
         if msg_ttl is not None:
             headers = {**(headers or {}), Header.MSG_TTL: str(int(msg_ttl))}
-        if self._acks_sub is None:
-            await self._subscribe()
-        reply = f"{self._acks_inbox}.{next(self._acks_tokens)}"
         loop = asyncio.get_running_loop()
         acked: asyncio.Future[Msg] = loop.create_future()
-        self._awaited[reply] = acked
+        reply = await self._acks.open(acked)
         # A bare timer: asyncio.timeout() costs a few µs more per publish, and a burst makes tens of thousands.
         expiry = loop.call_later(self._timeout if timeout is None else timeout, _expire, acked)
         try:
@@ -82,7 +76,7 @@ class AckedJetStream(JetStreamContext):
             msg = await acked
         finally:
             expiry.cancel()
-            self._awaited.pop(reply, None)
+            self._acks.drop(reply)
         if msg.headers and msg.headers.get(Header.STATUS) == _NO_RESPONDERS:
             raise NoStreamResponseError
         answer = msgspec.json.decode(msg.data)
@@ -90,15 +84,10 @@ class AckedJetStream(JetStreamContext):
             APIError.from_error(answer["error"])
         return PubAck.from_response(answer)
 
-    async def _subscribe(self) -> None:
-        async with self._acks_subscribing:
-            if self._acks_sub is None:
-                self._acks_sub = await self._client.subscribe(f"{self._acks_inbox}.*", cb=self._on_ack)
 
-    async def _on_ack(self, msg: Msg) -> None:
-        acked = self._awaited.get(msg.subject)
-        if acked is not None and not acked.done():
-            acked.set_result(msg)
+def _acknowledge(acked: asyncio.Future[Msg], msg: Msg) -> None:
+    if not acked.done():
+        acked.set_result(msg)
 
 
 def _expire(acked: asyncio.Future[Msg]) -> None:
