@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 
 from schema.config import OperatorConfig
 from schema.decision import Snapshot
-from schema.messages import DeleteObject, EmitEvent
+from schema.messages import CreateObject, DeleteObject, EmitEvent
 from services.reconciler import raycluster
 from services.reconciler.raycluster import model, validation
 from services.reconciler.worker.decide import guarded
+from services.reconciler.worker.inflight import announces
 from tests.unit.raycluster import builders
 from tests.unit.raycluster.sim import NOW, World
 
@@ -202,3 +203,18 @@ def test_malformed_pods_never_raise(pods: list[dict[str, Any]]) -> None:
     snapshot = Snapshot(key=snap.key, entries=entries, revision=snap.revision)
     decision = guarded(raycluster.reconcile)(snapshot, NOW, world.config)
     assert "4.1/malformed" not in decision.rules
+
+
+@SETTINGS
+@given(groups=valid_groups())
+def test_every_create_is_announced_by_the_event_right_after_it(groups: list[dict[str, Any]]) -> None:
+    """The worker sends a create's Event whenever it sends the create (``inflight.announces``), which
+    rests on the Event following its create in the decision."""
+    world = World(builders.cluster(groups=groups))
+    commands = world.step().commands
+    creates = [i for i, c in enumerate(commands) if isinstance(c, CreateObject)]
+    assert creates
+    for i in creates:
+        create = commands[i]
+        assert isinstance(create, CreateObject)
+        assert i + 1 < len(commands) and announces(commands[i + 1], create), commands[i : i + 2]

@@ -579,3 +579,39 @@ def test_an_input_is_held_with_only_the_identity_of_its_object() -> None:
     assert identity_only(odd).object == {"metadata": {}}  # type: ignore[union-attr]
     tick = TimerTick(key=KEY, due_at=T0)
     assert identity_only(tick) is tick
+
+
+def test_the_event_of_a_create_goes_out_with_it_when_the_object_is_created_again() -> None:
+    """A worker deleted and created again under the same name while the batch of its first create is held
+    (another Pod of that batch not shown yet) is announced again; a create withheld as in flight is not."""
+    from schema.messages import DeleteObject
+    from services.reconciler.worker.inflight import InFlight
+
+    inflight = InFlight(grace=2.0, max_age=60.0, create_hold=10.0, clock=lambda: 0.0)
+    pods = [ObjectRef(api_version="v1", kind="Pod", namespace="ns", name=f"c-worker-{n}") for n in ("a", "b")]
+
+    owner = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace="ns", name="c")
+
+    def created(ref: ObjectRef) -> tuple[Command, Command]:
+        message = f"Created worker Pod ns/{ref.name}"
+        return CreateObject(target=ref, body={}), EmitEvent(
+            regarding=owner, event_type="Normal", reason="CreatedWorkerPod", message=message
+        )
+
+    def filtered(*commands: Command, seq: int, shown: tuple[ObjectRef, ...] = ()) -> list[type]:
+        decided = draft(
+            reconcilers={"RayCluster": lambda s, n, c: Decision(commands=commands)},
+            snapshot=Snapshot(key=KEY, entries={}, revision=seq),
+            now=T0,
+            config=OperatorConfig(),
+        )
+        entries: dict[str, dict[str, Any]] = {"Pod": {ref.name: {} for ref in shown}}
+        batch = inflight.filter(decided.batch, applied_floor=0, entries=entries, ids=decided.ids())
+        inflight.published(KEY, batch_seq=seq)
+        return [type(c) for c in batch.commands]
+
+    assert filtered(*created(pods[0]), *created(pods[1]), seq=1) == [CreateObject, EmitEvent] * 2
+    assert filtered(*created(pods[0]), seq=2) == []  # decided again before it shows: both withheld
+    filtered(DeleteObject(target=pods[0]), seq=3, shown=(pods[0],))
+    assert filtered(*created(pods[0]), seq=4) == [CreateObject, EmitEvent]  # created anew, announced anew
+    assert filtered(*created(pods[1]), seq=5) == []  # still in flight, with its Event
