@@ -37,9 +37,9 @@ A batch that creates objects stays in flight beyond the grace, until the snapsho
 (at most ``create_hold`` seconds after it was applied): when the watch lags more than the grace behind
 the applier, the next reconcile does not see the new Pod yet and would create it (and announce it with an
 Event) again. KubeRay's expectations wait the same way for a created Pod to show in its cache (30 s).
-An Event that announces a create (the controllers emit it right after the create, naming the object)
-goes out whenever its create does, and is withheld with it: a Pod deleted and created again under the same
-name while the first create's batch is still held gets its Event again, as KubeRay's recorder would.
+An Event that announces a create or a delete (the controllers emit it right after the act, naming the
+object) goes out whenever its act does (:func:`announces`): a Pod deleted and created again under the same
+name while the first create's batch is still held gets its Events again, as KubeRay's recorder would.
 A batch that submits a Ray job is held the same way until the prober's answer in the snapshot shows the
 dashboard knows the job (``schema.probes.job_known``): until then every reconcile sees "not found" and
 would submit it again.
@@ -163,13 +163,18 @@ class _Sent:
     """False once its outcome said the target is as it was (the create failed or was refused)."""
 
 
-def announces(command: Command, create: CreateObject) -> bool:
-    """Whether ``command`` is the Event that announces ``create``: the controllers emit it right after the
-    create, naming the created object. Such an Event goes out whenever its create does: withheld as the twin
-    of an identical one still in flight, it would be lost when an object is deleted and created again under
-    the same name while the first create's batch is held."""
-    target = create.target
-    return isinstance(command, EmitEvent) and command.message.endswith(f" {target.namespace}/{target.name}")
+def announces(command: Command, act: CreateObject | DeleteObject) -> bool:
+    """Whether ``command`` is the Event that announces ``act``, a create or delete: the controllers emit it
+    right after the act, naming its object (``<namespace>/<name>``, at the end or before a ``;``).
+
+    Such an Event goes out whenever its act does. Matched like any Event, against an identical one still
+    in flight, it would be withheld when an object is deleted and created again under the same name while
+    the first create's batch is held, or a Pod of that name deleted again soon (its delete differs by the
+    Pod's uid, its Event not)."""
+    if not isinstance(command, EmitEvent):
+        return False
+    named = f" {act.target.namespace}/{act.target.name}"
+    return command.message.endswith(named) or f"{named};" in command.message
 
 
 def _retried_otherwise(sent: _Sent, command: Command) -> bool:
@@ -297,7 +302,7 @@ class InFlight:
         fresh: dict[str, _Kept] = {}
         look: set[str] = set()
         starts: set[Target] = set()
-        created: tuple[CreateObject, bool] | None = None
+        act: tuple[CreateObject | DeleteObject, bool] | None = None  # the command before, if an act; sent?
         for command in batch.commands:
             key = target_key(command)
             by_target = key is not None
@@ -310,10 +315,10 @@ class InFlight:
             in_flight = sent.get(key)
             if in_flight is not None and _retried_otherwise(in_flight, command):
                 in_flight = None
-            if created is not None and announces(command, created[0]) and created[1]:
-                in_flight = None  # a create sent again goes with its Event (a Pod deleted and created anew)
+            if act is not None and act[1] and announces(command, act[0]):
+                in_flight = None  # its act is sent: so is the Event that announces it
             twin = in_flight or fresh.get(key)
-            created = (command, twin is None) if isinstance(command, CreateObject) else None
+            act = (command, twin is None) if isinstance(command, CreateObject | DeleteObject) else None
             if twin is not None:
                 withheld.append(twin.command_id)
                 # Its twin's effect may bring no event of its own: a create or delete may be a no-op

@@ -205,16 +205,23 @@ def test_malformed_pods_never_raise(pods: list[dict[str, Any]]) -> None:
     assert "4.1/malformed" not in decision.rules
 
 
+def _announced(commands: tuple[Any, ...]) -> int:
+    """How many creates and deletes ``commands`` holds; asserts each is followed by the Event announcing it."""
+    acts = [i for i, c in enumerate(commands) if isinstance(c, CreateObject | DeleteObject)]
+    for i in acts:
+        assert i + 1 < len(commands) and announces(commands[i + 1], commands[i]), commands[i : i + 2]
+    return len(acts)
+
+
 @SETTINGS
 @given(groups=valid_groups())
-def test_every_create_is_announced_by_the_event_right_after_it(groups: list[dict[str, Any]]) -> None:
-    """The worker sends a create's Event whenever it sends the create (``inflight.announces``), which
-    rests on the Event following its create in the decision."""
+def test_every_create_and_delete_is_announced_by_the_event_right_after_it(groups: list[dict[str, Any]]) -> None:
+    """The worker sends an act's Event whenever it sends the act (``inflight.announces``), which rests on
+    the Event following its create or delete in the decision."""
     world = World(builders.cluster(groups=groups))
-    commands = world.step().commands
-    creates = [i for i, c in enumerate(commands) if isinstance(c, CreateObject)]
-    assert creates
-    for i in creates:
-        create = commands[i]
-        assert isinstance(create, CreateObject)
-        assert i + 1 < len(commands) and announces(commands[i + 1], create), commands[i : i + 2]
+    assert _announced(world.step().commands)
+    world.converge()
+    world.update_spec(lambda s: s.update(workerGroupSpecs=[{**g, "replicas": 0, "minReplicas": 0} for g in groups]))
+    deleted = world.step().commands
+    _announced(deleted)
+    assert any(isinstance(c, DeleteObject) for c in deleted) == (expected_workers(groups) > 0)

@@ -581,22 +581,26 @@ def test_an_input_is_held_with_only_the_identity_of_its_object() -> None:
     assert identity_only(tick) is tick
 
 
-def test_the_event_of_a_create_goes_out_with_it_when_the_object_is_created_again() -> None:
+def test_the_event_of_a_create_or_delete_goes_out_with_it() -> None:
     """A worker deleted and created again under the same name while the batch of its first create is held
-    (another Pod of that batch not shown yet) is announced again; a create withheld as in flight is not."""
+    (another Pod of that batch not shown yet) is announced again, and so is its next delete (another uid,
+    the same Event); a create withheld as in flight is not."""
     from schema.messages import DeleteObject
     from services.reconciler.worker.inflight import InFlight
 
     inflight = InFlight(grace=2.0, max_age=60.0, create_hold=10.0, clock=lambda: 0.0)
     pods = [ObjectRef(api_version="v1", kind="Pod", namespace="ns", name=f"c-worker-{n}") for n in ("a", "b")]
-
     owner = ObjectRef(api_version="ray.io/v1", kind="RayCluster", namespace="ns", name="c")
 
+    def event(reason: str, message: str) -> EmitEvent:
+        return EmitEvent(regarding=owner, event_type="Normal", reason=reason, message=message)
+
     def created(ref: ObjectRef) -> tuple[Command, Command]:
-        message = f"Created worker Pod ns/{ref.name}"
-        return CreateObject(target=ref, body={}), EmitEvent(
-            regarding=owner, event_type="Normal", reason="CreatedWorkerPod", message=message
-        )
+        return CreateObject(target=ref, body={}), event("CreatedWorkerPod", f"Created worker Pod ns/{ref.name}")
+
+    def deleted(ref: ObjectRef, uid: str) -> tuple[Command, Command]:
+        message = f"Deleted worker Pod ns/{ref.name}; scale-down"
+        return DeleteObject(target=msgspec.structs.replace(ref, uid=uid)), event("DeletedWorkerPod", message)
 
     def filtered(*commands: Command, seq: int, shown: tuple[ObjectRef, ...] = ()) -> list[type]:
         decided = draft(
@@ -612,6 +616,8 @@ def test_the_event_of_a_create_goes_out_with_it_when_the_object_is_created_again
 
     assert filtered(*created(pods[0]), *created(pods[1]), seq=1) == [CreateObject, EmitEvent] * 2
     assert filtered(*created(pods[0]), seq=2) == []  # decided again before it shows: both withheld
-    filtered(DeleteObject(target=pods[0]), seq=3, shown=(pods[0],))
+    assert filtered(*deleted(pods[0], "u1"), seq=3, shown=(pods[0],)) == [DeleteObject, EmitEvent]
     assert filtered(*created(pods[0]), seq=4) == [CreateObject, EmitEvent]  # created anew, announced anew
-    assert filtered(*created(pods[1]), seq=5) == []  # still in flight, with its Event
+    assert filtered(*deleted(pods[0], "u2"), seq=5, shown=(pods[0],)) == [DeleteObject, EmitEvent]
+    assert filtered(*deleted(pods[0], "u2"), seq=6) == []  # the same delete again: withheld with its Event
+    assert filtered(*created(pods[1]), seq=7) == []  # still in flight, with its Event
