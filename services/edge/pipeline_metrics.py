@@ -9,6 +9,8 @@
 - ``raybus_projection_repairs_total{kind, reason}``: objects a drift check found wrong in the projection
   and wrote again (``missing``, ``stale``, ``vanished``, ``lost``, ``orphaned``; ``overwritten``: a
   replayed write found its entry gone back to an older version; see ``projection``);
+- ``raybus_projection_folded_total{kind}``: versions of an object left to a later version queued behind
+  them, never written (``projection``);
 - ``raybus_informer_lag_seconds{resource}``: from receiving a batch of watch events to its projection on
   the bus (KV written, events published);
 - ``raybus_prober_polls_total{probe}``, ``raybus_prober_changes_total{probe}`` (answers that changed
@@ -57,6 +59,9 @@ _relists = _meter.create_counter("raybus_informer_relists_total", description="c
 _repairs = _meter.create_counter(
     "raybus_projection_repairs_total", description="objects a drift check found wrong in the projection, repaired"
 )
+_folded = _meter.create_counter(
+    "raybus_projection_folded_total", description="object versions left to a later one queued behind them"
+)
 _informer_lag = _meter.create_histogram(
     "raybus_informer_lag_seconds", unit="s", description="from receiving watch events to their projection on the bus"
 )
@@ -93,6 +98,11 @@ def relisted(resource: str) -> None:
 def repaired(kind: str, reason: str) -> None:
     """A drift check found one object wrong in the projection (``reason``) and wrote it again."""
     _repairs.add(1, {"kind": kind, "reason": reason})
+
+
+def folded(kind: str) -> None:
+    """A version of an object was left to a later version queued behind it, never written."""
+    _folded.add(1, {"kind": kind})
 
 
 def projected(resource: str, seconds: float) -> None:

@@ -196,7 +196,8 @@ class Projection:
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
         self._resume_interval = resume_interval
-        self._tails: dict[str, asyncio.Future[None]] = {}
+        self._tails: dict[str, _Write] = {}
+        """KV subject → the latest write of that entry planned and not yet finished."""
         self._key_writes = KeyWrites(subjects.OBJECTS_BUCKET)
         self._gone: dict[str, None] = {}
         """uids of custom resources whose deletion was projected, oldest first (bounded)."""
@@ -211,6 +212,8 @@ class Projection:
         """Scope → uid → resourceVersion of held objects its last check did not list (``_plan_check``)."""
         self.events_published = 0
         self.writes_done = 0
+        self.writes_folded = 0
+        """Writes left to a newer version of their entry queued behind them (:meth:`_fold`)."""
         self.repairs = 0
         """Drift repairs planned (``raybus_projection_repairs_total``)."""
 
@@ -698,8 +701,10 @@ class Projection:
         for op in ops:
             if isinstance(op, _Write):
                 subject = self._kv_subject(op)
-                op.after = self._tails.get(subject)
-                op.done = self._tails[subject] = loop.create_future()
+                before = self._tails.get(subject)
+                op.after = before.done if before is not None else None
+                op.done = loop.create_future()
+                self._tails[subject] = op
 
     async def _owners_first(self, scope: Scope, change: Change) -> None:
         """Before a child's deletion, project its owners' deletions that the API server already made
@@ -795,11 +800,13 @@ class Projection:
 
         def superseded() -> bool:
             # A retried write need not happen once a newer version of the same entry is queued behind it.
-            return self._tails.get(subject) is not op.done
+            return self._tails.get(subject) is not op
 
         try:
             if op.after is not None and not op.after.done():
                 await asyncio.shield(op.after)
+            if self._fold(op, self._tails.get(subject)):
+                return
             with self._tracer.start_as_current_span(
                 "watcher.project",
                 attributes={
@@ -837,14 +844,38 @@ class Projection:
             if op.done is not None:
                 if not op.done.done():
                     op.done.set_result(None)
-                if self._tails.get(subject) is op.done:
+                if self._tails.get(subject) is op:
                     del self._tails[subject]
+
+    def _fold(self, op: _Write, newest: _Write | None) -> bool:
+        """Leave ``op`` to ``newest``, a later version of the same object queued behind it for the same
+        entry, when neither is a deletion and the object is not a custom resource of a key; ``newest`` then
+        stands for both (an ADDED stays one, and it is status-only only if both are). True when ``op`` is
+        left.
+
+        Under load the watch falls behind the API server, and the versions of a Pod come in the same batch
+        (its creation, binding and start): its entry and event carry only the latest, as an informer's
+        cache holds only the latest. A single change is never held back for a later one. A key's custom
+        resource is never folded: a version that was never written has no id for JetStream to know it by,
+        so a replica behind (a deposed leader, a watcher resuming from an older point) could write it over
+        the newer one until that one comes again, and for a custom resource an older spec means other
+        Pods; for a Pod it means an older status for a moment."""
+        if newest is None or newest is op or newest.change.uid != op.change.uid or op.resource.is_key_kind:
+            return False
+        if "DELETED" in (op.event_type, newest.event_type):
+            return False
+        if op.event_type == "ADDED":
+            newest.event_type = "ADDED"
+        newest.status_only = newest.status_only and op.status_only
+        self.writes_folded += 1
+        pipeline_metrics.folded(op.resource.kind)
+        return True
 
     async def _write_kv(self, op: _Write, subject: str) -> tuple[int, int | None]:
         """Write ``op``'s entry; its revision, and the revision of its key's previous write when the bucket
         checked it (``keywrites``)."""
         ack, previous = await self._put(op, subject)
-        if not ack.duplicate or self._tails.get(subject) is not op.done:
+        if not ack.duplicate or self._tails.get(subject) is not op:
             return int(ack.seq), previous  # stored now, or a newer version of the entry is queued behind it
         older = await self._overwritten(op, subject)
         if older is None:

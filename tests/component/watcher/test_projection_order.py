@@ -8,6 +8,7 @@ import msgspec
 
 from schema import subjects
 from schema.keys import ReconcileKey
+from schema.ray.conventions import LABEL_CLUSTER
 from services.edge.resources import by_kind
 from services.edge.watch.informer import Batch, Change, Scope
 from services.edge.watch.projection import Projection
@@ -16,21 +17,25 @@ from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually
 
 
-def _version(rv: int, *, type_: str = "MODIFIED") -> Change:
+def _version(rv: int, *, type_: str = "MODIFIED", kind: str = "RayCluster") -> Change:
+    name = "c" if kind == "RayCluster" else "c-worker-a"
+    metadata: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"u-{name}", "resourceVersion": str(rv)}
+    if kind == "Pod":
+        metadata["labels"] = {LABEL_CLUSTER: "c"}
     obj: dict[str, Any] = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": "c", "namespace": "ns", "uid": "u-c", "resourceVersion": str(rv)},
+        "apiVersion": "ray.io/v1" if kind == "RayCluster" else "v1",
+        "kind": kind,
+        "metadata": metadata,
         "status": {"step": rv},
     }
     return Change(
         type=type_,  # type: ignore[arg-type]
         obj=obj,
         raw=msgspec.json.encode(obj),
-        uid="u-c",
+        uid=metadata["uid"],
         resource_version=str(rv),
         namespace="ns",
-        name="c",
+        name=name,
     )
 
 
@@ -96,3 +101,33 @@ async def test_a_replica_behind_writes_nothing_over_a_newer_version(bus: Bus) ->
     assert entry is not None and entry["status"] == {"step": 2}
     assert [e["resource_version"] for e in await bus.events(key)] == ["1", "2"]
     assert behind.repairs == 0
+
+
+async def test_versions_of_a_pod_queued_together_are_written_as_the_latest(bus: Bus) -> None:
+    """A Pod's creation, binding and start in one batch (a watch behind the API server) make one write and
+    one event, of the latest version, still an ADDED; a deletion is never folded, and a replica projecting
+    the same batch again writes nothing new."""
+    pods = by_kind("Pod")
+    assert pods is not None
+    scope = Scope(pods, "ns")
+    key = ReconcileKey(kind="RayCluster", namespace="ns", name="c")
+    batch = Batch(scope, (_version(1, type_="ADDED", kind="Pod"), *(_version(rv, kind="Pod") for rv in (2, 3))))
+    projection = Projection(bus.js)
+    await projection.project(batch)
+    await projection.drain()
+    entry = await bus.entry(key, "Pod", "c-worker-a")
+    assert entry is not None and entry["status"] == {"step": 3}
+    events = await bus.events(key)
+    assert [(e["event_type"], e["resource_version"]) for e in events] == [("ADDED", "3")]
+    assert projection.writes_folded == 2
+
+    again = Projection(bus.js)
+    await again.project(batch)
+    await again.drain()
+    assert len(await bus.events(key)) == 1 and again.repairs == 0
+
+    await projection.project(Batch(scope, (_version(4, kind="Pod"), _version(5, type_="DELETED", kind="Pod"))))
+    await projection.drain()
+    events = await bus.events(key)
+    assert [(e["event_type"], e["resource_version"]) for e in events[1:]] == [("MODIFIED", "4"), ("DELETED", "5")]
+    assert await bus.entry(key, "Pod", "c-worker-a") is None
