@@ -27,7 +27,7 @@ from typing import Protocol
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 
 _meter = meter(__name__)
 
@@ -50,24 +50,26 @@ def _queue_depth(_: CallbackOptions) -> Iterable[Observation]:
 _meter.create_observable_gauge(
     "raybus_applier_queue_depth", callbacks=[_queue_depth], description="command batches waiting in the applier"
 )
-_calls = _meter.create_counter("raybus_applier_calls_total", description="commands executed, by verb and outcome")
+_calls = Tally(_meter, "raybus_applier_calls_total", description="commands executed, by verb and outcome")
 _limiter_wait = _meter.create_histogram(
     "raybus_applier_rate_limit_wait_seconds", unit="s", description="wait for an API request token (--qps, --burst)"
 )
-_events = _meter.create_counter("raybus_informer_events_total", description="watch events received")
-_relists = _meter.create_counter("raybus_informer_relists_total", description="complete lists of a resource")
-_repairs = _meter.create_counter(
-    "raybus_projection_repairs_total", description="objects a drift check found wrong in the projection, repaired"
+_events = Tally(_meter, "raybus_informer_events_total", description="watch events received")
+_relists = Tally(_meter, "raybus_informer_relists_total", description="complete lists of a resource")
+_repairs = Tally(
+    _meter,
+    "raybus_projection_repairs_total",
+    description="objects a drift check found wrong in the projection, repaired",
 )
-_folded = _meter.create_counter(
-    "raybus_projection_folded_total", description="object versions left to a later one queued behind them"
+_folded = Tally(
+    _meter, "raybus_projection_folded_total", description="object versions left to a later one queued behind them"
 )
 _informer_lag = _meter.create_histogram(
     "raybus_informer_lag_seconds", unit="s", description="from receiving watch events to their projection on the bus"
 )
-_polls = _meter.create_counter("raybus_prober_polls_total", description="dashboard polls")
-_changes = _meter.create_counter("raybus_prober_changes_total", description="dashboard answers that changed")
-_probe_errors = _meter.create_counter("raybus_prober_errors_total", description="dashboards without a useful answer")
+_polls = Tally(_meter, "raybus_prober_polls_total", description="dashboard polls")
+_changes = Tally(_meter, "raybus_prober_changes_total", description="dashboard answers that changed")
+_probe_errors = Tally(_meter, "raybus_prober_errors_total", description="dashboards without a useful answer")
 
 
 def track_queue(owner: Queued) -> None:

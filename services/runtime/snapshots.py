@@ -60,12 +60,14 @@ from services.runtime.backoff import Backoff, retry
 from services.runtime.clock import Monotonic
 from services.runtime.errors import RetryableError
 from services.runtime.kvread import KvEntries, KvReader
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 
 _json_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
 _json_encoder: Final = msgspec.json.Encoder()
-_snapshots = meter(__name__).create_counter(
-    "raybus_snapshots_total", description="snapshots by how they were had (raybus.snapshot: whole, changes, applied)"
+_snapshots = Tally(
+    meter(__name__),
+    "raybus_snapshots_total",
+    description="snapshots by how they were had (raybus.snapshot: whole, changes, applied)",
 )
 _WHOLE, _CHANGES, _APPLIED = "whole", "changes", "applied"
 

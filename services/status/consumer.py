@@ -57,7 +57,7 @@ from services.runtime.errors import RetryableError
 from services.runtime.fetching import Linger, Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 from services.runtime.publishing import AckedJetStream
 from services.runtime.tracing import current_trace_id, extract_context, key_attributes
 from services.runtime.tracing import tracer as get_tracer
@@ -65,6 +65,14 @@ from services.status.metrics import ResourceMetrics
 from services.status.store import ResultRecord, StatusStore
 
 log = logging.getLogger(__name__)
+_meter = meter(__name__)
+_consumed = Tally(_meter, "raybus_status_results_consumed", unit="{message}", description="Command results persisted")
+_persisted = Tally(
+    _meter, "raybus_status_transitions_persisted", unit="{transition}", description="New transition rows"
+)
+_dead = Tally(
+    _meter, "raybus_status_dead_letters", unit="{message}", description="Results sent to the dead-letter stream"
+)
 
 
 RETRY_BACKOFF = Backoff(base=0.1, cap=5.0)
@@ -124,17 +132,7 @@ class ResultConsumer:
         self.running = False
         """Bound to its consumer and fetching (the service is not ready before)."""
         self._lag = 0
-        m = meter(__name__)
-        self._consumed = m.create_counter(
-            "raybus_status_results_consumed", unit="{message}", description="Command results persisted"
-        )
-        self._persisted = m.create_counter(
-            "raybus_status_transitions_persisted", unit="{transition}", description="New transition rows"
-        )
-        self._dead = m.create_counter(
-            "raybus_status_dead_letters", unit="{message}", description="Results sent to the dead-letter stream"
-        )
-        m.create_observable_gauge(
+        _meter.create_observable_gauge(
             "raybus_status_lag",
             callbacks=[self._observe_lag],
             unit="{message}",
@@ -282,8 +280,8 @@ class ResultConsumer:
                     return None
                 refused.extend(more)
             return refused
-        self._consumed.add(stats.results)
-        self._persisted.add(stats.transitions)
+        _consumed.add(stats.results)
+        _persisted.add(stats.transitions)
         if self._metrics is not None:
             self._metrics.observe(stats)
         return []
@@ -297,6 +295,6 @@ class ResultConsumer:
             log.warning("dead-lettering result %d failed: %s", meta.sequence.stream, exc)
             return
         log.warning("dead-lettered result %d from %s: %s", meta.sequence.stream, msg.subject, reason)
-        self._dead.add(1)
+        _dead.add(1)
         with contextlib.suppress(nats.errors.Error):  # lost: redelivered and parked again (de-duplicated)
             await msg.ack()

@@ -100,15 +100,15 @@ from services.runtime.fetching import Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
 from services.runtime.leases import Membership, PartitionLeases
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 from services.runtime.publishing import AckedJetStream
 from services.runtime.settings import BusSettings
 from services.runtime.tracing import current_trace_id, current_traceparent, extract_context, key_attributes, tracer
 
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
-_denied = meter(__name__).create_counter(
-    "raybus_commands_denied_total", description="commands outside their key's authority, not executed"
+_denied = Tally(
+    meter(__name__), "raybus_commands_denied_total", description="commands outside their key's authority, not executed"
 )
 
 DENIED_REASON: Final = "CommandDenied"

@@ -39,12 +39,14 @@ from schema.times import format_time
 from services.edge.apply.plan import outcome_of_error, plan_call, resource_of
 from services.edge.calls import ApiError, object_path
 from services.edge.kubeapi import KubeApi
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 
 log = logging.getLogger(__name__)
 _meter = meter(__name__)
-_failed = _meter.create_counter(
-    "raybus_failed_commands_total", description="commands that failed after their retries (shown on the resource)"
+_failed = Tally(
+    _meter,
+    "raybus_failed_commands_total",
+    description="commands that failed after their retries (shown on the resource)",
 )
 
 REPLICA_FAILURE: Final = "ReplicaFailure"

@@ -54,7 +54,7 @@ from services.runtime.errors import RetryableError
 from services.runtime.fetching import Linger, Puller
 from services.runtime.health import Progress
 from services.runtime.inprogress import kept_in_progress
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 from services.runtime.settings import BusSettings
 from services.runtime.snapshots import SnapshotReader
 from services.runtime.tracing import DECIDED, DECISION_STORED, SNAPSHOT_READ, extract_context, key_attributes, tracer
@@ -64,26 +64,31 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 _tracer = tracer(__name__)
 _meter = meter(__name__)
-_reconciles = _meter.create_counter("raybus_reconciles_total", description="reconciles run")
+_reconciles = Tally(_meter, "raybus_reconciles_total", description="reconciles run")
 _reconcile_seconds = _meter.create_histogram(
     "raybus_reconcile_duration_seconds", unit="s", description="snapshot read + reconcile + publish"
 )
 _lag_seconds = _meter.create_histogram(
     "raybus_bus_lag_seconds", unit="s", description="from the input's time to the start of its reconcile"
 )
-_dead_letters = _meter.create_counter("raybus_dead_letters_total", description="messages parked")
-_backstops_answered = _meter.create_counter(
-    "raybus_backstop_ticks_answered_total", description="backstop ticks answered from memory, without a reconcile"
+_dead_letters = Tally(_meter, "raybus_dead_letters_total", description="messages parked")
+_backstops_answered = Tally(
+    _meter,
+    "raybus_backstop_ticks_answered_total",
+    description="backstop ticks answered from memory, without a reconcile",
 )
-_resyncs_quiet = _meter.create_counter(
-    "raybus_resyncs_unchanged_total", description="resync decisions that had nothing to do (not recorded)"
+_resyncs_quiet = Tally(
+    _meter, "raybus_resyncs_unchanged_total", description="resync decisions that had nothing to do (not recorded)"
 )
-_status_changes_quiet = _meter.create_counter(
+_status_changes_quiet = Tally(
+    _meter,
     "raybus_status_changes_unchanged_total",
     description="decisions on changes of a key's own status alone that had nothing to do (not recorded)",
 )
-_refusals_redecided = _meter.create_counter(
-    "raybus_refused_writes_redecided_total", description="keys decided again after the API refused a write as stale"
+_refusals_redecided = Tally(
+    _meter,
+    "raybus_refused_writes_redecided_total",
+    description="keys decided again after the API refused a write as stale",
 )
 
 FETCH_BATCH = 256

@@ -15,11 +15,11 @@ from schema.codec import encode
 from schema.messages import CommandBatch
 from schema.parts import part_msg_id, split_batch
 from services.runtime.bus import publish
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 
 _meter = meter(__name__)
-_parts = _meter.create_counter("raybus_decision_parts_total", description="command batches published, parts counted")
-_split = _meter.create_counter("raybus_decisions_split_total", description="decisions published in several parts")
+_parts = Tally(_meter, "raybus_decision_parts_total", description="command batches published, parts counted")
+_split = Tally(_meter, "raybus_decisions_split_total", description="decisions published in several parts")
 
 
 async def publish_decision(js: JetStreamContext, batch: CommandBatch, *, budget: int) -> int:

@@ -29,15 +29,17 @@ from schema.keys import ReconcileKey
 from schema.messages import BusInput, CommandBatch, EmitEvent, ObjectRef, WatchEvent
 from schema.ray import conventions
 from services.runtime.bus import publish
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 
 log = logging.getLogger(__name__)
 _meter = meter(__name__)
-_reported = _meter.create_counter(
-    "raybus_failures_reported_total", description="failures shown on their custom resource as a Warning Event"
+_reported = Tally(
+    _meter, "raybus_failures_reported_total", description="failures shown on their custom resource as a Warning Event"
 )
-_lost = _meter.create_counter(
-    "raybus_failure_reports_lost_total", description="failures that could not even be reported (NATS unreachable)"
+_lost = Tally(
+    _meter,
+    "raybus_failure_reports_lost_total",
+    description="failures that could not even be reported (NATS unreachable)",
 )
 
 REASON: Final = "FailedToReconcile"

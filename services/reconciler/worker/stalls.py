@@ -48,13 +48,15 @@ from services.reconciler.worker.reports import failure_report, owner_uid
 from services.runtime.bus import publish
 from services.runtime.directget import direct_batches
 from services.runtime.errors import RetryableError
-from services.runtime.metrics import meter
+from services.runtime.metrics import Tally, meter
 from services.runtime.publishing import AckedJetStream
 
 log = logging.getLogger(__name__)
 _meter = meter(__name__)
-_stalls = _meter.create_counter(
-    "raybus_reconcile_stalls_total", description="inputs found undecided past --stall-after (each once per look)"
+_stalls = Tally(
+    _meter,
+    "raybus_reconcile_stalls_total",
+    description="inputs found undecided past --stall-after (each once per look)",
 )
 
 STALLED_REASON: Final = "ReconcileStalled"
