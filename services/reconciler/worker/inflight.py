@@ -302,7 +302,7 @@ class InFlight:
         fresh: dict[str, _Kept] = {}
         look: set[str] = set()
         starts: set[Target] = set()
-        act: tuple[CreateObject | DeleteObject, bool] | None = None  # the command before, if an act; sent?
+        sent_act: CreateObject | DeleteObject | None = None  # the command before, when it is an act sent
         for command in batch.commands:
             key = target_key(command)
             by_target = key is not None
@@ -315,10 +315,10 @@ class InFlight:
             in_flight = sent.get(key)
             if in_flight is not None and _retried_otherwise(in_flight, command):
                 in_flight = None
-            if act is not None and act[1] and announces(command, act[0]):
+            if sent_act is not None and announces(command, sent_act):
                 in_flight = None  # its act is sent: so is the Event that announces it
             twin = in_flight or fresh.get(key)
-            act = (command, twin is None) if isinstance(command, CreateObject | DeleteObject) else None
+            sent_act = command if isinstance(command, CreateObject | DeleteObject) and twin is None else None
             if twin is not None:
                 withheld.append(twin.command_id)
                 # Its twin's effect may bring no event of its own: a create or delete may be a no-op
