@@ -201,8 +201,13 @@ class Watcher:
             # A prober alone reads only the probed keys' objects; an applier needs every key's.
             from services.edge.watch.kvfacts import KvFacts
 
-            probed = PROBED_KEYS if "apply" not in self.roles else ()
-            self.facts = KvFacts(self.nats, keys=probed)
+            if "apply" in self.roles:
+                from services.edge.apply.provenance import prepare
+
+                config = self.settings.operator
+                self.facts = KvFacts(self.nats, on_edit=lambda kind, obj: prepare(kind, obj, config))
+            else:
+                self.facts = KvFacts(self.nats, keys=PROBED_KEYS)
             await self.facts.start()
             self._start_stages(self.facts)
 

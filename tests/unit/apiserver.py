@@ -61,9 +61,13 @@ class SimFacts:
         self.objects = objects
 
     def find(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The object of that kind and name, if it is in ``namespace``."""
+        """A copy of the object of that kind and name, if it is in ``namespace``: a simulation edits its
+        objects in place, and the real facts hold a new object for each write (the checks remember what
+        they derive by the identity of the object)."""
         obj = self.objects.get((kind, name))
-        return obj if obj is not None and obj["metadata"].get("namespace", NAMESPACE) == namespace else None
+        if obj is None or obj["metadata"].get("namespace", NAMESPACE) != namespace:
+            return None
+        return copy.deepcopy(obj)
 
     def recently_deleted(self, kind: str, namespace: str, name: str) -> bool:
         """Always: a simulation has no projection lag, an absent object is one that is gone."""

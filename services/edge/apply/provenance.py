@@ -46,7 +46,11 @@ is refused like a forged one (``denied``, with an Event); the next decision, on 
 issues what it now asks for.
 
 Invariants: pure (no I/O, clock or randomness); never raises; one :class:`ContentCheck` per batch caches
-what it derives, so a scale-up of a thousand Pods builds each group's Pod once.
+what it derives, so a scale-up of a thousand Pods builds each group's Pod once. The last
+:data:`PREPARED` RayClusters' decoded views and worker Pod specs are also remembered by the identity of the
+facts' object (the facts replace an object on each write, never change it), and :func:`prepare` derives
+them when a spec is edited: the applier's batch comes some milliseconds after its facts saw the edit (the
+reconciler decides meanwhile), so on a scale-up the check finds them made, off the path of the change.
 
 Not here: the authority table (``authorize``), freshness of a batch (``freshness``), recording a refusal
 (``applier``).
@@ -65,10 +69,10 @@ from schema.keys import ReconcileKey
 from schema.messages import Command, CreateObject, PatchObject, PatchStatus, PutServeConfig, SubmitRayJob, command_verb
 from schema.objects import mapping, metadata_of, text
 from schema.probes import head_service_name, serve_port
-from schema.ray import conventions
+from schema.ray import WorkerGroupSpec, conventions
 from schema.ray.rayjob import RayJobSpec
 from services.edge.apply.authorize import command_kind
-from services.reconciler.common.memo import unremembered
+from services.reconciler.common.memo import by_identity, unremembered
 from services.reconciler.common.owners import owner_reference_to
 from services.reconciler.raycluster import auth, autoscaler_rbac, gcsft, ingress, names, pod_bodies, services
 from services.reconciler.raycluster.model import ClusterView, autoscaling_enabled, decode_view
@@ -223,7 +227,7 @@ class ContentCheck:
             if obj is None:
                 raise Unreadable(f"RayCluster {self.key.namespace}/{name} is not known to the watcher")
             try:
-                view = self._views[name] = unremembered(decode_view)(dict(obj))
+                view = self._views[name] = _view(obj)
             except msgspec.ValidationError as exc:
                 raise Unreadable(f"RayCluster {self.key.namespace}/{name} cannot be read: {exc}") from exc
         return view
@@ -242,6 +246,38 @@ class ContentCheck:
         if model.spec is None:
             raise Unreadable(f"{self.key} cannot be read: {model.decode_error}")
         return model
+
+
+PREPARED: Final = 32
+"""RayClusters whose derivations the checks remember: more than are edited at once, and few, as the
+remembered keep the facts' objects they came from (some 40 KB each, with their view)."""
+
+
+@by_identity(PREPARED)
+def _view(obj: Mapping[str, Any]) -> ClusterView:
+    """``obj`` decoded as its reconcile decodes it, remembered among the checks' few (not in the larger
+    memory of ``decode_view``)."""
+    return unremembered(decode_view)(obj)
+
+
+@by_identity(PREPARED)
+def _worker_spec(view: ClusterView, group: WorkerGroupSpec, config: OperatorConfig) -> Any:
+    """The spec of a worker Pod of ``group``, as the bus carries it (its base Pod is not held beside it)."""
+    return _as_sent(unremembered(pod_bodies.worker_pod_base)(view, group, config)["spec"])
+
+
+def prepare(kind: str, obj: Mapping[str, Any], config: OperatorConfig) -> None:
+    """Derive what the checks of a RayCluster's next batch compare its worker Pods with, once the facts hold
+    ``obj`` (``KvFacts``' ``on_edit``); a resource nothing can be derived from is left to the check that
+    says why."""
+    if kind != "RayCluster":
+        return
+    try:
+        view = _view(obj)
+        for group in view.spec.worker_group_specs or ():
+            _worker_spec(view, group, config)
+    except Exception:  # the batch's own check derives it again and refuses with the reason
+        return
 
 
 Check = Callable[[ContentCheck, Any], str]
@@ -263,10 +299,7 @@ def _pod(check: ContentCheck, command: CreateObject) -> str:
         groups = [g for g in view.spec.worker_group_specs or () if g.group_name == group]
         if not groups:
             return f"the Pod's {conventions.LABEL_GROUP} label {group!r} names no worker group of {check.key}"
-        chosen = groups[0]
-        spec = check.derived(
-            ("worker", str(group)), lambda: unremembered(pod_bodies.worker_pod_base)(view, chosen, check.config)["spec"]
-        )
+        spec = _worker_spec(view, groups[0], check.config)
         source = f"worker group {group}"
     else:
         return f"the Pod's labels name no node of {check.key} ({node_type!r}, {group!r})"

@@ -49,7 +49,7 @@ import heapq
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -73,6 +73,10 @@ Named = tuple[str, str, str]
 """``(kind, namespace, name)`` of an object."""
 
 _json: Final[msgspec.json.Decoder[dict[str, Any]]] = msgspec.json.Decoder(dict[str, Any])
+
+
+def _generation(obj: dict[str, Any]) -> object:
+    return metadata_of(obj).get("generation")
 
 
 class FactsStopped(Exception):
@@ -99,10 +103,19 @@ class _Entry:
 class KvFacts:
     """The watched objects as KV ``raybus-objects`` shows them: read once, then kept current by its writes."""
 
-    def __init__(self, nc: Client, *, keys: Collection[KeyKind] = ()) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        keys: Collection[KeyKind] = (),
+        on_edit: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
         """Follow the ``raybus-objects`` bucket on ``nc`` once :meth:`start` is called: every key's entries,
-        or with ``keys`` only the entries of the reconcile keys of those kinds (one consumer each)."""
+        or with ``keys`` only the entries of the reconcile keys of those kinds (one consumer each).
+        ``on_edit(kind, obj)`` is called, as the write is applied, with each custom resource held already
+        whose ``metadata.generation`` the write changed (an edit of its spec)."""
         self._nc = nc
+        self._on_edit = on_edit
         self._filters = tuple(subjects.entries_of_kind(kind) for kind in keys) or (">",)
         self._every_key = not keys
         self._held: dict[Named, _Held] = {}
@@ -253,10 +266,12 @@ class KvFacts:
         held = self._held.get(named)
         if held is not None and held.uid != uid and resource.is_key_kind:
             self._forget_incarnation(resource.kind, held.uid)  # the same name with a new uid: the old one is gone
+        edited = False
         if held is None:
             held = self._held[named] = _Held(obj, uid)
             self._by_kind.setdefault(named[0], {})[named[1:]] = held
         else:
+            edited = held.uid == uid and _generation(held.obj) != _generation(obj)
             held.obj, held.uid = obj, uid
         held.entries.add(kv_key)
         self._deleted.pop(named, None)
@@ -266,6 +281,8 @@ class KvFacts:
                 self._deleting_at.setdefault((resource.kind, uid), revision)
             else:
                 self._deleting_at.pop((resource.kind, uid), None)
+            if edited and self._on_edit is not None:
+                self._on_edit(resource.kind, obj)
         return None
 
     def _remove(self, kv_key: str) -> None:

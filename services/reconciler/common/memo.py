@@ -56,7 +56,7 @@ def by_identity(size: int = REMEMBERED) -> Callable[[Callable[_P, _R]], Callable
 
 
 def unremembered(function: Callable[_P, _R]) -> Callable[_P, _R]:
-    """The function itself, without the memory :func:`by_identity` gave it: for a caller whose arguments are
-    new at every call (the applier's checks decode the facts' objects afresh), so that remembering would
-    only hold memory."""
+    """The function itself, without the memory :func:`by_identity` gave it: for a caller that remembers what
+    it makes of the result (the applier's checks keep a worker Pod's spec, not the Pod), so that both are
+    not held."""
     return cast(Callable[_P, _R], getattr(function, "__wrapped__", function))

@@ -14,6 +14,7 @@ Not here: validation (``validation``), object bodies (``pod_bodies``, ``services
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -50,7 +51,7 @@ def _str_map(value: object) -> dict[str, str]:
 
 
 @by_identity()
-def decode_view(obj: dict[str, Any]) -> ClusterView:
+def decode_view(obj: Mapping[str, Any]) -> ClusterView:
     """Decode a projected RayCluster object.
 
     Raises:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import copy
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from schema import subjects
+from schema.config import OperatorConfig
 from schema.keys import KeyKind, ReconcileKey
 from schema.messages import (
     Command,
@@ -46,6 +48,7 @@ from schema.probes import (
 )
 from schema.ray import conventions
 from services.edge.apply.authorize import Allowed, Denied, Facts, Gone, Verdict, authorize
+from services.edge.apply.provenance import ContentCheck, prepare
 from services.edge.probe.prober import ObjectSource
 from services.edge.resources import ResourceType, by_kind
 from services.edge.watch.informer import Batch, Change, Scope, make_change
@@ -55,6 +58,8 @@ from services.edge.watch.projection import Projection
 from tests.component.watcher.conftest import Bus, until
 from tests.fixtures.nats import NatsServer
 from tests.helpers import eventually
+from tests.unit.raycluster import builders as cluster_builders
+from tests.unit.raycluster.sim import World as ClusterWorld
 
 NS = "team"
 RAY = f"{conventions.GROUP}/{conventions.VERSION}"
@@ -210,8 +215,10 @@ async def settle(facts: KvFacts, kv: KeyValue) -> int:
 
 
 @contextlib.asynccontextmanager
-async def following(nc: Client, keys: Sequence[KeyKind] = ()) -> AsyncIterator[KvFacts]:
-    facts = KvFacts(nc, keys=keys)
+async def following(
+    nc: Client, keys: Sequence[KeyKind] = (), on_edit: Callable[[str, dict[str, Any]], None] | None = None
+) -> AsyncIterator[KvFacts]:
+    facts = KvFacts(nc, keys=keys, on_edit=on_edit)
     await facts.start()
     try:
         yield facts
@@ -316,6 +323,91 @@ async def test_an_object_removed_from_one_key_while_another_holds_it_is_not_dele
         await settle(facts, kv)
         assert facts.find("RayCluster", NS, "j-c") == JOB_CLUSTER
         assert not facts.recently_deleted("RayCluster", NS, "j-c")
+
+
+def generation(body: dict[str, Any], value: int, **metadata: Any) -> bytes:
+    edited = copy.deepcopy(body)
+    edited["metadata"].update(generation=value, **metadata)
+    return msgspec.json.encode(edited)
+
+
+async def test_an_edit_of_a_held_custom_resources_spec_is_announced(bus: Bus) -> None:
+    kv = bus.buckets.objects
+    under_cluster = subjects.entry_key(key("RayCluster", "j-c"), "RayCluster", "j-c")
+    under_job = subjects.entry_key(key("RayJob", "j"), "RayCluster", "j-c")
+    pod = subjects.entry_key(key("RayCluster", "j-c"), "Pod", "j-c-head")
+    edits: list[tuple[str, int]] = []
+    async with following(bus.nc, on_edit=lambda kind, o: edits.append((kind, o["metadata"]["generation"]))) as facts:
+        await kv.put(under_cluster, generation(JOB_CLUSTER, 1))  # new: nothing to announce
+        await kv.put(under_job, generation(JOB_CLUSTER, 1, resourceVersion="40"))  # the same object, another key
+        await kv.put(under_cluster, generation(JOB_CLUSTER, 1, resourceVersion="41"))  # status or metadata only
+        await kv.put(pod, generation(JOB_HEAD, 1))
+        await kv.put(pod, generation(JOB_HEAD, 2))  # not a custom resource
+        await settle(facts, kv)
+        assert edits == []
+
+        await kv.put(under_cluster, generation(JOB_CLUSTER, 2))
+        await kv.put(under_job, generation(JOB_CLUSTER, 2))  # the same edit, written under its second key
+        await settle(facts, kv)
+        assert edits == [("RayCluster", 2)]
+
+        await kv.put(under_cluster, generation(JOB_CLUSTER, 3, uid="uid-new"))  # a new incarnation, not an edit
+        await settle(facts, kv)
+        assert edits == [("RayCluster", 2)]
+
+
+def worker_create(cluster: dict[str, Any]) -> tuple[ReconcileKey, CreateObject, tuple[Command, ...]]:
+    """The create of a worker Pod in the first decision on ``cluster``, with its batch."""
+    world = ClusterWorld(cluster)
+    decision = world.step()
+    for command in decision.commands:
+        if isinstance(command, CreateObject) and command.target.kind == "Pod":
+            labels = command.body["metadata"]["labels"]
+            if labels[conventions.LABEL_NODE_TYPE] == conventions.NODE_WORKER:
+                return world.key, command, decision.commands
+    raise AssertionError("no worker Pod created")
+
+
+async def test_the_checks_follow_each_edit_of_the_spec_the_facts_hold(bus: Bus) -> None:
+    """What the applier derives ahead of an edit's batch (``provenance.prepare``), and remembers by the
+    facts' object, is that of the edit: a Pod of the spec before is refused, whether the edit was
+    prepared for or not."""
+    kv = bus.buckets.objects
+    config = OperatorConfig()
+    v1 = cluster_builders.cluster()
+    v2 = copy.deepcopy(v1)
+    v2["metadata"]["generation"] = 2
+    v2["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"] = "rayproject/ray:2.53.0"
+    entry = subjects.entry_key(ReconcileKey(kind="RayCluster", namespace="default", name="rc"), "RayCluster", "rc")
+    creates = {version: worker_create(body) for version, body in ((1, v1), (2, v2))}
+
+    def problem(version: int, facts: KvFacts) -> str:
+        key, create, batch = creates[version]
+        return ContentCheck(key, facts, config, batch).problem(create)
+
+    for prepared in (True, False):
+        on_edit = (lambda kind, o: prepare(kind, o, config)) if prepared else None
+        await kv.put(entry, msgspec.json.encode(v1))
+        async with following(bus.nc, on_edit=on_edit) as facts:
+            assert problem(1, facts) == problem(1, facts) == ""
+            await kv.put(entry, msgspec.json.encode(v2))
+            await settle(facts, kv)
+            assert problem(2, facts) == ""
+            assert problem(1, facts).startswith("the Pod's spec.containers[0].image"), problem(1, facts)
+            await kv.put(entry, msgspec.json.encode(v1))  # edited back
+            await settle(facts, kv)
+            assert problem(1, facts) == ""
+            assert problem(2, facts).startswith("the Pod's spec.containers[0].image"), problem(2, facts)
+
+
+def test_preparing_never_raises() -> None:
+    config = OperatorConfig()
+    for kind, body in (
+        ("RayCluster", {"metadata": ["x"], "spec": 3}),
+        ("RayCluster", {"spec": {"workerGroupSpecs": [{"template": 3}]}}),
+        ("RayJob", {"spec": None}),
+    ):
+        prepare(kind, body, config)
 
 
 async def test_malformed_entries_are_skipped(bus: Bus) -> None:
