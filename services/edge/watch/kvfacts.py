@@ -266,12 +266,11 @@ class KvFacts:
         held = self._held.get(named)
         if held is not None and held.uid != uid and resource.is_key_kind:
             self._forget_incarnation(resource.kind, held.uid)  # the same name with a new uid: the old one is gone
-        edited = False
+        before = held.obj if held is not None and held.uid == uid else None  # this incarnation's last write
         if held is None:
             held = self._held[named] = _Held(obj, uid)
             self._by_kind.setdefault(named[0], {})[named[1:]] = held
         else:
-            edited = held.uid == uid and _generation(held.obj) != _generation(obj)
             held.obj, held.uid = obj, uid
         held.entries.add(kv_key)
         self._deleted.pop(named, None)
@@ -281,7 +280,7 @@ class KvFacts:
                 self._deleting_at.setdefault((resource.kind, uid), revision)
             else:
                 self._deleting_at.pop((resource.kind, uid), None)
-            if edited and self._on_edit is not None:
+            if self._on_edit is not None and before is not None and _generation(before) != _generation(obj):
                 self._on_edit(resource.kind, obj)
         return None
 
