@@ -24,8 +24,11 @@ returned), medians and, for the change whose Pod took longest to show, its own:
 Five of the steps are the bus's: three publishes, each acknowledged, and two fetches. On an idle stack each
 wakes a process that slept (``bench/roundtrip_bench.py`` measures a round trip idle and busy).
 
-Run: ``.venv/bin/python bench/latency_bench.py [--changes 50] [--settle 0.5] [--peer PYTHON]``; with ``--peer``
-the same changes go to the Kopf peer operator of ``bench/peer`` (no spans: only the end-to-end figure).
+Run: ``.venv/bin/python bench/latency_bench.py [--changes 50] [--settle 0.5] [--peer PYTHON [--pairs N]]``;
+with ``--peer`` the same changes go to the Kopf peer operator of ``bench/peer`` (no spans: only the
+end-to-end figure). With ``--pairs N`` too, the peer and raybus (no span recorded) in turn, N times, each
+pair after 20 idle JetStream publishes (``roundtrip_bench.py``) that say what kind of host it ran on: the
+comparison turns with the price of a wake (docs/latency.md), so it is made pair by pair, in one run.
 """
 
 from __future__ import annotations
@@ -231,6 +234,28 @@ def run(changes: int, settle: float, *, peer_python: Path | None = None, traced:
     return {"seen_ms": seen_ms, "hops": hops}
 
 
+def in_pairs(count: int, changes: int, settle: float, peer_python: Path) -> None:
+    """``count`` pairs of runs, the peer's then raybus's, each pair after the host's idle publish was timed;
+    a line per pair, then in how many raybus was at or below the peer at both p50 and p90."""
+    from roundtrip_bench import publish_round_trips  # it imports this module: at the call, not at the load
+
+    level = 0
+    for pair in range(1, count + 1):
+        _, idle = publish_round_trips(20, settle)
+        theirs = run(changes, settle, peer_python=peer_python)["seen_ms"]
+        ours = run(changes, settle)["seen_ms"]
+        p50 = percentile(ours, 0.5) / percentile(theirs, 0.5)
+        p90 = percentile(ours, 0.9) / percentile(theirs, 0.9)
+        level += p50 <= 1 and p90 <= 1
+        print(
+            f"pair {pair}: an idle publish p50 {statistics.median(idle):.2f} ms; write → Pod seen p50 / p90: "
+            f"the peer {percentile(theirs, 0.5):.1f} / {percentile(theirs, 0.9):.1f} ms, raybus "
+            f"{percentile(ours, 0.5):.1f} / {percentile(ours, 0.9):.1f} ms (raybus / the peer {p50:.2f} and {p90:.2f})",
+            flush=True,
+        )
+    print(f"raybus at or below the peer at p50 and p90 in {level} of {count} pairs")
+
+
 def print_seen(seen: list[float], how: str) -> None:
     print(
         f"write → Pod seen on a watch ({len(seen)} changes{how}): p50 {percentile(seen, 0.5):.1f} ms, "
@@ -248,9 +273,16 @@ def main() -> int:
         metavar="PYTHON",
         help="measure the Kopf peer (bench/peer) instead, run by this interpreter of its virtualenv",
     )
+    parser.add_argument("--pairs", type=int, help="with --peer: the peer and raybus in turn, this many times")
     args = parser.parse_args()
+    if args.pairs is not None and not args.peer:
+        parser.error("--pairs compares with the peer: give --peer too")
     print(f"machine: {platform.platform()}, {len(os.sched_getaffinity(0))} cpus, python {platform.python_version()}")
     print(f"load average before: {os.getloadavg()[0]:.1f}")
+    if args.pairs is not None:
+        in_pairs(args.pairs, args.changes, args.settle, args.peer)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        return 0
     print("operator:", "the Kopf peer" if args.peer else "raybus")
     print_seen(run(args.changes, args.settle, peer_python=args.peer)["seen_ms"], "")
     if not args.peer:

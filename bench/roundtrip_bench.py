@@ -58,7 +58,9 @@ def timed(times: int, pause: float, trip: Callable[[str], None]) -> list[float]:
     return found
 
 
-def jetstream(times: int, pause: float) -> None:
+def publish_round_trips(times: int, pause: float) -> tuple[list[float], list[float]]:
+    """``times`` JetStream publishes until acknowledged back to back, then ``times`` each ``pause`` seconds
+    after the one before, in ms: what a host makes of a wake (``latency_bench.py --pairs`` reports it)."""
     with tempfile.TemporaryDirectory() as workdir:
         server = NatsServer(Path(workdir))
         server.start()
@@ -71,13 +73,19 @@ def jetstream(times: int, pause: float) -> None:
             def publish(name: str) -> None:
                 loop.run_until_complete(js.publish("roundtrip.a", PAYLOAD, headers={"Nats-Msg-Id": name}))
 
-            print("JetStream publish → acknowledgement")
-            print("  " + summary("busy", timed(times, 0.0, publish)))
-            print("  " + summary("idle", timed(times, pause, publish)))
+            busy, idle = timed(times, 0.0, publish), timed(times, pause, publish)
             loop.run_until_complete(nc.close())
+            return busy, idle
         finally:
             loop.close()
             server.stop()  # also when a round trip failed: the server must not outlive the bench
+
+
+def jetstream(times: int, pause: float) -> None:
+    busy, idle = publish_round_trips(times, pause)
+    print("JetStream publish → acknowledgement")
+    print("  " + summary("busy", busy))
+    print("  " + summary("idle", idle))
 
 
 class LabelWatch:
