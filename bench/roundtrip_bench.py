@@ -44,6 +44,7 @@ PAYLOAD = b"x" * 3000
 
 
 def summary(label: str, values: list[float]) -> str:
+    """One line: the label, then the p50 and p90 of ``values`` (ms)."""
     return f"{label:<10} p50 {statistics.median(values):6.3f} ms   p90 {percentile(values, 0.9):6.3f} ms"
 
 
@@ -82,6 +83,7 @@ def publish_round_trips(times: int, pause: float) -> tuple[list[float], list[flo
 
 
 def jetstream(times: int, pause: float) -> None:
+    """Print the JetStream publish round trips, back to back and after ``pause`` seconds of quiet."""
     busy, idle = publish_round_trips(times, pause)
     print("JetStream publish → acknowledgement")
     print("  " + summary("busy", busy))
@@ -113,6 +115,7 @@ class LabelWatch:
 
 
 def kube(times: int, pause: float) -> None:
+    """Print a Pod create on kubesim, and a Pod patch until a watch shows it, back to back and idle."""
     with tempfile.TemporaryDirectory() as workdir, kubesim_process(Path(workdir), kubelet="instant") as (kubeconfig, _):
         core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))  # type: ignore[no-untyped-call]
 
