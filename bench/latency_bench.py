@@ -48,6 +48,8 @@ from typing import Any
 import msgspec
 from kubernetes import client, config
 from pipeline_bench import peer_stack, stack, stack_dir
+from roundtrip_bench import publish_round_trips
+from timing import percentile, watch_events
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -68,19 +70,6 @@ HOPS = (
     "checks",
     "apply",
 )
-
-
-def watch_events(response: Any) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each event of a raw watch stream (``_preload_content=False``), decoded, with the time (ns) its line
-    arrived."""
-    buffer = b""
-    for chunk in response.stream(4096):
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            if line.strip():
-                arrived = time.time_ns()
-                yield arrived, msgspec.json.decode(line)
 
 
 class PodWatch:
@@ -175,11 +164,6 @@ def hops_of(spans: list[dict[str, Any]], written_ns: int, resource_version: str)
     }
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 @contextmanager
 def raybus_stack(workdir: Path, *, traced: bool) -> Iterator[Path]:
     """The stack, its services writing their spans to ``workdir/spans`` when ``traced``."""
@@ -237,8 +221,6 @@ def run(changes: int, settle: float, *, peer_python: Path | None = None, traced:
 def in_pairs(count: int, changes: int, settle: float, peer_python: Path) -> None:
     """``count`` pairs of runs, the peer's then raybus's, each pair after the host's idle publish was timed;
     a line per pair, then in how many raybus was at or below the peer at both p50 and p90."""
-    from roundtrip_bench import publish_round_trips  # it imports this module: at the call, not at the load
-
     level = 0
     for pair in range(1, count + 1):
         _, idle = publish_round_trips(20, settle)

@@ -33,7 +33,7 @@ from typing import Any
 import nats
 from kubernetes import client, config
 from kubesim_bench import _pod, kubesim_process
-from latency_bench import percentile, watch_events
+from timing import percentile, watch_events
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
